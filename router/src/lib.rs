@@ -18,10 +18,15 @@
 
 #![forbid(unsafe_code)]
 
+pub mod eval;
 pub mod gate;
 pub mod id;
 pub mod policy;
+pub mod reply;
+pub mod route;
+pub mod ticket;
 pub mod trigger;
+pub mod words;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

@@ -18,12 +18,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod engine;
 pub mod eval;
 pub mod gate;
 pub mod id;
 pub mod policy;
 pub mod reply;
 pub mod route;
+pub mod store;
 pub mod ticket;
 pub mod trigger;
 pub mod words;

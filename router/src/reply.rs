@@ -96,6 +96,9 @@ pub enum Refusal {
     /// `attention` whose text is not the worker's open question.
     #[error("the text is not, word for word, the question of the ticket's latest report")]
     NotAttention,
+    /// Notes go to live tickets only.
+    #[error("the ticket has ended")]
+    TicketEnded,
 }
 
 /// Checks a reply against the ticket, the target message and the reply log.

@@ -129,6 +129,9 @@ pub enum ReportRefusal {
     /// A question must be non-empty.
     #[error("the question is empty")]
     EmptyQuestion,
+    /// `answers` must name a message on the ticket's own thread.
+    #[error("the answered message is not on the ticket's thread")]
+    AnswersOtherThread,
 }
 
 /// Checks a report and applies it: the ticket takes the report's state.

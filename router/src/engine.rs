@@ -1,0 +1,450 @@
+//! The engine: runs each input through the pure decision functions and
+//! records the result in the store, one transaction per decision.
+//!
+//! The live router and `gatehouse router replay` both drive a [`Router`];
+//! replay passes each input's own `at` as `now`, the live router the wall
+//! clock. Nothing here reads a clock or draws randomness.
+
+use serde::{Deserialize, Serialize};
+
+use crate::eval::{Evaluation, Judge};
+use crate::gate::{Admission, Author};
+use crate::id::{ReplyId, ThreadId, TicketId, TriggerId};
+use crate::policy::{Policy, PolicyVersion};
+use crate::reply::{check_note, check_reply, Purpose, Refusal, ReplyAttempt, TriggerRecord};
+use crate::route::{route_trigger, NoTicket, TicketAction};
+use crate::store::{text_sha256, InboxItem, ReplyRecord, ReplyTarget, Store, StoreError, Tx};
+use crate::ticket::{
+    apply_report, end_ticket, EndRefusal, EndRequester, Mandate, Outcome, Report, ReportRefusal,
+    RevalidationFailure, Ticket, TicketState,
+};
+use crate::trigger::{Trigger, TriggerInput};
+use crate::words::count_words;
+
+/// Errors that stop a decision (refusals are decisions, not errors).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What happened to a trigger's thread.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum TicketOutcome {
+    None {
+        why: NoTicket,
+    },
+    PassThrough {
+        ticket: TicketId,
+    },
+    Opened {
+        ticket: TicketId,
+        mandate: Mandate,
+    },
+    Resumed {
+        ticket: TicketId,
+        mandate: Mandate,
+    },
+    StaysEnded {
+        ticket: TicketId,
+        reason: RevalidationFailure,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TriggerDecision {
+    pub trigger: TriggerId,
+    pub thread: ThreadId,
+    #[serde(flatten)]
+    pub admission: Admission,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval: Option<Evaluation>,
+    pub ticket: TicketOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_resume: Option<RefusedResume>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedResume {
+    pub ticket: TicketId,
+    pub reason: RevalidationFailure,
+}
+
+/// A refusal with its reason in words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refused<R> {
+    #[serde(flatten)]
+    pub refusal: R,
+    pub message: String,
+}
+
+impl<R: std::fmt::Display> Refused<R> {
+    fn new(refusal: R) -> Self {
+        Self {
+            message: refusal.to_string(),
+            refusal,
+        }
+    }
+}
+
+/// One decision, as replay prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Decision {
+    Trigger(Box<TriggerDecision>),
+    Report {
+        ticket: TicketId,
+        #[serde(flatten)]
+        result: Verdict<ReportRefusal, ReportAccepted>,
+    },
+    Reply {
+        ticket: TicketId,
+        purpose: Purpose,
+        #[serde(flatten)]
+        result: Verdict<Refusal, ReplyRecord>,
+    },
+    End {
+        ticket: TicketId,
+        outcome: Outcome,
+        #[serde(flatten)]
+        result: Verdict<EndRefusal, Ended>,
+    },
+    Note {
+        ticket: TicketId,
+        #[serde(flatten)]
+        result: Verdict<Refusal, NoteAccepted>,
+    },
+    Policy {
+        version: PolicyVersion,
+    },
+}
+
+/// Allowed (with details) or refused (with the reason).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Verdict<R, A> {
+    Allowed { allowed: Accepted<A> },
+    Refused { refused: Refused<R> },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Accepted<A>(pub A);
+
+fn allowed<R, A>(a: A) -> Verdict<R, A> {
+    Verdict::Allowed {
+        allowed: Accepted(a),
+    }
+}
+
+fn refused<R: std::fmt::Display, A>(r: R) -> Verdict<R, A> {
+    Verdict::Refused {
+        refused: Refused::new(r),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportAccepted {
+    pub state: TicketState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ended {
+    pub state: TicketState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoteAccepted {
+    pub words: usize,
+}
+
+/// A report arriving for a ticket, as the supervisor forwards it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportInput {
+    pub ticket: TicketId,
+    #[serde(flatten)]
+    pub report: Report,
+}
+
+/// The router core over a store.
+pub struct Router<J: Judge> {
+    pub(crate) store: Store,
+    policy: Policy,
+    judge: J,
+}
+
+impl<J: Judge> Router<J> {
+    /// A router over `store`, recording `policy` as current at `now`.
+    pub fn new(mut store: Store, policy: Policy, judge: J, now: u64) -> Result<Self, EngineError> {
+        record_policy(&mut store, &policy, now)?;
+        Ok(Self {
+            store,
+            policy,
+            judge,
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Replaces the policy; later decisions and revalidations use it.
+    pub fn set_policy(&mut self, policy: Policy, now: u64) -> Result<Decision, EngineError> {
+        record_policy(&mut self.store, &policy, now)?;
+        self.policy = policy;
+        let decision = Decision::Policy {
+            version: self.policy.version().clone(),
+        };
+        self.store
+            .transaction(|tx| record(tx, now, &decision).map_err(EngineError::from))?;
+        Ok(decision)
+    }
+
+    /// Gate, then pass-through, revalidation or eval; records it all.
+    pub fn on_trigger(&mut self, input: TriggerInput, now: u64) -> Result<Decision, EngineError> {
+        let Self {
+            store,
+            policy,
+            judge,
+        } = self;
+        store.transaction(|tx| {
+            let thread = tx.ensure_thread(&input.thread, now)?;
+            let trigger = Trigger {
+                id: tx.issue(now)?,
+                at: now,
+                input,
+            };
+            let latest = tx.read().latest_ticket(&thread.id)?;
+            let route = route_trigger(&trigger, policy, judge, latest.as_ref());
+            let trigger_id = trigger.id.clone();
+            tx.insert_trigger(&TriggerRecord {
+                trigger,
+                thread: thread.id.clone(),
+                admission: route.admission.clone(),
+            })?;
+            let inbox = InboxItem::Trigger(trigger_id.clone());
+            let ticket = match route.ticket {
+                TicketAction::None { why } => TicketOutcome::None { why },
+                TicketAction::PassThrough { ticket } => {
+                    tx.push_inbox(&ticket, &inbox, now)?;
+                    TicketOutcome::PassThrough { ticket }
+                }
+                TicketAction::Open { mandate } => {
+                    let ticket = Ticket {
+                        id: tx.issue(now)?,
+                        thread: thread.id.clone(),
+                        thread_key: thread.key.clone(),
+                        state: TicketState::Open,
+                        outcome: None,
+                        mandate,
+                        latest_report: None,
+                        opened_at: now,
+                        updated_at: now,
+                    };
+                    tx.insert_ticket(&ticket)?;
+                    tx.push_inbox(&ticket.id, &inbox, now)?;
+                    TicketOutcome::Opened {
+                        ticket: ticket.id,
+                        mandate: ticket.mandate,
+                    }
+                }
+                TicketAction::Resume { ticket, mandate } => {
+                    let mut t = tx.read().ticket(&ticket)?;
+                    t.state = TicketState::Open;
+                    t.outcome = None;
+                    // Reports from before the end say nothing about the new work.
+                    t.latest_report = None;
+                    t.mandate = mandate.clone();
+                    t.updated_at = now;
+                    tx.update_ticket(&t)?;
+                    tx.push_inbox(&ticket, &inbox, now)?;
+                    TicketOutcome::Resumed { ticket, mandate }
+                }
+                TicketAction::StaysEnded { ticket, reason } => {
+                    TicketOutcome::StaysEnded { ticket, reason }
+                }
+            };
+            let decision = Decision::Trigger(Box::new(TriggerDecision {
+                trigger: trigger_id,
+                thread: thread.id,
+                admission: route.admission,
+                eval: route.eval,
+                ticket,
+                refused_resume: route
+                    .refused_resume
+                    .map(|(ticket, reason)| RefusedResume { ticket, reason }),
+            }));
+            record(tx, now, &decision)?;
+            Ok(decision)
+        })
+    }
+
+    /// A worker's report on its ticket.
+    pub fn on_report(&mut self, input: ReportInput, now: u64) -> Result<Decision, EngineError> {
+        self.store.transaction(|tx| {
+            let mut ticket = tx.read().ticket(&input.ticket)?;
+            let result = match &input.report.answers {
+                Some(answered) if tx.read().trigger(answered)?.thread != ticket.thread => {
+                    Err(ReportRefusal::AnswersOtherThread)
+                }
+                _ => apply_report(&mut ticket, input.report.clone(), now),
+            };
+            let result = match result {
+                Ok(()) => {
+                    tx.update_ticket(&ticket)?;
+                    tx.insert_report(&ticket.id, &input.report, now)?;
+                    allowed(ReportAccepted {
+                        state: ticket.state,
+                    })
+                }
+                Err(r) => refused(r),
+            };
+            let decision = Decision::Report {
+                ticket: input.ticket,
+                result,
+            };
+            record(tx, now, &decision)?;
+            Ok(decision)
+        })
+    }
+
+    /// A reply the router wants to send: checked, and if allowed, logged.
+    pub fn on_reply(&mut self, attempt: ReplyAttempt, now: u64) -> Result<Decision, EngineError> {
+        let limits = self.policy.limits;
+        self.store.transaction(|tx| {
+            let ticket = tx.read().ticket(&attempt.ticket)?;
+            let target_id = attempt
+                .in_reply_to
+                .clone()
+                .unwrap_or_else(|| ticket.mandate.trigger.clone());
+            let target = tx.read().trigger(&target_id)?;
+            let history = tx.read().reply_history(&ticket.id, &target_id)?;
+            let result = match check_reply(&attempt, &ticket, &target, history, &limits) {
+                Ok(()) => {
+                    let record = ReplyRecord {
+                        reply: tx.issue::<ReplyId>(now)?,
+                        ticket: ticket.id.clone(),
+                        thread_key: ticket.thread_key.clone(),
+                        purpose: attempt.purpose,
+                        target: ReplyTarget {
+                            platform: target.trigger.input.source,
+                            message_id: target.trigger.input.message_id.clone(),
+                            trigger: target_id,
+                        },
+                        text_sha256: text_sha256(&attempt.text),
+                        words: count_words(&attempt.text),
+                        at: now,
+                    };
+                    // Logged before it is sent: the live router sends only
+                    // what this transaction committed.
+                    tx.insert_reply(&record, &attempt.text)?;
+                    allowed(record)
+                }
+                Err(r) => refused(r),
+            };
+            let decision = Decision::Reply {
+                ticket: attempt.ticket,
+                purpose: attempt.purpose,
+                result,
+            };
+            record(tx, now, &decision)?;
+            Ok(decision)
+        })
+    }
+
+    /// The end of a ticket: by the system, or asked for by a message.
+    pub fn on_end(
+        &mut self,
+        ticket_id: TicketId,
+        outcome: Outcome,
+        requested_by: Option<TriggerId>,
+        now: u64,
+    ) -> Result<Decision, EngineError> {
+        self.store.transaction(|tx| {
+            let mut ticket = tx.read().ticket(&ticket_id)?;
+            let by = match &requested_by {
+                None => EndRequester::System,
+                Some(id) => {
+                    let t = tx.read().trigger(id)?;
+                    EndRequester::Message {
+                        thread: t.thread,
+                        author: match t.admission {
+                            Admission::Explicit { requester, .. } => Some(Author::Human(requester)),
+                            Admission::Candidate { author } => Some(author),
+                            Admission::Ignore { .. } => None,
+                        },
+                    }
+                }
+            };
+            let result = match end_ticket(&mut ticket, outcome, &by, now) {
+                Ok(()) => {
+                    tx.update_ticket(&ticket)?;
+                    allowed(Ended {
+                        state: ticket.state,
+                    })
+                }
+                Err(r) => refused(r),
+            };
+            let decision = Decision::End {
+                ticket: ticket_id,
+                outcome,
+                result,
+            };
+            record(tx, now, &decision)?;
+            Ok(decision)
+        })
+    }
+
+    /// A note from the router to a ticket's worker (≤ the note word limit).
+    pub fn on_note(
+        &mut self,
+        ticket_id: TicketId,
+        text: String,
+        now: u64,
+    ) -> Result<Decision, EngineError> {
+        let limits = self.policy.limits;
+        self.store.transaction(|tx| {
+            let ticket = tx.read().ticket(&ticket_id)?;
+            let result = if !ticket.is_live() {
+                refused(Refusal::TicketEnded)
+            } else {
+                match check_note(&text, &limits) {
+                    Ok(()) => {
+                        tx.push_inbox(&ticket.id, &InboxItem::Note(text.clone()), now)?;
+                        allowed(NoteAccepted {
+                            words: count_words(&text),
+                        })
+                    }
+                    Err(r) => refused(r),
+                }
+            };
+            let decision = Decision::Note {
+                ticket: ticket_id,
+                result,
+            };
+            record(tx, now, &decision)?;
+            Ok(decision)
+        })
+    }
+}
+
+fn record(tx: &mut Tx<'_>, now: u64, decision: &Decision) -> Result<(), StoreError> {
+    let body = serde_json::to_string(decision).unwrap_or_default();
+    tx.insert_decision(now, &body)
+}
+
+fn record_policy(store: &mut Store, policy: &Policy, now: u64) -> Result<(), EngineError> {
+    let body = serde_json::to_string(policy).unwrap_or_default();
+    store.transaction(|tx| {
+        tx.insert_policy(policy.version(), now, &body)
+            .map_err(EngineError::from)
+    })
+}
+
+#[cfg(test)]
+mod tests;

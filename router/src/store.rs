@@ -1,0 +1,935 @@
+//! The durable store: SQLite (bundled) in WAL mode.
+//!
+//! Every decision is one transaction ([`Store::transaction`]): the id clock,
+//! the trigger, the ticket change, the inbox entry, the reply log entry and
+//! the decision record commit together or not at all, so a crash (kill -9
+//! included) leaves either the whole decision or none of it.
+//!
+//! Contracts:
+//! - ids never change and are never reused: the id clock is persisted in the
+//!   same transaction as the records that use it;
+//! - get-by-id returns exactly that record; an unknown id is
+//!   [`StoreError::NotFound`], never an empty success;
+//! - a thread's triggers are listed by a cursor over a global, never-reused
+//!   sequence, so pages never skip or repeat, even while triggers arrive;
+//! - a trigger's full content (text and raw payload) is stored once, keyed
+//!   by its SHA-256, and the hot row keeps a short summary;
+//! - one live ticket per thread is a unique index, not a convention; so are
+//!   "ack once" and "answer once" per message.
+
+use std::io::Write;
+use std::path::Path;
+
+use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::gate::Admission;
+use crate::id::{IdClock, IdKind, ReplyId, ThreadId, TicketId, TriggerId};
+use crate::policy::PolicyVersion;
+use crate::reply::{Purpose, ReplyHistory, TriggerRecord};
+use crate::ticket::{Outcome, Report, Ticket, TicketState};
+use crate::trigger::{summarize, Source, Trigger, TriggerInput, TriggerKind};
+
+/// Errors from the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No record has this id.
+    #[error("no {kind} with id `{id}`")]
+    NotFound { kind: &'static str, id: String },
+    /// A cursor that this store did not hand out.
+    #[error("`{0}` is not a cursor of this store")]
+    BadCursor(String),
+    /// The database was written by a newer gatehouse.
+    #[error("the database schema is version {found}, newer than this gatehouse knows ({known}); upgrade gatehouse")]
+    SchemaTooNew { found: i64, known: i64 },
+    /// A stored record does not decode; the database was changed outside gatehouse.
+    #[error("stored {what} does not decode: {source}")]
+    Corrupt {
+        what: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// How hard a commit waits for the disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// `synchronous=FULL`: every commit is on disk before it returns; survives
+    /// power loss.
+    Full,
+    /// `synchronous=NORMAL` (WAL): every commit survives a crash or kill of
+    /// the process; the last commits may be lost on power loss.
+    #[default]
+    Normal,
+}
+
+/// Migrations, in order; `PRAGMA user_version` counts those applied.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE id_clock (
+    prefix TEXT PRIMARY KEY,
+    ms INTEGER NOT NULL,
+    seq INTEGER NOT NULL
+) STRICT;
+CREATE TABLE payloads (
+    hash TEXT PRIMARY KEY,
+    body TEXT NOT NULL
+) STRICT;
+CREATE TABLE threads (
+    id TEXT PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL
+) STRICT;
+CREATE TABLE triggers (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    thread_id TEXT NOT NULL REFERENCES threads(id),
+    at INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    sender_id TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    admission TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    payload TEXT NOT NULL REFERENCES payloads(hash)
+) STRICT;
+CREATE INDEX triggers_by_thread ON triggers(thread_id, seq);
+CREATE TABLE tickets (
+    id TEXT PRIMARY KEY,
+    thread_id TEXT NOT NULL REFERENCES threads(id),
+    thread_key TEXT NOT NULL,
+    state TEXT NOT NULL,
+    outcome TEXT,
+    mandate TEXT NOT NULL,
+    latest_report TEXT,
+    opened_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX one_live_ticket_per_thread ON tickets(thread_id) WHERE state <> 'ended';
+CREATE INDEX tickets_by_thread ON tickets(thread_id, id);
+CREATE TABLE reports (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    ticket_id TEXT NOT NULL REFERENCES tickets(id),
+    at INTEGER NOT NULL,
+    answers TEXT,
+    body TEXT NOT NULL
+) STRICT;
+CREATE INDEX reports_answering ON reports(ticket_id, answers) WHERE answers IS NOT NULL;
+CREATE TABLE inbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    ticket_id TEXT NOT NULL REFERENCES tickets(id),
+    trigger_id TEXT REFERENCES triggers(id),
+    note TEXT,
+    at INTEGER NOT NULL,
+    CHECK ((trigger_id IS NULL) <> (note IS NULL))
+) STRICT;
+CREATE INDEX inbox_by_ticket ON inbox(ticket_id, seq);
+CREATE TABLE replies (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    ticket_id TEXT NOT NULL REFERENCES tickets(id),
+    thread_key TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    target_trigger TEXT NOT NULL REFERENCES triggers(id),
+    platform TEXT NOT NULL,
+    target_message TEXT NOT NULL,
+    text TEXT NOT NULL,
+    text_sha256 TEXT NOT NULL,
+    words INTEGER NOT NULL,
+    at INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX ack_once ON replies(target_trigger) WHERE purpose = 'ack';
+CREATE UNIQUE INDEX answer_once ON replies(target_trigger) WHERE purpose = 'answer';
+CREATE TABLE decisions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at INTEGER NOT NULL,
+    body TEXT NOT NULL
+) STRICT;
+CREATE TABLE policies (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    version TEXT NOT NULL,
+    loaded_at INTEGER NOT NULL,
+    body TEXT NOT NULL
+) STRICT;
+"#];
+
+/// A thread as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadRecord {
+    pub id: ThreadId,
+    pub key: String,
+    pub created_at: u64,
+}
+
+/// A trigger's hot row, for listings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TriggerSummary {
+    pub id: TriggerId,
+    pub at: u64,
+    pub source: Source,
+    pub kind: TriggerKind,
+    pub sender: String,
+    pub admission: Admission,
+    pub summary: String,
+}
+
+/// One page of a thread's triggers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Page {
+    pub triggers: Vec<TriggerSummary>,
+    /// Pass back to get the next page; present even on the last page, so
+    /// that triggers arriving later are found from where this page ended.
+    pub next_cursor: String,
+}
+
+/// The message a reply answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyTarget {
+    pub platform: Source,
+    /// The platform's id of the message replied to.
+    pub message_id: String,
+    pub trigger: TriggerId,
+}
+
+/// One entry of the reply log, as exported (JSONL) for the audit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyRecord {
+    pub reply: ReplyId,
+    pub ticket: TicketId,
+    pub thread_key: String,
+    pub purpose: Purpose,
+    pub target: ReplyTarget,
+    /// SHA-256 of the exact text, hex.
+    pub text_sha256: String,
+    pub words: usize,
+    pub at: u64,
+}
+
+/// The SQLite store.
+pub struct Store {
+    conn: Connection,
+    clock: IdClock,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and migrates it.
+    pub fn open(path: &Path, durability: Durability) -> Result<Self> {
+        Self::init(Connection::open(path)?, durability)
+    }
+
+    /// A private in-memory database, for tests.
+    pub fn open_in_memory() -> Result<Self> {
+        Self::init(Connection::open_in_memory()?, Durability::Normal)
+    }
+
+    fn init(mut conn: Connection, durability: Durability) -> Result<Self> {
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(
+            None,
+            "synchronous",
+            match durability {
+                Durability::Full => "FULL",
+                Durability::Normal => "NORMAL",
+            },
+        )?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        migrate(&mut conn)?;
+        let clock = {
+            let mut stmt = conn.prepare("SELECT prefix, ms, seq FROM id_clock")?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        from_sql_u64(r.get(1)?),
+                        r.get::<_, u32>(2)?,
+                    ))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            IdClock::from_rows(rows)
+        };
+        Ok(Self { conn, clock })
+    }
+
+    /// Runs `f` in one immediate transaction; commits if it returns `Ok`.
+    pub fn transaction<T, E: From<StoreError>>(
+        &mut self,
+        f: impl FnOnce(&mut Tx<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let saved_clock = self.clock.clone();
+        let result = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(StoreError::from)?;
+            let mut wrapped = Tx {
+                tx,
+                clock: &mut self.clock,
+            };
+            let value = f(&mut wrapped)?;
+            wrapped.tx.commit().map_err(StoreError::from)?;
+            Ok(value)
+        })();
+        if result.is_err() {
+            // Ids issued in a rolled-back transaction were never stored; the
+            // clock goes back to what the database holds.
+            self.clock = saved_clock;
+        }
+        result
+    }
+
+    /// Read-only access outside a decision.
+    pub fn read(&self) -> Reader<'_> {
+        Reader { conn: &self.conn }
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let known = i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX);
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current > known {
+        return Err(StoreError::SchemaTooNew {
+            found: current,
+            known,
+        });
+    }
+    for (i, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(current).unwrap_or(0))
+    {
+        tx.execute_batch(sql)?;
+        tx.pragma_update(
+            None,
+            "user_version",
+            i64::try_from(i + 1).unwrap_or(i64::MAX),
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn sql_u64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn from_sql_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn to_json<T: Serialize>(v: &T) -> String {
+    // The types stored here are plain data whose serialisation cannot fail.
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+fn from_json<T: for<'de> Deserialize<'de>>(what: &'static str, s: &str) -> Result<T> {
+    serde_json::from_str(s).map_err(|source| StoreError::Corrupt { what, source })
+}
+
+/// Enum values stored as their serde names.
+fn enum_str<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+fn enum_from<T: for<'de> Deserialize<'de>>(what: &'static str, s: &str) -> Result<T> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|source| StoreError::Corrupt { what, source })
+}
+
+// === impl Reader ===
+
+/// Queries that work both inside and outside a transaction.
+pub struct Reader<'c> {
+    conn: &'c Connection,
+}
+
+const TICKET_COLUMNS: &str =
+    "id, thread_id, thread_key, state, outcome, mandate, latest_report, opened_at, updated_at";
+
+fn ticket_from_row(r: &Row<'_>) -> rusqlite::Result<[Option<String>; 7]> {
+    Ok([
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+    ])
+}
+
+impl Reader<'_> {
+    fn ticket_row(&self, sql_where: &str, arg: &str) -> Result<Option<Ticket>> {
+        let sql = format!("SELECT {TICKET_COLUMNS} FROM tickets WHERE {sql_where}");
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let row = stmt
+            .query_row([arg], |r| {
+                Ok((
+                    ticket_from_row(r)?,
+                    r.get::<_, i64>(7)?,
+                    r.get::<_, i64>(8)?,
+                ))
+            })
+            .optional()?;
+        row.map(|(cols, opened, updated)| decode_ticket(cols, opened, updated))
+            .transpose()
+    }
+
+    /// The ticket with this id.
+    pub fn ticket(&self, id: &TicketId) -> Result<Ticket> {
+        self.ticket_row("id = ?1", id.as_str())?
+            .ok_or_else(|| not_found("ticket", id.as_str()))
+    }
+
+    /// The thread's most recent ticket.
+    pub fn latest_ticket(&self, thread: &ThreadId) -> Result<Option<Ticket>> {
+        self.ticket_row("thread_id = ?1 ORDER BY id DESC LIMIT 1", thread.as_str())
+    }
+
+    /// Tickets in id (= opening) order.
+    pub fn tickets(&self) -> Result<Vec<Ticket>> {
+        let sql = format!("SELECT {TICKET_COLUMNS} FROM tickets ORDER BY id");
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    ticket_from_row(r)?,
+                    r.get::<_, i64>(7)?,
+                    r.get::<_, i64>(8)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter()
+            .map(|(cols, o, u)| decode_ticket(cols, o, u))
+            .collect()
+    }
+
+    /// The thread with this id.
+    pub fn thread(&self, id: &ThreadId) -> Result<ThreadRecord> {
+        self.conn
+            .prepare_cached("SELECT id, key, created_at FROM threads WHERE id = ?1")?
+            .query_row([id.as_str()], thread_from_row)
+            .optional()?
+            .ok_or_else(|| not_found("thread", id.as_str()))
+    }
+
+    /// The thread with this key, if it exists.
+    pub fn thread_by_key(&self, key: &str) -> Result<Option<ThreadRecord>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT id, key, created_at FROM threads WHERE key = ?1")?
+            .query_row([key], thread_from_row)
+            .optional()?)
+    }
+
+    /// The thread's tickets, oldest first.
+    pub fn thread_tickets(&self, thread: &ThreadId) -> Result<Vec<TicketId>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id FROM tickets WHERE thread_id = ?1 ORDER BY id")?;
+        let ids = stmt
+            .query_map([thread.as_str()], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(ids.iter().filter_map(|s| TicketId::parse(s)).collect())
+    }
+
+    /// The stored trigger with this id, with its thread and admission.
+    pub fn trigger(&self, id: &TriggerId) -> Result<TriggerRecord> {
+        let row = self
+            .conn
+            .prepare_cached(
+                "SELECT t.thread_id, t.at, t.admission, p.body FROM triggers t
+                 JOIN payloads p ON p.hash = t.payload WHERE t.id = ?1",
+            )?
+            .query_row([id.as_str()], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
+            .optional()?;
+        let Some((thread, at, admission, body)) = row else {
+            return Err(not_found("trigger", id.as_str()));
+        };
+        Ok(TriggerRecord {
+            trigger: Trigger {
+                id: id.clone(),
+                at: from_sql_u64(at),
+                input: from_json::<TriggerInput>("trigger payload", &body)?,
+            },
+            thread: ThreadId::parse(&thread).ok_or_else(|| not_found("thread", &thread))?,
+            admission: from_json("admission", &admission)?,
+        })
+    }
+
+    /// Up to `limit` of the thread's triggers after `cursor` (from the start
+    /// when `None`), oldest first.
+    pub fn thread_triggers(
+        &self,
+        thread: &ThreadId,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page> {
+        let after = match cursor {
+            None => 0,
+            Some(c) => parse_cursor(c)?,
+        };
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, id, at, source, kind, sender_id, admission, summary FROM triggers
+             WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )?;
+        let rows = stmt
+            .query_map(
+                params![
+                    thread.as_str(),
+                    after,
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, String>(4)?,
+                        r.get::<_, String>(5)?,
+                        r.get::<_, String>(6)?,
+                        r.get::<_, String>(7)?,
+                    ))
+                },
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut last = after;
+        let mut triggers = Vec::with_capacity(rows.len());
+        for (seq, id, at, source, kind, sender, admission, summary) in rows {
+            last = seq;
+            triggers.push(TriggerSummary {
+                id: TriggerId::parse(&id).ok_or_else(|| not_found("trigger", &id))?,
+                at: from_sql_u64(at),
+                source: enum_from("source", &source)?,
+                kind: enum_from("kind", &kind)?,
+                sender,
+                admission: from_json("admission", &admission)?,
+                summary,
+            });
+        }
+        Ok(Page {
+            triggers,
+            next_cursor: format_cursor(last),
+        })
+    }
+
+    /// What the reply log and the reports say about replies to `target`.
+    pub fn reply_history(&self, ticket: &TicketId, target: &TriggerId) -> Result<ReplyHistory> {
+        let count = |purpose: &str| -> Result<bool> {
+            Ok(self
+                .conn
+                .prepare_cached(
+                    "SELECT EXISTS(SELECT 1 FROM replies WHERE target_trigger = ?1 AND purpose = ?2)",
+                )?
+                .query_row([target.as_str(), purpose], |r| r.get::<_, bool>(0))?)
+        };
+        let reported = self
+            .conn
+            .prepare_cached(
+                "SELECT EXISTS(SELECT 1 FROM reports WHERE ticket_id = ?1 AND answers = ?2)",
+            )?
+            .query_row([ticket.as_str(), target.as_str()], |r| r.get::<_, bool>(0))?;
+        Ok(ReplyHistory {
+            target_acked: count("ack")?,
+            target_answered: count("answer")?,
+            target_reported_answered: reported,
+        })
+    }
+
+    /// The reply log, oldest first.
+    pub fn replies(&self) -> Result<Vec<ReplyRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, ticket_id, thread_key, purpose, platform, target_message, target_trigger,
+                    text_sha256, words, at FROM replies ORDER BY seq",
+        )?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    [
+                        r.get::<_, String>(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                    ],
+                    r.get::<_, i64>(8)?,
+                    r.get::<_, i64>(9)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter()
+            .map(
+                |(
+                    [id, ticket, thread_key, purpose, platform, message, trigger, hash],
+                    words,
+                    at,
+                )| {
+                    Ok(ReplyRecord {
+                        reply: ReplyId::parse(&id).ok_or_else(|| not_found("reply", &id))?,
+                        ticket: TicketId::parse(&ticket)
+                            .ok_or_else(|| not_found("ticket", &ticket))?,
+                        thread_key,
+                        purpose: enum_from("purpose", &purpose)?,
+                        target: ReplyTarget {
+                            platform: enum_from("platform", &platform)?,
+                            message_id: message,
+                            trigger: TriggerId::parse(&trigger)
+                                .ok_or_else(|| not_found("trigger", &trigger))?,
+                        },
+                        text_sha256: hash,
+                        words: usize::try_from(words).unwrap_or(0),
+                        at: from_sql_u64(at),
+                    })
+                },
+            )
+            .collect()
+    }
+
+    /// Writes the reply log as JSON lines.
+    pub fn export_replies(&self, out: &mut dyn Write) -> Result<usize, ExportError> {
+        let replies = self.replies()?;
+        for r in &replies {
+            let mut line = serde_json::to_vec(r).unwrap_or_default();
+            line.push(b'\n');
+            out.write_all(&line).map_err(ExportError::Write)?;
+        }
+        Ok(replies.len())
+    }
+
+    /// The ticket's inbox: triggers passed through and notes, oldest first.
+    pub fn inbox(&self, ticket: &TicketId) -> Result<Vec<InboxItem>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT trigger_id, note FROM inbox WHERE ticket_id = ?1 ORDER BY seq",
+        )?;
+        let rows = stmt
+            .query_map([ticket.as_str()], |r| {
+                Ok((
+                    r.get::<_, Option<String>>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(trigger, note)| match (trigger, note) {
+                (Some(t), _) => TriggerId::parse(&t).map(InboxItem::Trigger),
+                (None, Some(n)) => Some(InboxItem::Note(n)),
+                (None, None) => None,
+            })
+            .collect())
+    }
+
+    /// The recorded decisions, oldest first, as JSON text.
+    pub fn decisions(&self) -> Result<Vec<String>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT body FROM decisions ORDER BY seq")?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// The version of the most recently recorded policy.
+    pub fn current_policy_version(&self) -> Result<Option<PolicyVersion>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT version FROM policies ORDER BY seq DESC LIMIT 1")?
+            .query_row([], |r| r.get::<_, String>(0))
+            .optional()?
+            .map(PolicyVersion))
+    }
+}
+
+/// What a ticket's worker receives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InboxItem {
+    Trigger(TriggerId),
+    Note(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot write the export: {0}")]
+    Write(std::io::Error),
+}
+
+fn not_found(kind: &'static str, id: &str) -> StoreError {
+    StoreError::NotFound {
+        kind,
+        id: id.to_owned(),
+    }
+}
+
+fn thread_from_row(r: &Row<'_>) -> rusqlite::Result<ThreadRecord> {
+    let id: String = r.get(0)?;
+    Ok(ThreadRecord {
+        id: ThreadId::parse(&id).ok_or(rusqlite::Error::InvalidColumnName(id))?,
+        key: r.get(1)?,
+        created_at: from_sql_u64(r.get(2)?),
+    })
+}
+
+fn decode_ticket(cols: [Option<String>; 7], opened: i64, updated: i64) -> Result<Ticket> {
+    let [id, thread, thread_key, state, outcome, mandate, report] = cols;
+    let id = id.unwrap_or_default();
+    let thread = thread.unwrap_or_default();
+    Ok(Ticket {
+        id: TicketId::parse(&id).ok_or_else(|| not_found("ticket", &id))?,
+        thread: ThreadId::parse(&thread).ok_or_else(|| not_found("thread", &thread))?,
+        thread_key: thread_key.unwrap_or_default(),
+        state: enum_from::<TicketState>("ticket state", &state.unwrap_or_default())?,
+        outcome: outcome
+            .map(|o| enum_from::<Outcome>("ticket outcome", &o))
+            .transpose()?,
+        mandate: from_json("mandate", &mandate.unwrap_or_default())?,
+        latest_report: report.map(|r| from_json("report", &r)).transpose()?,
+        opened_at: from_sql_u64(opened),
+        updated_at: from_sql_u64(updated),
+    })
+}
+
+const CURSOR_PREFIX: &str = "cur_";
+
+fn format_cursor(seq: i64) -> String {
+    format!("{CURSOR_PREFIX}{seq}")
+}
+
+fn parse_cursor(c: &str) -> Result<i64> {
+    c.strip_prefix(CURSOR_PREFIX)
+        .and_then(|n| n.parse::<i64>().ok())
+        .filter(|n| *n >= 0)
+        .ok_or_else(|| StoreError::BadCursor(c.to_owned()))
+}
+
+// === impl Tx ===
+
+/// One decision's transaction.
+pub struct Tx<'c> {
+    tx: rusqlite::Transaction<'c>,
+    clock: &'c mut IdClock,
+}
+
+impl Tx<'_> {
+    pub fn read(&self) -> Reader<'_> {
+        Reader { conn: &self.tx }
+    }
+
+    /// Issues a new id and persists the clock with this transaction.
+    pub fn issue<K: IdKind>(&mut self, now: u64) -> Result<K> {
+        let id: K = self.clock.issue(now);
+        if let Some((ms, seq)) = self.clock.last(K::PREFIX) {
+            self.tx
+                .prepare_cached(
+                    "INSERT INTO id_clock (prefix, ms, seq) VALUES (?1, ?2, ?3)
+                     ON CONFLICT(prefix) DO UPDATE SET ms = excluded.ms, seq = excluded.seq",
+                )?
+                .execute(params![K::PREFIX, sql_u64(ms), seq])?;
+        }
+        Ok(id)
+    }
+
+    /// The thread with this key, created if new.
+    pub fn ensure_thread(&mut self, key: &str, now: u64) -> Result<ThreadRecord> {
+        if let Some(t) = self.read().thread_by_key(key)? {
+            return Ok(t);
+        }
+        let id: ThreadId = self.issue(now)?;
+        self.tx
+            .prepare_cached("INSERT INTO threads (id, key, created_at) VALUES (?1, ?2, ?3)")?
+            .execute(params![id.as_str(), key, sql_u64(now)])?;
+        Ok(ThreadRecord {
+            id,
+            key: key.to_owned(),
+            created_at: now,
+        })
+    }
+
+    /// Creates a thread with a given id; for tests that build tickets by hand.
+    #[cfg(test)]
+    pub(crate) fn ensure_thread_with_id(
+        &mut self,
+        id: &ThreadId,
+        key: &str,
+        now: u64,
+    ) -> Result<()> {
+        self.tx
+            .prepare_cached("INSERT INTO threads (id, key, created_at) VALUES (?1, ?2, ?3)")?
+            .execute(params![id.as_str(), key, sql_u64(now)])?;
+        Ok(())
+    }
+
+    /// Stores a trigger: its content once in `payloads`, its hot row with a summary.
+    pub fn insert_trigger(&mut self, record: &TriggerRecord) -> Result<()> {
+        let body = to_json(&record.trigger.input);
+        let hash = hex::encode(Sha256::digest(body.as_bytes()));
+        self.tx
+            .prepare_cached("INSERT OR IGNORE INTO payloads (hash, body) VALUES (?1, ?2)")?
+            .execute(params![hash, body])?;
+        let input = &record.trigger.input;
+        self.tx
+            .prepare_cached(
+                "INSERT INTO triggers (id, thread_id, at, source, kind, sender_id, message_id,
+                                       admission, summary, payload)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?
+            .execute(params![
+                record.trigger.id.as_str(),
+                record.thread.as_str(),
+                sql_u64(record.trigger.at),
+                enum_str(&input.source),
+                enum_str(&input.kind),
+                input.sender.id,
+                input.message_id,
+                to_json(&record.admission),
+                summarize(&input.text),
+                hash,
+            ])?;
+        Ok(())
+    }
+
+    pub fn insert_ticket(&mut self, t: &Ticket) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO tickets (id, thread_id, thread_key, state, outcome, mandate,
+                                      latest_report, opened_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?
+            .execute(params![
+                t.id.as_str(),
+                t.thread.as_str(),
+                t.thread_key,
+                t.state.as_str(),
+                t.outcome.map(|o| enum_str(&o)),
+                to_json(&t.mandate),
+                t.latest_report.as_ref().map(to_json),
+                sql_u64(t.opened_at),
+                sql_u64(t.updated_at),
+            ])?;
+        Ok(())
+    }
+
+    /// Writes a ticket's mutable fields; its id and thread never change.
+    pub fn update_ticket(&mut self, t: &Ticket) -> Result<()> {
+        let n = self
+            .tx
+            .prepare_cached(
+                "UPDATE tickets SET state = ?2, outcome = ?3, mandate = ?4, latest_report = ?5,
+                                    updated_at = ?6 WHERE id = ?1",
+            )?
+            .execute(params![
+                t.id.as_str(),
+                t.state.as_str(),
+                t.outcome.map(|o| enum_str(&o)),
+                to_json(&t.mandate),
+                t.latest_report.as_ref().map(to_json),
+                sql_u64(t.updated_at),
+            ])?;
+        if n == 0 {
+            return Err(not_found("ticket", t.id.as_str()));
+        }
+        Ok(())
+    }
+
+    pub fn insert_report(&mut self, ticket: &TicketId, report: &Report, at: u64) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO reports (ticket_id, at, answers, body) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![
+                ticket.as_str(),
+                sql_u64(at),
+                report.answers.as_ref().map(|a| a.as_str()),
+                to_json(report),
+            ])?;
+        Ok(())
+    }
+
+    pub fn push_inbox(&mut self, ticket: &TicketId, item: &InboxItem, at: u64) -> Result<()> {
+        let (trigger, note) = match item {
+            InboxItem::Trigger(t) => (Some(t.as_str()), None),
+            InboxItem::Note(n) => (None, Some(n.as_str())),
+        };
+        self.tx
+            .prepare_cached(
+                "INSERT INTO inbox (ticket_id, trigger_id, note, at) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![ticket.as_str(), trigger, note, sql_u64(at)])?;
+        Ok(())
+    }
+
+    /// Appends to the reply log; `text` is kept for the sender, its hash exported.
+    pub fn insert_reply(&mut self, r: &ReplyRecord, text: &str) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO replies (id, ticket_id, thread_key, purpose, target_trigger, platform,
+                                      target_message, text, text_sha256, words, at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )?
+            .execute(params![
+                r.reply.as_str(),
+                r.ticket.as_str(),
+                r.thread_key,
+                r.purpose.as_str(),
+                r.target.trigger.as_str(),
+                enum_str(&r.target.platform),
+                r.target.message_id,
+                text,
+                r.text_sha256,
+                i64::try_from(r.words).unwrap_or(i64::MAX),
+                sql_u64(r.at),
+            ])?;
+        Ok(())
+    }
+
+    /// Records a decision (JSON) in the decision log.
+    pub fn insert_decision(&mut self, at: u64, body: &str) -> Result<()> {
+        self.tx
+            .prepare_cached("INSERT INTO decisions (at, body) VALUES (?1, ?2)")?
+            .execute(params![sql_u64(at), body])?;
+        Ok(())
+    }
+
+    pub fn insert_policy(&mut self, version: &PolicyVersion, at: u64, body: &str) -> Result<()> {
+        self.tx
+            .prepare_cached("INSERT INTO policies (version, loaded_at, body) VALUES (?1, ?2, ?3)")?
+            .execute(params![version.0, sql_u64(at), body])?;
+        Ok(())
+    }
+}
+
+/// SHA-256 of `text`, hex.
+pub fn text_sha256(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests;

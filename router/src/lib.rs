@@ -23,6 +23,7 @@ pub mod eval;
 pub mod gate;
 pub mod id;
 pub mod policy;
+pub mod replay;
 pub mod reply;
 pub mod route;
 pub mod store;

@@ -1,19 +1,352 @@
-//! `gatehouse router` subcommands.
+//! `gatehouse router`, `tickets`, `threads` and `replies` subcommands.
 
+use std::io::{BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Subcommand;
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand, ValueEnum};
+use gatehouse_router::engine::Router;
+use gatehouse_router::eval::RulesOnlyJudge;
+use gatehouse_router::id::{ThreadId, TicketId};
+use gatehouse_router::policy::Policy;
+use gatehouse_router::replay::{first_at, replay};
+use gatehouse_router::store::{Durability, Store};
 
 #[derive(Subcommand)]
 pub enum Commands {
-    /// Run or replay the router
-    Router,
+    /// The router: replay recorded inputs through its decisions
+    Router {
+        #[command(subcommand)]
+        command: RouterCommand,
+    },
+    /// Recall tickets from the router's state
+    Tickets {
+        #[command(subcommand)]
+        command: TicketsCommand,
+    },
+    /// Recall a thread and its triggers
+    Threads {
+        #[command(subcommand)]
+        command: ThreadsCommand,
+    },
+    /// The reply log
+    Replies {
+        #[command(subcommand)]
+        command: RepliesCommand,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum RouterCommand {
+    /// Run JSON-lines inputs through the router; print one JSON decision per line
+    Replay {
+        /// The policy file (TOML)
+        #[arg(long)]
+        policy: PathBuf,
+        /// The router's state database (created if missing)
+        #[arg(long)]
+        state: PathBuf,
+        /// The inputs, one JSON object per line
+        #[arg(long)]
+        events: PathBuf,
+        /// How hard each decision's commit waits for the disk
+        #[arg(long, value_enum, default_value_t = Sync::Normal)]
+        sync: Sync,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Sync {
+    /// Survives a crash of the process (WAL, synchronous=NORMAL)
+    Normal,
+    /// Survives power loss too (synchronous=FULL)
+    Full,
+}
+
+#[derive(Args)]
+pub struct StateArg {
+    /// The router's state database
+    #[arg(long, env = "GATEHOUSE_STATE")]
+    state: PathBuf,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum TicketsCommand {
+    /// All tickets, oldest first
+    List {
+        #[command(flatten)]
+        state: StateArg,
+    },
+    /// One ticket, with its mandate and latest report
+    Show {
+        id: String,
+        #[command(flatten)]
+        state: StateArg,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ThreadsCommand {
+    /// A thread, its tickets and a page of its triggers
+    Show {
+        id: String,
+        /// Continue after this cursor (printed by the previous page)
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Triggers per page
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[command(flatten)]
+        state: StateArg,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum RepliesCommand {
+    /// The reply log as JSON lines, oldest first
+    Export {
+        #[arg(long, env = "GATEHOUSE_STATE")]
+        state: PathBuf,
+    },
 }
 
 impl Commands {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self {
-            Commands::Router => anyhow::bail!("`gatehouse router` is not built yet"),
+            Commands::Router {
+                command:
+                    RouterCommand::Replay {
+                        policy,
+                        state,
+                        events,
+                        sync,
+                    },
+            } => run_replay(&policy, &state, &events, sync),
+            Commands::Tickets { command } => match command {
+                TicketsCommand::List { state } => tickets_list(&state),
+                TicketsCommand::Show { id, state } => tickets_show(&id, &state),
+            },
+            Commands::Threads {
+                command:
+                    ThreadsCommand::Show {
+                        id,
+                        cursor,
+                        limit,
+                        state,
+                    },
+            } => threads_show(&id, cursor.as_deref(), limit, &state),
+            Commands::Replies {
+                command: RepliesCommand::Export { state },
+            } => {
+                let store = open_existing(&state)?;
+                let stdout = std::io::stdout();
+                let mut out = stdout.lock();
+                store.read().export_replies(&mut out)?;
+                out.flush()?;
+                Ok(ExitCode::SUCCESS)
+            }
         }
     }
+}
+
+fn run_replay(policy: &Path, state: &Path, events: &Path, sync: Sync) -> anyhow::Result<ExitCode> {
+    let policy = Policy::load(policy)?;
+    let text = std::fs::read_to_string(events)
+        .with_context(|| format!("cannot read the events file {}", events.display()))?;
+    let durability = match sync {
+        Sync::Normal => Durability::Normal,
+        Sync::Full => Durability::Full,
+    };
+    let store = Store::open(state, durability)
+        .with_context(|| format!("cannot open the state {}", state.display()))?;
+    let mut router = Router::new(store, policy, RulesOnlyJudge, first_at(&text))?;
+    let base_dir = events.parent().unwrap_or(Path::new("."));
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let summary = replay(
+        &mut router,
+        BufReader::new(text.as_bytes()),
+        base_dir,
+        &mut out,
+    )?;
+    drop(out);
+    if summary.rejected > 0 {
+        eprintln!(
+            "gatehouse: {} line(s) rejected; see the `rejected` decisions",
+            summary.rejected
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Opens a state that must already exist: recall never creates an empty one.
+fn open_existing(state: &Path) -> anyhow::Result<Store> {
+    if !state.exists() {
+        bail!("no router state at {}; pass --state <db>", state.display());
+    }
+    Store::open(state, Durability::Normal)
+        .with_context(|| format!("cannot open the state {}", state.display()))
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn tickets_list(state: &StateArg) -> anyhow::Result<ExitCode> {
+    let store = open_existing(&state.state)?;
+    let tickets = store.read().tickets()?;
+    if state.json {
+        print_json(&tickets)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<23} {:<8} {:<10} {:<16} {:<18} THREAD",
+        "TICKET", "STATE", "OUTCOME", "REQUESTER", "REPO"
+    );
+    for t in tickets {
+        println!(
+            "{:<23} {:<8} {:<10} {:<16} {:<18} {}",
+            t.id,
+            t.state.as_str(),
+            t.outcome
+                .map(|o| format!("{o:?}").to_lowercase())
+                .unwrap_or_else(|| "-".into()),
+            requester(&t.mandate.requester),
+            t.mandate.scope.repo,
+            t.thread_key
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn requester(a: &gatehouse_router::gate::Author) -> String {
+    match a {
+        gatehouse_router::gate::Author::Human(n) => n.clone(),
+        gatehouse_router::gate::Author::Bot(n) => format!("{n} (bot)"),
+    }
+}
+
+fn tickets_show(id: &str, state: &StateArg) -> anyhow::Result<ExitCode> {
+    let Some(id) = TicketId::parse(id) else {
+        bail!("`{id}` is not a ticket id (tkt_ followed by 18 hex digits)");
+    };
+    let store = open_existing(&state.state)?;
+    let read = store.read();
+    let t = read.ticket(&id)?;
+    if state.json {
+        print_json(&t)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let m = &t.mandate;
+    println!("ticket          {}", t.id);
+    println!("thread          {} ({})", t.thread, t.thread_key);
+    println!(
+        "state           {}{}",
+        t.state.as_str(),
+        t.outcome
+            .map(|o| format!(" ({o:?})").to_lowercase())
+            .unwrap_or_default()
+    );
+    println!("opened, updated {} ms, {} ms", t.opened_at, t.updated_at);
+    println!("requester       {}", requester(&m.requester));
+    println!("trigger         {}", m.trigger);
+    println!("policy version  {}", m.policy_version);
+    println!(
+        "scope           team {}, repo {}, sandbox profile {}",
+        m.scope.team, m.scope.repo, m.scope.sandbox_profile
+    );
+    println!("rule sets       {}", m.scope.rule_sets.join(", "));
+    println!(
+        "matched rules   {}",
+        if m.matched_rules.is_empty() {
+            "- (explicit request)".to_owned()
+        } else {
+            m.matched_rules.join(", ")
+        }
+    );
+    match &t.latest_report {
+        Some(r) => {
+            println!("latest report   {:?}: {}", r.state, r.summary);
+            if let Some(q) = &r.question {
+                println!("question        {q}");
+            }
+            for l in &r.links {
+                println!("link            {l}");
+            }
+        }
+        None => println!("latest report   -"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn threads_show(
+    id: &str,
+    cursor: Option<&str>,
+    limit: usize,
+    state: &StateArg,
+) -> anyhow::Result<ExitCode> {
+    let Some(id) = ThreadId::parse(id) else {
+        bail!("`{id}` is not a thread id (thr_ followed by 18 hex digits)");
+    };
+    if limit == 0 {
+        bail!("--limit must be at least 1");
+    }
+    let store = open_existing(&state.state)?;
+    let read = store.read();
+    let thread = read.thread(&id)?;
+    let tickets = read.thread_tickets(&id)?;
+    let page = read.thread_triggers(&id, cursor, limit)?;
+    if state.json {
+        print_json(&serde_json::json!({
+            "thread": thread,
+            "tickets": tickets,
+            "triggers": page.triggers,
+            "next_cursor": page.next_cursor,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("thread  {} ({})", thread.id, thread.key);
+    println!(
+        "tickets {}",
+        if tickets.is_empty() {
+            "-".to_owned()
+        } else {
+            tickets
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    println!(
+        "{:<23} {:<15} {:<20} {:<28} SUMMARY",
+        "TRIGGER", "AT", "KIND", "ADMISSION"
+    );
+    for t in &page.triggers {
+        let admission = serde_json::to_value(&t.admission)?;
+        let adm = match (
+            admission["admission"].as_str(),
+            admission["reason"].as_str(),
+        ) {
+            (Some(a), Some(r)) => format!("{a}: {r}"),
+            (Some(a), None) => a.to_owned(),
+            _ => "?".to_owned(),
+        };
+        let kind = serde_json::to_value(t.kind)?;
+        println!(
+            "{:<23} {:<15} {:<20} {:<28} {}",
+            t.id,
+            t.at,
+            kind.as_str().unwrap_or("?"),
+            adm,
+            t.summary
+        );
+    }
+    println!("next: --cursor {}", page.next_cursor);
+    Ok(ExitCode::SUCCESS)
 }

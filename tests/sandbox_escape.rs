@@ -1,6 +1,9 @@
 //! Escape attempts: each is made for real inside the sandbox and must fail,
 //! as root and rootless.
 
+// Helpers outside #[test] fns panic on setup failure, like the tests.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod sandbox_support;
 
 use std::net::{TcpListener, UdpSocket};

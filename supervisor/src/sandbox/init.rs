@@ -42,7 +42,6 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     if !sys::read_byte(&setup.sync) {
         sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
     }
-    drop(setup.sync);
     let errors = setup.errors;
     let plan = setup.plan;
     let sources = match super::open_sources(plan) {
@@ -52,6 +51,14 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     if let Err(msg) = become_root(plan) {
         fail(&errors, &msg);
     }
+    // Changing credentials clears the parent-death signal: set it again,
+    // then make sure the parent did not die in between (it holds the sync
+    // pipe open for as long as it waits for us).
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    if sys::peer_gone(&setup.sync) {
+        sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
+    }
+    drop(setup.sync);
     if let Err(msg) = build_root(plan, &sources) {
         fail(&errors, &format!("building the sandbox root: {msg}"));
     }

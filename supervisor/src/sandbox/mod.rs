@@ -223,9 +223,8 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
         let _ = sys::restore_signals(&old_mask);
         return Err(e);
     }
-    drop(sync_w);
-
     let outcome = wait(child, plan.wall_time, started);
+    drop(sync_w);
     let mut setup_error = String::new();
     let _ = std::fs::File::from(err_r).read_to_string(&mut setup_error);
     cgroups.remove();

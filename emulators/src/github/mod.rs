@@ -8,6 +8,7 @@
 //! recorded.
 
 mod git;
+mod graphql;
 mod model;
 mod rest;
 
@@ -568,7 +569,16 @@ impl GithubState {
     }
 
     async fn rest(&self, parts: &http::request::Parts, body: &[u8], login: &str) -> rest::Reply {
-        let path = parts.uri.path();
+        // GitHub Enterprise Server serves REST under `/api/v3` and GraphQL at
+        // `/api/graphql`; accepting both lets clients such as gh talk to the
+        // emulator directly with `GH_HOST=localhost:PORT`.
+        let path = match parts.uri.path() {
+            "/api/graphql" => "/graphql",
+            other => other
+                .strip_prefix("/api/v3")
+                .filter(|p| p.starts_with('/'))
+                .unwrap_or(other),
+        };
         // `/repositories/{id}/…` is GitHub's alias of `/repos/{owner}/{repo}/…`.
         let aliased;
         let path = match rest::repository_alias(path) {
@@ -586,7 +596,17 @@ impl GithubState {
             return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
         };
         if route == rest::Route::Graphql {
-            return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
+            if parts.method != Method::POST {
+                return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
+            }
+            let mut model = lock(&self.model);
+            let answer = graphql::execute(&mut model, login, unix_now(), body);
+            return rest::Reply {
+                status: StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_REQUEST),
+                body: answer.body,
+                created_id: answer.created_id,
+                location: None,
+            };
         }
         let query = parse_query(parts.uri.query().unwrap_or(""));
         // Opening a pull request needs the head branch's commit from disk.

@@ -97,6 +97,8 @@ pub struct FeishuOptions {
     pub listen: SocketAddr,
     /// Server runtime threads.
     pub worker_threads: usize,
+    /// The CA to sign the server certificate with; `None` generates one.
+    pub ca: Option<Arc<TestCa>>,
 }
 
 impl Default for FeishuOptions {
@@ -108,6 +110,7 @@ impl Default for FeishuOptions {
             bot_name: "gatehouse".to_owned(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             worker_threads: 2,
+            ca: None,
         }
     }
 }
@@ -237,7 +240,10 @@ impl FeishuEmulator {
                 problem: "must be at least one second".into(),
             });
         }
-        let ca = TestCa::generate()?;
+        let ca = match options.ca.clone() {
+            Some(ca) => ca,
+            None => Arc::new(TestCa::generate()?),
+        };
         let state = Arc::new(FeishuState {
             model: Mutex::new(FeishuModel::default()),
             recorder: Recorder::default(),
@@ -258,7 +264,7 @@ impl FeishuEmulator {
 pub struct FeishuHandle {
     server: Server,
     state: Arc<FeishuState>,
-    ca: TestCa,
+    ca: Arc<TestCa>,
 }
 
 impl std::fmt::Debug for FeishuHandle {
@@ -283,6 +289,11 @@ impl FeishuHandle {
     /// The test CA certificate (PEM) clients must trust.
     pub fn ca_pem(&self) -> &str {
         self.ca.cert_pem()
+    }
+
+    /// The test CA, to share with another emulator (one CA file for both).
+    pub fn ca(&self) -> Arc<TestCa> {
+        self.ca.clone()
     }
 
     /// Write the test CA certificate (PEM) to `path`.

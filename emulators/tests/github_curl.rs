@@ -388,3 +388,48 @@ fn pulls_reviews_replies_and_job_log_redirect() {
         .collect();
     assert_eq!(created.len(), 3, "pull, reply and review report their ids");
 }
+
+#[test]
+fn polling_with_etag_gets_304_until_something_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    let auth = "Authorization: token ghs_test_valid_token";
+    let path = "/repos/acme/widgets/issues/comments?since=2000-01-01T00:00:00Z";
+
+    let first = curl(&emulator, &ca, "api.github.com", &["-H", auth], path);
+    assert_eq!(first.status, 200);
+    let etag = first
+        .headers
+        .lines()
+        .find_map(|l| l.strip_prefix("etag: "))
+        .unwrap()
+        .to_owned();
+    let conditional = format!("If-None-Match: {etag}");
+    let again = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &["-H", auth, "-H", &conditional],
+        path,
+    );
+    assert_eq!(again.status, 304);
+    assert!(again.body.is_empty());
+
+    emulator
+        .add_issue_comment("acme/widgets", 1, "New info", "alice")
+        .unwrap();
+    let changed = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &["-H", auth, "-H", &conditional],
+        path,
+    );
+    assert_eq!(changed.status, 200);
+    assert_eq!(changed.json()[0]["body"], "New info");
+}

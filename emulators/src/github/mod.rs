@@ -122,6 +122,8 @@ pub struct GithubOptions {
     pub logs_base_url: String,
     /// Server runtime threads.
     pub worker_threads: usize,
+    /// The CA to sign the server certificate with; `None` generates one.
+    pub ca: Option<Arc<TestCa>>,
 }
 
 impl GithubOptions {
@@ -134,6 +136,7 @@ impl GithubOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             logs_base_url: "https://pipelines.actions.githubusercontent.com".to_owned(),
             worker_threads: 2,
+            ca: None,
         }
     }
 
@@ -180,7 +183,10 @@ impl GithubEmulator {
             create_bare_repo(&options.root_dir, repo)?;
             model.add_repo(&repo.owner, &repo.name, &repo.default_branch);
         }
-        let ca = TestCa::generate()?;
+        let ca = match options.ca.clone() {
+            Some(ca) => ca,
+            None => Arc::new(TestCa::generate()?),
+        };
         let state = Arc::new(GithubState {
             model: Mutex::new(model),
             recorder: Recorder::default(),
@@ -203,7 +209,7 @@ impl GithubEmulator {
 pub struct GithubHandle {
     server: Server,
     state: Arc<GithubState>,
-    ca: TestCa,
+    ca: Arc<TestCa>,
 }
 
 impl std::fmt::Debug for GithubHandle {
@@ -228,6 +234,11 @@ impl GithubHandle {
     /// The test CA certificate (PEM) clients must trust.
     pub fn ca_pem(&self) -> &str {
         self.ca.cert_pem()
+    }
+
+    /// The test CA, to share with another emulator (one CA file for both).
+    pub fn ca(&self) -> Arc<TestCa> {
+        self.ca.clone()
     }
 
     /// Write the test CA certificate (PEM) to `path`.
@@ -500,10 +511,24 @@ impl GithubState {
                     }
                     _ => None,
                 };
-                match user {
-                    None => git_unauthorized(),
-                    Some(user) => self.git(&parts, &git_path, &user, body).await,
-                }
+                let Some(user) = user else {
+                    record.status = StatusCode::UNAUTHORIZED.as_u16();
+                    self.recorder.push(record);
+                    return git_unauthorized();
+                };
+                // Recorded now, completed as the body streams and the answer starts.
+                let index = self.recorder.push_pending(record);
+                let state = self.clone();
+                let capture: git::BodyCapture = Box::new(move |prefix, truncated| {
+                    state.recorder.update(index, |r| {
+                        r.body = prefix;
+                        r.body_truncated = truncated;
+                    });
+                });
+                let response = self.git(&parts, &git_path, &user, body, capture).await;
+                let status = response.status().as_u16();
+                self.recorder.update(index, |r| r.status = status);
+                return response;
             }
             Target::Rest => {
                 let login = match &credential {
@@ -539,8 +564,28 @@ impl GithubState {
         response
     }
 
-    /// Record a REST reply and turn it into a response.
-    fn finish(&self, mut record: RecordedRequest, reply: rest::Reply) -> Response<Body> {
+    /// Record a REST reply and turn it into a response. A GET answered 200
+    /// carries an `ETag`; a matching `If-None-Match` gets 304 with no body,
+    /// as GitHub does for polling.
+    fn finish(&self, mut record: RecordedRequest, mut reply: rest::Reply) -> Response<Body> {
+        let body = if reply.body.is_null() {
+            Bytes::new()
+        } else {
+            Bytes::from(reply.body.to_string())
+        };
+        let etag = (record.method == "GET" && reply.status == StatusCode::OK).then(|| {
+            use sha2::Digest as _;
+            format!("W/\"{}\"", hex::encode(&sha2::Sha256::digest(&body)[..16]))
+        });
+        let not_modified = etag.as_deref().is_some_and(|tag| {
+            record
+                .header_all("if-none-match")
+                .iter()
+                .any(|v| v.split(',').any(|candidate| candidate.trim() == tag))
+        });
+        if not_modified {
+            reply.status = StatusCode::NOT_MODIFIED;
+        }
         record.status = reply.status.as_u16();
         record.created_id = reply.created_id.clone();
         self.recorder.push(record);
@@ -555,14 +600,17 @@ impl GithubState {
         if let Some(location) = &reply.location {
             builder = builder.header(http::header::LOCATION, location);
         }
-        let body = if reply.body.is_null() {
+        if let Some(etag) = &etag {
+            builder = builder.header(http::header::ETAG, etag);
+        }
+        let body = if not_modified || body.is_empty() {
             Bytes::new()
         } else {
             builder = builder.header(
                 http::header::CONTENT_TYPE,
                 "application/json; charset=utf-8",
             );
-            Bytes::from(reply.body.to_string())
+            body
         };
         builder
             .body(full_body(body))
@@ -679,6 +727,7 @@ impl GithubState {
         git_path: &git::GitPath,
         user: &str,
         body: Incoming,
+        capture: git::BodyCapture,
     ) -> Response<Body> {
         let Ok((owner, name)) = self.repo_names(&format!("{}/{}", git_path.owner, git_path.name))
         else {
@@ -697,7 +746,7 @@ impl GithubState {
             headers: &parts.headers,
             remote_user: user,
         };
-        match git::serve(request, body).await {
+        match git::serve(request, body, capture).await {
             Ok(response) => response,
             Err(error) => {
                 tracing::warn!(%error, "git http-backend failed");

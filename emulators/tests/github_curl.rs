@@ -1,0 +1,435 @@
+//! The GitHub emulator driven by real curl over TLS, trusting only the test CA.
+// Helpers outside #[test] functions panic on setup failure too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+use gatehouse_emulators::{CommentKind, GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
+use serde_json::Value;
+
+struct Curl {
+    status: u16,
+    headers: String,
+    body: String,
+}
+
+impl Curl {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+/// `curl` against `host` resolved to the emulator, verifying TLS with the test CA.
+fn curl(emulator: &GithubHandle, ca: &Path, host: &str, args: &[&str], url_path: &str) -> Curl {
+    let port = emulator.addr().port();
+    let output = Command::new("curl")
+        .args(["-sS", "--cacert"])
+        .arg(ca)
+        .args(["--resolve", &format!("{host}:{port}:127.0.0.1")])
+        .args(["-D", "-", "-o", "-"])
+        .args(args)
+        .arg(format!("https://{host}:{port}{url_path}"))
+        .output()
+        .expect("curl runs");
+    assert!(
+        output.status.success(),
+        "curl failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    let (headers, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = headers.split(' ').nth(1).unwrap().parse().unwrap();
+    Curl {
+        status,
+        headers: headers.to_owned(),
+        body: body.to_owned(),
+    }
+}
+
+fn start(dir: &Path) -> GithubHandle {
+    GithubEmulator::start(
+        GithubOptions::new(dir.join("git"))
+            .token("ghs_test_valid_token", "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .expect("emulator starts")
+}
+
+#[test]
+fn issue_read_and_comment_round_trip_with_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    emulator
+        .add_issue("acme/widgets", "Crash on start", "It crashes.", "alice")
+        .unwrap();
+    let auth = ["-H", "Authorization: token ghs_test_valid_token"];
+
+    let issue = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        "/repos/acme/widgets/issues/1",
+    );
+    assert_eq!(issue.status, 200, "{}", issue.body);
+    let issue = issue.json();
+    assert_eq!(issue["number"], 1);
+    assert_eq!(issue["title"], "Crash on start");
+    assert_eq!(issue["user"]["login"], "alice");
+    assert_eq!(
+        issue["html_url"],
+        "https://github.com/acme/widgets/issues/1"
+    );
+
+    let mut args = auth.to_vec();
+    args.extend([
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "--data",
+        r#"{"body":"On it."}"#,
+    ]);
+    let created = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &args,
+        "/repos/acme/widgets/issues/1/comments",
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let created = created.json();
+    let id = created["id"].as_u64().unwrap();
+    assert_eq!(created["body"], "On it.");
+    assert_eq!(created["user"]["login"], "gatehouse-test[bot]");
+    assert_eq!(
+        created["html_url"],
+        format!("https://github.com/acme/widgets/issues/1#issuecomment-{id}")
+    );
+    assert_eq!(
+        created["url"],
+        format!("https://api.github.com/repos/acme/widgets/issues/comments/{id}")
+    );
+
+    let comments = emulator.comments();
+    assert_eq!(comments.len(), 1);
+    assert_eq!(comments[0].kind, CommentKind::Issue);
+    assert_eq!(comments[0].id, id);
+    assert_eq!(comments[0].body, "On it.");
+
+    let requests = emulator.requests();
+    assert_eq!(requests.len(), 2);
+    let post = &requests[1];
+    assert_eq!(post.method, "POST");
+    assert_eq!(post.host.as_deref(), Some("api.github.com"));
+    assert_eq!(post.path, "/repos/acme/widgets/issues/1/comments");
+    assert_eq!(post.authorization(), Some("token ghs_test_valid_token"));
+    assert_eq!(post.body_text(), r#"{"body":"On it."}"#);
+    assert_eq!(post.status, 201);
+    assert_eq!(post.created_id, Some(id.to_string()));
+
+    // Listing sees it, through the re-cased name too.
+    let list = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        "/repos/ACME/Widgets/issues/1/comments",
+    );
+    assert_eq!(list.json().as_array().unwrap().len(), 1);
+    emulator.shutdown();
+}
+
+#[test]
+fn unauthenticated_and_wrong_token_get_github_401() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+
+    let none = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &[],
+        "/repos/acme/widgets/issues/1",
+    );
+    assert_eq!(none.status, 401);
+    assert_eq!(none.json()["message"], "Requires authentication");
+    assert!(none.json()["documentation_url"].is_string());
+
+    for header in [
+        "Authorization: token ghs_wrong",
+        "Authorization: Bearer ghs_test_valid_tokenX",
+        "Authorization: Basic eC1hY2Nlc3MtdG9rZW46d3Jvbmc=",
+    ] {
+        let mut args = vec!["-H", header, "-X", "POST", "--data", r#"{"body":"sneaky"}"#];
+        args.push("-H");
+        args.push("Content-Type: application/json");
+        let bad = curl(
+            &emulator,
+            &ca,
+            "api.github.com",
+            &args,
+            "/repos/acme/widgets/issues/1/comments",
+        );
+        assert_eq!(bad.status, 401, "{header}");
+        assert_eq!(bad.json()["message"], "Bad credentials");
+    }
+    assert!(
+        emulator.comments().is_empty(),
+        "no comment may be created without a valid token"
+    );
+    assert!(emulator
+        .requests()
+        .iter()
+        .all(|r| r.status == 401 && r.created_id.is_none()));
+}
+
+#[test]
+fn tls_is_refused_without_the_test_ca_and_valid_for_all_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    let port = emulator.addr().port();
+
+    // The system roots do not trust the emulator.
+    let untrusted = Command::new("curl")
+        .args([
+            "-sS",
+            "--resolve",
+            &format!("api.github.com:{port}:127.0.0.1"),
+        ])
+        .arg(format!("https://api.github.com:{port}/user"))
+        .output()
+        .unwrap();
+    assert!(!untrusted.status.success());
+
+    // A name outside the certificate fails verification even with the CA.
+    let wrong_name = Command::new("curl")
+        .args(["-sS", "--cacert"])
+        .arg(&ca)
+        .args(["--resolve", &format!("evil.example:{port}:127.0.0.1")])
+        .arg(format!("https://evil.example:{port}/user"))
+        .output()
+        .unwrap();
+    assert!(!wrong_name.status.success());
+
+    let auth = ["-H", "Authorization: Bearer ghs_test_valid_token"];
+    for host in [
+        "api.github.com",
+        "github.com",
+        "localhost",
+        "open.feishu.cn",
+    ] {
+        let user = curl(&emulator, &ca, host, &auth, "/user");
+        assert_eq!(user.status, 200, "{host}");
+        assert_eq!(user.json()["login"], "gatehouse-test[bot]");
+        assert!(user
+            .headers
+            .to_ascii_lowercase()
+            .contains("x-ratelimit-remaining"));
+    }
+}
+
+#[test]
+fn pulls_reviews_replies_and_job_log_redirect() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    let auth = ["-H", "Authorization: token ghs_test_valid_token"];
+    let post = |path: &str, body: &str| {
+        let mut args = auth.to_vec();
+        args.extend([
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+            "--data",
+            body,
+        ]);
+        curl(&emulator, &ca, "api.github.com", &args, path)
+    };
+
+    // A pull request needs its head branch to exist.
+    let missing = post(
+        "/repos/acme/widgets/pulls",
+        r#"{"title":"x","head":"gatehouse/nope","base":"main"}"#,
+    );
+    assert_eq!(missing.status, 422);
+    let opened = post(
+        "/repos/acme/widgets/pulls",
+        r#"{"title":"Fix","head":"main","base":"main","body":"Fixes #1"}"#,
+    );
+    assert_eq!(opened.status, 201, "{}", opened.body);
+    let pull = opened.json();
+    assert_eq!(pull["number"], 1);
+    assert_eq!(pull["html_url"], "https://github.com/acme/widgets/pull/1");
+    assert_eq!(pull["head"]["sha"].as_str().unwrap().len(), 40);
+
+    let top = emulator
+        .add_review_comment("acme/widgets", 1, "README.md", 1, "Typo here", "alice")
+        .unwrap();
+    let reply = post(
+        &format!("/repos/acme/widgets/pulls/1/comments/{top}/replies"),
+        r#"{"body":"Fixed."}"#,
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let reply = reply.json();
+    assert_eq!(reply["in_reply_to_id"], top);
+    assert!(reply["html_url"]
+        .as_str()
+        .unwrap()
+        .starts_with("https://github.com/acme/widgets/pull/1#discussion_r"));
+
+    let review = post(
+        "/repos/acme/widgets/pulls/1/reviews",
+        r#"{"event":"COMMENT","body":"Looks fine."}"#,
+    );
+    assert_eq!(review.status, 200, "{}", review.body);
+    assert_eq!(review.json()["state"], "COMMENTED");
+
+    // The id alias reaches the same repository (a proxy must deny it unless named).
+    let repo_id = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        "/repos/acme/widgets",
+    )
+    .json()["id"]
+        .as_u64()
+        .unwrap();
+    let aliased = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        &format!("/repositories/{repo_id}/pulls/1"),
+    );
+    assert_eq!(aliased.json()["title"], "Fix");
+
+    // Job logs: 302 to a storage-like host whose signed URL needs no token.
+    let sha = pull["head"]["sha"].as_str().unwrap();
+    let (run_id, job_id) = emulator
+        .add_job(
+            "acme/widgets",
+            "test",
+            sha,
+            "failure",
+            "thread 'x' panicked\n",
+        )
+        .unwrap();
+    let jobs = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        &format!("/repos/acme/widgets/actions/runs/{run_id}/jobs"),
+    );
+    assert_eq!(jobs.json()["jobs"][0]["id"], job_id);
+    let checks = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        &format!("/repos/acme/widgets/commits/{sha}/check-runs"),
+    );
+    assert_eq!(checks.json()["check_runs"][0]["conclusion"], "failure");
+    let logs = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        &format!("/repos/acme/widgets/actions/jobs/{job_id}/logs"),
+    );
+    assert_eq!(logs.status, 302);
+    let location = logs
+        .headers
+        .lines()
+        .find_map(|l| l.strip_prefix("location: "))
+        .unwrap()
+        .to_owned();
+    let prefix = "https://pipelines.actions.githubusercontent.com/";
+    assert!(location.starts_with(prefix), "{location}");
+    let path = &location[prefix.len() - 1..];
+    let fetched = curl(
+        &emulator,
+        &ca,
+        "pipelines.actions.githubusercontent.com",
+        &[],
+        path,
+    );
+    assert_eq!(fetched.status, 200);
+    assert_eq!(fetched.body, "thread 'x' panicked\n");
+    let forged = curl(
+        &emulator,
+        &ca,
+        "pipelines.actions.githubusercontent.com",
+        &[],
+        &format!("/_logs/jobs/{job_id}?sig=00"),
+    );
+    assert_eq!(forged.status, 403);
+
+    let kinds: Vec<_> = emulator.comments().iter().map(|c| c.kind).collect();
+    assert_eq!(kinds, vec![CommentKind::Review, CommentKind::Review]);
+    let created: Vec<_> = emulator
+        .requests()
+        .into_iter()
+        .filter_map(|r| r.created_id)
+        .collect();
+    assert_eq!(created.len(), 3, "pull, reply and review report their ids");
+}
+
+#[test]
+fn polling_with_etag_gets_304_until_something_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    let auth = "Authorization: token ghs_test_valid_token";
+    let path = "/repos/acme/widgets/issues/comments?since=2000-01-01T00:00:00Z";
+
+    let first = curl(&emulator, &ca, "api.github.com", &["-H", auth], path);
+    assert_eq!(first.status, 200);
+    let etag = first
+        .headers
+        .lines()
+        .find_map(|l| l.strip_prefix("etag: "))
+        .unwrap()
+        .to_owned();
+    let conditional = format!("If-None-Match: {etag}");
+    let again = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &["-H", auth, "-H", &conditional],
+        path,
+    );
+    assert_eq!(again.status, 304);
+    assert!(again.body.is_empty());
+
+    emulator
+        .add_issue_comment("acme/widgets", 1, "New info", "alice")
+        .unwrap();
+    let changed = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &["-H", auth, "-H", &conditional],
+        path,
+    );
+    assert_eq!(changed.status, 200);
+    assert_eq!(changed.json()[0]["body"], "New info");
+}

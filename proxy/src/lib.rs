@@ -8,16 +8,25 @@
 //!        ◄─ response: auth headers stripped, secrets redacted (`redact`) ─► audit completion
 //! ```
 //!
-//! The identity of a request is the unix socket it arrived on (`server`),
-//! created from the config or through the `admin` socket. Decisions are pure
-//! functions over data; this crate's I/O lives in `server`, `upstream`,
-//! `credentials`, `ca` and `admin`.
-
+//! The pure half, used by the server for every request:
+//! `RequestHead` → [`rules::RuleBook::check`] (canonical path via [`path`],
+//! rule sets and identity variables) → [`rules::Decision`]; for allowed
+//! requests with a body check, [`graphql::check`] or
+//! [`receive_pack::parse_commands`] + [`receive_pack::check`] before the
+//! body is forwarded.
+//!
+//! The I/O half: the identity of a request is the unix socket it arrived on
+//! (`server`), created from the config or through the `admin` socket;
+//! `upstream`, `credentials`, `ca` and `redact` serve it.
 #![forbid(unsafe_code)]
 
 pub mod body;
 pub mod ca;
 pub mod credentials;
+pub mod graphql;
+pub mod path;
+pub mod receive_pack;
 pub mod redact;
+pub mod rules;
 pub mod server;
 pub mod upstream;

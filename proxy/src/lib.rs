@@ -20,6 +20,7 @@
 //! `upstream`, `credentials`, `ca` and `redact` serve it.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod body;
 pub mod ca;
 pub mod credentials;

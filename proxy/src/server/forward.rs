@@ -333,9 +333,36 @@ pub(super) async fn handle(
         }
     };
     if let (Some(message), Some(hash)) = (&grant.message, &outgoing_body.sha256) {
+        let mut target = message.target.clone();
+        if let Some(pointer) = &message.target_body_pointer {
+            let value = outgoing_body
+                .whole
+                .as_ref()
+                .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+                .and_then(|v| v.pointer(pointer).cloned());
+            match value {
+                Some(Value::String(s)) => target = format!("{target}:{s}"),
+                Some(other) => target = format!("{target}:{other}"),
+                None => {
+                    let reason = format!("the message body has no {pointer} naming its target");
+                    record["decision"] = json!("deny");
+                    record["reason"] = json!(reason);
+                    if proxy.audit.record(record).is_err() {
+                        return Ok(audit_unavailable());
+                    }
+                    return Ok(denied(
+                        &method,
+                        host,
+                        &path,
+                        &reason,
+                        &identity.scope.rule_sets,
+                    ));
+                }
+            }
+        }
         record["message"] = json!({
             "kind": message.kind,
-            "target": message.target,
+            "target": target,
             "body_sha256": hash,
         });
     }
@@ -610,6 +637,8 @@ fn strip_response_headers(headers: &mut HeaderMap, secrets: &[Vec<u8>]) {
 struct Inspected {
     body: ProxyBody,
     sha256: Option<String>,
+    /// The whole body, when it was read to hash a message.
+    whole: Option<Bytes>,
 }
 
 /// Reads as much of the body as the rule's check (and message hashing)
@@ -624,6 +653,7 @@ async fn inspect_body(
         return Ok(Inspected {
             body: body::boxed(incoming),
             sha256: None,
+            whole: None,
         });
     }
     if grant.body.is_some()
@@ -675,12 +705,17 @@ async fn inspect_body(
     }
     let sha256 = need_all.then(|| hex::encode(Sha256::digest(&prefix)));
     let prefix = prefix.freeze();
+    let whole = need_all.then(|| prefix.clone());
     let body = if complete {
         body::full(prefix)
     } else {
         body::boxed(PrefixedBody::new(prefix, incoming))
     };
-    Ok(Inspected { body, sha256 })
+    Ok(Inspected {
+        body,
+        sha256,
+        whole,
+    })
 }
 
 /// GitHub answers some downloads (Actions logs) with a redirect to a

@@ -47,9 +47,9 @@ pub enum IdentityError {
     /// No identity of that name exists.
     #[error("no identity named {0:?}")]
     NotFound(String),
-    /// A rule set the identity names does not exist.
-    #[error("unknown rule set {0:?}")]
-    UnknownRuleSet(String),
+    /// The rule book refuses the identity's rule sets or variables.
+    #[error("{0}")]
+    Rules(String),
     /// A tunnel host is not a lowercase DNS name.
     #[error("tunnel host {0:?} must be a lowercase DNS name (no port, no IP address)")]
     BadTunnelHost(String),
@@ -143,6 +143,10 @@ impl Proxy {
                 path: dir.clone(),
                 source,
             })?;
+        let socket_dir = std::fs::canonicalize(dir).map_err(|source| IdentityError::Socket {
+            path: dir.clone(),
+            source,
+        })?;
         let started = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -152,7 +156,7 @@ impl Proxy {
             policy: parts.policy,
             credentials: parts.credentials,
             audit: parts.audit,
-            socket_dir: parts.socket_dir,
+            socket_dir,
             identities: Mutex::new(HashMap::new()),
             request_prefix: format!("req_{:x}", started.as_nanos()),
             next_request: AtomicU64::new(1),
@@ -242,15 +246,15 @@ impl Proxy {
     }
 
     fn validate(&self, spec: &IdentitySpec) -> Result<(), IdentityError> {
-        validate_spec(spec, |name| self.policy.has_rule_set(name))
+        validate_spec(spec)?;
+        self.policy
+            .check_identity(&spec.rule_sets, &spec.variables)
+            .map_err(IdentityError::Rules)
     }
 }
 
-/// Checks an identity spec (pure apart from the rule-set lookup).
-pub fn validate_spec(
-    spec: &IdentitySpec,
-    has_rule_set: impl Fn(&str) -> bool,
-) -> Result<(), IdentityError> {
+/// Checks an identity's name, tunnel hosts and variable shapes (pure).
+pub fn validate_spec(spec: &IdentitySpec) -> Result<(), IdentityError> {
     let name_ok = |s: &str| {
         !s.is_empty()
             && s.len() <= 64
@@ -259,9 +263,6 @@ pub fn validate_spec(
     };
     if !name_ok(&spec.name) {
         return Err(IdentityError::BadName(spec.name.clone()));
-    }
-    if let Some(unknown) = spec.rule_sets.iter().find(|r| !has_rule_set(r)) {
-        return Err(IdentityError::UnknownRuleSet(unknown.clone()));
     }
     if let Some(bad) = spec.tunnel_hosts.iter().find(|h| !is_dns_name(h)) {
         return Err(IdentityError::BadTunnelHost(bad.clone()));
@@ -354,14 +355,13 @@ mod tests {
 
     #[test]
     fn identity_spec_table() {
-        let known = |r: &str| r == "github-worker";
         let ok = [
             spec("tkt_1", &[("repo", "octo/hello")]),
             spec("router", &[]),
             spec("a-b_C9", &[("repo", "o/r.js")]),
         ];
         for s in ok {
-            validate_spec(&s, known).unwrap();
+            validate_spec(&s).unwrap();
         }
         let bad = [
             spec("", &[]),
@@ -376,14 +376,8 @@ mod tests {
             spec("t", &[("bad name", "x")]),
         ];
         for s in bad {
-            assert!(validate_spec(&s, known).is_err(), "{s:?}");
+            assert!(validate_spec(&s).is_err(), "{s:?}");
         }
-        let mut unknown = spec("t", &[]);
-        unknown.rule_sets = vec!["github-admin".into()];
-        assert!(matches!(
-            validate_spec(&unknown, known),
-            Err(IdentityError::UnknownRuleSet(_))
-        ));
         for host in [
             "127.0.0.1",
             "Registry.npmjs.org",
@@ -393,7 +387,7 @@ mod tests {
         ] {
             let mut s = spec("t", &[]);
             s.tunnel_hosts = vec![host.into()];
-            assert!(validate_spec(&s, known).is_err(), "{host}");
+            assert!(validate_spec(&s).is_err(), "{host}");
         }
     }
 }

@@ -7,6 +7,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::rules::{self, Allowed, Decision, RequestHead, RuleBook};
+use crate::{graphql, receive_pack};
+
 /// The request as it will be forwarded, for matching.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestView<'a> {
@@ -25,17 +28,7 @@ pub struct Scope {
     pub variables: BTreeMap<String, String>,
 }
 
-/// How a credential goes into the request (always a header).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Injection {
-    /// `Authorization: Bearer <token>` (GitHub REST/GraphQL, model APIs).
-    Bearer,
-    /// `Authorization: Basic base64(x-access-token:<token>)` (git smart HTTP).
-    GitBasic,
-    /// `Authorization: Bearer <tenant_access_token>` (Feishu).
-    FeishuTenant,
-}
+pub use crate::rules::Injection;
 
 /// A message-bearing call: what to log about it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -44,6 +37,9 @@ pub struct MessageSpec {
     pub kind: String,
     /// What the message is posted to, e.g. `owner/repo#12`.
     pub target: String,
+    /// A JSON pointer into the request body whose value completes the
+    /// target (appended as `:<value>`), e.g. Feishu's `/receive_id`.
+    pub target_body_pointer: Option<String>,
     /// JSON pointer to the created message's id in the response, e.g. `/id`.
     pub id_pointer: String,
 }
@@ -110,6 +106,98 @@ pub trait Policy: Send + Sync + 'static {
     fn names_host(&self, host: &str, rule_sets: &[String]) -> bool;
     /// Decides on one request.
     fn check(&self, request: &RequestView<'_>, scope: &Scope) -> Result<Grant, Refusal>;
-    /// Whether rule set `name` exists (identities naming others are refused).
-    fn has_rule_set(&self, name: &str) -> bool;
+    /// Whether an identity's rule sets exist and its variables bind what
+    /// they need; the error says what is wrong.
+    fn check_identity(
+        &self,
+        rule_sets: &[String],
+        variables: &BTreeMap<String, String>,
+    ) -> Result<(), String>;
+}
+
+// === impl Policy for RuleBook ===
+
+/// Largest body prefix read to decide a GraphQL document or receive-pack
+/// command list.
+const BODY_CHECK_LIMIT: usize = 1 << 20;
+
+impl Policy for RuleBook {
+    fn names_host(&self, host: &str, rule_sets: &[String]) -> bool {
+        rule_sets
+            .iter()
+            .filter_map(|name| self.get(name))
+            .flat_map(|set| &set.rules)
+            .any(|rule| rule.host == host)
+    }
+
+    fn check(&self, request: &RequestView<'_>, scope: &Scope) -> Result<Grant, Refusal> {
+        let head = RequestHead {
+            method: request.method,
+            host: request.host,
+            path: request.path,
+            query: request.query,
+        };
+        match RuleBook::check(self, &head, &scope.rule_sets, &scope.variables) {
+            Decision::Deny(denial) => Err(Refusal {
+                reason: denial.reason,
+                rule_sets_tried: denial.rule_sets_tried,
+            }),
+            Decision::Allow(allowed) => Ok(grant_of(allowed)),
+        }
+    }
+
+    fn check_identity(
+        &self,
+        rule_sets: &[String],
+        variables: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        RuleBook::check_identity(self, rule_sets, variables).map_err(|e| e.to_string())
+    }
+}
+
+fn grant_of(allowed: Allowed) -> Grant {
+    let body = match allowed.body {
+        rules::BodyCheck::None => None,
+        rules::BodyCheck::GraphQl(allow) => Some(BodyCheck {
+            name: "graphql",
+            limit: BODY_CHECK_LIMIT,
+            check: Arc::new(move |body: &[u8], complete: bool| {
+                if !complete {
+                    return BodyVerdict::NeedMore;
+                }
+                match graphql::check(body, &allow) {
+                    Ok(_) => BodyVerdict::Allow,
+                    Err(denial) => BodyVerdict::Deny(denial.reason),
+                }
+            }),
+        }),
+        rules::BodyCheck::ReceivePack(policy) => Some(BodyCheck {
+            name: "receive_pack",
+            limit: BODY_CHECK_LIMIT,
+            check: Arc::new(
+                move |prefix: &[u8], _complete: bool| match receive_pack::parse_commands(prefix) {
+                    Err(receive_pack::ParseError::NeedMore) => BodyVerdict::NeedMore,
+                    Err(e) => BodyVerdict::Deny(e.to_string()),
+                    Ok(parsed) => match receive_pack::check(&parsed.commands, &policy) {
+                        Ok(()) => BodyVerdict::Allow,
+                        Err(denial) => BodyVerdict::Deny(denial.reason),
+                    },
+                },
+            ),
+        }),
+    };
+    Grant {
+        rule_set: allowed.rule_set,
+        rule: allowed.rule,
+        credential: allowed.credential,
+        inject: allowed.inject,
+        message: allowed.message.map(|m| MessageSpec {
+            kind: m.kind,
+            target: m.target,
+            target_body_pointer: m.target_body_pointer,
+            id_pointer: m.created_id_pointer,
+        }),
+        body,
+        permissions: BTreeMap::new(),
+    }
 }

@@ -263,6 +263,17 @@ impl Harness {
         host: &str,
         sni: &str,
     ) -> rustls::StreamOwned<rustls::ClientConnection, UnixStream> {
+        assert_eq!(host, sni, "use tunnel_with_sni for mismatches");
+        self.tunnel_with_sni(host, sni)
+    }
+
+    /// CONNECT `host`, then TLS with SNI `sni` (unverified when they differ,
+    /// as an attacker would).
+    pub fn tunnel_with_sni(
+        &self,
+        host: &str,
+        sni: &str,
+    ) -> rustls::StreamOwned<rustls::ClientConnection, UnixStream> {
         let mut s = self.raw();
         write!(s, "CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n").unwrap();
         let head = read_head(&mut s);
@@ -390,4 +401,27 @@ pub fn tls_over(
     let name = ServerName::try_from(sni.to_string()).unwrap();
     let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
     rustls::StreamOwned::new(conn, s)
+}
+
+/// Whether the peer closed the connection (EOF or reset) before the read
+/// timeout, and what it sent until then.
+pub fn read_until_closed(s: &mut impl Read) -> (bool, String) {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break false
+            }
+            Err(_) => break true,
+        }
+    };
+    (closed, String::from_utf8_lossy(&out).into_owned())
 }

@@ -88,7 +88,7 @@ async fn outer(
         return Ok(forward::refused_identity());
     }
     if req.method() == Method::CONNECT {
-        return Ok(connect(proxy, identity, req));
+        return Ok(connect(proxy, identity, req).await);
     }
     // Plain HTTP: only absolute-form `http://host/...` on the default port.
     let uri = req.uri();
@@ -105,7 +105,7 @@ async fn outer(
 }
 
 /// Decides a CONNECT: splice, intercept, or refuse.
-fn connect(
+async fn connect(
     proxy: Arc<Proxy>,
     identity: Arc<Identity>,
     req: Request<Incoming>,
@@ -132,9 +132,24 @@ fn connect(
         return refuse("CONNECT to the local machine is refused");
     }
     if identity.tunnel_hosts.contains(&host) {
+        // Connect first, so a refused upstream (non-public address, nothing
+        // listening) is a clear answer rather than a 200 and a closed tunnel.
+        let upstream = match proxy.upstreams.connect_tcp(&host, 443).await {
+            Ok(s) => s,
+            Err(error) => {
+                let reason = format!("tunnel refused: {error}");
+                return forward::deny_connect(
+                    &proxy,
+                    &identity,
+                    &host,
+                    authority.as_str(),
+                    &reason,
+                );
+            }
+        };
         let upgrade = hyper::upgrade::on(req);
         forward::audit_tunnel(&proxy, &identity, &host);
-        tokio::spawn(splice(proxy, identity, host, upgrade));
+        tokio::spawn(splice(identity, upgrade, upstream));
         return established();
     }
     if !proxy.policy.names_host(&host, &identity.scope.rule_sets) {
@@ -154,22 +169,15 @@ fn established() -> Response<ProxyBody> {
 }
 
 async fn splice(
-    proxy: Arc<Proxy>,
     identity: Arc<Identity>,
-    host: String,
     upgrade: hyper::upgrade::OnUpgrade,
+    mut upstream: tokio::net::TcpStream,
 ) {
     let mut revoked = identity.revoked();
     let work = async {
         let client = match upgrade.await {
             Ok(u) => u,
             Err(error) => return tracing::debug!(%error, "tunnel upgrade failed"),
-        };
-        let mut upstream = match proxy.upstreams.connect_tcp(&host, 443).await {
-            Ok(s) => s,
-            Err(error) => {
-                return tracing::info!(%error, identity = %identity.name, "tunnel refused")
-            }
         };
         let mut client = TokioIo::new(client);
         let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;

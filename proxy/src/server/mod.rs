@@ -17,6 +17,7 @@
 pub mod audit_writer;
 mod connect;
 mod forward;
+pub mod framing;
 pub mod policy;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

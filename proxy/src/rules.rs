@@ -842,3 +842,6 @@ impl fmt::Display for Injection {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+pub(crate) mod shipped_tests;

@@ -146,3 +146,55 @@ fn credential_kinds_fit_injections() {
     assert!(feishu.supports(Injection::FeishuTenant) && !feishu.supports(Injection::Bearer));
     assert!(bearer.supports(Injection::Bearer) && !bearer.supports(Injection::GitBasic));
 }
+
+#[test]
+fn example_config_validates_with_the_shipped_rule_sets() {
+    let file = Path::new("/etc/gatehouse/proxy.toml");
+    let example = ProxyConfig::parse(file, include_str!("../../examples/proxy.toml")).unwrap();
+    let sets = crate::rules::shipped_tests::SHIPPED
+        .iter()
+        .map(|(name, text)| RuleSet::parse(name, text).unwrap())
+        .collect();
+    let config = example.validate(file, sets).unwrap();
+    assert_eq!(config.identities.len(), 2);
+    assert_eq!(
+        config.identities[1].socket,
+        Path::new("/run/gatehouse/identities/tkt_example.sock")
+    );
+    assert!(matches!(
+        config.credentials["github"],
+        Credential::GithubApp {
+            app_id: 123456,
+            installation_id: 7654321,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn load_reads_the_config_and_its_rule_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("rules")).unwrap();
+    std::fs::write(dir.path().join("rules/github-read.toml"), RULES).unwrap();
+    std::fs::write(dir.path().join("rules/notes.txt"), "not a rule set").unwrap();
+    let text = CONFIG.replace(
+        "rule_set_files = [\"rules/github-read.toml\"]",
+        "rule_set_dirs = [\"rules\"]",
+    );
+    std::fs::write(dir.path().join("proxy.toml"), text).unwrap();
+    let config = Config::load(&dir.path().join("proxy.toml")).unwrap();
+    assert_eq!(
+        config.rule_book.names().collect::<Vec<_>>(),
+        ["github-read"]
+    );
+    assert_eq!(config.audit_path, dir.path().join("audit.jsonl"));
+    std::fs::write(dir.path().join("rules/broken.toml"), "name = 1").unwrap();
+    let error = Config::load(&dir.path().join("proxy.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("broken.toml"), "{error}");
+    let missing = Config::load(&dir.path().join("absent.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(missing.contains("absent.toml"), "{missing}");
+}

@@ -9,6 +9,7 @@
 //! [`audit`] appends hash-chained JSONL records.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod config;
 pub mod graphql;
 pub mod path;

@@ -198,6 +198,15 @@ impl AuditLog {
 
     /// Append several records with one write and one sync (group commit).
     pub fn append_all(&mut self, records: &[Record]) -> Result<Head, AuditError> {
+        let head = self.write_all(records)?;
+        self.sync()?;
+        Ok(head)
+    }
+
+    /// Write records without syncing; a later [`AuditLog::sync`] makes them
+    /// durable. For a writer that syncs ordinary records in batches and
+    /// message records at once.
+    pub fn write_all(&mut self, records: &[Record]) -> Result<Head, AuditError> {
         let mut head = self.head.clone();
         let mut buffer = Vec::new();
         for record in records {
@@ -214,14 +223,23 @@ impl AuditLog {
             buffer.extend_from_slice(&line);
             buffer.push(b'\n');
         }
-        let io = |source| AuditError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        self.file.write_all(&buffer).map_err(io)?;
-        self.file.sync_data().map_err(io)?;
+        // One write call per batch: lines are never interleaved or split by us.
+        self.file
+            .write_all(&buffer)
+            .map_err(|source| AuditError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
         self.head = head.clone();
         Ok(head)
+    }
+
+    /// Make everything written so far durable (`fdatasync`).
+    pub fn sync(&mut self) -> Result<(), AuditError> {
+        self.file.sync_data().map_err(|source| AuditError::Io {
+            path: self.path.clone(),
+            source,
+        })
     }
 }
 

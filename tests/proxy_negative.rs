@@ -193,7 +193,8 @@ fn differing_duplicate_content_lengths_are_refused() {
 #[test]
 fn content_length_with_transfer_encoding_is_refused_and_nothing_is_smuggled() {
     let h = Harness::start();
-    let smuggled = "GET /repos/acme/widgets/issues/1?smuggled=1 HTTP/1.1\r\nHost: api.github.com\r\n\r\n";
+    let smuggled =
+        "GET /repos/acme/widgets/issues/1?smuggled=1 HTTP/1.1\r\nHost: api.github.com\r\n\r\n";
     let raw = format!(
         "POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
     );

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
+use gatehouse_proxy::audit::AuditLog;
 use gatehouse_proxy::ca::CertificateAuthority;
 use gatehouse_proxy::credentials::{CredentialSpec, Credentials};
 use gatehouse_proxy::rules::{RuleBook, RuleSet};
-use gatehouse_proxy::server::audit_writer::{AuditAppend, AuditWriter};
+use gatehouse_proxy::server::audit_writer::AuditWriter;
 use gatehouse_proxy::server::{IdentitySpec, Proxy, ProxyParts};
 use gatehouse_proxy::upstream::{UpstreamOverride, Upstreams};
 use rustls::pki_types::ServerName;
@@ -85,18 +86,6 @@ inject = "git_basic"
 receive_pack = { refs = ["refs/heads/gatehouse/*"] }
 "#;
 
-/// A JSONL file; the chain is the production log's business.
-struct PlainJsonl(std::fs::File);
-
-impl AuditAppend for PlainJsonl {
-    fn append(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
-        writeln!(self.0, "{record}")
-    }
-    fn sync(&mut self) -> std::io::Result<()> {
-        self.0.sync_data()
-    }
-}
-
 /// A random token generated at test time (never a real-looking constant).
 pub fn random_token(prefix: &str) -> String {
     let mut bytes = [0u8; 20];
@@ -143,11 +132,6 @@ impl Harness {
         let token_file = dir.path().join("github.token");
         std::fs::write(&token_file, &token).unwrap();
         let audit_path = dir.path().join("audit.jsonl");
-        let audit_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&audit_path)
-            .unwrap();
 
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -185,7 +169,7 @@ impl Harness {
                 upstreams,
                 policy: Arc::new(book),
                 credentials: Arc::new(credentials),
-                audit: AuditWriter::start(PlainJsonl(audit_file)),
+                audit: AuditWriter::start(AuditLog::open(&audit_path).unwrap()).unwrap(),
                 socket_dir: dir.path().join("sockets"),
             })
             .unwrap();

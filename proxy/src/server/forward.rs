@@ -15,9 +15,12 @@ use hyper::body::{Body, Incoming};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::policy::{BodyVerdict, Grant, RequestView};
 use super::{Identity, Proxy};
-use crate::body::{self, PrefixedBody, ProxyBody, RedactingBody};
+use crate::audit::{rfc3339_utc, CompletionRecord, MessageRecord, Outcome, Record, RequestRecord};
+use crate::body::{self, CountingBody, PrefixedBody, ProxyBody, RedactingBody};
 use crate::redact::{redact_all, Redactor};
 
 /// Largest body buffered to hash a message or to find the created id.
@@ -145,32 +148,11 @@ fn denied(
     )
 }
 
-fn now_rfc3339() -> String {
+fn now() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    format_rfc3339(now.as_secs(), now.subsec_millis())
-}
-
-/// Formats a UNIX time as `YYYY-MM-DDTHH:MM:SS.mmmZ` (civil-from-days).
-fn format_rfc3339(secs: u64, millis: u32) -> String {
-    let days = (secs / 86400) as i64;
-    let rem = secs % 86400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    rfc3339_utc(now.as_millis() as u64)
 }
 
 fn query_keys(query: Option<&str>) -> Vec<String> {
@@ -184,6 +166,20 @@ fn query_keys(query: Option<&str>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+fn connect_record(proxy: &Proxy, identity: &Identity, host: &str, outcome: Outcome) -> Record {
+    Record::Request(RequestRecord {
+        time: now(),
+        request_id: proxy.request_id(),
+        identity: identity.name.clone(),
+        method: "CONNECT".into(),
+        host: host.into(),
+        path: format!("{host}:443"),
+        query_keys: Vec::new(),
+        outcome,
+        message: None,
+    })
+}
+
 /// Records a refused CONNECT and answers 403.
 pub(super) fn deny_connect(
     proxy: &Proxy,
@@ -192,17 +188,17 @@ pub(super) fn deny_connect(
     authority: &str,
     reason: &str,
 ) -> Response<ProxyBody> {
-    let _ = proxy.audit.record(json!({
-        "time": now_rfc3339(),
-        "request_id": proxy.request_id(),
-        "phase": "request",
-        "identity": identity.name,
-        "method": "CONNECT",
-        "host": host,
-        "path": authority,
-        "decision": "deny",
-        "reason": reason,
-    }));
+    let outcome = Outcome::Deny {
+        reason: reason.into(),
+        rule_sets_tried: identity.scope.rule_sets.clone(),
+    };
+    if proxy
+        .audit
+        .record(connect_record(proxy, identity, host, outcome))
+        .is_err()
+    {
+        return audit_unavailable();
+    }
     denied(
         "CONNECT",
         host,
@@ -212,31 +208,57 @@ pub(super) fn deny_connect(
     )
 }
 
+/// Records a spliced tunnel (it carries no credential and is not inspected).
 pub(super) fn audit_tunnel(proxy: &Proxy, identity: &Identity, host: &str) {
-    let _ = proxy.audit.record(json!({
-        "time": now_rfc3339(),
-        "request_id": proxy.request_id(),
-        "phase": "request",
-        "identity": identity.name,
-        "method": "CONNECT",
-        "host": host,
-        "path": format!("{host}:443"),
-        "decision": "tunnel",
-    }));
+    let outcome = Outcome::Allow {
+        rule_set: "(tunnel)".into(),
+        rule: "tunnel_hosts".into(),
+    };
+    let _ = proxy
+        .audit
+        .record(connect_record(proxy, identity, host, outcome));
 }
 
 pub(super) fn audit_refused_tls(proxy: &Proxy, identity: &Identity, host: &str, sni: Option<&str>) {
-    let _ = proxy.audit.record(json!({
-        "time": now_rfc3339(),
-        "request_id": proxy.request_id(),
-        "phase": "request",
-        "identity": identity.name,
-        "method": "CONNECT",
-        "host": host,
-        "path": format!("{host}:443"),
-        "decision": "deny",
-        "reason": format!("TLS server name {sni:?} does not match the CONNECT host"),
-    }));
+    let outcome = Outcome::Deny {
+        reason: format!("TLS server name {sni:?} does not match the CONNECT host"),
+        rule_sets_tried: identity.scope.rule_sets.clone(),
+    };
+    let _ = proxy
+        .audit
+        .record(connect_record(proxy, identity, host, outcome));
+}
+
+/// The completion line of one forwarded request.
+struct Completion {
+    proxy: Arc<Proxy>,
+    request_id: String,
+    started: Instant,
+    sent: Arc<AtomicU64>,
+}
+
+impl Completion {
+    fn record(
+        &self,
+        status: u16,
+        received: u64,
+        message_id: Option<String>,
+        error: Option<String>,
+    ) {
+        let record = Record::Completion(CompletionRecord {
+            time: now(),
+            request_id: self.request_id.clone(),
+            status,
+            bytes_sent: self.sent.load(Ordering::Relaxed),
+            bytes_received: received,
+            duration_ms: self.started.elapsed().as_millis() as u64,
+            message_id,
+            error,
+        });
+        if self.proxy.audit.record(record).is_err() {
+            tracing::error!(request_id = %self.request_id, "audit completion record lost");
+        }
+    }
 }
 
 /// Handles one request on an intercepted tunnel or a plain-HTTP request.
@@ -283,54 +305,39 @@ pub(super) async fn handle(
         path: &path,
         query: query.as_deref(),
     };
-    let mut record = json!({
-        "time": now_rfc3339(),
-        "request_id": request_id,
-        "phase": "request",
-        "identity": identity.name,
-        "method": method,
-        "host": host,
-        "path": path,
-        "query_keys": query_keys(query.as_deref()),
-    });
+    let mut record = RequestRecord {
+        time: now(),
+        request_id: request_id.clone(),
+        identity: identity.name.clone(),
+        method: method.clone(),
+        host: host.to_string(),
+        path: path.clone(),
+        query_keys: query_keys(query.as_deref()),
+        outcome: Outcome::Deny {
+            reason: String::new(),
+            rule_sets_tried: Vec::new(),
+        },
+        message: None,
+    };
+    let deny = |mut record: RequestRecord, reason: &str, tried: &[String]| {
+        record.outcome = Outcome::Deny {
+            reason: reason.to_string(),
+            rule_sets_tried: tried.to_vec(),
+        };
+        if proxy.audit.record(Record::Request(record)).is_err() {
+            return audit_unavailable();
+        }
+        denied(&method, host, &path, reason, tried)
+    };
     let grant = match proxy.policy.check(&view, &identity.scope) {
         Ok(grant) => grant,
-        Err(refusal) => {
-            record["decision"] = json!("deny");
-            record["reason"] = json!(refusal.reason);
-            if proxy.audit.record(record).is_err() {
-                return Ok(audit_unavailable());
-            }
-            return Ok(denied(
-                &method,
-                host,
-                &path,
-                &refusal.reason,
-                &refusal.rule_sets_tried,
-            ));
-        }
+        Err(refusal) => return Ok(deny(record, &refusal.reason, &refusal.rule_sets_tried)),
     };
-    record["decision"] = json!("allow");
-    record["rule_set"] = json!(grant.rule_set);
-    record["rule"] = json!(grant.rule);
 
     let (parts, incoming) = req.into_parts();
     let outgoing_body = match inspect_body(&parts.headers, incoming, &grant).await {
         Ok(inspected) => inspected,
-        Err(reason) => {
-            record["decision"] = json!("deny");
-            record["reason"] = json!(reason);
-            if proxy.audit.record(record).is_err() {
-                return Ok(audit_unavailable());
-            }
-            return Ok(denied(
-                &method,
-                host,
-                &path,
-                &reason,
-                &identity.scope.rule_sets,
-            ));
-        }
+        Err(reason) => return Ok(deny(record, &reason, &identity.scope.rule_sets)),
     };
     if let (Some(message), Some(hash)) = (&grant.message, &outgoing_body.sha256) {
         let mut target = message.target.clone();
@@ -345,27 +352,20 @@ pub(super) async fn handle(
                 Some(other) => target = format!("{target}:{other}"),
                 None => {
                     let reason = format!("the message body has no {pointer} naming its target");
-                    record["decision"] = json!("deny");
-                    record["reason"] = json!(reason);
-                    if proxy.audit.record(record).is_err() {
-                        return Ok(audit_unavailable());
-                    }
-                    return Ok(denied(
-                        &method,
-                        host,
-                        &path,
-                        &reason,
-                        &identity.scope.rule_sets,
-                    ));
+                    return Ok(deny(record, &reason, &identity.scope.rule_sets));
                 }
             }
         }
-        record["message"] = json!({
-            "kind": message.kind,
-            "target": target,
-            "body_sha256": hash,
+        record.message = Some(MessageRecord {
+            kind: message.kind.clone(),
+            target,
+            body_sha256: hash.clone(),
         });
     }
+    record.outcome = Outcome::Allow {
+        rule_set: grant.rule_set.clone(),
+        rule: grant.rule.clone(),
+    };
 
     let authorization = match proxy
         .credentials
@@ -406,16 +406,24 @@ pub(super) async fn handle(
         HeaderValue::from_str(host).unwrap_or(HeaderValue::from_static("invalid")),
     );
     headers.insert(header::AUTHORIZATION, authorization);
-    let mut upstream_req = Request::new(outgoing_body.body);
+    let sent = Arc::new(AtomicU64::new(0));
+    let completion = Completion {
+        proxy: proxy.clone(),
+        request_id: request_id.clone(),
+        started,
+        sent: sent.clone(),
+    };
+    let mut upstream_req = Request::new(body::boxed(CountingBody::new(outgoing_body.body, sent)));
     *upstream_req.method_mut() = parts.method.clone();
     *upstream_req.uri_mut() = uri;
     *upstream_req.headers_mut() = headers;
 
     // Written before forwarding; a message is on disk before it can be sent.
+    let record = Record::Request(record);
     let queued = if grant.message.is_some() {
-        proxy.audit.record_durably(record.clone()).await
+        proxy.audit.record_durably(record).await
     } else {
-        proxy.audit.record(record.clone())
+        proxy.audit.record(record)
     };
     if queued.is_err() {
         return Ok(audit_unavailable());
@@ -426,14 +434,7 @@ pub(super) async fn handle(
         Err(error) => {
             let text = redact_text(&proxy, &format!("{error:?}"));
             tracing::warn!(error = %text, %host, "upstream request failed");
-            complete(
-                &proxy,
-                &request_id,
-                &identity.name,
-                json!({"error": "upstream request failed"}),
-                started,
-                None,
-            );
+            completion.record(502, 0, None, Some("upstream request failed".into()));
             return Ok(upstream_failed(&proxy, "the upstream could not be reached"));
         }
     };
@@ -445,14 +446,7 @@ pub(super) async fn handle(
     let response = match response {
         Ok(r) => r,
         Err(reason) => {
-            complete(
-                &proxy,
-                &request_id,
-                &identity.name,
-                json!({"error": reason}),
-                started,
-                None,
-            );
+            completion.record(502, 0, None, Some(reason.clone()));
             return Ok(upstream_failed(&proxy, &reason));
         }
     };
@@ -472,14 +466,7 @@ pub(super) async fn handle(
         {
             Ok(collected) => collected.to_bytes(),
             Err(_) => {
-                complete(
-                    &proxy,
-                    &request_id,
-                    &identity.name,
-                    json!({"status": status.as_u16(), "error": "response unreadable"}),
-                    started,
-                    None,
-                );
+                completion.record(502, 0, None, Some("response unreadable".into()));
                 return Ok(upstream_failed(
                     &proxy,
                     "the upstream answer could not be read",
@@ -494,55 +481,18 @@ pub(super) async fn handle(
                 other => other.to_string(),
             });
         let redacted = Bytes::from(redact_all(&secrets, &bytes));
-        complete(
-            &proxy,
-            &request_id,
-            &identity.name,
-            json!({"status": status.as_u16(), "bytes": redacted.len(), "message_id": created}),
-            started,
-            Some(()),
-        );
+        completion.record(status.as_u16(), redacted.len() as u64, created, None);
         let mut resp = Response::from_parts(resp_parts, body::full(redacted));
         resp.headers_mut().remove(header::CONTENT_LENGTH);
         return Ok(resp);
     }
 
-    let on_end = {
-        let proxy = proxy.clone();
-        let identity = identity.name.clone();
-        let request_id = request_id.clone();
-        Box::new(move |bytes: u64, completed: bool| {
-            complete(
-                &proxy,
-                &request_id,
-                &identity,
-                json!({"status": status.as_u16(), "bytes": bytes, "completed": completed}),
-                started,
-                None,
-            );
-        })
-    };
+    let on_end = Box::new(move |bytes: u64, completed: bool| {
+        let error = (!completed).then(|| "the response body did not complete".to_string());
+        completion.record(status.as_u16(), bytes, None, error);
+    });
     let body = body::boxed(RedactingBody::new(resp_body, redactor, on_end));
     Ok(Response::from_parts(resp_parts, body))
-}
-
-/// Appends the completion record of a request.
-fn complete(
-    proxy: &Proxy,
-    request_id: &str,
-    identity: &str,
-    mut fields: Value,
-    started: Instant,
-    _message: Option<()>,
-) {
-    fields["time"] = json!(now_rfc3339());
-    fields["request_id"] = json!(request_id);
-    fields["phase"] = json!("response");
-    fields["identity"] = json!(identity);
-    fields["duration_ms"] = json!(started.elapsed().as_secs_f64() * 1000.0);
-    if proxy.audit.record(fields).is_err() {
-        tracing::error!(%request_id, "audit completion record lost");
-    }
 }
 
 fn audit_unavailable() -> Response<ProxyBody> {
@@ -765,16 +715,6 @@ async fn follow_cross_host_redirect(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn formats_rfc3339() {
-        assert_eq!(format_rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(format_rfc3339(951_782_400, 5), "2000-02-29T00:00:00.005Z");
-        assert_eq!(
-            format_rfc3339(1_798_761_599, 999),
-            "2026-12-31T23:59:59.999Z"
-        );
-    }
 
     #[test]
     fn query_keys_drop_values() {

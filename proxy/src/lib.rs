@@ -33,4 +33,5 @@ pub mod receive_pack;
 pub mod redact;
 pub mod rules;
 pub mod server;
+pub mod service;
 pub mod upstream;

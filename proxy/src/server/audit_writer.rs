@@ -19,7 +19,8 @@ use crate::audit::{AuditLog, Record};
 pub struct AuditUnavailable;
 
 struct Job {
-    record: Record,
+    /// None: a flush marker, acknowledged once everything before it is on disk.
+    record: Option<Record>,
     durable: Option<oneshot::Sender<bool>>,
 }
 
@@ -45,7 +46,8 @@ impl AuditWriter {
                 while let Ok(first) = queue.recv() {
                     let mut batch = vec![first];
                     batch.extend(queue.try_iter());
-                    let records: Vec<Record> = batch.iter().map(|j| j.record.clone()).collect();
+                    let records: Vec<Record> =
+                        batch.iter().filter_map(|j| j.record.clone()).collect();
                     let ok = match log.append_all(&records) {
                         Ok(_) => true,
                         Err(error) => {
@@ -67,10 +69,25 @@ impl AuditWriter {
     pub fn record(&self, record: Record) -> Result<(), AuditUnavailable> {
         self.jobs
             .send(Job {
-                record,
+                record: Some(record),
                 durable: None,
             })
             .map_err(|_| AuditUnavailable)
+    }
+
+    /// Waits until every record queued so far is on disk.
+    pub async fn flush(&self) -> Result<(), AuditUnavailable> {
+        let (done, wait) = oneshot::channel();
+        self.jobs
+            .send(Job {
+                record: None,
+                durable: Some(done),
+            })
+            .map_err(|_| AuditUnavailable)?;
+        match wait.await {
+            Ok(true) => Ok(()),
+            _ => Err(AuditUnavailable),
+        }
     }
 
     /// Queues a record and waits until it is on disk.
@@ -78,7 +95,7 @@ impl AuditWriter {
         let (done, wait) = oneshot::channel();
         self.jobs
             .send(Job {
-                record,
+                record: Some(record),
                 durable: Some(done),
             })
             .map_err(|_| AuditUnavailable)?;

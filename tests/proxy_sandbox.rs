@@ -62,6 +62,8 @@ echo "== push gatehouse/x"
 git push origin HEAD:refs/heads/gatehouse/x 2>&1 && echo PUSH_BRANCH_OK
 echo "== push main"
 if git push origin HEAD:main 2>&1; then echo PUSH_MAIN_OK; else echo PUSH_MAIN_REFUSED; fi
+echo "== delete branch"
+if git push origin --delete gatehouse/x 2>&1; then echo DELETE_OK; else echo DELETE_REFUSED; fi
 echo "== gh read"
 gh api repos/acme/widgets/issues/1 && echo
 echo "== gh comment"
@@ -96,11 +98,20 @@ fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
 
     let (code, out, err) = sandbox(&h, &work, SCRIPT);
     let all = format!("exit {code:?}\n--- stdout\n{out}\n--- stderr\n{err}");
-    eprintln!("DEBUGOUT {all}");
     assert!(out.contains("CLONE_OK"), "{all}");
     assert!(out.contains("PUSH_BRANCH_OK"), "{all}");
     assert!(out.contains("PUSH_MAIN_REFUSED"), "{all}");
     assert!(!out.contains("PUSH_MAIN_OK"), "{all}");
+    // git shows why, next to the ref.
+    assert!(
+        out.contains("[remote rejected] HEAD -> main (gatehouse: "),
+        "{all}"
+    );
+    assert!(out.contains("remote: gatehouse: push refused"), "{all}");
+    assert!(
+        out.contains("DELETE_REFUSED") && !out.contains("DELETE_OK"),
+        "{all}"
+    );
     assert!(out.contains("Widgets wobble"), "{all}");
     assert!(out.contains("posted from the sandbox"), "{all}");
     assert!(out.contains(r#""error":"gatehouse_denied""#), "{all}");

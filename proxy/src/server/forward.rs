@@ -21,6 +21,7 @@ use super::policy::{BodyVerdict, Grant, RequestView};
 use super::{Identity, Proxy};
 use crate::audit::{rfc3339_utc, CompletionRecord, MessageRecord, Outcome, Record, RequestRecord};
 use crate::body::{self, CountingBody, PrefixedBody, ProxyBody, RedactingBody};
+use crate::receive_pack;
 use crate::redact::{redact_all, Redactor};
 
 /// Largest body buffered to hash a message or to find the created id.
@@ -337,7 +338,15 @@ pub(super) async fn handle(
     let (parts, incoming) = req.into_parts();
     let outgoing_body = match inspect_body(&parts.headers, incoming, &grant).await {
         Ok(inspected) => inspected,
-        Err(reason) => return Ok(deny(record, &reason, &identity.scope.rule_sets)),
+        Err(refusal) => {
+            let answer = deny(record, &refusal.reason, &identity.scope.rule_sets);
+            return Ok(match refusal.git_report {
+                // git prints a report's reasons next to each ref, where a
+                // 403 would only say "RPC failed".
+                Some(report) if answer.status() == StatusCode::FORBIDDEN => report(&refusal.reason),
+                _ => answer,
+            });
+        }
     };
     if let (Some(message), Some(hash)) = (&grant.message, &outgoing_body.sha256) {
         let mut target = message.target.clone();
@@ -593,11 +602,89 @@ struct Inspected {
 
 /// Reads as much of the body as the rule's check (and message hashing)
 /// needs, decides, then replays it ahead of the rest of the stream.
+/// Why a body was refused, and for a git push, how to tell git.
+struct BodyRefusal {
+    reason: String,
+    git_report: Option<GitReport>,
+}
+
+impl From<String> for BodyRefusal {
+    fn from(reason: String) -> Self {
+        Self {
+            reason,
+            git_report: None,
+        }
+    }
+}
+
+impl From<&str> for BodyRefusal {
+    fn from(reason: &str) -> Self {
+        reason.to_string().into()
+    }
+}
+
+type GitReport = Box<dyn FnOnce(&str) -> Response<ProxyBody> + Send>;
+
+fn pkt_line(payload: &[u8]) -> Vec<u8> {
+    let mut line = format!("{:04x}", payload.len() + 4).into_bytes();
+    line.extend_from_slice(payload);
+    line
+}
+
+/// A receive-pack answer rejecting every ref update of the push with the
+/// reason, in git's report-status format (inside side-band 1, with the
+/// reason also on side-band 2 as a `remote:` line, when the client asked
+/// for side-band). `None` when the client did not ask for a report.
+fn git_push_refusal(prefix: &[u8]) -> Option<GitReport> {
+    let parsed = receive_pack::parse_commands(prefix).ok()?;
+    let has = |cap: &str| parsed.capabilities.iter().any(|c| c == cap);
+    // Rejections read the same in report-status and report-status-v2.
+    if !has("report-status") && !has("report-status-v2") {
+        return None;
+    }
+    let sideband = has("side-band-64k") || has("side-band");
+    let refs: Vec<String> = parsed.commands.iter().map(|c| c.name.clone()).collect();
+    Some(Box::new(move |reason: &str| {
+        let one_line: String = reason
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(900)
+            .collect();
+        let mut report = pkt_line(b"unpack ok\n");
+        for name in &refs {
+            report.extend(pkt_line(
+                format!("ng {name} gatehouse: {one_line}\n").as_bytes(),
+            ));
+        }
+        report.extend_from_slice(b"0000");
+        let body = if sideband {
+            let mut framed =
+                pkt_line(format!("\x02gatehouse: push refused: {one_line}\n").as_bytes());
+            framed.extend(pkt_line(&[b"\x01".as_slice(), &report].concat()));
+            framed.extend_from_slice(b"0000");
+            framed
+        } else {
+            report
+        };
+        let mut resp = Response::new(body::full(body));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-git-receive-pack-result"),
+        );
+        resp.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        // The pack was not read: the connection cannot be reused.
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        resp
+    }))
+}
+
 async fn inspect_body(
     headers: &HeaderMap,
     mut incoming: Incoming,
     grant: &Grant,
-) -> Result<Inspected, String> {
+) -> Result<Inspected, BodyRefusal> {
     let need_all = grant.message.is_some();
     if grant.body.is_none() && !need_all {
         return Ok(Inspected {
@@ -625,12 +712,18 @@ async fn inspect_body(
         if let (false, Some(check)) = (verdict_ok, &grant.body) {
             match (check.check)(&prefix, complete) {
                 BodyVerdict::Allow => verdict_ok = true,
-                BodyVerdict::Deny(reason) => return Err(reason),
+                BodyVerdict::Deny(reason) => {
+                    return Err(BodyRefusal {
+                        reason,
+                        git_report: (check.name == "receive_pack")
+                            .then(|| git_push_refusal(&prefix))
+                            .flatten(),
+                    })
+                }
                 BodyVerdict::NeedMore if complete => {
-                    return Err(format!(
-                        "the {} body ended before it could be checked",
-                        check.name
-                    ))
+                    return Err(
+                        format!("the {} body ended before it could be checked", check.name).into(),
+                    )
                 }
                 BodyVerdict::NeedMore => {}
             }
@@ -639,9 +732,7 @@ async fn inspect_body(
             break;
         }
         if prefix.len() > limit {
-            return Err(format!(
-                "the body is too large to be checked (over {limit} bytes)"
-            ));
+            return Err(format!("the body is too large to be checked (over {limit} bytes)").into());
         }
         match incoming.frame().await {
             None => complete = true,
@@ -650,7 +741,7 @@ async fn inspect_body(
                     prefix.extend_from_slice(&data);
                 }
             }
-            Some(Err(e)) => return Err(format!("reading the request body failed: {e}")),
+            Some(Err(e)) => return Err(format!("reading the request body failed: {e}").into()),
         }
     }
     let sha256 = need_all.then(|| hex::encode(Sha256::digest(&prefix)));

@@ -12,8 +12,8 @@ use service_support::*;
 
 fn fd_count(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .count()
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 fn dir_entries(dir: &Path) -> Vec<String> {

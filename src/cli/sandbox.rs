@@ -1,19 +1,254 @@
-//! `gatehouse doctor` subcommands.
+//! `gatehouse sandbox run`, `gatehouse doctor`, `gatehouse profile check`.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Subcommand;
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use gatehouse_supervisor::doctor::{self, Status};
+use gatehouse_supervisor::plan::{Plan, RunRequest};
+use gatehouse_supervisor::profile::{self, DirSource, Profile};
+use gatehouse_supervisor::sandbox::{self, LimitMechanism, Outcome, EXIT_SANDBOX_FAILED};
 
 #[derive(Subcommand)]
 pub enum Commands {
+    /// Run commands in worker sandboxes
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
     /// Report which kernel features gatehouse needs are available
-    Doctor,
+    Doctor {
+        /// Print the checks as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect sandbox profiles
+    #[command(subcommand)]
+    Profile(ProfileCommand),
+}
+
+#[derive(Subcommand)]
+pub enum SandboxCommand {
+    /// Run a command in a fresh sandbox built from a profile
+    Run(Box<RunArgs>),
+}
+
+#[derive(Subcommand)]
+pub enum ProfileCommand {
+    /// Validate a profile and print it fully resolved
+    Check {
+        /// A profile name (looked up in the profiles directories) or a path
+        profile: String,
+        /// Print JSON instead of TOML
+        #[arg(long)]
+        json: bool,
+        /// Look for named profiles here first (default: ./sandbox-profiles, /etc/gatehouse/profiles)
+        #[arg(long)]
+        profiles_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Profile name or path to a profile TOML file
+    #[arg(long)]
+    profile: String,
+    /// Host directory mounted read-write at /work (the command's cwd)
+    #[arg(long)]
+    workdir: PathBuf,
+    /// Unix socket of the proxy; a relay on 127.0.0.1:3128 inside forwards to it
+    #[arg(long)]
+    proxy_socket: Option<PathBuf>,
+    /// Unix socket of the supervisor, bound at /run/gatehouse/control.sock
+    #[arg(long)]
+    control_socket: Option<PathBuf>,
+    /// The gatehouse CA certificate (public PEM) to trust inside, with the system roots
+    #[arg(long)]
+    ca_cert: Option<PathBuf>,
+    /// Extra environment variable for the command (repeatable)
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    /// Wall time in seconds; can only tighten the profile's limit
+    #[arg(long, value_name = "SECS")]
+    wall_time: Option<u64>,
+    /// Look for named profiles here first
+    #[arg(long)]
+    profiles_dir: Option<PathBuf>,
+    /// Host user the worker runs as when started by root
+    #[arg(long, default_value = "gatehouse-worker")]
+    worker_user: String,
+    /// Do not report limits that could not be enforced by cgroups
+    #[arg(long)]
+    quiet: bool,
+    /// The command and its arguments (default: the profile's worker.command)
+    #[arg(last = true)]
+    command: Vec<String>,
 }
 
 impl Commands {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self {
-            Commands::Doctor => anyhow::bail!("`gatehouse doctor` is not built yet"),
+            Commands::Sandbox(SandboxCommand::Run(args)) => Ok(run_sandbox(*args)),
+            Commands::Doctor { json } => doctor(json),
+            Commands::Profile(ProfileCommand::Check {
+                profile,
+                json,
+                profiles_dir,
+            }) => {
+                let p = load_profile(&profile, profiles_dir.as_deref())?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&p)?);
+                } else {
+                    print!("{}", p.to_toml().context("printing the profile")?);
+                }
+                Ok(ExitCode::SUCCESS)
+            }
         }
     }
+}
+
+fn load_profile(arg: &str, dir: Option<&Path>) -> anyhow::Result<Profile> {
+    let source = DirSource {
+        dirs: match dir {
+            Some(d) => vec![d.to_path_buf()],
+            None => DirSource::default_dirs(),
+        },
+    };
+    let profile = if profile::is_path_like(arg) {
+        let text =
+            std::fs::read_to_string(arg).with_context(|| format!("reading profile {arg}"))?;
+        let name = Path::new(arg)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| arg.to_string());
+        profile::resolve_text(&source, &name, arg, &text)?
+    } else {
+        profile::resolve(&source, arg)?
+    };
+    Ok(profile)
+}
+
+fn doctor(json: bool) -> anyhow::Result<ExitCode> {
+    let checks = doctor::assess(&sandbox::probe::kernel_facts());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&checks)?);
+    } else {
+        for c in &checks {
+            let status = match c.status {
+                Status::Ok => "ok",
+                Status::Degraded => "degraded",
+                Status::Missing => "missing",
+            };
+            println!("{status:<9} {:<16} {}", c.feature, c.detail);
+        }
+    }
+    let missing = checks.iter().any(|c| c.status == Status::Missing);
+    Ok(if missing {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Everything before the sandbox exists fails with the reserved status, so
+/// a caller can tell "not run" from the command's own failure.
+fn run_sandbox(args: RunArgs) -> ExitCode {
+    let quiet = args.quiet;
+    match prepare(args).and_then(|plan| Ok(sandbox::run(&plan)?)) {
+        Ok((outcome, limits)) => {
+            if !quiet {
+                report_limits(&limits);
+            }
+            match &outcome {
+                Outcome::SetupFailed(msg) => eprintln!("gatehouse sandbox: {msg}"),
+                Outcome::WallTime(d) => eprintln!(
+                    "gatehouse sandbox: wall time of {}s exceeded; the sandbox was killed",
+                    d.as_secs()
+                ),
+                _ => {}
+            }
+            ExitCode::from(outcome.exit_code())
+        }
+        Err(e) => {
+            eprintln!("gatehouse sandbox: {e:#}");
+            ExitCode::from(EXIT_SANDBOX_FAILED)
+        }
+    }
+}
+
+fn report_limits(l: &sandbox::LimitReport) {
+    let weak: Vec<String> = [("memory", l.memory), ("pids", l.pids), ("cpu", l.cpu)]
+        .iter()
+        .filter(|(_, m)| *m == LimitMechanism::Rlimit)
+        .map(|(n, _)| format!("{n} by rlimit"))
+        .collect();
+    if !weak.is_empty() {
+        let cpu = if l.cpu == LimitMechanism::None {
+            ", cpu not limited"
+        } else {
+            ""
+        };
+        eprintln!(
+            "gatehouse sandbox: no cgroup available: {}{cpu} (see `gatehouse doctor`)",
+            weak.join(", ")
+        );
+    }
+}
+
+fn prepare(args: RunArgs) -> anyhow::Result<Plan> {
+    let profile = load_profile(&args.profile, args.profiles_dir.as_deref())?;
+    let absolute = |flag: &str, p: &Path| -> anyhow::Result<PathBuf> {
+        std::fs::canonicalize(p).with_context(|| format!("{flag} {}", p.display()))
+    };
+    let workdir = absolute("--workdir", &args.workdir)?;
+    if !workdir.is_dir() {
+        bail!("--workdir {}: not a directory", workdir.display());
+    }
+    let proxy_socket = args
+        .proxy_socket
+        .as_deref()
+        .map(|p| absolute("--proxy-socket", p))
+        .transpose()?;
+    let control_socket = args
+        .control_socket
+        .as_deref()
+        .map(|p| absolute("--control-socket", p))
+        .transpose()?;
+    let ca_bundle = args.ca_cert.as_deref().map(ca_bundle).transpose()?;
+    let gatehouse_exe = match &control_socket {
+        Some(_) => Some(std::env::current_exe().context("locating the gatehouse binary")?),
+        None => None,
+    };
+    let identity = sandbox::worker_identity(&args.worker_user)?;
+    let caller_env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let request = RunRequest {
+        workdir,
+        proxy_socket,
+        control_socket,
+        ca_bundle,
+        gatehouse_exe,
+        env: args.env,
+        wall_time_secs: args.wall_time,
+        command: args.command,
+    };
+    Ok(Plan::build(&profile, &request, identity, &caller_env)?)
+}
+
+/// System roots plus the gatehouse CA. Refuses anything holding a private
+/// key, so a wrong path cannot leak the CA's key into the sandbox.
+fn ca_bundle(path: &Path) -> anyhow::Result<String> {
+    let ca =
+        std::fs::read_to_string(path).with_context(|| format!("--ca-cert {}", path.display()))?;
+    if ca.contains("PRIVATE KEY") {
+        bail!(
+            "--ca-cert {}: the file holds a private key; pass the public certificate only",
+            path.display()
+        );
+    }
+    if !ca.contains("-----BEGIN CERTIFICATE-----") {
+        bail!("--ca-cert {}: expected a PEM certificate", path.display());
+    }
+    let system = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    Ok(format!("{}\n{}", system.trim_end(), ca))
 }

@@ -1,0 +1,275 @@
+//! `gatehouse doctor`: what the kernel offers, judged.
+//!
+//! The probing (files, syscalls, a throwaway user namespace) happens in
+//! `sandbox::probe`; this module turns the measured [`KernelFacts`] into one
+//! [`Check`] per feature, purely.
+
+use serde::Serialize;
+
+/// Measured facts about the running kernel and host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct KernelFacts {
+    pub is_root: bool,
+    /// Creating a user namespace (plus mount/pid/net) worked just now.
+    pub userns_works: bool,
+    /// `user.max_user_namespaces`, when readable.
+    pub max_user_namespaces: Option<u64>,
+    /// Debian's `kernel.unprivileged_userns_clone`, when present.
+    pub unprivileged_userns_clone: Option<u64>,
+    /// Ubuntu's `kernel.apparmor_restrict_unprivileged_userns`, when present.
+    pub apparmor_restricts_userns: Option<u64>,
+    /// 0 when Landlock is missing or disabled.
+    pub landlock_abi: i32,
+    /// seccomp filter mode is available.
+    pub seccomp_filter: bool,
+    /// Controllers available in the cgroup v2 hierarchy (empty: no v2).
+    pub cgroup2_controllers: Vec<String>,
+    /// Where the v2 hierarchy is mounted, if anywhere.
+    pub cgroup2_path: Option<String>,
+    /// We may create cgroups in v2.
+    pub cgroup2_writable: bool,
+    /// v1 controllers (memory, pids, cpu) we may create cgroups in.
+    pub cgroup1_writable: Vec<String>,
+    pub pidfd: bool,
+    /// `dev.tty.legacy_tiocsti`, when present.
+    pub legacy_tiocsti: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Degraded,
+    Missing,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub feature: &'static str,
+    pub status: Status,
+    pub detail: String,
+}
+
+const LIMIT_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+
+/// The landlock ABI this build is designed for; newer kernels work too.
+pub const LANDLOCK_TARGET_ABI: i32 = 7;
+
+pub fn assess(f: &KernelFacts) -> Vec<Check> {
+    let mut out = Vec::new();
+    let mut push = |feature, status, detail: String| {
+        out.push(Check {
+            feature,
+            status,
+            detail,
+        })
+    };
+
+    let userns_sysctls = format!(
+        "user.max_user_namespaces={}{}{}",
+        f.max_user_namespaces
+            .map_or("?".to_string(), |v| v.to_string()),
+        f.unprivileged_userns_clone
+            .map_or(String::new(), |v| format!(
+                ", kernel.unprivileged_userns_clone={v}"
+            )),
+        f.apparmor_restricts_userns
+            .map_or(String::new(), |v| format!(
+                ", kernel.apparmor_restrict_unprivileged_userns={v}"
+            )),
+    );
+    if f.userns_works {
+        push(
+            "user namespaces",
+            Status::Ok,
+            format!("a user+mount+pid+net namespace was created ({userns_sysctls})"),
+        );
+    } else {
+        push(
+            "user namespaces",
+            Status::Missing,
+            format!(
+                "cannot create a user namespace ({userns_sysctls}); sandboxes will refuse to start. \
+                 Fix: sysctl user.max_user_namespaces=15000, kernel.unprivileged_userns_clone=1, \
+                 or kernel.apparmor_restrict_unprivileged_userns=0"
+            ),
+        );
+    }
+
+    match f.landlock_abi {
+        abi if abi >= 6 => push(
+            "landlock",
+            Status::Ok,
+            format!("ABI {abi}: filesystem, TCP connect/bind, abstract-socket and signal scoping"),
+        ),
+        abi if abi >= 4 => push(
+            "landlock",
+            Status::Degraded,
+            format!("ABI {abi}: filesystem and TCP rules, but no abstract-socket/signal scoping (needs ABI 6, Linux 6.12); the network namespace still isolates abstract sockets"),
+        ),
+        abi if abi >= 1 => push(
+            "landlock",
+            Status::Degraded,
+            format!("ABI {abi}: filesystem rules only (TCP rules need ABI 4, Linux 6.7)"),
+        ),
+        _ => push(
+            "landlock",
+            Status::Missing,
+            "not available; profiles requiring it (the default) refuse to start. Fix: boot with lsm=…,landlock".to_string(),
+        ),
+    }
+
+    push(
+        "seccomp",
+        if f.seccomp_filter {
+            Status::Ok
+        } else {
+            Status::Missing
+        },
+        if f.seccomp_filter {
+            "filter mode available".to_string()
+        } else {
+            "filter mode unavailable; profiles requiring it refuse to start (kernel needs CONFIG_SECCOMP_FILTER)".to_string()
+        },
+    );
+
+    let v2_has_all = LIMIT_CONTROLLERS
+        .iter()
+        .all(|c| f.cgroup2_controllers.iter().any(|h| h == c));
+    let v1_has_all = LIMIT_CONTROLLERS
+        .iter()
+        .all(|c| f.cgroup1_writable.iter().any(|h| h == c));
+    let v2_where = f
+        .cgroup2_path
+        .clone()
+        .unwrap_or_else(|| "not mounted".to_string());
+    if v2_has_all && f.cgroup2_writable {
+        push(
+            "cgroups",
+            Status::Ok,
+            format!(
+                "v2 at {v2_where} with memory, pids, cpu, writable: limits enforced by cgroup v2"
+            ),
+        );
+    } else if v1_has_all {
+        push(
+            "cgroups",
+            Status::Ok,
+            format!(
+                "v2 at {v2_where} has [{}]; v1 memory, pids, cpu are writable: limits enforced by cgroup v1",
+                f.cgroup2_controllers.join(" ")
+            ),
+        );
+    } else {
+        push(
+            "cgroups",
+            Status::Degraded,
+            format!(
+                "no writable cgroup with memory, pids and cpu (v2 at {v2_where} has [{}]{}): limits fall back to rlimits (pids, memory as data size, open files), cpu unlimited; profiles with require.cgroup_limits refuse to start. Fix: run as root, or delegate a v2 subtree to this user",
+                f.cgroup2_controllers.join(" "),
+                if f.is_root { "" } else { ", not root" },
+            ),
+        );
+    }
+
+    push(
+        "pidfd",
+        if f.pidfd {
+            Status::Ok
+        } else {
+            Status::Degraded
+        },
+        if f.pidfd {
+            "pidfd_open works".to_string()
+        } else {
+            "pidfd_open unavailable (Linux < 5.3); not needed by the sandbox itself".to_string()
+        },
+    );
+
+    match f.legacy_tiocsti {
+        Some(1) => push(
+            "TIOCSTI",
+            Status::Ok,
+            "dev.tty.legacy_tiocsti=1: terminal injection possible on the host; the sandbox blocks it with seccomp and a new session".to_string(),
+        ),
+        _ => push(
+            "TIOCSTI",
+            Status::Ok,
+            "legacy TIOCSTI disabled or absent; seccomp blocks it anyway".to_string(),
+        ),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> KernelFacts {
+        KernelFacts {
+            is_root: true,
+            userns_works: true,
+            max_user_namespaces: Some(1000),
+            landlock_abi: 7,
+            seccomp_filter: true,
+            cgroup2_controllers: vec!["hugetlb".into()],
+            cgroup2_path: Some("/sys/fs/cgroup/unified".into()),
+            cgroup1_writable: vec!["memory".into(), "pids".into(), "cpu".into()],
+            pidfd: true,
+            ..KernelFacts::default()
+        }
+    }
+
+    fn status(checks: &[Check], feature: &str) -> Status {
+        checks
+            .iter()
+            .find(|c| c.feature == feature)
+            .map(|c| c.status)
+            .unwrap()
+    }
+
+    #[test]
+    fn judges_each_feature() {
+        type Case = (fn(&mut KernelFacts), &'static str, Status);
+        let cases: &[Case] = &[
+            (|_| {}, "landlock", Status::Ok),
+            (|f| f.landlock_abi = 5, "landlock", Status::Degraded),
+            (|f| f.landlock_abi = 0, "landlock", Status::Missing),
+            (
+                |f| f.userns_works = false,
+                "user namespaces",
+                Status::Missing,
+            ),
+            (|f| f.seccomp_filter = false, "seccomp", Status::Missing),
+            (|_| {}, "cgroups", Status::Ok),
+            (|f| f.cgroup1_writable.clear(), "cgroups", Status::Degraded),
+            (
+                |f| {
+                    f.cgroup1_writable.clear();
+                    f.cgroup2_controllers = vec!["cpu".into(), "memory".into(), "pids".into()];
+                    f.cgroup2_writable = true;
+                },
+                "cgroups",
+                Status::Ok,
+            ),
+            (|f| f.pidfd = false, "pidfd", Status::Degraded),
+        ];
+        for (change, feature, want) in cases {
+            let mut f = good();
+            change(&mut f);
+            assert_eq!(status(&assess(&f), feature), *want, "{feature} with {f:?}");
+        }
+    }
+
+    #[test]
+    fn missing_features_say_how_to_fix() {
+        let mut f = good();
+        f.userns_works = false;
+        let checks = assess(&f);
+        let userns = checks
+            .iter()
+            .find(|c| c.feature == "user namespaces")
+            .unwrap();
+        assert!(userns.detail.contains("Fix:"), "{}", userns.detail);
+    }
+}

@@ -1,0 +1,561 @@
+//! The sandbox plan: everything `sandbox run` will do, as plain data.
+//!
+//! [`Plan::build`] is a pure function of a resolved [`Profile`], the
+//! [`RunRequest`] (work dir, sockets, extra env, command) and the caller's
+//! identity and environment. The executor in `sandbox/` only carries the
+//! plan out, so what gets mounted, which Landlock rules and seccomp denials
+//! apply and what the worker's environment holds are unit-tested here
+//! without root or a kernel.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::profile::{is_env_name, Limits, Profile, Require};
+
+/// Where things live inside the sandbox.
+pub mod inside {
+    pub const WORK: &str = "/work";
+    pub const TMP: &str = "/tmp";
+    pub const RUN: &str = "/run/gatehouse";
+    pub const PROXY_SOCKET: &str = "/run/gatehouse/proxy.sock";
+    pub const CONTROL_SOCKET: &str = "/run/gatehouse/control.sock";
+    pub const CA_BUNDLE: &str = "/run/gatehouse/ca-bundle.pem";
+    pub const BIN_DIR: &str = "/run/gatehouse/bin";
+    pub const GATEHOUSE_BIN: &str = "/run/gatehouse/bin/gatehouse";
+}
+
+/// The relay listens here inside the sandbox's network namespace.
+pub const RELAY_PORT: u16 = 3128;
+pub const RELAY_URL: &str = "http://127.0.0.1:3128";
+/// `gh` refuses to run without a token; the proxy injects the real one.
+pub const GH_TOKEN_PLACEHOLDER: &str = "gatehouse-placeholder-not-a-token";
+pub const HOSTNAME: &str = "gatehouse";
+
+/// Errors in the request that make a plan impossible.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// `--env` is not `KEY=VALUE` with a valid name.
+    #[error("--env `{0}`: expected KEY=VALUE with a name of letters, digits and `_`")]
+    BadEnv(String),
+    /// A path argument is not absolute.
+    #[error("{flag} `{path}`: expected an absolute path")]
+    NotAbsolute { flag: &'static str, path: String },
+    /// Neither the command line nor the profile names a command.
+    #[error("no command: give one after `--` or set `worker.command` in the profile")]
+    NoCommand,
+}
+
+/// What the caller asked for on the command line, paths already absolute.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    pub workdir: PathBuf,
+    pub proxy_socket: Option<PathBuf>,
+    pub control_socket: Option<PathBuf>,
+    /// System roots plus the gatehouse CA, already read and checked.
+    pub ca_bundle: Option<String>,
+    /// The running gatehouse binary, bound in when there is a control socket.
+    pub gatehouse_exe: Option<PathBuf>,
+    pub env: Vec<String>,
+    pub wall_time_secs: Option<u64>,
+    pub command: Vec<String>,
+}
+
+/// Who the worker runs as on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    /// Host uid/gid the worker's inside uid/gid 0 maps to.
+    pub host_uid: u32,
+    pub host_gid: u32,
+    /// The caller is root: it writes the maps, may drop supplementary groups.
+    pub caller_is_root: bool,
+}
+
+/// One step building the new root, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountStep {
+    /// Bind a host path read-only (nosuid, nodev; noexec unless `exec`).
+    /// A missing host path is skipped when `optional`.
+    BindReadOnly {
+        host: PathBuf,
+        inside: PathBuf,
+        exec: bool,
+        optional: bool,
+    },
+    /// Bind a host directory read-write (nosuid, nodev).
+    BindWritable {
+        host: PathBuf,
+        inside: PathBuf,
+        exec: bool,
+    },
+    /// A fresh tmpfs.
+    Tmpfs {
+        inside: PathBuf,
+        size_mib: u64,
+        exec: bool,
+    },
+    /// A fresh /proc for the new PID namespace, its sensitive parts read-only.
+    Proc,
+    /// A minimal /dev: null zero full random urandom tty, pts, shm.
+    Dev,
+    /// A file the sandbox writes itself (read-only once the root is sealed).
+    File { inside: PathBuf, contents: String },
+}
+
+/// Landlock access classes; the executor maps them to the best ABI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FsAccess {
+    /// List directories (used for `/`, so `ls /` works).
+    ReadDir,
+    Read,
+    ReadExec,
+    /// Device nodes: read, write, ioctl.
+    Device,
+    ReadWrite,
+    ReadWriteExec,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LandlockPlan {
+    pub rules: Vec<(PathBuf, FsAccess)>,
+    /// TCP ports the worker may connect to (the relay, when there is one).
+    pub tcp_connect: Vec<u16>,
+    pub required: bool,
+}
+
+/// A seccomp argument test: `(arg & mask) == value` on the low 32 bits or
+/// all 64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArgMatch {
+    pub index: u8,
+    pub dword: bool,
+    pub mask: u64,
+    pub value: u64,
+}
+
+/// Deny `syscall` (with `errno`) when all `when` tests hold (always, if empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub name: &'static str,
+    pub nr: i64,
+    pub errno: i32,
+    pub when: Vec<ArgMatch>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeccompPlan {
+    pub denials: Vec<Denial>,
+    pub required: bool,
+}
+
+/// The whole sandbox, as data.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub identity: Identity,
+    pub mounts: Vec<MountStep>,
+    pub landlock: LandlockPlan,
+    pub seccomp: SeccompPlan,
+    pub limits: Limits,
+    pub require: Require,
+    /// The effective wall time: the tighter of profile and request.
+    pub wall_time: Option<Duration>,
+    /// Relay target inside the sandbox, when there is a proxy socket.
+    pub relay: Option<PathBuf>,
+    pub hostname: &'static str,
+    pub env: Vec<(String, String)>,
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+}
+
+impl Plan {
+    pub fn build(
+        profile: &Profile,
+        request: &RunRequest,
+        identity: Identity,
+        caller_env: &[(String, String)],
+    ) -> Result<Plan, PlanError> {
+        for (flag, path) in [
+            ("--workdir", Some(&request.workdir)),
+            ("--proxy-socket", request.proxy_socket.as_ref()),
+            ("--control-socket", request.control_socket.as_ref()),
+        ] {
+            if let Some(p) = path.filter(|p| !p.is_absolute()) {
+                return Err(PlanError::NotAbsolute {
+                    flag,
+                    path: p.display().to_string(),
+                });
+            }
+        }
+        let argv = if request.command.is_empty() {
+            profile.worker_command.clone()
+        } else {
+            request.command.clone()
+        };
+        if argv.is_empty() {
+            return Err(PlanError::NoCommand);
+        }
+        let env = build_env(profile, request, caller_env)?;
+        let wall_time = match (profile.limits.wall_time_secs, request.wall_time_secs) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map(Duration::from_secs);
+        Ok(Plan {
+            identity,
+            mounts: build_mounts(profile, request),
+            landlock: build_landlock(profile, request),
+            seccomp: SeccompPlan {
+                denials: seccomp_denials(),
+                required: profile.require.seccomp,
+            },
+            limits: profile.limits,
+            require: profile.require,
+            wall_time,
+            relay: request
+                .proxy_socket
+                .as_ref()
+                .map(|_| PathBuf::from(inside::PROXY_SOCKET)),
+            hostname: HOSTNAME,
+            env,
+            argv,
+            cwd: PathBuf::from(inside::WORK),
+        })
+    }
+}
+
+/// Host binds (by depth, so parents come first), then the sandbox's own
+/// places, then generated files where no bind covers them.
+fn build_mounts(profile: &Profile, request: &RunRequest) -> Vec<MountStep> {
+    let fs = &profile.filesystem;
+    let mut binds: Vec<MountStep> = fs
+        .read_exec
+        .iter()
+        .map(|p| (p, true))
+        .chain(fs.read.iter().map(|p| (p, false)))
+        .map(|(p, exec)| MountStep::BindReadOnly {
+            host: p.clone(),
+            inside: p.clone(),
+            exec,
+            optional: true,
+        })
+        .collect();
+    binds.sort_by_key(|m| match m {
+        MountStep::BindReadOnly { inside, .. } => inside.components().count(),
+        _ => 0,
+    });
+    let mut steps = binds;
+    steps.push(MountStep::BindWritable {
+        host: request.workdir.clone(),
+        inside: PathBuf::from(inside::WORK),
+        exec: fs.writable_exec,
+    });
+    steps.push(MountStep::Tmpfs {
+        inside: PathBuf::from(inside::TMP),
+        size_mib: fs.tmp_size_mib,
+        exec: fs.writable_exec,
+    });
+    steps.push(MountStep::Proc);
+    steps.push(MountStep::Dev);
+    for (host, at) in [
+        (&request.proxy_socket, inside::PROXY_SOCKET),
+        (&request.control_socket, inside::CONTROL_SOCKET),
+    ] {
+        if let Some(host) = host {
+            steps.push(MountStep::BindReadOnly {
+                host: host.clone(),
+                inside: PathBuf::from(at),
+                exec: false,
+                optional: false,
+            });
+        }
+    }
+    if let (Some(exe), Some(_)) = (&request.gatehouse_exe, &request.control_socket) {
+        steps.push(MountStep::BindReadOnly {
+            host: exe.clone(),
+            inside: PathBuf::from(inside::GATEHOUSE_BIN),
+            exec: true,
+            optional: false,
+        });
+    }
+    let mut files = vec![
+        (
+            "/etc/passwd",
+            "worker:x:0:0:gatehouse worker:/tmp:/bin/sh\n".to_string(),
+        ),
+        ("/etc/group", "worker:x:0:\n".to_string()),
+        (
+            "/etc/hosts",
+            "127.0.0.1 localhost\n::1 localhost\n".to_string(),
+        ),
+        ("/etc/hostname", format!("{HOSTNAME}\n")),
+    ];
+    if let Some(bundle) = &request.ca_bundle {
+        files.push((inside::CA_BUNDLE, bundle.clone()));
+    }
+    let bound: Vec<&Path> = fs
+        .read_exec
+        .iter()
+        .chain(&fs.read)
+        .map(|p| p.as_path())
+        .collect();
+    for (at, contents) in files {
+        if !bound.iter().any(|b| Path::new(at).starts_with(b)) {
+            steps.push(MountStep::File {
+                inside: PathBuf::from(at),
+                contents,
+            });
+        }
+    }
+    steps
+}
+
+fn build_landlock(profile: &Profile, request: &RunRequest) -> LandlockPlan {
+    let fs = &profile.filesystem;
+    let writable = if fs.writable_exec {
+        FsAccess::ReadWriteExec
+    } else {
+        FsAccess::ReadWrite
+    };
+    let mut rules = vec![(PathBuf::from("/"), FsAccess::ReadDir)];
+    rules.extend(fs.read_exec.iter().map(|p| (p.clone(), FsAccess::ReadExec)));
+    rules.extend(fs.read.iter().map(|p| (p.clone(), FsAccess::Read)));
+    rules.extend([
+        (PathBuf::from(inside::WORK), writable),
+        (PathBuf::from(inside::TMP), writable),
+        (PathBuf::from("/dev"), FsAccess::Device),
+        (PathBuf::from("/dev/shm"), FsAccess::ReadWrite),
+        (PathBuf::from("/proc"), FsAccess::Read),
+        (PathBuf::from("/etc/passwd"), FsAccess::Read),
+        (PathBuf::from("/etc/group"), FsAccess::Read),
+        (PathBuf::from("/etc/hosts"), FsAccess::Read),
+        (PathBuf::from("/etc/hostname"), FsAccess::Read),
+        (PathBuf::from(inside::RUN), FsAccess::Read),
+    ]);
+    if request.control_socket.is_some() {
+        rules.push((PathBuf::from(inside::BIN_DIR), FsAccess::ReadExec));
+    }
+    LandlockPlan {
+        rules,
+        tcp_connect: request
+            .proxy_socket
+            .as_ref()
+            .map(|_| RELAY_PORT)
+            .into_iter()
+            .collect(),
+        required: profile.require.landlock,
+    }
+}
+
+/// Environment: nothing of the caller's but the profile's `pass` list, then
+/// the profile's fixed values, then `--env`, then what the sandbox itself
+/// must control (proxy, CA, control socket), which nobody can override.
+pub fn build_env(
+    profile: &Profile,
+    request: &RunRequest,
+    caller_env: &[(String, String)],
+) -> Result<Vec<(String, String)>, PlanError> {
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for name in &profile.env.pass {
+        if let Some((_, v)) = caller_env.iter().find(|(k, _)| k == name) {
+            env.insert(name.clone(), v.clone());
+        }
+    }
+    env.extend(profile.env.set.clone());
+    for kv in &request.env {
+        match kv.split_once('=') {
+            Some((k, v)) if is_env_name(k) && !v.contains('\0') => {
+                env.insert(k.to_string(), v.to_string());
+            }
+            _ => return Err(PlanError::BadEnv(kv.clone())),
+        }
+    }
+    env.entry("HOME".to_string())
+        .or_insert_with(|| inside::TMP.to_string());
+    env.entry("PATH".to_string())
+        .or_insert_with(|| "/usr/bin:/bin".to_string());
+    for k in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "GH_TOKEN",
+        "GITHUB_TOKEN",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "GIT_SSL_CAINFO",
+        "CURL_CA_BUNDLE",
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+        "GATEHOUSE_CONTROL_SOCKET",
+    ] {
+        env.remove(k);
+    }
+    if request.proxy_socket.is_some() {
+        for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+            env.insert(k.to_string(), RELAY_URL.to_string());
+        }
+        env.insert("GH_TOKEN".to_string(), GH_TOKEN_PLACEHOLDER.to_string());
+    }
+    if request.ca_bundle.is_some() {
+        for k in [
+            "SSL_CERT_FILE",
+            "GIT_SSL_CAINFO",
+            "CURL_CA_BUNDLE",
+            "REQUESTS_CA_BUNDLE",
+            "NODE_EXTRA_CA_CERTS",
+        ] {
+            env.insert(k.to_string(), inside::CA_BUNDLE.to_string());
+        }
+    }
+    if request.control_socket.is_some() {
+        env.insert(
+            "GATEHOUSE_CONTROL_SOCKET".to_string(),
+            inside::CONTROL_SOCKET.to_string(),
+        );
+        let path = env.get("PATH").cloned().unwrap_or_default();
+        env.insert("PATH".to_string(), format!("{}:{path}", inside::BIN_DIR));
+    }
+    Ok(env.into_iter().collect())
+}
+
+/// What a worker never needs. Everything else is allowed: a coding worker
+/// runs arbitrary toolchains, so an allowlist would break them; the
+/// namespaces and Landlock are the main walls, seccomp removes the kernel
+/// surface that could get through them.
+pub fn seccomp_denials() -> Vec<Denial> {
+    use libc::*;
+    let eperm = EPERM;
+    let always = |name: &'static str, nr: i64| Denial {
+        name,
+        nr,
+        errno: eperm,
+        when: vec![],
+    };
+    let mut d = vec![
+        always("mount", SYS_mount),
+        always("umount2", SYS_umount2),
+        always("pivot_root", SYS_pivot_root),
+        always("chroot", SYS_chroot),
+        always("fsopen", SYS_fsopen),
+        always("fsconfig", SYS_fsconfig),
+        always("fsmount", SYS_fsmount),
+        always("fspick", SYS_fspick),
+        always("move_mount", SYS_move_mount),
+        always("open_tree", SYS_open_tree),
+        always("mount_setattr", SYS_mount_setattr),
+        always("ptrace", SYS_ptrace),
+        always("process_vm_readv", SYS_process_vm_readv),
+        always("process_vm_writev", SYS_process_vm_writev),
+        always("kexec_load", SYS_kexec_load),
+        always("kexec_file_load", SYS_kexec_file_load),
+        always("init_module", SYS_init_module),
+        always("finit_module", SYS_finit_module),
+        always("delete_module", SYS_delete_module),
+        always("bpf", SYS_bpf),
+        always("perf_event_open", SYS_perf_event_open),
+        always("keyctl", SYS_keyctl),
+        always("add_key", SYS_add_key),
+        always("request_key", SYS_request_key),
+        always("setns", SYS_setns),
+        always("io_uring_setup", SYS_io_uring_setup),
+        always("io_uring_enter", SYS_io_uring_enter),
+        always("io_uring_register", SYS_io_uring_register),
+        always("userfaultfd", SYS_userfaultfd),
+        always("open_by_handle_at", SYS_open_by_handle_at),
+        always("name_to_handle_at", SYS_name_to_handle_at),
+        always("swapon", SYS_swapon),
+        always("swapoff", SYS_swapoff),
+        always("reboot", SYS_reboot),
+        always("syslog", SYS_syslog),
+        always("acct", SYS_acct),
+        always("quotactl", SYS_quotactl),
+        always("iopl", SYS_iopl),
+        always("ioperm", SYS_ioperm),
+        always("settimeofday", SYS_settimeofday),
+        always("clock_settime", SYS_clock_settime),
+        always("clock_adjtime", SYS_clock_adjtime),
+        always("adjtimex", SYS_adjtimex),
+        always("pidfd_getfd", SYS_pidfd_getfd),
+        always("lookup_dcookie", SYS_lookup_dcookie),
+        always("vhangup", SYS_vhangup),
+        always("personality", SYS_personality),
+        // glibc falls back to clone(2) only on ENOSYS; EPERM would break
+        // pthread_create. clone3's flags live in memory, which seccomp
+        // cannot inspect, so it goes entirely.
+        Denial {
+            name: "clone3",
+            nr: SYS_clone3,
+            errno: ENOSYS,
+            when: vec![],
+        },
+    ];
+    let ns_flags = [
+        CLONE_NEWUSER,
+        CLONE_NEWNS,
+        CLONE_NEWPID,
+        CLONE_NEWNET,
+        CLONE_NEWIPC,
+        CLONE_NEWUTS,
+        CLONE_NEWCGROUP,
+        CLONE_NEWTIME,
+    ];
+    for flag in ns_flags {
+        let flag = u64::from(flag as u32);
+        // clone's flags are arg 0 on x86-64; unshare's are arg 0 too.
+        for (name, nr) in [("clone", SYS_clone), ("unshare", SYS_unshare)] {
+            d.push(Denial {
+                name,
+                nr,
+                errno: eperm,
+                when: vec![ArgMatch {
+                    index: 0,
+                    dword: false,
+                    mask: flag,
+                    value: flag,
+                }],
+            });
+        }
+    }
+    // Sockets: only what loopback and unix sockets need. Deny every other
+    // address family (netlink, packet, vsock, …) by value.
+    // Linux's AF_MAX (46) with room for families added later.
+    const FAMILIES_END: i32 = 64;
+    for family in (0..FAMILIES_END).filter(|f| ![AF_UNIX, AF_INET, AF_INET6].contains(f)) {
+        for (name, nr) in [("socket", SYS_socket), ("socketpair", SYS_socketpair)] {
+            d.push(Denial {
+                name,
+                nr,
+                errno: EAFNOSUPPORT,
+                when: vec![ArgMatch {
+                    index: 0,
+                    dword: true,
+                    mask: 0xffff_ffff,
+                    value: family as u64,
+                }],
+            });
+        }
+    }
+    // The ioctl request is an unsigned int: compare its low 32 bits only, so
+    // garbage in the upper half cannot slip past the match.
+    for (name, req) in [("ioctl(TIOCSTI)", TIOCSTI), ("ioctl(TIOCLINUX)", TIOCLINUX)] {
+        d.push(Denial {
+            name,
+            nr: SYS_ioctl,
+            errno: eperm,
+            when: vec![ArgMatch {
+                index: 1,
+                dword: true,
+                mask: 0xffff_ffff,
+                value: req,
+            }],
+        });
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests;

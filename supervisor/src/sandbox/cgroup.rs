@@ -1,0 +1,336 @@
+//! Resource limits: cgroup v2 where its controllers are available, v1 on
+//! hybrid hosts whose v2 lacks memory/pids/cpu, rlimits when neither can be
+//! created (rootless). [`choose`] decides from probed facts; the rest
+//! writes cgroupfs.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::SandboxError;
+use crate::profile::Limits;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LimitMechanism {
+    CgroupV2,
+    CgroupV1,
+    Rlimit,
+    /// Not applied (no limit configured, or no mechanism available).
+    None,
+}
+
+/// How each limit is enforced in this run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LimitReport {
+    pub memory: LimitMechanism,
+    pub pids: LimitMechanism,
+    pub cpu: LimitMechanism,
+}
+
+impl LimitReport {
+    pub fn all_by_cgroup(&self) -> bool {
+        [self.memory, self.pids, self.cpu].iter().all(|m| {
+            matches!(
+                m,
+                LimitMechanism::CgroupV1 | LimitMechanism::CgroupV2 | LimitMechanism::None
+            )
+        })
+    }
+}
+
+/// What the host offers for limits.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupFacts {
+    pub is_root: bool,
+    /// The v2 mount point if its root offers memory, pids and cpu.
+    pub v2_with_controllers: Option<PathBuf>,
+    /// For each of memory, pids, cpu: the v1 directory of our own cgroup.
+    pub v1_dirs: Option<[PathBuf; 3]>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    V2(PathBuf),
+    V1([PathBuf; 3]),
+    Rlimits,
+}
+
+/// Picks the mechanism; `Err` names what is missing when the profile
+/// requires cgroup limits.
+pub fn choose(
+    limits: &Limits,
+    require_cgroup: bool,
+    facts: &CgroupFacts,
+) -> Result<Choice, String> {
+    let any = limits.memory_mib.is_some() || limits.pids.is_some() || limits.cpu_percent.is_some();
+    if !any {
+        return Ok(Choice::Rlimits);
+    }
+    if facts.is_root {
+        if let Some(v2) = &facts.v2_with_controllers {
+            return Ok(Choice::V2(v2.clone()));
+        }
+        if let Some(v1) = &facts.v1_dirs {
+            return Ok(Choice::V1(v1.clone()));
+        }
+    }
+    if require_cgroup {
+        return Err(format!(
+            "cgroup limits (the profile sets require.cgroup_limits){}: no writable cgroup v2 with memory, pids and cpu and no cgroup v1 hierarchies for them",
+            if facts.is_root { "" } else { ", and this user is not root" }
+        ));
+    }
+    Ok(Choice::Rlimits)
+}
+
+pub fn report_for(choice: &Choice, limits: &Limits) -> LimitReport {
+    let cg = match choice {
+        Choice::V2(_) => LimitMechanism::CgroupV2,
+        Choice::V1(_) => LimitMechanism::CgroupV1,
+        Choice::Rlimits => LimitMechanism::Rlimit,
+    };
+    let or_none = |set: bool, m: LimitMechanism| if set { m } else { LimitMechanism::None };
+    LimitReport {
+        memory: or_none(limits.memory_mib.is_some(), cg),
+        pids: or_none(limits.pids.is_some(), cg),
+        cpu: or_none(
+            limits.cpu_percent.is_some(),
+            if cg == LimitMechanism::Rlimit {
+                LimitMechanism::None
+            } else {
+                cg
+            },
+        ),
+    }
+}
+
+/// Cgroups created for one run; removed by [`Cgroups::remove`].
+pub(crate) struct Cgroups {
+    dirs: Vec<PathBuf>,
+    report: LimitReport,
+}
+
+pub(crate) fn probe_facts() -> CgroupFacts {
+    let is_root = nix::unistd::geteuid().is_root();
+    let v2_with_controllers = super::probe::cgroup2_mount().filter(|p| {
+        let ctrls = std::fs::read_to_string(p.join("cgroup.controllers")).unwrap_or_default();
+        ["memory", "pids", "cpu"]
+            .iter()
+            .all(|c| ctrls.split_whitespace().any(|h| h == *c))
+    });
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let v1 = |ctrl: &str| -> Option<PathBuf> {
+        own.lines()
+            .find_map(|line| {
+                let mut parts = line.splitn(3, ':');
+                let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+                ctrls.split(',').any(|c| c == ctrl).then(|| {
+                    Path::new("/sys/fs/cgroup")
+                        .join(ctrl)
+                        .join(path.trim_start_matches('/'))
+                })
+            })
+            .filter(|p| p.is_dir())
+    };
+    let v1_dirs = match (v1("memory"), v1("pids"), v1("cpu")) {
+        (Some(m), Some(p), Some(c)) => Some([m, p, c]),
+        _ => None,
+    };
+    CgroupFacts {
+        is_root,
+        v2_with_controllers,
+        v1_dirs,
+    }
+}
+
+fn write(path: &Path, value: &str) -> Result<(), SandboxError> {
+    std::fs::write(path, value)
+        .map_err(|e| SandboxError::Cgroup(format!("write {value:?} to {}: {e}", path.display())))
+}
+
+pub(crate) fn prepare(
+    limits: &Limits,
+    require_cgroup: bool,
+    id: u32,
+) -> Result<Cgroups, SandboxError> {
+    let facts = probe_facts();
+    let choice = choose(limits, require_cgroup, &facts).map_err(|what| SandboxError::Missing {
+        what,
+        fix: "Run the supervisor as root, or delegate a cgroup v2 subtree with memory, pids and cpu to this user".to_string(),
+    })?;
+    let name = format!("gatehouse-{id}");
+    let mut cg = Cgroups {
+        dirs: Vec::new(),
+        report: report_for(&choice, limits),
+    };
+    let result = match &choice {
+        Choice::Rlimits => Ok(()),
+        Choice::V2(root) => cg.create_v2(root, &name, limits),
+        Choice::V1(dirs) => cg.create_v1(dirs, &name, limits),
+    };
+    match result {
+        Ok(()) => Ok(cg),
+        Err(e) => {
+            cg.remove();
+            if require_cgroup {
+                return Err(e);
+            }
+            // Not required: fall back to rlimits and say so in the report.
+            Ok(Cgroups {
+                dirs: Vec::new(),
+                report: report_for(&Choice::Rlimits, limits),
+            })
+        }
+    }
+}
+
+impl Cgroups {
+    pub fn report(&self) -> LimitReport {
+        self.report
+    }
+
+    fn mkdir(&mut self, dir: PathBuf) -> Result<PathBuf, SandboxError> {
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(SandboxError::Cgroup(format!(
+                    "mkdir {}: {e}",
+                    dir.display()
+                )))
+            }
+        }
+        self.dirs.push(dir.clone());
+        Ok(dir)
+    }
+
+    fn create_v2(&mut self, root: &Path, name: &str, l: &Limits) -> Result<(), SandboxError> {
+        let parent = root.join("gatehouse");
+        std::fs::create_dir_all(&parent)
+            .map_err(|e| SandboxError::Cgroup(format!("mkdir {}: {e}", parent.display())))?;
+        write(&root.join("cgroup.subtree_control"), "+memory +pids +cpu")?;
+        write(&parent.join("cgroup.subtree_control"), "+memory +pids +cpu")?;
+        let dir = self.mkdir(parent.join(name))?;
+        if let Some(mib) = l.memory_mib {
+            write(&dir.join("memory.max"), &(mib << 20).to_string())?;
+            let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+        }
+        if let Some(p) = l.pids {
+            write(&dir.join("pids.max"), &p.to_string())?;
+        }
+        if let Some(c) = l.cpu_percent {
+            write(&dir.join("cpu.max"), &format!("{} 100000", c * 1000))?;
+        }
+        Ok(())
+    }
+
+    fn create_v1(
+        &mut self,
+        dirs: &[PathBuf; 3],
+        name: &str,
+        l: &Limits,
+    ) -> Result<(), SandboxError> {
+        let [mem, pids, cpu] = dirs;
+        if let Some(mib) = l.memory_mib {
+            let d = self.mkdir(mem.join(name))?;
+            write(&d.join("memory.limit_in_bytes"), &(mib << 20).to_string())?;
+            // Swap too, where the kernel accounts it.
+            let _ = std::fs::write(
+                d.join("memory.memsw.limit_in_bytes"),
+                (mib << 20).to_string(),
+            );
+        }
+        if let Some(p) = l.pids {
+            let d = self.mkdir(pids.join(name))?;
+            write(&d.join("pids.max"), &p.to_string())?;
+        }
+        if let Some(c) = l.cpu_percent {
+            let d = self.mkdir(cpu.join(name))?;
+            write(&d.join("cpu.cfs_period_us"), "100000")?;
+            write(&d.join("cpu.cfs_quota_us"), &(c * 1000).to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Moves `pid` (the init, before it runs anything) into every cgroup.
+    pub fn add(&self, pid: i32) -> Result<(), SandboxError> {
+        for d in &self.dirs {
+            write(&d.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Removes the cgroups. The init's death has killed every member, but
+    /// the kernel may take a moment to release them.
+    pub fn remove(&self) {
+        for d in self.dirs.iter().rev() {
+            for _ in 0..100 {
+                match std::fs::remove_dir(d) {
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                        std::thread::sleep(Duration::from_millis(2))
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            memory_mib: Some(64),
+            pids: Some(32),
+            cpu_percent: Some(50),
+            wall_time_secs: None,
+            open_files: 64,
+        }
+    }
+
+    fn v1() -> [PathBuf; 3] {
+        ["/m".into(), "/p".into(), "/c".into()]
+    }
+
+    #[test]
+    fn chooses_the_best_mechanism_available() {
+        let root_v2 = CgroupFacts {
+            is_root: true,
+            v2_with_controllers: Some("/sys/fs/cgroup".into()),
+            v1_dirs: Some(v1()),
+        };
+        let root_hybrid = CgroupFacts {
+            is_root: true,
+            v2_with_controllers: None,
+            v1_dirs: Some(v1()),
+        };
+        let rootless = CgroupFacts {
+            is_root: false,
+            ..root_v2.clone()
+        };
+        let cases = [
+            (&root_v2, false, Ok(Choice::V2("/sys/fs/cgroup".into()))),
+            (&root_hybrid, true, Ok(Choice::V1(v1()))),
+            (&rootless, false, Ok(Choice::Rlimits)),
+        ];
+        for (facts, require, want) in cases {
+            assert_eq!(choose(&limits(), require, facts), want, "{facts:?}");
+        }
+        let err = choose(&limits(), true, &rootless).unwrap_err();
+        assert!(err.contains("not root"), "{err}");
+    }
+
+    #[test]
+    fn report_says_cpu_is_not_limited_by_rlimits() {
+        let r = report_for(&Choice::Rlimits, &limits());
+        assert_eq!(r.cpu, LimitMechanism::None);
+        assert_eq!(r.pids, LimitMechanism::Rlimit);
+        assert!(!r.all_by_cgroup());
+        let r = report_for(&Choice::V1(v1()), &limits());
+        assert!(r.all_by_cgroup());
+    }
+}

@@ -1,0 +1,294 @@
+//! Executes a [`Plan`]: the only part of the supervisor with `unsafe`.
+//!
+//! ```text
+//! gatehouse sandbox run (host)          init (pid 1, new user/mnt/pid/net/ipc/uts/cgroup ns)
+//!  open bind sources (O_PATH)            wait for maps ─ build root, pivot_root ─ lo up
+//!  cgroups ─ clone(namespaces) ───────►  relay listener ─ scrub env, non-dumpable
+//!  write uid/gid maps, add to cgroup ──► fork ──► worker: setsid, rlimits, drop caps,
+//!  wait: exit │ signal │ wall time        │        no_new_privs, Landlock, seccomp, exec
+//!  read setup errors (CLOEXEC pipe)      relay threads; reap; exit with worker status
+//! ```
+//!
+//! The host side never runs the command itself and never falls back: any
+//! step that fails before `execve` is written to a close-on-exec pipe, and
+//! the run ends with [`EXIT_SANDBOX_FAILED`].
+
+mod cgroup;
+mod init;
+pub mod probe;
+mod relay;
+pub mod seccomp;
+mod sys;
+mod worker;
+
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::plan::{Identity, MountStep, Plan};
+
+pub use cgroup::{LimitMechanism, LimitReport};
+
+/// The sandbox could not be built, or a protection the profile requires is
+/// missing. Nothing was run.
+pub const EXIT_SANDBOX_FAILED: u8 = 125;
+/// The wall time ran out; the whole sandbox was killed.
+pub const EXIT_WALL_TIME: u8 = 124;
+/// The command could not be executed (not found / not permitted), as in sh.
+pub const EXIT_NOT_FOUND: u8 = 127;
+pub const EXIT_NOT_EXECUTABLE: u8 = 126;
+
+/// Why a sandbox could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// A protection the profile requires is not available here.
+    #[error("required protection missing: {what}. {fix}")]
+    Missing { what: String, fix: String },
+    /// A host path the plan binds cannot be opened.
+    #[error("cannot open {path} for binding: {source}")]
+    Source {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A system call on the host side failed.
+    #[error("{what}: {source}")]
+    Sys {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    /// Setting up resource limits failed.
+    #[error("limits: {0}")]
+    Cgroup(String),
+    /// The seccomp filter did not compile.
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+}
+
+impl SandboxError {
+    fn sys(what: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
+        move |source| SandboxError::Sys { what, source }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The command exited (or died: 128+N).
+    Exited(u8),
+    /// A signal to `sandbox run` itself (TERM/INT/HUP) killed the sandbox.
+    Signalled(i32),
+    /// The wall time ran out.
+    WallTime(Duration),
+    /// Something between clone and execve failed; the message says what.
+    SetupFailed(String),
+}
+
+impl Outcome {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Outcome::Exited(c) => *c,
+            Outcome::Signalled(n) => 128u8.saturating_add(*n as u8),
+            Outcome::WallTime(_) => EXIT_WALL_TIME,
+            Outcome::SetupFailed(_) => EXIT_SANDBOX_FAILED,
+        }
+    }
+}
+
+/// A bind source opened on the host before any namespace exists, so that
+/// paths only the caller can traverse still bind after the init drops to
+/// the worker's uid.
+#[derive(Debug)]
+pub(crate) enum Source {
+    Fd {
+        fd: OwnedFd,
+        is_dir: bool,
+    },
+    /// The host path is a symlink (e.g. `/bin -> usr/bin`): recreate it.
+    Symlink(PathBuf),
+    /// Optional and absent on this host.
+    Absent,
+}
+
+/// Opened by the init right after clone, before it takes the worker's uid:
+/// an fd opened in the host's mount namespace could not be bound in ours.
+pub(crate) fn open_sources(plan: &Plan) -> Result<Vec<Source>, SandboxError> {
+    plan.mounts
+        .iter()
+        .map(|step| {
+            let (host, optional, follow) = match step {
+                MountStep::BindReadOnly {
+                    host,
+                    optional,
+                    inside,
+                    ..
+                } => (host, *optional, host != inside),
+                MountStep::BindWritable { host, .. } => (host, false, true),
+                _ => return Ok(Source::Absent),
+            };
+            match std::fs::symlink_metadata(host) {
+                Ok(m) if m.file_type().is_symlink() && !follow => {
+                    let target =
+                        std::fs::read_link(host).map_err(|source| SandboxError::Source {
+                            path: host.clone(),
+                            source,
+                        })?;
+                    return Ok(Source::Symlink(target));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && optional => {
+                    return Ok(Source::Absent)
+                }
+                _ => {}
+            }
+            let fd = sys::open_path(host).map_err(|source| SandboxError::Source {
+                path: host.clone(),
+                source,
+            })?;
+            let is_dir = sys::is_dir(&fd);
+            Ok(Source::Fd { fd, is_dir })
+        })
+        .collect()
+}
+
+/// Refuses to start when the profile requires something the kernel lacks.
+fn check_required(plan: &Plan, facts: &probe::QuickFacts) -> Result<(), SandboxError> {
+    if plan.landlock.required && facts.landlock_abi < 1 {
+        return Err(SandboxError::Missing {
+            what: "Landlock (the kernel reports no Landlock ABI)".to_string(),
+            fix: "Boot a kernel with CONFIG_SECURITY_LANDLOCK and `landlock` in the lsm= list, or use a profile with require.landlock = false".to_string(),
+        });
+    }
+    if plan.seccomp.required && !facts.seccomp {
+        return Err(SandboxError::Missing {
+            what: "seccomp filters".to_string(),
+            fix:
+                "Use a kernel with CONFIG_SECCOMP_FILTER, or a profile with require.seccomp = false"
+                    .to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Runs the plan to completion. `Err` means nothing was started.
+pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
+    let facts = probe::quick();
+    check_required(plan, &facts)?;
+    let filters = seccomp::compile(&plan.seccomp)?;
+    // Fds the caller leaked to us must not reach the worker.
+    sys::mark_all_cloexec();
+
+    let cgroups = cgroup::prepare(&plan.limits, plan.require.cgroup_limits, std::process::id())?;
+    let report = cgroups.report();
+
+    let (sync_r, sync_w) = sys::pipe().map_err(SandboxError::sys("pipe"))?;
+    let (err_r, err_w) = sys::pipe().map_err(SandboxError::sys("pipe"))?;
+    let old_mask = sys::block_signals().map_err(SandboxError::sys("sigprocmask"))?;
+
+    let child = sys::clone_namespaces().map_err(|e| {
+        let _ = sys::restore_signals(&old_mask);
+        SandboxError::Sys {
+            what: "clone into new user, mount, pid, net, ipc and uts namespaces (see `gatehouse doctor`)",
+            source: e,
+        }
+    });
+    let child = match child {
+        Ok(pid) => pid,
+        Err(e) => {
+            cgroups.remove();
+            return Err(e);
+        }
+    };
+    if child == 0 {
+        drop(sync_w);
+        drop(err_r);
+        init::main(init::Setup {
+            plan,
+            filters,
+            sync: sync_r,
+            errors: err_w,
+            limits_by_cgroup: report.all_by_cgroup(),
+        });
+    }
+    drop(sync_r);
+    drop(err_w);
+
+    let started = Instant::now();
+    let setup = sys::write_id_maps(child, &plan.identity)
+        .map_err(SandboxError::sys("write uid/gid maps"))
+        .and_then(|()| cgroups.add(child))
+        .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")));
+    if let Err(e) = setup {
+        sys::kill_and_reap(child);
+        cgroups.remove();
+        let _ = sys::restore_signals(&old_mask);
+        return Err(e);
+    }
+    drop(sync_w);
+
+    let outcome = wait(child, plan.wall_time, started);
+    let mut setup_error = String::new();
+    let _ = std::fs::File::from(err_r).read_to_string(&mut setup_error);
+    cgroups.remove();
+    let _ = sys::restore_signals(&old_mask);
+    let outcome = if setup_error.is_empty() {
+        outcome
+    } else {
+        Outcome::SetupFailed(setup_error.trim_end().to_string())
+    };
+    Ok((outcome, report))
+}
+
+/// Waits for the init (and so the whole sandbox) to end, killing it on a
+/// termination signal or when the wall time runs out.
+fn wait(child: i32, wall_time: Option<Duration>, started: Instant) -> Outcome {
+    loop {
+        let remaining = wall_time.map(|w| w.saturating_sub(started.elapsed()));
+        if remaining == Some(Duration::ZERO) {
+            sys::kill_and_reap(child);
+            return Outcome::WallTime(wall_time.unwrap_or_default());
+        }
+        match sys::wait_signal(remaining) {
+            sys::Woken::Child | sys::Woken::Timeout => {
+                if let Some(status) = sys::try_reap(child) {
+                    return Outcome::Exited(status);
+                }
+            }
+            sys::Woken::Terminate(sig) => {
+                sys::kill_and_reap(child);
+                return Outcome::Signalled(sig);
+            }
+        }
+    }
+}
+
+/// Who the worker runs as: started by root, the unprivileged
+/// `worker_user`; otherwise the caller itself.
+pub fn worker_identity(worker_user: &str) -> Result<Identity, SandboxError> {
+    let uid = nix::unistd::geteuid();
+    if !uid.is_root() {
+        return Ok(Identity {
+            host_uid: uid.as_raw(),
+            host_gid: nix::unistd::getegid().as_raw(),
+            caller_is_root: false,
+        });
+    }
+    let missing = |why: String| {
+        SandboxError::Missing {
+        what: format!("worker user `{worker_user}` ({why})"),
+        fix: format!("Create it (useradd --system --no-create-home {worker_user}) or pass --worker-user with another unprivileged user"),
+    }
+    };
+    let user = nix::unistd::User::from_name(worker_user)
+        .map_err(|e| missing(e.to_string()))?
+        .ok_or_else(|| missing("no such user".to_string()))?;
+    if user.uid.is_root() || user.gid.as_raw() == 0 {
+        return Err(missing(
+            "it is uid or gid 0; workers never run as host root".to_string(),
+        ));
+    }
+    Ok(Identity {
+        host_uid: user.uid.as_raw(),
+        host_gid: user.gid.as_raw(),
+        caller_is_root: true,
+    })
+}

@@ -1,0 +1,54 @@
+//! The relay: inside the sandbox's network namespace, 127.0.0.1:3128
+//! forwards each TCP connection, byte for byte, to the proxy's unix socket
+//! bound in at /run/gatehouse/proxy.sock. The proxy learns the ticket from
+//! which socket the connection arrives on; the relay adds nothing.
+
+use std::io;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::thread;
+
+use crate::plan::RELAY_PORT;
+
+/// Small stacks: a relay thread only copies bytes.
+const STACK: usize = 64 * 1024;
+
+pub(crate) fn listen() -> io::Result<TcpListener> {
+    TcpListener::bind(("127.0.0.1", RELAY_PORT))
+}
+
+pub(crate) fn spawn(listener: TcpListener, target: PathBuf) {
+    let _ = thread::Builder::new()
+        .name("relay".into())
+        .stack_size(STACK)
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let target = target.clone();
+                let _ = thread::Builder::new()
+                    .stack_size(STACK)
+                    .spawn(move || forward(conn, &target));
+            }
+        });
+}
+
+fn forward(tcp: TcpStream, target: &PathBuf) {
+    let Ok(unix) = UnixStream::connect(target) else {
+        // Nothing to say to the client: closing is the honest answer.
+        return;
+    };
+    let (Ok(mut tcp_r), Ok(mut unix_w)) = (tcp.try_clone(), unix.try_clone()) else {
+        return;
+    };
+    let upstream = thread::Builder::new().stack_size(STACK).spawn(move || {
+        let _ = io::copy(&mut tcp_r, &mut unix_w);
+        let _ = unix_w.shutdown(Shutdown::Write);
+    });
+    let (mut unix_r, mut tcp_w) = (unix, tcp);
+    let _ = io::copy(&mut unix_r, &mut tcp_w);
+    let _ = tcp_w.shutdown(Shutdown::Write);
+    if let Ok(h) = upstream {
+        let _ = h.join();
+    }
+}

@@ -1,0 +1,357 @@
+//! Thin wrappers over the system calls nix does not cover safely. Every
+//! `unsafe` block of the crate is in this file.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::stat::Mode;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::plan::Identity;
+
+fn io(e: Errno) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+pub fn open_path(path: &Path) -> io::Result<OwnedFd> {
+    nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(io)
+}
+
+pub fn is_dir(fd: &OwnedFd) -> bool {
+    nix::sys::stat::fstat(fd.as_fd())
+        .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+        .unwrap_or(false)
+}
+
+/// Marks every fd from 3 up close-on-exec, so nothing the caller leaked to
+/// `sandbox run` reaches the worker.
+pub fn mark_all_cloexec() {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on fds
+    // of this process; it touches no memory.
+    let _ = unsafe { libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) };
+}
+
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io)
+}
+
+pub fn write_byte(fd: &OwnedFd) -> io::Result<()> {
+    nix::unistd::write(fd, &[1]).map(|_| ()).map_err(io)
+}
+
+/// Reads one byte; `false` at end of file (the writer is gone).
+pub fn read_byte(fd: &OwnedFd) -> bool {
+    let mut b = [0u8; 1];
+    loop {
+        match nix::unistd::read(fd, &mut b) {
+            Ok(1) => return true,
+            Err(Errno::EINTR) => continue,
+            _ => return false,
+        }
+    }
+}
+
+fn termination_set() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGCHLD,
+    ] {
+        set.add(s);
+    }
+    set
+}
+
+/// Blocks the signals the host side waits for synchronously.
+pub fn block_signals() -> io::Result<SigSet> {
+    let mut old = SigSet::empty();
+    nix::sys::signal::sigprocmask(
+        SigmaskHow::SIG_BLOCK,
+        Some(&termination_set()),
+        Some(&mut old),
+    )
+    .map_err(io)?;
+    Ok(old)
+}
+
+pub fn restore_signals(old: &SigSet) -> io::Result<()> {
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(old), None).map_err(io)
+}
+
+/// Leaves a child with the default signal state a fresh program expects:
+/// nothing blocked, nothing ignored (Rust ignores SIGPIPE by default, and an
+/// ignored disposition survives execve).
+pub fn reset_signals() {
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    for sig in Signal::iterator() {
+        if matches!(sig, Signal::SIGKILL | Signal::SIGSTOP) {
+            continue;
+        }
+        // SAFETY: setting the default disposition installs no handler, so
+        // no Rust code can run in signal context.
+        let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) };
+    }
+}
+
+/// clone(2) into new user, mount, PID, network, IPC and UTS namespaces with
+/// fork semantics (no new stack, no shared memory). Returns 0 in the child.
+/// The cgroup namespace is entered later by the child, once the host has
+/// moved it into its cgroups.
+pub fn clone_namespaces() -> io::Result<i32> {
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::SIGCHLD;
+    // SAFETY: raw clone without CLONE_VM and with a null stack behaves like
+    // fork(2): the child gets a copy of the address space and continues
+    // here. The caller is single-threaded (the binary starts no threads
+    // before this), so no lock can be held by a thread that does not exist
+    // in the child.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as i32)
+    }
+}
+
+/// Maps inside uid/gid 0 to the worker's host ids. An unprivileged caller
+/// may only map itself and must deny setgroups first; a root caller keeps
+/// setgroups so the init can drop root's supplementary groups.
+pub fn write_id_maps(pid: i32, id: &Identity) -> io::Result<()> {
+    let proc = format!("/proc/{pid}");
+    if !id.caller_is_root {
+        std::fs::write(format!("{proc}/setgroups"), "deny")?;
+    }
+    std::fs::write(format!("{proc}/gid_map"), format!("0 {} 1\n", id.host_gid))?;
+    std::fs::write(format!("{proc}/uid_map"), format!("0 {} 1\n", id.host_uid))?;
+    Ok(())
+}
+
+pub enum Woken {
+    Child,
+    Terminate(i32),
+    Timeout,
+}
+
+/// Waits for SIGCHLD or a termination signal (all blocked), up to `timeout`.
+pub fn wait_signal(timeout: Option<Duration>) -> Woken {
+    let set = termination_set();
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `set` is a valid sigset_t for the call's duration; the info
+    // pointer may be null; `ts_ptr` is null or points at `ts`, alive here.
+    let sig = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), ts_ptr) };
+    match sig {
+        s if s == libc::SIGCHLD => Woken::Child,
+        s if s > 0 => Woken::Terminate(s),
+        _ if Errno::last() == Errno::EAGAIN => Woken::Timeout,
+        // EINTR: look again.
+        _ => Woken::Child,
+    }
+}
+
+/// The exit code of `pid` if it has ended: its status, or 128+N.
+pub fn try_reap(pid: i32) -> Option<u8> {
+    match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(_, code)) => Some(code as u8),
+        Ok(WaitStatus::Signaled(_, sig, _)) => Some(128u8.saturating_add(sig as u8)),
+        Err(Errno::ECHILD) => Some(crate::sandbox::EXIT_SANDBOX_FAILED),
+        _ => None,
+    }
+}
+
+pub fn kill_and_reap(pid: i32) {
+    let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+    let _ = waitpid(Pid::from_raw(pid), None);
+}
+
+// === Inside the sandbox ===
+
+/// Bits for mount_setattr(2).
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Sets flags on the mount at `path` and every mount below it. A plain
+/// `MS_REMOUNT|MS_RDONLY|MS_REC` only changes the top mount.
+pub fn mount_setattr_recursive(path: &Path, set: u64) -> io::Result<()> {
+    let c = cstring(path)?;
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `c` is a NUL-terminated path and `attr` a correctly laid out
+    // struct mount_attr, both alive for the call; the size passed matches.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            (libc::AT_RECURSIVE | libc::AT_NO_AUTOMOUNT) as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+pub fn cstring(path: &Path) -> io::Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// Brings `lo` up: a new network namespace starts with it down.
+pub fn loopback_up() -> io::Result<()> {
+    let sock = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(io)?;
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    req.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    // SAFETY: SIOCSIFFLAGS reads a struct ifreq, which `req` is, from a
+    // valid socket fd.
+    let ret = unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCSIFFLAGS,
+            &req as *const libc::ifreq,
+        )
+    };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Overwrites this process's environment strings in place. The init keeps
+/// the caller's environment in its memory otherwise, visible as
+/// `/proc/1/environ`; std's `remove_var` only unlinks the pointers.
+pub fn scrub_environment() {
+    extern "C" {
+        static mut environ: *mut *mut libc::c_char;
+    }
+    // SAFETY: single-threaded at this point (the init has started no
+    // threads). `environ` is a NULL-terminated array of NUL-terminated
+    // strings owned by the process; we zero each string's bytes (not past
+    // its terminator) and then empty the array, which leaves every pointer
+    // valid.
+    unsafe {
+        let mut p = environ;
+        while !p.is_null() && !(*p).is_null() {
+            let s = *p;
+            let len = libc::strlen(s);
+            std::ptr::write_bytes(s, 0, len);
+            p = p.add(1);
+        }
+        if !environ.is_null() {
+            *environ = std::ptr::null_mut();
+        }
+    }
+}
+
+/// fork(2); `Ok(0)` in the child.
+pub fn fork() -> io::Result<i32> {
+    // SAFETY: the caller (the init) is single-threaded when it forks the
+    // worker; the relay threads start only afterwards.
+    match unsafe { nix::unistd::fork() }.map_err(io)? {
+        nix::unistd::ForkResult::Child => Ok(0),
+        nix::unistd::ForkResult::Parent { child } => Ok(child.as_raw()),
+    }
+}
+
+/// Locks the process out of ever regaining capabilities as uid 0 (the
+/// worker is uid 0 inside its user namespace) through exec or setuid.
+pub fn lock_securebits() -> io::Result<()> {
+    const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+    const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+    const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+    const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+    const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+    const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+    const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
+    let bits = SECBIT_NOROOT
+        | SECBIT_NOROOT_LOCKED
+        | SECBIT_NO_SETUID_FIXUP
+        | SECBIT_NO_SETUID_FIXUP_LOCKED
+        | SECBIT_KEEP_CAPS_LOCKED
+        | SECBIT_NO_CAP_AMBIENT_RAISE
+        | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    // SAFETY: PR_SET_SECUREBITS takes an integer argument and touches no
+    // memory of ours.
+    let ret = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Raw fd number, for `/proc/self/fd/N` bind sources.
+pub fn raw(fd: &OwnedFd) -> i32 {
+    fd.as_raw_fd()
+}
+
+/// Takes ownership of an inherited fd number.
+#[allow(dead_code)]
+pub fn owned(fd: i32) -> OwnedFd {
+    // SAFETY: only called with fds this process opened and owns.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Exits at once: no atexit handlers, no flushing of buffers shared with
+/// the parent's copy of this address space.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and has no preconditions.
+    unsafe { libc::_exit(code) }
+}

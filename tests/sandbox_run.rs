@@ -1,0 +1,298 @@
+//! `gatehouse sandbox run`: what a worker must be able to do, exit
+//! statuses, and refusing to start (fail closed). Root and rootless.
+
+mod sandbox_support;
+
+use std::io::Write;
+use std::process::Stdio;
+
+use sandbox_support::*;
+
+#[test]
+fn git_init_and_commit_in_the_work_dir() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let r = s.sh(
+            "git init -q . && git config user.email w@example.test && git config user.name worker \
+             && echo hello > README && git add README && git commit -qm first && git log --oneline | wc -l",
+        );
+        r.ok();
+        assert_eq!(r.stdout.trim(), "1", "{mode:?}: {r:#?}");
+        assert!(
+            s.work.join(".git/HEAD").exists(),
+            "{mode:?}: repo not on the host"
+        );
+    }
+}
+
+#[test]
+fn cc_compiles_and_runs_a_program() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let r = s.sh("cat > m.c <<'END'
+#include <stdio.h>
+int main(void) { printf(\"%d\\n\", 6 * 7); return 0; }
+END
+cc -o m m.c && ./m");
+        r.ok();
+        assert_eq!(r.stdout.trim(), "42", "{mode:?}: {r:#?}");
+    }
+}
+
+#[test]
+fn python3_runs() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let r =
+            s.sh("python3 -c 'import sys, json; print(json.dumps({\"v\": sys.version_info[0]}))'");
+        r.ok();
+        assert_eq!(r.stdout.trim(), r#"{"v": 3}"#, "{mode:?}: {r:#?}");
+    }
+}
+
+#[test]
+fn curl_reaches_the_proxy_socket_through_the_relay() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let proxy = FakeProxy::start(s.path("proxy.sock"));
+        let sock = proxy.path.to_str().unwrap().to_string();
+        let r = s.sh_with(
+            "default",
+            &["--proxy-socket", &sock],
+            "echo \"$HTTP_PROXY $HTTPS_PROXY\"; curl -sS -m 10 http://example.test/some/path",
+        );
+        r.ok();
+        assert!(
+            r.stdout
+                .contains("http://127.0.0.1:3128 http://127.0.0.1:3128"),
+            "{mode:?}: {r:#?}"
+        );
+        assert!(
+            r.stdout
+                .contains("fake proxy saw: GET http://example.test/some/path HTTP/1.1"),
+            "{mode:?}: {r:#?}"
+        );
+    }
+}
+
+#[test]
+fn exit_status_is_the_commands_and_signals_are_128_plus_n() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        assert_eq!(s.sh("exit 7").code, Some(7), "{mode:?}");
+        assert_eq!(s.sh("exit 0").code, Some(0), "{mode:?}");
+        assert_eq!(s.sh("kill -KILL $$").code, Some(128 + 9), "{mode:?}");
+        assert_eq!(s.sh("kill -TERM $$").code, Some(128 + 15), "{mode:?}");
+        let r = s.sh_with("default", &[], "exec /no/such/program");
+        assert_eq!(r.code, Some(127), "{mode:?}: {r:#?}");
+        // Not found by the sandbox's own exec, not a setup failure.
+        let args = [
+            "sandbox",
+            "run",
+            "--profile",
+            "default",
+            "--workdir",
+            s.work.to_str().unwrap(),
+            "--",
+            "no-such-program-anywhere",
+        ];
+        let r = Run::from(s.command(&args).output().unwrap());
+        assert_eq!(r.code, Some(127), "{mode:?}: {r:#?}");
+    }
+}
+
+#[test]
+fn stdin_and_stdout_pass_through() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let work = s.work.to_str().unwrap().to_string();
+        let mut child = s
+            .command(&[
+                "sandbox",
+                "run",
+                "--profile",
+                "default",
+                "--workdir",
+                &work,
+                "--",
+                "tr",
+                "a-z",
+                "A-Z",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"through the sandbox\n")
+            .unwrap();
+        let out = Run::from(child.wait_with_output().unwrap());
+        out.ok();
+        assert_eq!(out.stdout, "THROUGH THE SANDBOX\n", "{mode:?}");
+    }
+}
+
+#[test]
+fn env_flag_and_profile_values_reach_the_command() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let r = s.sh_with(
+            "default",
+            &["--env", "TICKET=tkt_42", "--env", "HOME=/work"],
+            "echo $TICKET $HOME $GIT_TERMINAL_PROMPT $PWD",
+        );
+        r.ok();
+        assert_eq!(r.stdout.trim(), "tkt_42 /work 0 /work", "{mode:?}: {r:#?}");
+        let r = s.sh_with("default", &["--env", "NOT VALID"], "true");
+        assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{mode:?}: {r:#?}");
+    }
+}
+
+#[test]
+fn the_worker_never_runs_as_host_root() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let r = s.sh("touch /work/owned; id -u");
+        r.ok();
+        let owner =
+            std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(s.work.join("owned")).unwrap());
+        assert_ne!(owner, 0, "{mode:?}: file created as host root");
+        if let Some(uid) = s.worker_uid() {
+            assert_eq!(owner, uid, "{mode:?}");
+        }
+    }
+}
+
+#[test]
+fn ca_bundle_and_control_socket_are_provided() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let ca = s.path("ca.pem");
+        std::fs::write(
+            &ca,
+            "-----BEGIN CERTIFICATE-----\nTUlJQnRlc3RjYQ==\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let control = std::os::unix::net::UnixListener::bind(s.path("control.sock")).unwrap();
+        std::fs::set_permissions(
+            s.path("control.sock"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .unwrap();
+        let r = s.sh_with(
+            "default",
+            &[
+                "--ca-cert",
+                ca.to_str().unwrap(),
+                "--control-socket",
+                s.path("control.sock").to_str().unwrap(),
+            ],
+            "echo $SSL_CERT_FILE $GIT_SSL_CAINFO $CURL_CA_BUNDLE $REQUESTS_CA_BUNDLE $NODE_EXTRA_CA_CERTS; \
+             grep -c TUlJQnRlc3RjYQ== $SSL_CERT_FILE; \
+             echo $GATEHOUSE_CONTROL_SOCKET; command -v gatehouse; gatehouse --version; \
+             python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"/run/gatehouse/control.sock\"); print(\"connected\")'",
+        );
+        r.ok();
+        let lines: Vec<&str> = r.stdout.lines().collect();
+        assert_eq!(
+            lines[0],
+            ["/run/gatehouse/ca-bundle.pem"; 5].join(" "),
+            "{mode:?}: {r:#?}"
+        );
+        assert_eq!(lines[1], "1", "{mode:?}");
+        assert_eq!(lines[2], "/run/gatehouse/control.sock");
+        assert_eq!(lines[3], "/run/gatehouse/bin/gatehouse");
+        assert!(lines[4].starts_with("gatehouse "), "{mode:?}: {r:#?}");
+        assert_eq!(lines[5], "connected", "{mode:?}: {r:#?}");
+        drop(control);
+    }
+}
+
+#[test]
+fn a_ca_file_holding_a_private_key_is_refused() {
+    let s = Scratch::new(modes()[0]);
+    let ca = s.path("ca.pem");
+    std::fs::write(
+        &ca,
+        "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let r = s.sh_with("default", &["--ca-cert", ca.to_str().unwrap()], "true");
+    assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{r:#?}");
+    assert!(r.stderr.contains("private key"), "{r:#?}");
+}
+
+#[test]
+fn unknown_profile_keys_refuse_to_start() {
+    let s = Scratch::new(modes()[0]);
+    let p = s.profile("typo", "extends = \"default\"\n[limits]\nmemroy_mib = 10\n");
+    let r = s.sh_with(p.to_str().unwrap(), &[], "echo should-not-run");
+    assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{r:#?}");
+    assert!(r.stderr.contains("memroy_mib"), "{r:#?}");
+    assert!(!r.stdout.contains("should-not-run"));
+}
+
+#[test]
+fn required_cgroup_limits_fail_closed_when_rootless() {
+    if !modes().contains(&Mode::Rootless) {
+        return;
+    }
+    let s = Scratch::new(Mode::Rootless);
+    let p = s.profile(
+        "strict",
+        "extends = \"default\"\n[require]\ncgroup_limits = true\n",
+    );
+    let r = s.sh_with(p.to_str().unwrap(), &[], "echo should-not-run");
+    assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{r:#?}");
+    assert!(r.stderr.contains("cgroup"), "{r:#?}");
+    assert!(!r.stdout.contains("should-not-run"));
+}
+
+#[test]
+fn profile_check_prints_the_resolved_profile() {
+    let s = Scratch::new(modes()[0]);
+    let r = Run::from(
+        s.command(&["profile", "check", "teams/web", "--json"])
+            .output()
+            .unwrap(),
+    );
+    r.ok();
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        v["layers"],
+        serde_json::json!(["base", "default", "teams/web"])
+    );
+    assert_eq!(v["filesystem"]["writable_exec"], false);
+    assert_eq!(
+        v["network"]["tunnels"],
+        serde_json::json!(["registry.npmjs.org:443"])
+    );
+    let r = Run::from(
+        s.command(&["profile", "check", "no-such-profile"])
+            .output()
+            .unwrap(),
+    );
+    assert_ne!(r.code, Some(0));
+    assert!(r.stderr.contains("not found"), "{r:#?}");
+}
+
+#[test]
+fn doctor_reports_one_line_per_feature() {
+    let s = Scratch::new(modes()[0]);
+    let r = Run::from(s.command(&["doctor"]).output().unwrap());
+    for feature in ["user namespaces", "landlock", "seccomp", "cgroups", "pidfd"] {
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.contains(feature))
+            .unwrap_or_else(|| panic!("no {feature} line: {r:#?}"));
+        assert!(
+            line.starts_with("ok") || line.starts_with("degraded") || line.starts_with("missing"),
+            "{line}"
+        );
+    }
+}

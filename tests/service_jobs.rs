@@ -97,6 +97,23 @@ async fn idempotent_start_and_conflicting_key() {
         .await;
     assert_eq!(bad_ticket.status, StatusCode::BAD_REQUEST);
 
+    // A profile that does not exist, or a scope beyond the profile's: 400.
+    let mut no_profile = sh_job("tkt_np", "true");
+    no_profile["profile"] = json!("no-such-profile");
+    let mut wide = sh_job("tkt_wide", "true");
+    wide["rule_sets"] = json!(["feishu-admin"]);
+    for (key, body) in [("k5", no_profile), ("k6", wide)] {
+        let resp = svc
+            .call_with(
+                Method::POST,
+                "/jobs",
+                &[("idempotency-key", key)],
+                Some(body),
+            )
+            .await;
+        assert_eq!(resp.status, StatusCode::BAD_REQUEST, "{:?}", resp.json());
+    }
+
     svc.wait_ended(&id).await;
     // Replaying after the end still names the same job, in its real state.
     let late = svc
@@ -498,6 +515,29 @@ async fn work_dir_survives_a_resume_and_prompt_is_rendered() {
     );
     // Another ticket's files are elsewhere.
     assert!(!svc.work_dir("tkt_other").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn planted_symlinks_are_not_followed() {
+    let svc = Service::start(Options::default());
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().display().to_string();
+    // A first job replaces .gatehouse and its files with symlinks out of the
+    // work dir; rendering the next prompt must not write through them.
+    let script =
+        format!("rm -rf .gatehouse; ln -s {target} .gatehouse; ln -s {target}/victim x; true");
+    let a = svc.submit("a", sh_job("tkt_link", &script)).await;
+    svc.wait_ended(&a).await;
+    let b = svc
+        .submit(
+            "b",
+            sh_job("tkt_link", "cat .gatehouse/prompt.md > /dev/null"),
+        )
+        .await;
+    assert_eq!(svc.wait_ended(&b).await["state"], "done");
+    assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
+    let dir = svc.work_dir("tkt_link").join(".gatehouse");
+    assert!(std::fs::symlink_metadata(&dir).unwrap().is_dir());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -35,7 +35,7 @@ async fn identity_per_job_is_created_and_revoked() {
     });
     let mut body = sh_job("tkt_ident", "while [ ! -e go ]; do sleep 0.02; done");
     body["rule_sets"] = json!(["github-repo"]);
-    body["tunnel_hosts"] = json!(["registry.npmjs.org"]);
+    body["tunnel_hosts"] = json!(["registry.npmjs.org:443"]);
     body["variables"] = json!({"repo": "acme/widgets"});
     let id = svc.submit("k", body).await;
     svc.wait_for(&id, |s| s == "running").await;
@@ -46,7 +46,10 @@ async fn identity_per_job_is_created_and_revoked() {
         ("POST", "/identities")
     );
     assert_eq!(create.body["rule_sets"], json!(["github-repo"]));
-    assert_eq!(create.body["tunnel_hosts"], json!(["registry.npmjs.org"]));
+    assert_eq!(
+        create.body["tunnel_hosts"],
+        json!(["registry.npmjs.org:443"])
+    );
     assert_eq!(create.body["variables"], json!({"repo": "acme/widgets"}));
     let identity_socket = admin.live.lock().unwrap()["tkt_ident"].clone();
     assert!(identity_socket.exists());

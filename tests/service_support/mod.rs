@@ -60,9 +60,16 @@ impl Service {
     pub fn start(opts: Options) -> Service {
         let dir = tempfile::Builder::new().prefix("gh-svc").tempdir().unwrap();
         let socket = dir.path().join("api.sock");
+        let profiles = dir.path().join("profiles");
+        std::fs::create_dir(&profiles).unwrap();
+        std::fs::write(
+            profiles.join(format!("{TEST_PROFILE}.toml")),
+            TEST_PROFILE_TOML,
+        )
+        .unwrap();
+        let profiles_dir = opts.profiles_dir.clone().unwrap_or(profiles);
         let mut toml = format!(
             "state_dir = {state:?}\napi_socket = {socket:?}\nprompts_dir = {prompts:?}\n\
-             [worker]\ncommand = [\"true\"]\n\
              [limits]\nmax_running_jobs = {max}\nlog_cap_bytes = {cap}\ncancel_grace_ms = {grace}\n",
             state = dir.path().join("state"),
             prompts = prompts_dir(),
@@ -74,9 +81,7 @@ impl Service {
             "[sandbox]\ndangerously_unsandboxed = {}\n",
             opts.unsandboxed
         ));
-        if let Some(p) = &opts.profiles_dir {
-            toml.push_str(&format!("profiles_dir = {p:?}\n"));
-        }
+        toml.push_str(&format!("profiles_dir = {profiles_dir:?}\n"));
         if let Some(admin) = &opts.proxy_admin {
             toml.push_str(&format!("[proxy]\nadmin_socket = {admin:?}\n"));
             if let Some(ca) = &opts.ca_cert {
@@ -237,12 +242,23 @@ impl Drop for Service {
     }
 }
 
+/// The profile test jobs use: the repository's `default` coding profile,
+/// plus a tunnel and a rule set the fake proxy refuses.
+pub const TEST_PROFILE: &str = "svc-test";
+const TEST_PROFILE_TOML: &str = r#"
+extends = "default"
+description = "supervisor service tests"
+[network]
+rule_sets = ["github-repo", "no-such-rules"]
+tunnels = ["registry.npmjs.org:443"]
+"#;
+
 /// A job body running `sh -c script` for `ticket`.
 pub fn sh_job(ticket: &str, script: &str) -> Value {
     json!({
         "ticket": ticket,
         "team": "default",
-        "profile": "default",
+        "profile": TEST_PROFILE,
         "task": "test task",
         "command": ["sh", "-c", script],
     })

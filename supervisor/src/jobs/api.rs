@@ -156,7 +156,7 @@ fn service_error(e: ServiceError) -> Response<Body> {
     let msg = e.to_string();
     match e {
         ServiceError::NotFound(_) => error_response(StatusCode::NOT_FOUND, "not_found", msg),
-        ServiceError::Spec(_) | ServiceError::Report(_) => {
+        ServiceError::Spec(_) | ServiceError::Report(_) | ServiceError::Profile(_) => {
             error_response(StatusCode::BAD_REQUEST, "invalid_body", msg)
         }
         ServiceError::KeyConflict { job_id } => json_response(

@@ -38,6 +38,7 @@ struct RawConfig {
     #[serde(default)]
     sandbox: RawSandbox,
     proxy: Option<RawProxy>,
+    #[serde(default)]
     worker: RawWorker,
     #[serde(default)]
     limits: RawLimits,
@@ -61,10 +62,10 @@ struct RawProxy {
     ca_cert: Option<PathBuf>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawWorker {
-    command: Vec<String>,
+    command: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -117,7 +118,8 @@ pub struct Config {
     pub sandbox_env: BTreeMap<String, String>,
     pub launcher: LauncherKind,
     pub proxy: Option<ProxyConfig>,
-    pub worker_command: Vec<String>,
+    /// The default command inside the sandbox; `None`: the profile's.
+    pub worker_command: Option<Vec<String>>,
     pub max_running_jobs: usize,
     pub default_deadline_secs: u64,
     pub max_deadline_secs: u64,
@@ -149,8 +151,11 @@ impl Config {
             expected,
         };
         let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
-        if raw.worker.command.is_empty() {
-            return Err(invalid("worker.command", "a non-empty argv"));
+        if raw.worker.command.as_ref().is_some_and(Vec::is_empty) {
+            return Err(invalid(
+                "worker.command",
+                "a non-empty argv (or no key: the profile's command)",
+            ));
         }
         let l = raw.limits;
         if l.max_running_jobs == 0 || l.max_running_jobs > 4096 {

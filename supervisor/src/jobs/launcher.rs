@@ -17,9 +17,9 @@ pub const CONTROL_SOCKET_ENV: &str = "GATEHOUSE_CONTROL_SOCKET";
 pub const SANDBOX_CONTROL_SOCKET: &str = "/run/gatehouse/control.sock";
 
 /// `gatehouse sandbox run` exits with this when the sandbox could not be built.
-pub const SANDBOX_EXIT_UNAVAILABLE: i32 = 125;
+pub const SANDBOX_EXIT_UNAVAILABLE: i32 = crate::sandbox::EXIT_SANDBOX_FAILED as i32;
 /// `gatehouse sandbox run` exits with this when its wall time ran out.
-pub const SANDBOX_EXIT_WALL_TIME: i32 = 124;
+pub const SANDBOX_EXIT_WALL_TIME: i32 = crate::sandbox::EXIT_WALL_TIME as i32;
 
 /// Everything a launcher needs to know about one job.
 #[derive(Clone, Debug)]
@@ -32,6 +32,7 @@ pub struct LaunchRequest<'a> {
     /// Variables for the worker (never a secret).
     pub env: &'a [(String, String)],
     pub wall_time: Duration,
+    /// Empty: the profile's worker command.
     pub command: &'a [String],
 }
 
@@ -86,8 +87,10 @@ impl Launcher for SandboxLauncher {
         for (k, v) in req.env {
             push("--env", format!("{k}={v}").as_ref());
         }
-        args.push("--".into());
-        args.extend(req.command.iter().map(OsString::from));
+        if !req.command.is_empty() {
+            args.push("--".into());
+            args.extend(req.command.iter().map(OsString::from));
+        }
         LaunchCommand {
             program: self.gatehouse_bin.clone(),
             args,

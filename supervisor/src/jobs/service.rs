@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -25,7 +25,7 @@ use super::process;
 use super::prompts::{assemble, render, PromptError};
 use super::proxy_admin::{NewIdentity, ProxyAdmin, ProxyAdminError};
 use super::report::{InboxMessage, Report, ReportError};
-use super::spec::{JobRequest, SpecError};
+use super::spec::{check_scope, JobRequest, SpecError};
 use super::state::{cancel_decision, CancelDecision, JobEvent, JobState, StopReason};
 use super::store::{
     EventRecord, ExitStatus, Inserted, JobRecord, NewJob, Store, StoreError, StoredMessage,
@@ -39,6 +39,9 @@ pub enum ServiceError {
     /// the request body is not a valid job
     #[error(transparent)]
     Spec(#[from] SpecError),
+    /// the job's sandbox profile cannot be loaded
+    #[error("field `profile`: {0}")]
+    Profile(#[from] crate::profile::ProfileError),
     /// a report or inbox message is invalid
     #[error(transparent)]
     Report(#[from] ReportError),
@@ -75,6 +78,9 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServiceError {
     let what = what.into();
     move |source| ServiceError::Io { what, source }
 }
+
+/// The host user `gatehouse sandbox run` runs workers as when started by root.
+pub const WORKER_USER: &str = "gatehouse-worker";
 
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -201,6 +207,14 @@ impl Supervisor {
         let inner = &self.inner;
         let hash = request.canonical_hash();
         let spec = request.validate(&inner.config.spec_limits())?;
+        let source = crate::profile::DirSource {
+            dirs: match &inner.config.profiles_dir {
+                Some(dir) => vec![dir.clone()],
+                None => crate::profile::DirSource::default_dirs(),
+            },
+        };
+        let profile = crate::profile::resolve(&source, &spec.profile)?;
+        check_scope(&spec, &profile.network.rule_sets, &profile.network.tunnels)?;
         let id = new_id("job_")?;
         let ticket_dir = inner.config.state_dir.join("tickets").join(&spec.ticket);
         let work_dir = ticket_dir.join("work");
@@ -568,6 +582,7 @@ impl Inner {
             mkdir(logs)?;
         }
         let prompt_path = self.write_prompt(job)?;
+        self.give_to_worker(&job.work_dir)?;
 
         let run_dir = self.config.state_dir.join("run").join(&job.id);
         mkdir(&run_dir)?;
@@ -616,7 +631,16 @@ impl Inner {
         let command = spec
             .command
             .clone()
-            .unwrap_or_else(|| self.config.worker_command.clone());
+            .or_else(|| self.config.worker_command.clone())
+            .unwrap_or_default();
+        if command.is_empty() && self.config.launcher == LauncherKind::DangerouslyUnsandboxed {
+            return Err(ServiceError::Io {
+                what: "choosing the worker command".into(),
+                source: std::io::Error::other(
+                    "without a sandbox there is no profile command: set worker.command",
+                ),
+            });
+        }
         let wall_time = deadline.saturating_duration_since(Instant::now());
         let launch = self.launcher.command(&LaunchRequest {
             profile: &spec.profile,
@@ -699,6 +723,33 @@ impl Inner {
         })
     }
 
+    /// Started by root, the sandbox runs the worker as an unprivileged host
+    /// user: the work dir (not its contents, which the worker created) and
+    /// the prompt files become that user's.
+    fn give_to_worker(&self, work_dir: &Path) -> Result<(), ServiceError> {
+        if self.config.launcher != LauncherKind::Sandbox || !nix::unistd::geteuid().is_root() {
+            return Ok(());
+        }
+        let user = nix::unistd::User::from_name(WORKER_USER)
+            .ok()
+            .flatten()
+            .ok_or_else(|| ServiceError::Io {
+                what: format!("looking up the worker user {WORKER_USER}"),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            })?;
+        let gatehouse_dir = work_dir.join(".gatehouse");
+        for path in [
+            work_dir.to_owned(),
+            gatehouse_dir.clone(),
+            gatehouse_dir.join("prompt.md"),
+            gatehouse_dir.join(".gitignore"),
+        ] {
+            std::os::unix::fs::lchown(&path, Some(user.uid.as_raw()), Some(user.gid.as_raw()))
+                .map_err(io(format!("giving {} to {WORKER_USER}", path.display())))?;
+        }
+        Ok(())
+    }
+
     /// Renders the prompt into `.gatehouse/prompt.md` in the work dir and
     /// returns its path relative to the work dir.
     fn write_prompt(&self, job: &JobRecord) -> Result<String, ServiceError> {
@@ -728,15 +779,41 @@ impl Inner {
             )?),
             false => None,
         };
+        // The work dir belongs to the worker, which may have planted symlinks
+        // here in an earlier job: never follow one (no job of this ticket is
+        // running now, so nothing can change between check and create).
         let dir = job.work_dir.join(".gatehouse");
-        std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
-        // Keeps the prompt out of the worker's commits.
-        std::fs::write(dir.join(".gitignore"), "*\n")
-            .map_err(io("writing .gatehouse/.gitignore"))?;
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                std::fs::remove_file(&dir).map_err(io(format!("removing {}", dir.display())))?
+            }
+            Err(_) => {
+                std::fs::create_dir(&dir).map_err(io(format!("creating {}", dir.display())))?
+            }
+        }
+        if !dir.exists() {
+            std::fs::create_dir(&dir).map_err(io(format!("creating {}", dir.display())))?;
+        }
         let prompt = assemble(&work, team.as_deref(), &spec.task);
-        let path = dir.join("prompt.md");
-        std::fs::write(&path, prompt).map_err(io(format!("writing {}", path.display())))?;
-        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644));
+        // `.gitignore` of `*` keeps the prompt out of the worker's commits.
+        for (name, text) in [(".gitignore", "*\n"), ("prompt.md", prompt.as_str())] {
+            let path = dir.join(name);
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(io(format!("removing {}", path.display()))(e))
+                }
+                _ => {}
+            }
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&path)
+                .map_err(io(format!("creating {}", path.display())))?;
+            std::io::Write::write_all(&mut file, text.as_bytes())
+                .map_err(io(format!("writing {}", path.display())))?;
+        }
         Ok(".gatehouse/prompt.md".into())
     }
 

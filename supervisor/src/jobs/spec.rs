@@ -110,8 +110,11 @@ impl JobRequest {
                 "1-64 of [A-Za-z0-9_.-], not starting with `.`",
             ));
         }
-        if !is_safe_name(&self.profile) {
-            return Err(field("profile", "a profile name: 1-64 of [A-Za-z0-9_.-]"));
+        if self.profile.len() > 128 || !self.profile.split('/').all(is_safe_name) {
+            return Err(field(
+                "profile",
+                "a profile name: `/`-separated parts of [A-Za-z0-9_.-]",
+            ));
         }
         if self.rule_sets.len() > 32 || !self.rule_sets.iter().all(|r| is_safe_name(r)) {
             return Err(field("rule_sets", "at most 32 rule set names"));
@@ -182,6 +185,44 @@ impl JobRequest {
     }
 }
 
+/// The job may use only rule sets and tunnels its sandbox profile lists:
+/// the profile is the team's ceiling, the job asks for a subset.
+pub fn check_scope(
+    spec: &JobSpec,
+    profile_rule_sets: &[String],
+    profile_tunnels: &[String],
+) -> Result<(), SpecError> {
+    if let Some(r) = spec
+        .rule_sets
+        .iter()
+        .find(|r| !profile_rule_sets.contains(r))
+    {
+        return Err(SpecError::Field {
+            field: "rule_sets",
+            expected: format!(
+                "rule sets allowed by profile `{}` ({}); `{r}` is not",
+                spec.profile,
+                profile_rule_sets.join(", ")
+            ),
+        });
+    }
+    if let Some(t) = spec
+        .tunnel_hosts
+        .iter()
+        .find(|t| !profile_tunnels.contains(t))
+    {
+        return Err(SpecError::Field {
+            field: "tunnel_hosts",
+            expected: format!(
+                "tunnels allowed by profile `{}` ({}); `{t}` is not",
+                spec.profile,
+                profile_tunnels.join(", ")
+            ),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,7 +259,7 @@ mod tests {
             (|r| r.ticket = "tkt_../x".into(), "ticket"),
             (|r| r.team = "../etc".into(), "team"),
             (|r| r.team = ".hidden".into(), "team"),
-            (|r| r.profile = "a/b".into(), "profile"),
+            (|r| r.profile = "a/../b".into(), "profile"),
             (|r| r.rule_sets = vec!["a b".into()], "rule_sets"),
             (|r| r.task = " ".into(), "task"),
             (|r| r.task = "x".repeat(101), "task"),
@@ -234,6 +275,33 @@ mod tests {
                 Ok(_) => panic!("accepted a bad `{want}`"),
             }
         }
+    }
+
+    #[test]
+    fn scope_is_bounded_by_the_profile() {
+        let mut spec = base().validate(&limits()).unwrap();
+        let allowed = vec!["github".to_owned(), "model-api".to_owned()];
+        let tunnels = vec!["registry.npmjs.org:443".to_owned()];
+        assert_eq!(check_scope(&spec, &allowed, &tunnels), Ok(()));
+        spec.tunnel_hosts = vec!["registry.npmjs.org:443".into()];
+        assert_eq!(check_scope(&spec, &allowed, &tunnels), Ok(()));
+        spec.tunnel_hosts = vec!["evil.example:443".into()];
+        assert!(matches!(
+            check_scope(&spec, &allowed, &tunnels),
+            Err(SpecError::Field {
+                field: "tunnel_hosts",
+                ..
+            })
+        ));
+        spec.tunnel_hosts.clear();
+        spec.rule_sets = vec!["github".into(), "feishu-admin".into()];
+        assert!(matches!(
+            check_scope(&spec, &allowed, &tunnels),
+            Err(SpecError::Field {
+                field: "rule_sets",
+                ..
+            })
+        ));
     }
 
     #[test]

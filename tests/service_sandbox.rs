@@ -9,61 +9,12 @@ use gatehouse_supervisor::jobs::http::HttpMethod as Method;
 use serde_json::{json, Value};
 use service_support::*;
 
-/// Whether this machine can build a sandbox; says so loudly when not.
-fn sandbox_available() -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(gatehouse())
-        .args(["sandbox", "run", "--profile", "default", "--workdir"])
-        .arg(dir.path())
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        eprintln!(
-            "SKIPPING: this machine cannot build a sandbox ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    out.status.success()
-}
-
 fn sandboxed(proxy_admin: Option<&FakeProxyAdmin>) -> Service {
     Service::start(Options {
         unsandboxed: false,
         proxy_admin: proxy_admin.map(|a| a.socket.clone()),
         ..Options::default()
     })
-}
-
-/// Host processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<i32> {
-    let mut found = vec![];
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(marker) && alive(pid) && pid != std::process::id() as i32 {
-            found.push(pid);
-        }
-    }
-    found
-}
-
-fn mount_count() -> usize {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .count()
-}
-
-/// A `sleep` whose argument is unique to this test run, to find leftovers.
-fn marker_sleep(tag: u32) -> String {
-    format!("{}{:03}", 9000 + std::process::id() % 1000, tag)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -411,3 +411,52 @@ impl Drop for FakeProxyAdmin {
         self.task.abort();
     }
 }
+
+/// Whether this machine can build a sandbox; says so loudly when not.
+pub fn sandbox_available() -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(gatehouse())
+        .args(["sandbox", "run", "--profile", "default", "--workdir"])
+        .arg(dir.path())
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        eprintln!(
+            "SKIPPING: this machine cannot build a sandbox ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out.status.success()
+}
+
+/// Host processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    let mut found = vec![];
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(marker) && alive(pid) && pid != std::process::id() as i32 {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+pub fn mount_count() -> usize {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .count()
+}
+
+/// A `sleep` whose argument is unique to this test run, to find leftovers.
+pub fn marker_sleep(tag: u32) -> String {
+    format!("{}{:03}", 9000 + std::process::id() % 1000, tag)
+}

@@ -1,1 +1,32 @@
-//! placeholder
+//! Local emulators of GitHub and Feishu over TLS on loopback, for tests,
+//! benchmarks and the demo.
+//!
+//! ```text
+//! client (curl, git, gh, the proxy) ──TLS──► server (hyper, one thread + runtime per emulator)
+//!     │                                        │ dispatch on Host / path
+//!     │                                        ├─► REST + GraphQL ─► in-memory model (pure handlers)
+//!     │                                        ├─► git smart HTTP ─► `git http-backend` on a bare repo (streamed)
+//!     │                                        └─► Feishu open API ─► tokens + messages
+//!     └── trusts the emulator's own test CA (generated in memory at start)
+//! ```
+//!
+//! Every request is recorded ([`RecordedRequest`]) with its headers,
+//! including `Authorization`, so tests can prove which credential a proxy
+//! injected. Only configured tokens are accepted. Handlers are plain
+//! functions over the model; I/O (sockets, the git child process, the clock)
+//! stays at the edges.
+#![forbid(unsafe_code)]
+
+pub mod ca;
+pub mod github;
+pub mod record;
+mod server;
+mod time;
+
+pub use ca::{CaError, TestCa};
+pub use github::{
+    Comment, CommentKind, GithubEmulator, GithubError, GithubHandle, GithubOptions, GithubToken,
+    RepoSpec,
+};
+pub use record::RecordedRequest;
+pub use server::ServeError;

@@ -1,0 +1,257 @@
+//! git smart HTTP through the real `git http-backend` CGI.
+//!
+//! Request bodies stream into the backend's stdin and its stdout streams back
+//! as the response body, so pushes and clones of any size pass without being
+//! held in memory. `Content-Encoding: gzip` is left to http-backend, which
+//! inflates request bodies itself when `HTTP_CONTENT_ENCODING` says so.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Response, StatusCode};
+use http_body_util::{BodyExt, Channel};
+use hyper::body::Incoming;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use crate::server::Body;
+
+/// The three smart-HTTP endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GitEndpoint {
+    InfoRefs,
+    UploadPack,
+    ReceivePack,
+}
+
+/// A parsed git smart-HTTP path: `/{owner}/{repo}[.git]/{endpoint}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GitPath {
+    pub owner: String,
+    pub name: String,
+    pub endpoint: GitEndpoint,
+}
+
+/// Recognise a smart-HTTP path; GitHub accepts the repository with or
+/// without the `.git` suffix.
+pub(crate) fn git_path(path: &str) -> Option<GitPath> {
+    let segments: Vec<&str> = path.strip_prefix('/')?.split('/').collect();
+    let (owner, repo, endpoint) = match segments.as_slice() {
+        [owner, repo, "info", "refs"] => (*owner, *repo, GitEndpoint::InfoRefs),
+        [owner, repo, "git-upload-pack"] => (*owner, *repo, GitEndpoint::UploadPack),
+        [owner, repo, "git-receive-pack"] => (*owner, *repo, GitEndpoint::ReceivePack),
+        _ => return None,
+    };
+    let name = repo.strip_suffix(".git").unwrap_or(repo);
+    if !super::rest::valid_name(owner) || !super::rest::valid_name(name) {
+        return None;
+    }
+    Some(GitPath {
+        owner: owner.to_owned(),
+        name: name.to_owned(),
+        endpoint,
+    })
+}
+
+/// What the CGI needs besides the body.
+pub(crate) struct CgiRequest<'a> {
+    pub project_root: &'a Path,
+    /// `/{owner}/{name}.git/...` with the stored spelling of owner and name.
+    pub path_info: String,
+    pub method: &'a str,
+    pub query: &'a str,
+    pub headers: &'a http::HeaderMap,
+    pub remote_user: &'a str,
+}
+
+/// Failure talking to `git http-backend`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GitError {
+    /// The backend could not be started or its output could not be read.
+    #[error("git http-backend: {0}")]
+    Io(#[from] std::io::Error),
+    /// The backend's CGI header block was malformed.
+    #[error("git http-backend answered a malformed CGI header: {0}")]
+    BadCgiHeader(String),
+}
+
+/// Largest CGI header block accepted from the backend.
+const MAX_CGI_HEADER: usize = 64 * 1024;
+
+/// Run `git http-backend` for one request and stream its answer.
+pub(crate) async fn serve(
+    request: CgiRequest<'_>,
+    body: Incoming,
+) -> Result<Response<Body>, GitError> {
+    let header = |name: &str| {
+        request
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let mut command = tokio::process::Command::new("git");
+    command
+        .arg("http-backend")
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("GIT_PROJECT_ROOT", request.project_root)
+        .env("GIT_HTTP_EXPORT_ALL", "1")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", request.project_root)
+        // Pushing needs http.receivepack; the bare repositories are ours.
+        .env("GIT_CONFIG_COUNT", "2")
+        .env("GIT_CONFIG_KEY_0", "http.receivepack")
+        .env("GIT_CONFIG_VALUE_0", "true")
+        .env("GIT_CONFIG_KEY_1", "safe.directory")
+        .env("GIT_CONFIG_VALUE_1", "*")
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("SERVER_PROTOCOL", "HTTP/1.1")
+        .env("REQUEST_METHOD", request.method)
+        .env("PATH_INFO", &request.path_info)
+        .env("QUERY_STRING", request.query)
+        .env("REMOTE_USER", request.remote_user)
+        .env("REMOTE_ADDR", "127.0.0.1");
+    for (var, name) in [
+        ("CONTENT_TYPE", "content-type"),
+        ("CONTENT_LENGTH", "content-length"),
+        ("HTTP_CONTENT_ENCODING", "content-encoding"),
+        ("HTTP_GIT_PROTOCOL", "git-protocol"),
+    ] {
+        if let Some(value) = header(name) {
+            command.env(var, value);
+        }
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(GitError::Io(std::io::Error::other("child pipes missing")));
+    };
+
+    // Request body → stdin, frame by frame.
+    tokio::spawn(async move {
+        let mut body = body;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { break };
+            if let Ok(data) = frame.into_data() {
+                if stdin.write_all(&data).await.is_err() {
+                    break;
+                }
+            }
+        }
+        let _ = stdin.shutdown().await;
+    });
+    tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        if !text.trim().is_empty() {
+            tracing::debug!(stderr = %text.trim(), "git http-backend");
+        }
+    });
+
+    let mut stdout = BufReader::with_capacity(64 * 1024, stdout);
+    let mut builder = Response::builder();
+    let mut status = StatusCode::OK;
+    let mut header_bytes = 0;
+    loop {
+        let mut line = String::new();
+        let read = stdout.read_line(&mut line).await?;
+        header_bytes += read;
+        if read == 0 || header_bytes > MAX_CGI_HEADER {
+            return Err(GitError::BadCgiHeader("no end of headers".into()));
+        }
+        let line = line.trim_end_matches(['\r', '\n']);
+        if line.is_empty() {
+            break;
+        }
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| GitError::BadCgiHeader(line.to_owned()))?;
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("status") {
+            let code = value.split(' ').next().unwrap_or("");
+            status = code
+                .parse::<u16>()
+                .ok()
+                .and_then(|c| StatusCode::from_u16(c).ok())
+                .ok_or_else(|| GitError::BadCgiHeader(line.to_owned()))?;
+        } else {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| GitError::BadCgiHeader(line.to_owned()))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|_| GitError::BadCgiHeader(line.to_owned()))?;
+            builder = builder.header(name, value);
+        }
+    }
+
+    // Rest of stdout → response body; the child is reaped when it ends.
+    let (mut sender, channel) = Channel::<Bytes, std::io::Error>::new(4);
+    tokio::spawn(async move {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            match stdout.read(&mut buffer).await {
+                Ok(0) => break,
+                Ok(n) => {
+                    if sender
+                        .send_data(Bytes::copy_from_slice(&buffer[..n]))
+                        .await
+                        .is_err()
+                    {
+                        // The client went away: dropping the child kills it.
+                        return;
+                    }
+                }
+                Err(error) => {
+                    sender.abort(error);
+                    return;
+                }
+            }
+        }
+        let _ = child.wait().await;
+    });
+    builder
+        .status(status)
+        .body(channel.boxed())
+        .map_err(|e| GitError::BadCgiHeader(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_smart_http_paths() {
+        let p = |owner: &str, name: &str, endpoint| {
+            Some(GitPath {
+                owner: owner.into(),
+                name: name.into(),
+                endpoint,
+            })
+        };
+        for (path, expected) in [
+            ("/o/r.git/info/refs", p("o", "r", GitEndpoint::InfoRefs)),
+            ("/o/r/info/refs", p("o", "r", GitEndpoint::InfoRefs)),
+            (
+                "/o/r.git/git-upload-pack",
+                p("o", "r", GitEndpoint::UploadPack),
+            ),
+            (
+                "/o/r.git/git-receive-pack",
+                p("o", "r", GitEndpoint::ReceivePack),
+            ),
+            ("/o/r.git/objects/info/packs", None),
+            ("/o/../info/refs", None),
+            ("/o/.git/info/refs", None),
+            ("/repos/o/r", None),
+            ("/o/r.git/info/refs/", None),
+        ] {
+            assert_eq!(git_path(path), expected, "{path}");
+        }
+    }
+}

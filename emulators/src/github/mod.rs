@@ -1,0 +1,917 @@
+//! The GitHub emulator: REST, GraphQL and git smart HTTP on one listener.
+//!
+//! Requests are dispatched on `Host` (`api.github.com` → REST and GraphQL,
+//! `github.com` → git), or on the path when the Host is an IP literal or
+//! `localhost`. Every request must carry one of the configured tokens
+//! (REST: `token …`/`Bearer …`; git: Basic with the token as password), so a
+//! test can prove which credential a proxy injected; everything received is
+//! recorded.
+
+mod git;
+mod model;
+mod rest;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{Method, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::Request;
+use serde_json::Value;
+
+pub use model::{Comment, CommentKind};
+
+use crate::ca::{CaError, TestCa};
+use crate::record::{lock, record_head, RecordedRequest, Recorder, BODY_RECORD_LIMIT};
+use crate::server::{full_body, Body, Handler, HandlerFuture, ServeError, Server};
+use crate::time::unix_now;
+use model::{Job, Model, PullInfo};
+
+/// Largest REST or GraphQL body accepted (git bodies stream and have no limit).
+const MAX_API_BODY: usize = 16 * 1024 * 1024;
+
+/// Failure to start or drive the GitHub emulator.
+#[derive(Debug, thiserror::Error)]
+pub enum GithubError {
+    /// The test CA or TLS configuration could not be built.
+    #[error(transparent)]
+    Ca(#[from] CaError),
+    /// The listener or its runtime could not be started.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// An option is invalid.
+    #[error("invalid GitHub emulator option {option}: {problem}")]
+    Option {
+        /// Which option.
+        option: String,
+        /// What is wrong and what was expected.
+        problem: String,
+    },
+    /// Creating or seeding a bare repository failed.
+    #[error("preparing the bare repository {repo} failed: {detail}")]
+    Repository {
+        /// `owner/name`.
+        repo: String,
+        /// What git said.
+        detail: String,
+    },
+    /// A seeding call named something the model does not have.
+    #[error("{0} not found in the GitHub emulator")]
+    NotFound(String),
+}
+
+/// A token the emulator accepts, and the login it authenticates as.
+#[derive(Clone)]
+pub struct GithubToken {
+    /// The token value, as a client would send it.
+    pub token: String,
+    /// The login calls made with it act as, e.g. `gatehouse-test[bot]`.
+    pub login: String,
+}
+
+impl std::fmt::Debug for GithubToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GithubToken")
+            .field("login", &self.login)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A repository to create at start: a bare repository on disk plus its REST view.
+#[derive(Debug, Clone)]
+pub struct RepoSpec {
+    /// Owner login.
+    pub owner: String,
+    /// Repository name.
+    pub name: String,
+    /// The branch the first commit goes to.
+    pub default_branch: String,
+    /// Files of the first commit (path, content); none means an empty repository.
+    pub files: Vec<(String, String)>,
+}
+
+impl RepoSpec {
+    /// `owner/name` on `main` with one `README.md`.
+    pub fn new(owner: &str, name: &str) -> Self {
+        Self {
+            owner: owner.to_owned(),
+            name: name.to_owned(),
+            default_branch: "main".to_owned(),
+            files: vec![("README.md".to_owned(), format!("# {name}\n"))],
+        }
+    }
+}
+
+/// How to start a [`GithubEmulator`].
+#[derive(Debug, Clone)]
+pub struct GithubOptions {
+    /// Where bare repositories live: `{root_dir}/{owner}/{name}.git`.
+    pub root_dir: PathBuf,
+    /// The only credentials accepted.
+    pub tokens: Vec<GithubToken>,
+    /// Repositories created at start.
+    pub repos: Vec<RepoSpec>,
+    /// Listening address; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Base URL job-log redirects point at; GitHub uses a storage host.
+    pub logs_base_url: String,
+    /// Server runtime threads.
+    pub worker_threads: usize,
+}
+
+impl GithubOptions {
+    /// Defaults: loopback, a free port, no tokens, no repositories.
+    pub fn new(root_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            root_dir: root_dir.into(),
+            tokens: Vec::new(),
+            repos: Vec::new(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            logs_base_url: "https://pipelines.actions.githubusercontent.com".to_owned(),
+            worker_threads: 2,
+        }
+    }
+
+    /// Accept `token`, acting as `login`.
+    pub fn token(mut self, token: &str, login: &str) -> Self {
+        self.tokens.push(GithubToken {
+            token: token.to_owned(),
+            login: login.to_owned(),
+        });
+        self
+    }
+
+    /// Create `repo` at start.
+    pub fn repo(mut self, repo: RepoSpec) -> Self {
+        self.repos.push(repo);
+        self
+    }
+}
+
+/// Entry point: `GithubEmulator::start(options)`.
+#[derive(Debug)]
+pub struct GithubEmulator;
+
+impl GithubEmulator {
+    /// Create the repositories, generate the CA and start serving.
+    pub fn start(options: GithubOptions) -> Result<GithubHandle, GithubError> {
+        let mut model = Model::new();
+        for repo in &options.repos {
+            if !rest::valid_name(&repo.owner) || !rest::valid_name(&repo.name) {
+                return Err(GithubError::Option {
+                    option: "repos".into(),
+                    problem: format!(
+                        "`{}/{}` is not a valid owner/name (letters, digits, `-`, `_`, `.`)",
+                        repo.owner, repo.name
+                    ),
+                });
+            }
+            if model.repo(&repo.owner, &repo.name).is_some() {
+                return Err(GithubError::Option {
+                    option: "repos".into(),
+                    problem: format!("`{}/{}` is listed twice", repo.owner, repo.name),
+                });
+            }
+            create_bare_repo(&options.root_dir, repo)?;
+            model.add_repo(&repo.owner, &repo.name, &repo.default_branch);
+        }
+        let ca = TestCa::generate()?;
+        let state = Arc::new(GithubState {
+            model: Mutex::new(model),
+            recorder: Recorder::default(),
+            tokens: options.tokens,
+            root_dir: options.root_dir,
+            logs_base_url: options.logs_base_url.trim_end_matches('/').to_owned(),
+            logs_signature: random_hex(16),
+        });
+        let server = Server::start(
+            options.listen,
+            ca.server_config()?,
+            state.clone(),
+            options.worker_threads,
+        )?;
+        Ok(GithubHandle { server, state, ca })
+    }
+}
+
+/// A running GitHub emulator; dropping it stops it.
+pub struct GithubHandle {
+    server: Server,
+    state: Arc<GithubState>,
+    ca: TestCa,
+}
+
+impl std::fmt::Debug for GithubHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GithubHandle")
+            .field("addr", &self.addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl GithubHandle {
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("https://{}", self.addr())
+    }
+
+    /// The test CA certificate (PEM) clients must trust.
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
+
+    /// Write the test CA certificate (PEM) to `path`.
+    pub fn write_ca_pem(&self, path: &Path) -> Result<(), GithubError> {
+        Ok(self.ca.write_cert_pem(path)?)
+    }
+
+    /// Everything received so far, in order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.state.recorder.snapshot()
+    }
+
+    /// Forget the recorded requests.
+    pub fn clear_requests(&self) {
+        self.state.recorder.clear();
+    }
+
+    /// Every issue and review comment, seeded or created, in creation order.
+    pub fn comments(&self) -> Vec<Comment> {
+        lock(&self.state.model)
+            .comments
+            .iter()
+            .map(|c| c.comment.clone())
+            .collect()
+    }
+
+    /// The bare repository of `owner/name`.
+    pub fn repo_git_dir(&self, full_name: &str) -> Result<PathBuf, GithubError> {
+        let (owner, name) = self.state.repo_names(full_name)?;
+        Ok(self.state.root_dir.join(owner).join(format!("{name}.git")))
+    }
+
+    /// Open an issue in `owner/name`; returns its number.
+    pub fn add_issue(
+        &self,
+        full_name: &str,
+        title: &str,
+        body: &str,
+        author: &str,
+    ) -> Result<u64, GithubError> {
+        let mut model = lock(&self.state.model);
+        let repo_id = repo_id_of(&model, full_name)?;
+        Ok(model.add_issue(repo_id, title, body, author, None, unix_now()))
+    }
+
+    /// Open a pull request from `head` (which must exist in the bare
+    /// repository) into `base`; returns its number.
+    pub fn add_pull(
+        &self,
+        full_name: &str,
+        title: &str,
+        head: &str,
+        base: &str,
+        author: &str,
+    ) -> Result<u64, GithubError> {
+        let git_dir = self.repo_git_dir(full_name)?;
+        let head_sha = rev_parse_blocking(&git_dir, head)
+            .ok_or_else(|| GithubError::NotFound(format!("branch {head} of {full_name}")))?;
+        let mut model = lock(&self.state.model);
+        let repo_id = repo_id_of(&model, full_name)?;
+        let pull = PullInfo {
+            head: head.to_owned(),
+            head_sha,
+            base: base.to_owned(),
+            draft: false,
+            merged: false,
+            requested_reviewers: Vec::new(),
+        };
+        Ok(model.add_issue(repo_id, title, "", author, Some(pull), unix_now()))
+    }
+
+    /// Add a comment to issue or pull request `number` as `author`; returns its id.
+    pub fn add_issue_comment(
+        &self,
+        full_name: &str,
+        number: u64,
+        body: &str,
+        author: &str,
+    ) -> Result<u64, GithubError> {
+        let mut model = lock(&self.state.model);
+        let repo_id = repo_id_of(&model, full_name)?;
+        model
+            .issue(repo_id, number)
+            .ok_or_else(|| GithubError::NotFound(format!("issue {full_name}#{number}")))?;
+        Ok(model.add_comment(
+            CommentKind::Issue,
+            repo_id,
+            number,
+            body,
+            author,
+            None,
+            None,
+            None,
+            None,
+            unix_now(),
+        ))
+    }
+
+    /// Add a top-level review comment on `path:line` of pull request `number`.
+    pub fn add_review_comment(
+        &self,
+        full_name: &str,
+        number: u64,
+        path: &str,
+        line: u64,
+        body: &str,
+        author: &str,
+    ) -> Result<u64, GithubError> {
+        let mut model = lock(&self.state.model);
+        let repo_id = repo_id_of(&model, full_name)?;
+        let head_sha = model
+            .issue(repo_id, number)
+            .and_then(|i| i.pull.as_ref())
+            .map(|p| p.head_sha.clone())
+            .ok_or_else(|| GithubError::NotFound(format!("pull {full_name}#{number}")))?;
+        Ok(model.add_comment(
+            CommentKind::Review,
+            repo_id,
+            number,
+            body,
+            author,
+            None,
+            Some(path.to_owned()),
+            Some(line),
+            Some(head_sha),
+            unix_now(),
+        ))
+    }
+
+    /// Record a finished Actions run with one job (also visible as a check
+    /// run on `head_sha`) whose log is `logs`; returns `(run_id, job_id)`.
+    pub fn add_job(
+        &self,
+        full_name: &str,
+        name: &str,
+        head_sha: &str,
+        conclusion: &str,
+        logs: &str,
+    ) -> Result<(u64, u64), GithubError> {
+        let mut model = lock(&self.state.model);
+        let repo_id = repo_id_of(&model, full_name)?;
+        let run_id = model.fresh_id();
+        let id = model.fresh_id();
+        model.jobs.push(Job {
+            id,
+            run_id,
+            repo_id,
+            name: name.to_owned(),
+            head_sha: head_sha.to_owned(),
+            conclusion: conclusion.to_owned(),
+            logs: logs.to_owned(),
+            created_at: unix_now(),
+        });
+        Ok((run_id, id))
+    }
+
+    /// Stop serving: cut connections, end git child processes, join the thread.
+    pub fn shutdown(mut self) {
+        self.server.shutdown();
+    }
+}
+
+fn repo_id_of(model: &Model, full_name: &str) -> Result<u64, GithubError> {
+    let (owner, name) = full_name
+        .split_once('/')
+        .ok_or_else(|| GithubError::NotFound(format!("repository {full_name}")))?;
+    model
+        .repo(owner, name)
+        .map(|r| r.id)
+        .ok_or_else(|| GithubError::NotFound(format!("repository {full_name}")))
+}
+
+// === impl GithubState ===
+
+struct GithubState {
+    model: Mutex<Model>,
+    recorder: Recorder,
+    tokens: Vec<GithubToken>,
+    root_dir: PathBuf,
+    logs_base_url: String,
+    logs_signature: String,
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    Rest,
+    Git(git::GitPath),
+    JobLogs,
+}
+
+/// Dispatch on Host, falling back to the path for IP literals and localhost.
+fn classify(host: Option<&str>, path: &str) -> Target {
+    if path.starts_with("/_logs/") {
+        return Target::JobLogs;
+    }
+    match host {
+        Some("api.github.com" | "uploads.github.com") => Target::Rest,
+        _ => match git::git_path(path) {
+            Some(git_path) => Target::Git(git_path),
+            None => Target::Rest,
+        },
+    }
+}
+
+/// A parsed `Authorization` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Credential {
+    /// `token X` or `Bearer X`.
+    Token(String),
+    /// `Basic base64(user:password)`.
+    Basic { user: String, password: String },
+}
+
+fn parse_authorization(value: &str) -> Option<Credential> {
+    let (scheme, rest) = value.trim().split_once(' ')?;
+    let rest = rest.trim();
+    if scheme.eq_ignore_ascii_case("token") || scheme.eq_ignore_ascii_case("bearer") {
+        return (!rest.is_empty()).then(|| Credential::Token(rest.to_owned()));
+    }
+    if scheme.eq_ignore_ascii_case("basic") {
+        use base64::Engine as _;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(rest)
+            .ok()?;
+        let text = String::from_utf8(decoded).ok()?;
+        let (user, password) = text.split_once(':')?;
+        return Some(Credential::Basic {
+            user: user.to_owned(),
+            password: password.to_owned(),
+        });
+    }
+    None
+}
+
+impl GithubState {
+    fn login_for(&self, token: &str) -> Option<&str> {
+        self.tokens
+            .iter()
+            .find(|t| t.token == token)
+            .map(|t| t.login.as_str())
+    }
+
+    fn repo_names(&self, full_name: &str) -> Result<(String, String), GithubError> {
+        let model = lock(&self.model);
+        let id = repo_id_of(&model, full_name)?;
+        let repo = model
+            .repo_by_id(id)
+            .ok_or_else(|| GithubError::NotFound(format!("repository {full_name}")))?;
+        Ok((repo.owner.clone(), repo.name.clone()))
+    }
+
+    async fn dispatch(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        let (parts, body) = request.into_parts();
+        let mut record = record_head(&parts);
+        let target = classify(record.host.as_deref(), &record.path);
+        let credential = parts
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_authorization);
+        let response = match target {
+            Target::JobLogs => self.job_logs(&record),
+            Target::Git(git_path) => {
+                let user = match credential {
+                    Some(Credential::Basic { user, password })
+                        if self.login_for(&password).is_some() =>
+                    {
+                        Some(user)
+                    }
+                    _ => None,
+                };
+                match user {
+                    None => git_unauthorized(),
+                    Some(user) => self.git(&parts, &git_path, &user, body).await,
+                }
+            }
+            Target::Rest => {
+                let login = match &credential {
+                    Some(Credential::Token(token)) => self.login_for(token),
+                    Some(Credential::Basic { password, .. }) => self.login_for(password),
+                    None => None,
+                }
+                .map(str::to_owned);
+                let bytes = match Limited::new(body, MAX_API_BODY).collect().await {
+                    Ok(collected) => collected.to_bytes(),
+                    Err(_) => {
+                        let reply = rest::Reply::error(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            "Request body too large",
+                        );
+                        return self.finish(record, reply);
+                    }
+                };
+                record.body_truncated = bytes.len() > BODY_RECORD_LIMIT;
+                record.body = bytes[..bytes.len().min(BODY_RECORD_LIMIT)].to_vec();
+                let reply = match login {
+                    None if credential.is_none() => {
+                        rest::Reply::error(StatusCode::UNAUTHORIZED, "Requires authentication")
+                    }
+                    None => rest::Reply::error(StatusCode::UNAUTHORIZED, "Bad credentials"),
+                    Some(login) => self.rest(&parts, &bytes, &login).await,
+                };
+                return self.finish(record, reply);
+            }
+        };
+        record.status = response.status().as_u16();
+        self.recorder.push(record);
+        response
+    }
+
+    /// Record a REST reply and turn it into a response.
+    fn finish(&self, mut record: RecordedRequest, reply: rest::Reply) -> Response<Body> {
+        record.status = reply.status.as_u16();
+        record.created_id = reply.created_id.clone();
+        self.recorder.push(record);
+        let mut builder = Response::builder()
+            .status(reply.status)
+            .header("x-github-media-type", "github.v3; format=json")
+            .header("x-ratelimit-limit", "5000")
+            .header("x-ratelimit-remaining", "4999")
+            .header("x-ratelimit-used", "1")
+            .header("x-ratelimit-resource", "core")
+            .header("x-ratelimit-reset", (unix_now() + 3600).to_string());
+        if let Some(location) = &reply.location {
+            builder = builder.header(http::header::LOCATION, location);
+        }
+        let body = if reply.body.is_null() {
+            Bytes::new()
+        } else {
+            builder = builder.header(
+                http::header::CONTENT_TYPE,
+                "application/json; charset=utf-8",
+            );
+            Bytes::from(reply.body.to_string())
+        };
+        builder
+            .body(full_body(body))
+            .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "response build failed"))
+    }
+
+    async fn rest(&self, parts: &http::request::Parts, body: &[u8], login: &str) -> rest::Reply {
+        let path = parts.uri.path();
+        // `/repositories/{id}/…` is GitHub's alias of `/repos/{owner}/{repo}/…`.
+        let aliased;
+        let path = match rest::repository_alias(path) {
+            Some((id, tail)) => {
+                let model = lock(&self.model);
+                let Some(repo) = model.repo_by_id(id) else {
+                    return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
+                };
+                aliased = format!("/repos/{}/{}{tail}", repo.owner, repo.name);
+                aliased.as_str()
+            }
+            None => path,
+        };
+        let Some(route) = rest::route(path) else {
+            return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
+        };
+        if route == rest::Route::Graphql {
+            return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
+        }
+        let query = parse_query(parts.uri.query().unwrap_or(""));
+        // Opening a pull request needs the head branch's commit from disk.
+        let head_sha = match (&route, &parts.method) {
+            (rest::Route::Pulls(repo), &Method::POST) => {
+                let head = serde_json::from_slice::<Value>(body)
+                    .ok()
+                    .and_then(|v| v.get("head").and_then(Value::as_str).map(str::to_owned));
+                match (
+                    head,
+                    self.repo_names(&format!("{}/{}", repo.owner, repo.name)),
+                ) {
+                    (Some(head), Ok((owner, name))) => {
+                        let branch = head.rsplit(':').next().unwrap_or(&head).to_owned();
+                        let git_dir = self.root_dir.join(owner).join(format!("{name}.git"));
+                        tokio::task::spawn_blocking(move || rev_parse_blocking(&git_dir, &branch))
+                            .await
+                            .ok()
+                            .flatten()
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let mut model = lock(&self.model);
+        rest::handle(
+            &mut model,
+            rest::RestCall {
+                method: &parts.method,
+                route,
+                query: &query,
+                body,
+                login,
+                now: unix_now(),
+                head_sha,
+                logs_base_url: &self.logs_base_url,
+                logs_signature: &self.logs_signature,
+            },
+        )
+    }
+
+    fn job_logs(&self, record: &RecordedRequest) -> Response<Body> {
+        let job_id = record
+            .path
+            .strip_prefix("/_logs/jobs/")
+            .and_then(|id| id.parse::<u64>().ok());
+        let query = parse_query(record.query.as_deref().unwrap_or(""));
+        let sig = query
+            .iter()
+            .find(|(k, _)| k == "sig")
+            .map(|(_, v)| v.as_str());
+        let Some(job_id) = job_id else {
+            return plain(StatusCode::NOT_FOUND, "BlobNotFound");
+        };
+        if sig != Some(rest::log_signature(&self.logs_signature, job_id).as_str()) {
+            return plain(StatusCode::FORBIDDEN, "AuthenticationFailed");
+        }
+        let model = lock(&self.model);
+        match model.jobs.iter().find(|j| j.id == job_id) {
+            Some(job) => plain(StatusCode::OK, &job.logs),
+            None => plain(StatusCode::NOT_FOUND, "BlobNotFound"),
+        }
+    }
+
+    async fn git(
+        &self,
+        parts: &http::request::Parts,
+        git_path: &git::GitPath,
+        user: &str,
+        body: Incoming,
+    ) -> Response<Body> {
+        let Ok((owner, name)) = self.repo_names(&format!("{}/{}", git_path.owner, git_path.name))
+        else {
+            return plain(StatusCode::NOT_FOUND, "Repository not found.");
+        };
+        let endpoint = match git_path.endpoint {
+            git::GitEndpoint::InfoRefs => "info/refs",
+            git::GitEndpoint::UploadPack => "git-upload-pack",
+            git::GitEndpoint::ReceivePack => "git-receive-pack",
+        };
+        let request = git::CgiRequest {
+            project_root: &self.root_dir,
+            path_info: format!("/{owner}/{name}.git/{endpoint}"),
+            method: parts.method.as_str(),
+            query: parts.uri.query().unwrap_or(""),
+            headers: &parts.headers,
+            remote_user: user,
+        };
+        match git::serve(request, body).await {
+            Ok(response) => response,
+            Err(error) => {
+                tracing::warn!(%error, "git http-backend failed");
+                plain(StatusCode::INTERNAL_SERVER_ERROR, "git http-backend failed")
+            }
+        }
+    }
+}
+
+impl Handler for GithubState {
+    fn handle(self: Arc<Self>, request: Request<Incoming>) -> HandlerFuture {
+        Box::pin(self.dispatch(request))
+    }
+}
+
+/// GitHub's answer to git without valid credentials.
+fn git_unauthorized() -> Response<Body> {
+    let mut response = plain(StatusCode::UNAUTHORIZED, "Invalid username or token.");
+    response.headers_mut().insert(
+        http::header::WWW_AUTHENTICATE,
+        http::HeaderValue::from_static("Basic realm=\"GitHub\""),
+    );
+    response
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Body> {
+    let mut response = Response::new(full_body(Bytes::from(text.to_owned())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// `a=1&b=x%20y` → `[("a","1"),("b","x y")]`.
+pub(crate) fn parse_query(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(key), percent_decode(value))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let hex_value = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match (hex_value(bytes[i + 1]), hex_value(bytes[i + 2])) {
+                    (Some(high), Some(low)) => {
+                        out.push(high << 4 | low);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut buffer = vec![0u8; bytes];
+    // ring is already the TLS provider; use its system RNG.
+    let _ = ring_fill(&mut buffer);
+    hex::encode(buffer)
+}
+
+fn ring_fill(buffer: &mut [u8]) -> Result<(), rustls::Error> {
+    use rustls::crypto::ring::default_provider;
+    default_provider()
+        .secure_random
+        .fill(buffer)
+        .map_err(|_| rustls::Error::FailedToGetRandomBytes)
+}
+
+/// The commit `branch` points at in `git_dir`, if the branch exists.
+fn rev_parse_blocking(git_dir: &Path, branch: &str) -> Option<String> {
+    if branch.starts_with('-') {
+        return None;
+    }
+    let output = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(["rev-parse", "--verify", "--quiet"])
+        .arg(format!("refs/heads/{branch}^{{commit}}"))
+        .output()
+        .ok()?;
+    let sha = String::from_utf8(output.stdout).ok()?.trim().to_owned();
+    (output.status.success() && !sha.is_empty()).then_some(sha)
+}
+
+/// `git init --bare` plus, if the spec has files, one commit on the default
+/// branch written with plumbing (no work tree needed).
+fn create_bare_repo(root: &Path, spec: &RepoSpec) -> Result<(), GithubError> {
+    let full_name = format!("{}/{}", spec.owner, spec.name);
+    let fail = |detail: String| GithubError::Repository {
+        repo: full_name.clone(),
+        detail,
+    };
+    let git_dir = root.join(&spec.owner).join(format!("{}.git", spec.name));
+    std::fs::create_dir_all(&git_dir).map_err(|e| fail(format!("{}: {e}", git_dir.display())))?;
+    let index = git_dir.join("gatehouse-seed-index");
+    let run = |args: &[&str], input: Option<&str>| -> Result<String, GithubError> {
+        use std::io::Write as _;
+        let mut command = std::process::Command::new("git");
+        command
+            .arg("--git-dir")
+            .arg(&git_dir)
+            .args(args)
+            .env("GIT_INDEX_FILE", &index)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "gatehouse emulator")
+            .env("GIT_AUTHOR_EMAIL", "emulator@example.invalid")
+            .env("GIT_COMMITTER_NAME", "gatehouse emulator")
+            .env("GIT_COMMITTER_EMAIL", "emulator@example.invalid")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = command
+            .spawn()
+            .map_err(|e| fail(format!("running git: {e}")))?;
+        if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+            stdin
+                .write_all(text.as_bytes())
+                .map_err(|e| fail(format!("writing to git: {e}")))?;
+        }
+        let output = child
+            .wait_with_output()
+            .map_err(|e| fail(format!("running git: {e}")))?;
+        if !output.status.success() {
+            return Err(fail(format!(
+                "git {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    };
+    let head = format!("--initial-branch={}", spec.default_branch);
+    run(&["init", "--quiet", "--bare", &head], None)?;
+    run(&["config", "http.receivepack", "true"], None)?;
+    if spec.files.is_empty() {
+        return Ok(());
+    }
+    for (path, content) in &spec.files {
+        let blob = run(&["hash-object", "-w", "--stdin"], Some(content))?;
+        let cacheinfo = format!("100644,{blob},{path}");
+        run(&["update-index", "--add", "--cacheinfo", &cacheinfo], None)?;
+    }
+    let tree = run(&["write-tree"], None)?;
+    let commit = run(&["commit-tree", &tree, "-m", "Initial commit"], None)?;
+    let branch = format!("refs/heads/{}", spec.default_branch);
+    run(&["update-ref", &branch, &commit], None)?;
+    let _ = std::fs::remove_file(&index);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_by_host_then_path() {
+        let git = |path| Target::Git(git::git_path(path).unwrap());
+        for (host, path, expected) in [
+            (Some("api.github.com"), "/repos/o/r", Target::Rest),
+            (Some("api.github.com"), "/o/r.git/info/refs", Target::Rest),
+            (
+                Some("github.com"),
+                "/o/r.git/info/refs",
+                git("/o/r.git/info/refs"),
+            ),
+            (
+                Some("127.0.0.1"),
+                "/o/r.git/git-receive-pack",
+                git("/o/r.git/git-receive-pack"),
+            ),
+            (Some("127.0.0.1"), "/repos/o/r/issues", Target::Rest),
+            (None, "/_logs/jobs/1", Target::JobLogs),
+            (
+                Some("pipelines.actions.githubusercontent.com"),
+                "/_logs/jobs/1",
+                Target::JobLogs,
+            ),
+        ] {
+            assert_eq!(classify(host, path), expected, "{host:?} {path}");
+        }
+    }
+
+    #[test]
+    fn parses_authorization_schemes() {
+        use base64::Engine as _;
+        let basic = base64::engine::general_purpose::STANDARD.encode("x-access-token:t1");
+        for (header, expected) in [
+            ("token t1", Some(Credential::Token("t1".into()))),
+            ("Bearer t1", Some(Credential::Token("t1".into()))),
+            ("bearer  t1 ", Some(Credential::Token("t1".into()))),
+            (
+                &*format!("Basic {basic}"),
+                Some(Credential::Basic {
+                    user: "x-access-token".into(),
+                    password: "t1".into(),
+                }),
+            ),
+            ("Basic !!!", None),
+            ("Bearer", None),
+            ("Digest x", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_authorization(header), expected, "{header}");
+        }
+    }
+
+    #[test]
+    fn decodes_queries() {
+        assert_eq!(
+            parse_query("since=2024-01-01T00%3A00%3A00Z&per_page=5&x&q=a+b&bad=%zz"),
+            vec![
+                ("since".into(), "2024-01-01T00:00:00Z".into()),
+                ("per_page".into(), "5".into()),
+                ("x".into(), "".into()),
+                ("q".into(), "a b".into()),
+                ("bad".into(), "%zz".into()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,533 @@
+//! The in-memory GitHub model: repositories, issues and pull requests (one
+//! number space per repository, as on GitHub), comments, reviews, check runs
+//! and Actions runs. Plain data, no I/O; timestamps come in as `now`.
+
+use serde_json::{json, Value};
+
+use crate::time::iso8601;
+
+/// The public base URLs objects link to, as on github.com.
+pub(crate) const API_BASE: &str = "https://api.github.com";
+pub(crate) const WEB_BASE: &str = "https://github.com";
+
+#[derive(Debug, Clone)]
+pub(crate) struct Repo {
+    pub id: u64,
+    pub owner: String,
+    pub name: String,
+    pub default_branch: String,
+}
+
+impl Repo {
+    pub fn full_name(&self) -> String {
+        format!("{}/{}", self.owner, self.name)
+    }
+    fn api_url(&self) -> String {
+        format!("{API_BASE}/repos/{}/{}", self.owner, self.name)
+    }
+    fn html_url(&self) -> String {
+        format!("{WEB_BASE}/{}/{}", self.owner, self.name)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct PullInfo {
+    pub head: String,
+    pub head_sha: String,
+    pub base: String,
+    pub draft: bool,
+    pub merged: bool,
+    pub requested_reviewers: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Issue {
+    pub id: u64,
+    pub repo_id: u64,
+    pub number: u64,
+    pub title: String,
+    pub body: String,
+    pub author: String,
+    pub open: bool,
+    pub created_at: u64,
+    pub updated_at: u64,
+    pub pull: Option<PullInfo>,
+}
+
+/// Which kind of comment a [`Comment`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommentKind {
+    /// A comment on an issue or pull request conversation.
+    Issue,
+    /// A pull-request review comment on a line of the diff.
+    Review,
+}
+
+/// A comment as stored by the GitHub emulator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comment {
+    /// Issue comment or review comment.
+    pub kind: CommentKind,
+    /// The comment id (issue and review comments have separate id spaces on
+    /// GitHub; here they share one counter, so ids are unique across kinds).
+    pub id: u64,
+    /// `owner/name`.
+    pub repo: String,
+    /// The issue or pull request number.
+    pub number: u64,
+    /// The text.
+    pub body: String,
+    /// The login that wrote it.
+    pub author: String,
+    /// For a review-comment reply: the top-level review comment it answers.
+    pub in_reply_to: Option<u64>,
+    /// For review comments: the file path.
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct StoredComment {
+    pub comment: Comment,
+    pub repo_id: u64,
+    pub line: Option<u64>,
+    pub commit_id: Option<String>,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Review {
+    pub id: u64,
+    pub repo_id: u64,
+    pub number: u64,
+    pub author: String,
+    pub body: String,
+    pub state: String,
+    pub submitted_at: u64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    pub id: u64,
+    pub run_id: u64,
+    pub repo_id: u64,
+    pub name: String,
+    pub head_sha: String,
+    pub conclusion: String,
+    pub logs: String,
+    pub created_at: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Model {
+    next_id: u64,
+    pub repos: Vec<Repo>,
+    pub issues: Vec<Issue>,
+    pub comments: Vec<StoredComment>,
+    pub reviews: Vec<Review>,
+    pub jobs: Vec<Job>,
+}
+
+impl Model {
+    pub fn new() -> Self {
+        Self {
+            // Start ids high enough to look like GitHub's and to never be
+            // confused with issue numbers.
+            next_id: 1_000_000_001,
+            ..Self::default()
+        }
+    }
+
+    pub fn fresh_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    pub fn add_repo(&mut self, owner: &str, name: &str, default_branch: &str) -> u64 {
+        let id = 100_000 + self.repos.len() as u64 + 1;
+        self.repos.push(Repo {
+            id,
+            owner: owner.to_owned(),
+            name: name.to_owned(),
+            default_branch: default_branch.to_owned(),
+        });
+        id
+    }
+
+    /// Owner and name match case-insensitively, as on GitHub.
+    pub fn repo(&self, owner: &str, name: &str) -> Option<&Repo> {
+        self.repos
+            .iter()
+            .find(|r| r.owner.eq_ignore_ascii_case(owner) && r.name.eq_ignore_ascii_case(name))
+    }
+
+    pub fn repo_by_id(&self, id: u64) -> Option<&Repo> {
+        self.repos.iter().find(|r| r.id == id)
+    }
+
+    pub fn issue(&self, repo_id: u64, number: u64) -> Option<&Issue> {
+        self.issues
+            .iter()
+            .find(|i| i.repo_id == repo_id && i.number == number)
+    }
+
+    pub fn issue_mut(&mut self, repo_id: u64, number: u64) -> Option<&mut Issue> {
+        self.issues
+            .iter_mut()
+            .find(|i| i.repo_id == repo_id && i.number == number)
+    }
+
+    fn next_number(&self, repo_id: u64) -> u64 {
+        self.issues
+            .iter()
+            .filter(|i| i.repo_id == repo_id)
+            .map(|i| i.number)
+            .max()
+            .unwrap_or(0)
+            + 1
+    }
+
+    pub fn add_issue(
+        &mut self,
+        repo_id: u64,
+        title: &str,
+        body: &str,
+        author: &str,
+        pull: Option<PullInfo>,
+        now: u64,
+    ) -> u64 {
+        let number = self.next_number(repo_id);
+        let id = self.fresh_id();
+        self.issues.push(Issue {
+            id,
+            repo_id,
+            number,
+            title: title.to_owned(),
+            body: body.to_owned(),
+            author: author.to_owned(),
+            open: true,
+            created_at: now,
+            updated_at: now,
+            pull,
+        });
+        number
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_comment(
+        &mut self,
+        kind: CommentKind,
+        repo_id: u64,
+        number: u64,
+        body: &str,
+        author: &str,
+        in_reply_to: Option<u64>,
+        path: Option<String>,
+        line: Option<u64>,
+        commit_id: Option<String>,
+        now: u64,
+    ) -> u64 {
+        let id = self.fresh_id();
+        let repo = self
+            .repo_by_id(repo_id)
+            .map(Repo::full_name)
+            .unwrap_or_default();
+        self.comments.push(StoredComment {
+            comment: Comment {
+                kind,
+                id,
+                repo,
+                number,
+                body: body.to_owned(),
+                author: author.to_owned(),
+                in_reply_to,
+                path,
+            },
+            repo_id,
+            line,
+            commit_id,
+            created_at: now,
+            updated_at: now,
+        });
+        id
+    }
+
+    pub fn comment(&self, kind: CommentKind, repo_id: u64, id: u64) -> Option<&StoredComment> {
+        self.comments
+            .iter()
+            .find(|c| c.comment.kind == kind && c.repo_id == repo_id && c.comment.id == id)
+    }
+
+    pub fn comment_mut(
+        &mut self,
+        kind: CommentKind,
+        repo_id: u64,
+        id: u64,
+    ) -> Option<&mut StoredComment> {
+        self.comments
+            .iter_mut()
+            .find(|c| c.comment.kind == kind && c.repo_id == repo_id && c.comment.id == id)
+    }
+
+    // === JSON views, shaped like GitHub's REST responses ===
+
+    pub fn user_json(login: &str) -> Value {
+        let is_bot = login.ends_with("[bot]");
+        json!({
+            "login": login,
+            "id": stable_user_id(login),
+            "node_id": node_id(if is_bot { "BOT" } else { "U" }, stable_user_id(login)),
+            "type": if is_bot { "Bot" } else { "User" },
+            "site_admin": false,
+            "url": format!("{API_BASE}/users/{}", login),
+            "html_url": format!("{WEB_BASE}/{}", login.trim_end_matches("[bot]")),
+        })
+    }
+
+    pub fn repo_json(repo: &Repo) -> Value {
+        json!({
+            "id": repo.id,
+            "node_id": node_id("R", repo.id),
+            "name": repo.name,
+            "full_name": repo.full_name(),
+            "private": true,
+            "owner": Self::user_json(&repo.owner),
+            "html_url": repo.html_url(),
+            "url": repo.api_url(),
+            "clone_url": format!("{}.git", repo.html_url()),
+            "default_branch": repo.default_branch,
+            "visibility": "private",
+            "permissions": {"admin": false, "maintain": false, "push": true, "triage": true, "pull": true},
+        })
+    }
+
+    pub fn issue_json(&self, issue: &Issue) -> Value {
+        let Some(repo) = self.repo_by_id(issue.repo_id) else {
+            return Value::Null;
+        };
+        let comments = self
+            .comments
+            .iter()
+            .filter(|c| {
+                c.comment.kind == CommentKind::Issue
+                    && c.repo_id == issue.repo_id
+                    && c.comment.number == issue.number
+            })
+            .count();
+        let kind_path = if issue.pull.is_some() {
+            "pull"
+        } else {
+            "issues"
+        };
+        let mut value = json!({
+            "id": issue.id,
+            "node_id": node_id(if issue.pull.is_some() { "PR" } else { "I" }, issue.id),
+            "url": format!("{}/issues/{}", repo.api_url(), issue.number),
+            "repository_url": repo.api_url(),
+            "comments_url": format!("{}/issues/{}/comments", repo.api_url(), issue.number),
+            "html_url": format!("{}/{kind_path}/{}", repo.html_url(), issue.number),
+            "number": issue.number,
+            "title": issue.title,
+            "body": issue.body,
+            "user": Self::user_json(&issue.author),
+            "state": if issue.open { "open" } else { "closed" },
+            "locked": false,
+            "labels": [],
+            "assignees": [],
+            "comments": comments,
+            "created_at": iso8601(issue.created_at),
+            "updated_at": iso8601(issue.updated_at),
+            "closed_at": Value::Null,
+            "author_association": "MEMBER",
+        });
+        if issue.pull.is_some() {
+            value["pull_request"] = json!({
+                "url": format!("{}/pulls/{}", repo.api_url(), issue.number),
+                "html_url": format!("{}/pull/{}", repo.html_url(), issue.number),
+            });
+        }
+        value
+    }
+
+    pub fn pull_json(&self, issue: &Issue) -> Value {
+        let (Some(repo), Some(pull)) = (self.repo_by_id(issue.repo_id), issue.pull.as_ref()) else {
+            return Value::Null;
+        };
+        let branch = |name: &str, sha: &str| {
+            json!({
+                "label": format!("{}:{}", repo.owner, name),
+                "ref": name,
+                "sha": sha,
+                "repo": Self::repo_json(repo),
+                "user": Self::user_json(&repo.owner),
+            })
+        };
+        json!({
+            "id": issue.id,
+            "node_id": node_id("PR", issue.id),
+            "url": format!("{}/pulls/{}", repo.api_url(), issue.number),
+            "html_url": format!("{}/pull/{}", repo.html_url(), issue.number),
+            "issue_url": format!("{}/issues/{}", repo.api_url(), issue.number),
+            "number": issue.number,
+            "state": if issue.open { "open" } else { "closed" },
+            "title": issue.title,
+            "body": issue.body,
+            "user": Self::user_json(&issue.author),
+            "draft": pull.draft,
+            "merged": pull.merged,
+            "mergeable": true,
+            "head": branch(&pull.head, &pull.head_sha),
+            "base": branch(&pull.base, ""),
+            "requested_reviewers": pull.requested_reviewers.iter().map(|l| Self::user_json(l)).collect::<Vec<_>>(),
+            "created_at": iso8601(issue.created_at),
+            "updated_at": iso8601(issue.updated_at),
+            "author_association": "MEMBER",
+        })
+    }
+
+    pub fn comment_json(&self, stored: &StoredComment) -> Value {
+        let Some(repo) = self.repo_by_id(stored.repo_id) else {
+            return Value::Null;
+        };
+        let c = &stored.comment;
+        match c.kind {
+            CommentKind::Issue => {
+                let is_pull = self
+                    .issue(stored.repo_id, c.number)
+                    .is_some_and(|i| i.pull.is_some());
+                let kind_path = if is_pull { "pull" } else { "issues" };
+                json!({
+                    "id": c.id,
+                    "node_id": node_id("IC", c.id),
+                    "url": format!("{}/issues/comments/{}", repo.api_url(), c.id),
+                    "html_url": format!("{}/{kind_path}/{}#issuecomment-{}", repo.html_url(), c.number, c.id),
+                    "issue_url": format!("{}/issues/{}", repo.api_url(), c.number),
+                    "body": c.body,
+                    "user": Self::user_json(&c.author),
+                    "created_at": iso8601(stored.created_at),
+                    "updated_at": iso8601(stored.updated_at),
+                    "author_association": "MEMBER",
+                })
+            }
+            CommentKind::Review => {
+                let mut value = json!({
+                    "id": c.id,
+                    "node_id": node_id("PRRC", c.id),
+                    "url": format!("{}/pulls/comments/{}", repo.api_url(), c.id),
+                    "html_url": format!("{}/pull/{}#discussion_r{}", repo.html_url(), c.number, c.id),
+                    "pull_request_url": format!("{}/pulls/{}", repo.api_url(), c.number),
+                    "body": c.body,
+                    "path": c.path,
+                    "line": stored.line,
+                    "commit_id": stored.commit_id,
+                    "user": Self::user_json(&c.author),
+                    "created_at": iso8601(stored.created_at),
+                    "updated_at": iso8601(stored.updated_at),
+                    "author_association": "MEMBER",
+                });
+                if let Some(parent) = c.in_reply_to {
+                    value["in_reply_to_id"] = json!(parent);
+                }
+                value
+            }
+        }
+    }
+
+    pub fn review_json(&self, review: &Review) -> Value {
+        let Some(repo) = self.repo_by_id(review.repo_id) else {
+            return Value::Null;
+        };
+        json!({
+            "id": review.id,
+            "node_id": node_id("PRR", review.id),
+            "user": Self::user_json(&review.author),
+            "body": review.body,
+            "state": review.state,
+            "html_url": format!("{}/pull/{}#pullrequestreview-{}", repo.html_url(), review.number, review.id),
+            "pull_request_url": format!("{}/pulls/{}", repo.api_url(), review.number),
+            "submitted_at": iso8601(review.submitted_at),
+            "author_association": "MEMBER",
+        })
+    }
+
+    pub fn job_json(&self, job: &Job) -> Value {
+        let Some(repo) = self.repo_by_id(job.repo_id) else {
+            return Value::Null;
+        };
+        json!({
+            "id": job.id,
+            "run_id": job.run_id,
+            "node_id": node_id("CR", job.id),
+            "name": job.name,
+            "head_sha": job.head_sha,
+            "status": "completed",
+            "conclusion": job.conclusion,
+            "url": format!("{}/actions/jobs/{}", repo.api_url(), job.id),
+            "html_url": format!("{}/actions/runs/{}/job/{}", repo.html_url(), job.run_id, job.id),
+            "run_url": format!("{}/actions/runs/{}", repo.api_url(), job.run_id),
+            "started_at": iso8601(job.created_at),
+            "completed_at": iso8601(job.created_at),
+        })
+    }
+
+    pub fn run_json(&self, job: &Job) -> Value {
+        let Some(repo) = self.repo_by_id(job.repo_id) else {
+            return Value::Null;
+        };
+        json!({
+            "id": job.run_id,
+            "node_id": node_id("WFR", job.run_id),
+            "name": job.name,
+            "head_sha": job.head_sha,
+            "status": "completed",
+            "conclusion": job.conclusion,
+            "url": format!("{}/actions/runs/{}", repo.api_url(), job.run_id),
+            "html_url": format!("{}/actions/runs/{}", repo.html_url(), job.run_id),
+            "jobs_url": format!("{}/actions/runs/{}/jobs", repo.api_url(), job.run_id),
+            "logs_url": format!("{}/actions/runs/{}/logs", repo.api_url(), job.run_id),
+            "created_at": iso8601(job.created_at),
+            "updated_at": iso8601(job.created_at),
+            "repository": Self::repo_json(repo),
+        })
+    }
+
+    pub fn check_run_json(&self, job: &Job) -> Value {
+        let Some(repo) = self.repo_by_id(job.repo_id) else {
+            return Value::Null;
+        };
+        json!({
+            "id": job.id,
+            "node_id": node_id("CR", job.id),
+            "name": job.name,
+            "head_sha": job.head_sha,
+            "status": "completed",
+            "conclusion": job.conclusion,
+            "url": format!("{}/check-runs/{}", repo.api_url(), job.id),
+            "html_url": format!("{}/actions/runs/{}/job/{}", repo.html_url(), job.run_id, job.id),
+            "details_url": format!("{}/actions/runs/{}/job/{}", repo.html_url(), job.run_id, job.id),
+            "started_at": iso8601(job.created_at),
+            "completed_at": iso8601(job.created_at),
+            "output": {"title": job.conclusion, "summary": "", "text": Value::Null},
+            "app": {"slug": "github-actions", "name": "GitHub Actions"},
+        })
+    }
+}
+
+/// A GitHub-looking global node id: a type prefix plus an opaque suffix.
+pub(crate) fn node_id(prefix: &str, id: u64) -> String {
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.to_be_bytes());
+    format!("{prefix}_kwDO{encoded}")
+}
+
+/// Users are not modelled; give each login a stable id derived from its name.
+pub(crate) fn stable_user_id(login: &str) -> u64 {
+    // FNV-1a: stable across runs and platforms, unlike std's hasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in login.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash % 100_000_000 + 1
+}

@@ -1,0 +1,920 @@
+//! GitHub REST: a pure router from path to [`Route`] and handlers that read
+//! and change the [`Model`]. No I/O here; the caller passes the
+//! authenticated login, the body and `now`.
+
+use http::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::model::{CommentKind, Model, PullInfo, Review, API_BASE};
+
+/// A REST endpoint the emulator knows, with its path parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Route {
+    User,
+    RateLimit,
+    Repo(RepoPath),
+    Issues(RepoPath),
+    Issue(RepoPath, u64),
+    IssueComments(RepoPath, u64),
+    RepoIssueComments(RepoPath),
+    IssueComment(RepoPath, u64),
+    Pulls(RepoPath),
+    Pull(RepoPath, u64),
+    PullComments(RepoPath, u64),
+    PullCommentReplies(RepoPath, u64, u64),
+    PullReviews(RepoPath, u64),
+    PullRequestedReviewers(RepoPath, u64),
+    PullMerge(RepoPath, u64),
+    CommitCheckRuns(RepoPath, String),
+    ActionsRuns(RepoPath),
+    ActionsRun(RepoPath, u64),
+    ActionsRunJobs(RepoPath, u64),
+    ActionsJob(RepoPath, u64),
+    ActionsJobLogs(RepoPath, u64),
+    Graphql,
+}
+
+/// `{owner}/{repo}` as written in the path (case preserved).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RepoPath {
+    pub owner: String,
+    pub name: String,
+}
+
+/// Map a path to a route; `None` is a 404. `/repositories/{id}/…` aliases
+/// are resolved by the caller (they need the model) via [`repository_alias`].
+pub(crate) fn route(path: &str) -> Option<Route> {
+    let segments: Vec<&str> = path.strip_prefix('/')?.split('/').collect();
+    let number = |s: &str| s.parse::<u64>().ok().filter(|_| !s.starts_with('+'));
+    Some(match segments.as_slice() {
+        ["user"] => Route::User,
+        ["rate_limit"] => Route::RateLimit,
+        ["graphql"] => Route::Graphql,
+        ["repos", owner, name, rest @ ..] => {
+            if !valid_name(owner) || !valid_name(name) {
+                return None;
+            }
+            let repo = RepoPath {
+                owner: (*owner).to_owned(),
+                name: (*name).to_owned(),
+            };
+            match rest {
+                [] => Route::Repo(repo),
+                ["issues"] => Route::Issues(repo),
+                ["issues", "comments"] => Route::RepoIssueComments(repo),
+                ["issues", "comments", id] => Route::IssueComment(repo, number(id)?),
+                ["issues", n] => Route::Issue(repo, number(n)?),
+                ["issues", n, "comments"] => Route::IssueComments(repo, number(n)?),
+                ["pulls"] => Route::Pulls(repo),
+                ["pulls", n] => Route::Pull(repo, number(n)?),
+                ["pulls", n, "comments"] => Route::PullComments(repo, number(n)?),
+                ["pulls", n, "comments", id, "replies"] => {
+                    Route::PullCommentReplies(repo, number(n)?, number(id)?)
+                }
+                ["pulls", n, "reviews"] => Route::PullReviews(repo, number(n)?),
+                ["pulls", n, "requested_reviewers"] => {
+                    Route::PullRequestedReviewers(repo, number(n)?)
+                }
+                ["pulls", n, "merge"] => Route::PullMerge(repo, number(n)?),
+                ["commits", git_ref, "check-runs"] if !git_ref.is_empty() => {
+                    Route::CommitCheckRuns(repo, (*git_ref).to_owned())
+                }
+                ["actions", "runs"] => Route::ActionsRuns(repo),
+                ["actions", "runs", id] => Route::ActionsRun(repo, number(id)?),
+                ["actions", "runs", id, "jobs"] => Route::ActionsRunJobs(repo, number(id)?),
+                ["actions", "jobs", id] => Route::ActionsJob(repo, number(id)?),
+                ["actions", "jobs", id, "logs"] => Route::ActionsJobLogs(repo, number(id)?),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// `/repositories/{id}/rest` → (`id`, `/rest`), GitHub's id-based alias of
+/// `/repos/{owner}/{repo}/rest`.
+pub(crate) fn repository_alias(path: &str) -> Option<(u64, &str)> {
+    let rest = path.strip_prefix("/repositories/")?;
+    let (id, tail) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    Some((id.parse().ok()?, tail))
+}
+
+/// GitHub owner/repository name characters.
+pub(crate) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// What a handler answers.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Reply {
+    pub status: StatusCode,
+    pub body: Value,
+    /// For created comments, reviews and pulls: the new id.
+    pub created_id: Option<String>,
+    /// For redirects.
+    pub location: Option<String>,
+}
+
+impl Reply {
+    fn ok(body: Value) -> Self {
+        Self {
+            status: StatusCode::OK,
+            body,
+            created_id: None,
+            location: None,
+        }
+    }
+
+    fn created(body: Value, id: u64) -> Self {
+        Self {
+            status: StatusCode::CREATED,
+            body,
+            created_id: Some(id.to_string()),
+            location: None,
+        }
+    }
+
+    /// GitHub's error shape: `{message, documentation_url, status}`.
+    pub fn error(status: StatusCode, message: &str) -> Self {
+        Self {
+            status,
+            body: json!({
+                "message": message,
+                "documentation_url": "https://docs.github.com/rest",
+                "status": status.as_u16().to_string(),
+            }),
+            created_id: None,
+            location: None,
+        }
+    }
+
+    fn not_found() -> Self {
+        Self::error(StatusCode::NOT_FOUND, "Not Found")
+    }
+
+    fn validation(field: &str, code: &str) -> Self {
+        let mut reply = Self::error(StatusCode::UNPROCESSABLE_ENTITY, "Validation Failed");
+        reply.body["errors"] = json!([{"field": field, "code": code}]);
+        reply
+    }
+}
+
+/// One authenticated REST call.
+pub(crate) struct RestCall<'a> {
+    pub method: &'a Method,
+    pub route: Route,
+    pub query: &'a [(String, String)],
+    pub body: &'a [u8],
+    pub login: &'a str,
+    pub now: u64,
+    /// For `POST …/pulls`: the head branch's commit, looked up in the bare
+    /// repository by the caller (`None` if the branch does not exist).
+    pub head_sha: Option<String>,
+    /// Where job logs are served from, e.g. `https://pipelines.actions.githubusercontent.com`.
+    pub logs_base_url: &'a str,
+    /// Signs job-log URLs so they work without a token, like GitHub's.
+    pub logs_signature: &'a str,
+}
+
+fn query_param<'q>(query: &'q [(String, String)], name: &str) -> Option<&'q str> {
+    query
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Apply `per_page` (default 30, at most 100) and `page` (from 1).
+fn paginate(items: Vec<Value>, query: &[(String, String)]) -> Value {
+    let per_page = query_param(query, "per_page")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(30)
+        .clamp(1, 100);
+    let page = query_param(query, "page")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    Value::Array(
+        items
+            .into_iter()
+            .skip((page - 1) * per_page)
+            .take(per_page)
+            .collect(),
+    )
+}
+
+fn body_json(body: &[u8]) -> Result<Value, Reply> {
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(body)
+        .map_err(|_| Reply::error(StatusCode::BAD_REQUEST, "Problems parsing JSON"))
+}
+
+fn required_text(body: &Value, field: &str) -> Result<String, Reply> {
+    match body.get(field).and_then(Value::as_str) {
+        Some(text) if !text.is_empty() => Ok(text.to_owned()),
+        Some(_) => Err(Reply::validation(field, "missing_field")),
+        None => Err(Reply::validation(field, "missing_field")),
+    }
+}
+
+/// Handle one REST call against the model.
+pub(crate) fn handle(model: &mut Model, call: RestCall<'_>) -> Reply {
+    match handle_inner(model, call) {
+        Ok(reply) | Err(reply) => reply,
+    }
+}
+
+fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
+    let get = call.method == Method::GET;
+    let post = call.method == Method::POST;
+    let patch = call.method == Method::PATCH;
+    let put = call.method == Method::PUT;
+    let wrong_method = || Reply::error(StatusCode::NOT_FOUND, "Not Found");
+    let repo_id = |model: &Model, path: &RepoPath| {
+        model
+            .repo(&path.owner, &path.name)
+            .map(|r| r.id)
+            .ok_or_else(Reply::not_found)
+    };
+    match &call.route {
+        Route::User if get => Ok(Reply::ok(Model::user_json(call.login))),
+        Route::RateLimit if get => {
+            let core = json!({"limit": 5000, "remaining": 4999, "used": 1, "reset": call.now + 3600, "resource": "core"});
+            Ok(Reply::ok(json!({
+                "resources": {"core": core, "graphql": core, "search": core},
+                "rate": core,
+            })))
+        }
+        Route::Repo(path) if get => {
+            let id = repo_id(model, path)?;
+            let repo = model.repo_by_id(id).ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(Model::repo_json(repo)))
+        }
+        Route::Issues(path) if get => {
+            let id = repo_id(model, path)?;
+            let state = query_param(call.query, "state").unwrap_or("open");
+            let mut issues: Vec<_> = model
+                .issues
+                .iter()
+                .filter(|i| i.repo_id == id)
+                .filter(|i| match state {
+                    "all" => true,
+                    "closed" => !i.open,
+                    _ => i.open,
+                })
+                .collect();
+            issues.sort_by_key(|i| std::cmp::Reverse(i.number));
+            let items = issues.into_iter().map(|i| model.issue_json(i)).collect();
+            Ok(Reply::ok(paginate(items, call.query)))
+        }
+        Route::Issues(path) if post => {
+            let id = repo_id(model, path)?;
+            let body = body_json(call.body)?;
+            let title = required_text(&body, "title")?;
+            let text = body.get("body").and_then(Value::as_str).unwrap_or("");
+            let number = model.add_issue(id, &title, text, call.login, None, call.now);
+            let issue = model.issue(id, number).ok_or_else(Reply::not_found)?;
+            Ok(Reply::created(model.issue_json(issue), issue.id))
+        }
+        Route::Issue(path, number) if get => {
+            let id = repo_id(model, path)?;
+            let issue = model.issue(id, *number).ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(model.issue_json(issue)))
+        }
+        Route::Issue(path, number) if patch => {
+            let id = repo_id(model, path)?;
+            let body = body_json(call.body)?;
+            let now = call.now;
+            let issue = model.issue_mut(id, *number).ok_or_else(Reply::not_found)?;
+            apply_issue_edit(issue, &body, now);
+            let issue = model.issue(id, *number).ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(model.issue_json(issue)))
+        }
+        Route::IssueComments(path, number) if get => {
+            let id = repo_id(model, path)?;
+            model.issue(id, *number).ok_or_else(Reply::not_found)?;
+            let items = model
+                .comments
+                .iter()
+                .filter(|c| {
+                    c.comment.kind == CommentKind::Issue
+                        && c.repo_id == id
+                        && c.comment.number == *number
+                })
+                .map(|c| model.comment_json(c))
+                .collect();
+            Ok(Reply::ok(paginate(items, call.query)))
+        }
+        Route::IssueComments(path, number) if post => {
+            let id = repo_id(model, path)?;
+            model.issue(id, *number).ok_or_else(Reply::not_found)?;
+            let body = body_json(call.body)?;
+            let text = required_text(&body, "body")?;
+            let comment_id = model.add_comment(
+                CommentKind::Issue,
+                id,
+                *number,
+                &text,
+                call.login,
+                None,
+                None,
+                None,
+                None,
+                call.now,
+            );
+            if let Some(issue) = model.issue_mut(id, *number) {
+                issue.updated_at = call.now;
+            }
+            let stored = model
+                .comment(CommentKind::Issue, id, comment_id)
+                .ok_or_else(Reply::not_found)?;
+            Ok(Reply::created(model.comment_json(stored), comment_id))
+        }
+        Route::RepoIssueComments(path) if get => {
+            let id = repo_id(model, path)?;
+            // `since` filters on updated_at; GitHub's timestamps sort as text.
+            let since = query_param(call.query, "since").unwrap_or("");
+            let items = model
+                .comments
+                .iter()
+                .filter(|c| c.comment.kind == CommentKind::Issue && c.repo_id == id)
+                .map(|c| model.comment_json(c))
+                .filter(|v| v["updated_at"].as_str().unwrap_or("") >= since)
+                .collect();
+            Ok(Reply::ok(paginate(items, call.query)))
+        }
+        Route::IssueComment(path, comment_id) if get => {
+            let id = repo_id(model, path)?;
+            let stored = model
+                .comment(CommentKind::Issue, id, *comment_id)
+                .ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(model.comment_json(stored)))
+        }
+        Route::IssueComment(path, comment_id) if patch => {
+            let id = repo_id(model, path)?;
+            let body = body_json(call.body)?;
+            let text = required_text(&body, "body")?;
+            let stored = model
+                .comment_mut(CommentKind::Issue, id, *comment_id)
+                .ok_or_else(Reply::not_found)?;
+            stored.comment.body = text;
+            stored.updated_at = call.now;
+            let stored = model
+                .comment(CommentKind::Issue, id, *comment_id)
+                .ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(model.comment_json(stored)))
+        }
+        Route::Pulls(path) if get => {
+            let id = repo_id(model, path)?;
+            let state = query_param(call.query, "state").unwrap_or("open");
+            let head = query_param(call.query, "head");
+            let mut pulls: Vec<_> = model
+                .issues
+                .iter()
+                .filter(|i| i.repo_id == id && i.pull.is_some())
+                .filter(|i| match state {
+                    "all" => true,
+                    "closed" => !i.open,
+                    _ => i.open,
+                })
+                .filter(|i| match (head, &i.pull) {
+                    // `head` is `owner:branch`.
+                    (Some(h), Some(p)) => h.rsplit(':').next() == Some(p.head.as_str()),
+                    _ => true,
+                })
+                .collect();
+            pulls.sort_by_key(|i| std::cmp::Reverse(i.number));
+            let items = pulls.into_iter().map(|i| model.pull_json(i)).collect();
+            Ok(Reply::ok(paginate(items, call.query)))
+        }
+        Route::Pulls(path) if post => {
+            let id = repo_id(model, path)?;
+            let body = body_json(call.body)?;
+            let title = required_text(&body, "title")?;
+            let head = required_text(&body, "head")?;
+            let base = required_text(&body, "base")?;
+            let Some(head_sha) = call.head_sha.clone() else {
+                return Err(Reply::validation("head", "invalid"));
+            };
+            let text = body.get("body").and_then(Value::as_str).unwrap_or("");
+            let pull = PullInfo {
+                head: head.rsplit(':').next().unwrap_or(&head).to_owned(),
+                head_sha,
+                base,
+                draft: body.get("draft").and_then(Value::as_bool).unwrap_or(false),
+                merged: false,
+                requested_reviewers: Vec::new(),
+            };
+            let number = model.add_issue(id, &title, text, call.login, Some(pull), call.now);
+            let issue = model.issue(id, number).ok_or_else(Reply::not_found)?;
+            let mut reply = Reply::created(model.pull_json(issue), number);
+            reply.location = Some(format!(
+                "{API_BASE}/repos/{}/{}/pulls/{number}",
+                path.owner, path.name
+            ));
+            Ok(reply)
+        }
+        Route::Pull(path, number) if get => {
+            let id = repo_id(model, path)?;
+            let issue = model
+                .issue(id, *number)
+                .filter(|i| i.pull.is_some())
+                .ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(model.pull_json(issue)))
+        }
+        Route::Pull(path, number) if patch => {
+            let id = repo_id(model, path)?;
+            let body = body_json(call.body)?;
+            let now = call.now;
+            let issue = model
+                .issue_mut(id, *number)
+                .filter(|i| i.pull.is_some())
+                .ok_or_else(Reply::not_found)?;
+            apply_issue_edit(issue, &body, now);
+            let issue = model.issue(id, *number).ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(model.pull_json(issue)))
+        }
+        Route::PullComments(path, number) if get => {
+            let id = repo_id(model, path)?;
+            let items = model
+                .comments
+                .iter()
+                .filter(|c| {
+                    c.comment.kind == CommentKind::Review
+                        && c.repo_id == id
+                        && c.comment.number == *number
+                })
+                .map(|c| model.comment_json(c))
+                .collect();
+            Ok(Reply::ok(paginate(items, call.query)))
+        }
+        Route::PullComments(path, number) if post => {
+            let id = repo_id(model, path)?;
+            let head_sha = model
+                .issue(id, *number)
+                .and_then(|i| i.pull.as_ref())
+                .map(|p| p.head_sha.clone())
+                .ok_or_else(Reply::not_found)?;
+            let body = body_json(call.body)?;
+            let text = required_text(&body, "body")?;
+            if let Some(parent) = body.get("in_reply_to").and_then(Value::as_u64) {
+                return reply_to_review_comment(model, &call, id, *number, parent, &text);
+            }
+            let file = required_text(&body, "path")?;
+            let line = body.get("line").and_then(Value::as_u64);
+            let commit = body
+                .get("commit_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or(head_sha);
+            let comment_id = model.add_comment(
+                CommentKind::Review,
+                id,
+                *number,
+                &text,
+                call.login,
+                None,
+                Some(file),
+                line,
+                Some(commit),
+                call.now,
+            );
+            let stored = model
+                .comment(CommentKind::Review, id, comment_id)
+                .ok_or_else(Reply::not_found)?;
+            Ok(Reply::created(model.comment_json(stored), comment_id))
+        }
+        Route::PullCommentReplies(path, number, parent) if post => {
+            let id = repo_id(model, path)?;
+            let body = body_json(call.body)?;
+            let text = required_text(&body, "body")?;
+            reply_to_review_comment(model, &call, id, *number, *parent, &text)
+        }
+        Route::PullReviews(path, number) if get => {
+            let id = repo_id(model, path)?;
+            let items = model
+                .reviews
+                .iter()
+                .filter(|r| r.repo_id == id && r.number == *number)
+                .map(|r| model.review_json(r))
+                .collect();
+            Ok(Reply::ok(paginate(items, call.query)))
+        }
+        Route::PullReviews(path, number) if post => {
+            let id = repo_id(model, path)?;
+            model
+                .issue(id, *number)
+                .filter(|i| i.pull.is_some())
+                .ok_or_else(Reply::not_found)?;
+            let body = body_json(call.body)?;
+            let text = body.get("body").and_then(Value::as_str).unwrap_or("");
+            let state = match body.get("event").and_then(Value::as_str) {
+                None => "PENDING",
+                Some("APPROVE") => "APPROVED",
+                Some("REQUEST_CHANGES") => "CHANGES_REQUESTED",
+                Some("COMMENT") => "COMMENTED",
+                Some(_) => return Err(Reply::validation("event", "invalid")),
+            };
+            if matches!(state, "CHANGES_REQUESTED" | "COMMENTED") && text.is_empty() {
+                return Err(Reply::validation("body", "missing_field"));
+            }
+            let review_id = model.fresh_id();
+            model.reviews.push(Review {
+                id: review_id,
+                repo_id: id,
+                number: *number,
+                author: call.login.to_owned(),
+                body: text.to_owned(),
+                state: state.to_owned(),
+                submitted_at: call.now,
+            });
+            let review = model
+                .reviews
+                .iter()
+                .find(|r| r.id == review_id)
+                .ok_or_else(Reply::not_found)?;
+            let mut reply = Reply::created(model.review_json(review), review_id);
+            reply.status = StatusCode::OK; // GitHub answers 200 here, not 201.
+            Ok(reply)
+        }
+        Route::PullRequestedReviewers(path, number) if post => {
+            let id = repo_id(model, path)?;
+            let body = body_json(call.body)?;
+            let logins: Vec<String> = body
+                .get("reviewers")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let issue = model
+                .issue_mut(id, *number)
+                .filter(|i| i.pull.is_some())
+                .ok_or_else(Reply::not_found)?;
+            if let Some(pull) = issue.pull.as_mut() {
+                for login in logins {
+                    if !pull.requested_reviewers.contains(&login) {
+                        pull.requested_reviewers.push(login);
+                    }
+                }
+            }
+            let issue = model.issue(id, *number).ok_or_else(Reply::not_found)?;
+            let mut reply = Reply::ok(model.pull_json(issue));
+            reply.status = StatusCode::CREATED;
+            Ok(reply)
+        }
+        Route::PullMerge(path, number) if put => {
+            let id = repo_id(model, path)?;
+            let issue = model
+                .issue_mut(id, *number)
+                .filter(|i| i.pull.is_some())
+                .ok_or_else(Reply::not_found)?;
+            let sha = match issue.pull.as_mut() {
+                Some(pull) if !pull.merged && issue.open => {
+                    pull.merged = true;
+                    pull.head_sha.clone()
+                }
+                _ => {
+                    return Err(Reply::error(
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        "Pull Request is not mergeable",
+                    ))
+                }
+            };
+            issue.open = false;
+            Ok(Reply::ok(
+                json!({"sha": sha, "merged": true, "message": "Pull Request successfully merged"}),
+            ))
+        }
+        Route::CommitCheckRuns(path, git_ref) if get => {
+            let id = repo_id(model, path)?;
+            let runs: Vec<Value> = model
+                .jobs
+                .iter()
+                .filter(|j| j.repo_id == id && (&j.head_sha == git_ref || git_ref == "HEAD"))
+                .map(|j| model.check_run_json(j))
+                .collect();
+            Ok(Reply::ok(
+                json!({"total_count": runs.len(), "check_runs": runs}),
+            ))
+        }
+        Route::ActionsRuns(path) if get => {
+            let id = repo_id(model, path)?;
+            let runs: Vec<Value> = model
+                .jobs
+                .iter()
+                .filter(|j| j.repo_id == id)
+                .map(|j| model.run_json(j))
+                .collect();
+            Ok(Reply::ok(
+                json!({"total_count": runs.len(), "workflow_runs": runs}),
+            ))
+        }
+        Route::ActionsRun(path, run_id) if get => {
+            let id = repo_id(model, path)?;
+            let job = model
+                .jobs
+                .iter()
+                .find(|j| j.repo_id == id && j.run_id == *run_id)
+                .ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(model.run_json(job)))
+        }
+        Route::ActionsRunJobs(path, run_id) if get => {
+            let id = repo_id(model, path)?;
+            let jobs: Vec<Value> = model
+                .jobs
+                .iter()
+                .filter(|j| j.repo_id == id && j.run_id == *run_id)
+                .map(|j| model.job_json(j))
+                .collect();
+            Ok(Reply::ok(json!({"total_count": jobs.len(), "jobs": jobs})))
+        }
+        Route::ActionsJob(path, job_id) if get => {
+            let id = repo_id(model, path)?;
+            let job = model
+                .jobs
+                .iter()
+                .find(|j| j.repo_id == id && j.id == *job_id)
+                .ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(model.job_json(job)))
+        }
+        Route::ActionsJobLogs(path, job_id) if get => {
+            let id = repo_id(model, path)?;
+            model
+                .jobs
+                .iter()
+                .find(|j| j.repo_id == id && j.id == *job_id)
+                .ok_or_else(Reply::not_found)?;
+            Ok(Reply {
+                status: StatusCode::FOUND,
+                body: Value::Null,
+                created_id: None,
+                location: Some(format!(
+                    "{}/_logs/jobs/{job_id}?sig={}",
+                    call.logs_base_url,
+                    log_signature(call.logs_signature, *job_id)
+                )),
+            })
+        }
+        _ => Err(wrong_method()),
+    }
+}
+
+fn apply_issue_edit(issue: &mut super::model::Issue, body: &Value, now: u64) {
+    if let Some(title) = body.get("title").and_then(Value::as_str) {
+        issue.title = title.to_owned();
+    }
+    if let Some(text) = body.get("body").and_then(Value::as_str) {
+        issue.body = text.to_owned();
+    }
+    match body.get("state").and_then(Value::as_str) {
+        Some("closed") => issue.open = false,
+        Some("open") => issue.open = true,
+        _ => {}
+    }
+    issue.updated_at = now;
+}
+
+/// Replies attach only to top-level review comments on the same pull request.
+fn reply_to_review_comment(
+    model: &mut Model,
+    call: &RestCall<'_>,
+    repo_id: u64,
+    number: u64,
+    parent: u64,
+    text: &str,
+) -> Result<Reply, Reply> {
+    let parent_comment = model
+        .comment(CommentKind::Review, repo_id, parent)
+        .filter(|c| c.comment.number == number)
+        .ok_or_else(Reply::not_found)?;
+    if parent_comment.comment.in_reply_to.is_some() {
+        return Err(Reply::validation("in_reply_to", "invalid"));
+    }
+    let (path, line, commit) = (
+        parent_comment.comment.path.clone(),
+        parent_comment.line,
+        parent_comment.commit_id.clone(),
+    );
+    let comment_id = model.add_comment(
+        CommentKind::Review,
+        repo_id,
+        number,
+        text,
+        call.login,
+        Some(parent),
+        path,
+        line,
+        commit,
+        call.now,
+    );
+    let stored = model
+        .comment(CommentKind::Review, repo_id, comment_id)
+        .ok_or_else(Reply::not_found)?;
+    Ok(Reply::created(model.comment_json(stored), comment_id))
+}
+
+/// The `sig` of a job-log URL: keyed by a per-emulator secret, so a URL is
+/// usable without a token but cannot be made up.
+pub(crate) fn log_signature(secret: &str, job_id: u64) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("{secret}:{job_id}").as_bytes());
+    hex::encode(&digest[..16])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo(owner: &str, name: &str) -> RepoPath {
+        RepoPath {
+            owner: owner.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn routes_known_paths() {
+        let r = || repo("o", "r");
+        let table = [
+            ("/user", Some(Route::User)),
+            ("/rate_limit", Some(Route::RateLimit)),
+            ("/graphql", Some(Route::Graphql)),
+            ("/repos/o/r", Some(Route::Repo(r()))),
+            ("/repos/o/r/issues", Some(Route::Issues(r()))),
+            ("/repos/o/r/issues/7", Some(Route::Issue(r(), 7))),
+            (
+                "/repos/o/r/issues/7/comments",
+                Some(Route::IssueComments(r(), 7)),
+            ),
+            (
+                "/repos/o/r/issues/comments",
+                Some(Route::RepoIssueComments(r())),
+            ),
+            (
+                "/repos/o/r/issues/comments/99",
+                Some(Route::IssueComment(r(), 99)),
+            ),
+            (
+                "/repos/o/r/pulls/3/comments/5/replies",
+                Some(Route::PullCommentReplies(r(), 3, 5)),
+            ),
+            (
+                "/repos/o/r/actions/jobs/5/logs",
+                Some(Route::ActionsJobLogs(r(), 5)),
+            ),
+            (
+                "/repos/o/r/commits/abc/check-runs",
+                Some(Route::CommitCheckRuns(r(), "abc".into())),
+            ),
+            ("/repos/o/r/issues/x", None),
+            ("/repos/o/r/issues/+7", None),
+            ("/repos/o/r/issues/7/", None),
+            ("/repos/o/../issues", None),
+            ("/repos/o", None),
+            ("/repos/o%2fr/x/issues", None),
+            ("repos/o/r", None),
+            ("/", None),
+        ];
+        for (path, expected) in table {
+            assert_eq!(route(path), expected, "{path}");
+        }
+    }
+
+    #[test]
+    fn resolves_repository_alias() {
+        assert_eq!(
+            repository_alias("/repositories/100001/issues/1"),
+            Some((100_001, "/issues/1"))
+        );
+        assert_eq!(
+            repository_alias("/repositories/100001"),
+            Some((100_001, ""))
+        );
+        assert_eq!(repository_alias("/repositories/x/issues"), None);
+        assert_eq!(repository_alias("/repos/o/r"), None);
+    }
+
+    fn call<'a>(method: &'a Method, path: &str, body: &'a [u8]) -> RestCall<'a> {
+        RestCall {
+            method,
+            route: route(path).unwrap(),
+            query: &[],
+            body,
+            login: "bot[bot]",
+            now: 1_700_000_000,
+            head_sha: None,
+            logs_base_url: "https://logs.example",
+            logs_signature: "k",
+        }
+    }
+
+    #[test]
+    fn comment_lifecycle_and_errors() {
+        let mut model = Model::new();
+        let repo_id = model.add_repo("o", "r", "main");
+        model.add_issue(repo_id, "t", "b", "alice", None, 1);
+        let post = Method::POST;
+        let reply = handle(
+            &mut model,
+            call(&post, "/repos/o/r/issues/1/comments", br#"{"body":"hi"}"#),
+        );
+        assert_eq!(reply.status, StatusCode::CREATED);
+        let id = reply.created_id.clone().unwrap();
+        assert_eq!(reply.body["id"].to_string(), id);
+        assert_eq!(
+            reply.body["html_url"],
+            format!("https://github.com/o/r/issues/1#issuecomment-{id}")
+        );
+        assert_eq!(reply.body["user"]["type"], "Bot");
+
+        // Re-cased owner/repo reach the same repository, as on GitHub.
+        let get = Method::GET;
+        let reply = handle(&mut model, call(&get, "/repos/O/R/issues/1/comments", b""));
+        assert_eq!(reply.body.as_array().unwrap().len(), 1);
+
+        for (method, path, body, status) in [
+            (
+                &post,
+                "/repos/o/r/issues/2/comments",
+                &br#"{"body":"x"}"#[..],
+                404,
+            ),
+            (
+                &post,
+                "/repos/o/r/issues/1/comments",
+                &br#"{"body":""}"#[..],
+                422,
+            ),
+            (&post, "/repos/o/r/issues/1/comments", &b"{"[..], 400),
+            (
+                &post,
+                "/repos/x/r/issues/1/comments",
+                &br#"{"body":"x"}"#[..],
+                404,
+            ),
+            (&get, "/repos/o/r/pulls/1", &b""[..], 404),
+        ] {
+            let reply = handle(&mut model, call(method, path, body));
+            assert_eq!(reply.status.as_u16(), status, "{method} {path}");
+            assert!(reply.created_id.is_none());
+        }
+    }
+
+    #[test]
+    fn review_comment_replies_only_to_top_level() {
+        let mut model = Model::new();
+        let repo_id = model.add_repo("o", "r", "main");
+        let pull = PullInfo {
+            head: "gatehouse/x".into(),
+            head_sha: "a".repeat(40),
+            base: "main".into(),
+            draft: false,
+            merged: false,
+            requested_reviewers: vec![],
+        };
+        model.add_issue(repo_id, "t", "b", "alice", Some(pull), 1);
+        let post = Method::POST;
+        let top = handle(
+            &mut model,
+            call(
+                &post,
+                "/repos/o/r/pulls/1/comments",
+                br#"{"body":"nit","path":"a.rs","line":3}"#,
+            ),
+        );
+        assert_eq!(top.status, StatusCode::CREATED);
+        let top_id = top.created_id.unwrap();
+        let reply = handle(
+            &mut model,
+            call(
+                &post,
+                &format!("/repos/o/r/pulls/1/comments/{top_id}/replies"),
+                br#"{"body":"done"}"#,
+            ),
+        );
+        assert_eq!(reply.status, StatusCode::CREATED);
+        assert_eq!(reply.body["in_reply_to_id"].to_string(), top_id);
+        let reply_id = reply.created_id.unwrap();
+        let nested = handle(
+            &mut model,
+            call(
+                &post,
+                &format!("/repos/o/r/pulls/1/comments/{reply_id}/replies"),
+                br#"{"body":"x"}"#,
+            ),
+        );
+        assert_eq!(nested.status, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+}

@@ -1,0 +1,162 @@
+//! What the emulators received, for tests to inspect.
+//!
+//! Every request is recorded as it was seen on the wire (after TLS): method,
+//! host, path, query, all headers including `Authorization` (proving which
+//! credential a proxy injected is the point), the body up to
+//! [`BODY_RECORD_LIMIT`] bytes, the status answered, and for calls that create
+//! a comment or message the id the emulator returned.
+
+use std::sync::Mutex;
+
+/// How many body bytes a record keeps; the rest is counted, not kept.
+pub const BODY_RECORD_LIMIT: usize = 64 * 1024;
+
+/// One request as the emulator received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedRequest {
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// The `Host` header without the port, lower-cased, if any.
+    pub host: Option<String>,
+    /// The path, exactly as received (still percent-encoded).
+    pub path: String,
+    /// The raw query string, if any.
+    pub query: Option<String>,
+    /// Every header in arrival order, names lower-cased, values lossily UTF-8.
+    pub headers: Vec<(String, String)>,
+    /// The first [`BODY_RECORD_LIMIT`] bytes of the body (empty for streamed
+    /// git bodies, which are never buffered).
+    pub body: Vec<u8>,
+    /// Whether the body was longer than what [`RecordedRequest::body`] holds.
+    pub body_truncated: bool,
+    /// The HTTP status the emulator answered.
+    pub status: u16,
+    /// For a call that created a comment, review, pull request or message:
+    /// the id the emulator returned.
+    pub created_id: Option<String>,
+}
+
+impl RecordedRequest {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// All values of header `name` (case-insensitive).
+    pub fn header_all(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// The `Authorization` header, if any.
+    pub fn authorization(&self) -> Option<&str> {
+        self.header("authorization")
+    }
+
+    /// The recorded body as text (lossy).
+    pub fn body_text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// The shared, append-only request log of one emulator.
+#[derive(Debug, Default)]
+pub(crate) struct Recorder {
+    requests: Mutex<Vec<RecordedRequest>>,
+}
+
+impl Recorder {
+    pub(crate) fn push(&self, request: RecordedRequest) {
+        lock(&self.requests).push(request);
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<RecordedRequest> {
+        lock(&self.requests).clone()
+    }
+
+    pub(crate) fn clear(&self) {
+        lock(&self.requests).clear();
+    }
+}
+
+/// Lock a mutex, recovering the data if a handler panicked while holding it:
+/// the emulators' state stays usable for the assertions that follow.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Split a request head into the parts a record keeps.
+pub(crate) fn record_head(parts: &http::request::Parts) -> RecordedRequest {
+    RecordedRequest {
+        method: parts.method.as_str().to_owned(),
+        host: request_host(parts),
+        path: parts.uri.path().to_owned(),
+        query: parts.uri.query().map(str::to_owned),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_owned(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: Vec::new(),
+        body_truncated: false,
+        status: 0,
+        created_id: None,
+    }
+}
+
+/// The request's host name without port, lower-cased: from `Host`, else from
+/// an absolute-form URI.
+pub(crate) fn request_host(parts: &http::request::Parts) -> Option<String> {
+    let raw = parts
+        .headers
+        .get(http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| parts.uri.authority().map(|a| a.as_str().to_owned()))?;
+    Some(strip_port(&raw).to_ascii_lowercase())
+}
+
+/// `host:port` → `host`, `[::1]:443` → `::1`.
+pub(crate) fn strip_port(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            host
+        }
+        _ => authority,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strip_port_handles_names_ipv4_and_ipv6() {
+        for (input, expected) in [
+            ("api.github.com", "api.github.com"),
+            ("api.github.com:8443", "api.github.com"),
+            ("127.0.0.1:1", "127.0.0.1"),
+            ("[::1]:443", "::1"),
+            ("[::1]", "::1"),
+            ("::1", "::1"),
+        ] {
+            assert_eq!(strip_port(input), expected, "{input}");
+        }
+    }
+}

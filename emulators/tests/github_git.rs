@@ -1,0 +1,244 @@
+//! git smart HTTP through the emulator with the real git client.
+// Helpers outside #[test] functions panic on setup failure too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
+
+const TOKEN: &str = "ghs_git_test_token";
+
+fn start(dir: &Path) -> GithubHandle {
+    GithubEmulator::start(
+        GithubOptions::new(dir.join("git"))
+            .token(TOKEN, "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .expect("emulator starts")
+}
+
+/// Run git with a clean environment, trusting only the test CA.
+fn git(ca: &Path, cwd: &Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .args(args)
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", cwd)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_SSL_CAINFO", ca)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .unwrap()
+}
+
+fn ok(output: Output) -> String {
+    assert!(
+        output.status.success(),
+        "git failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn clone_and_push_with_token_and_refuse_without() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    let port = emulator.addr().port();
+    // Clone as from github.com (git's curl `--resolve`), so Host dispatch is exercised.
+    let resolve = format!("http.curloptResolve=github.com:{port}:127.0.0.1");
+    let authed = format!("https://x-access-token:{TOKEN}@github.com:{port}/acme/widgets.git");
+    let anonymous = format!("https://127.0.0.1:{port}/acme/widgets.git");
+
+    // Without credentials git gets GitHub's 401 and, with no prompt, fails.
+    let refused = git(&ca, dir.path(), &["clone", "--quiet", &anonymous, "anon"]);
+    assert!(!refused.status.success());
+    let wrong = format!("https://x-access-token:ghs_wrong@127.0.0.1:{port}/acme/widgets.git");
+    let refused = git(&ca, dir.path(), &["clone", "--quiet", &wrong, "wrong"]);
+    assert!(!refused.status.success());
+    let unauthorized: Vec<_> = emulator
+        .requests()
+        .into_iter()
+        .filter(|r| r.status == 401)
+        .collect();
+    assert!(!unauthorized.is_empty());
+    assert!(!dir.path().join("anon/README.md").exists());
+
+    ok(git(
+        &ca,
+        dir.path(),
+        &["-c", &resolve, "clone", "--quiet", &authed, "work"],
+    ));
+    let work = dir.path().join("work");
+    assert_eq!(
+        std::fs::read_to_string(work.join("README.md")).unwrap(),
+        "# widgets\n"
+    );
+    let saw_token = emulator.requests().into_iter().any(|r| {
+        r.path == "/acme/widgets.git/git-upload-pack"
+            && r.host.as_deref() == Some("github.com")
+            && r.status == 200
+            && r.authorization() == Some("Basic eC1hY2Nlc3MtdG9rZW46Z2hzX2dpdF90ZXN0X3Rva2Vu")
+    });
+    assert!(saw_token, "{:#?}", emulator.requests());
+
+    // Push a new branch with a ~3 MB incompressible-ish file.
+    ok(git(
+        &ca,
+        &work,
+        &["checkout", "--quiet", "-b", "gatehouse/x"],
+    ));
+    let blob: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(work.join("data.bin"), blob).unwrap();
+    ok(git(&ca, &work, &["add", "data.bin"]));
+    ok(git(&ca, &work, &["commit", "--quiet", "-m", "data"]));
+    ok(git(
+        &ca,
+        &work,
+        &["-c", &resolve, "push", "--quiet", "origin", "gatehouse/x"],
+    ));
+    let local = ok(git(&ca, &work, &["rev-parse", "HEAD"]));
+    let bare = emulator.repo_git_dir("acme/widgets").unwrap();
+    let remote = ok(git(
+        &ca,
+        dir.path(),
+        &[
+            "--git-dir",
+            bare.to_str().unwrap(),
+            "rev-parse",
+            "refs/heads/gatehouse/x",
+        ],
+    ));
+    assert_eq!(local.trim(), remote.trim());
+    assert!(emulator
+        .requests()
+        .iter()
+        .any(|r| r.path == "/acme/widgets.git/git-receive-pack" && r.status == 200));
+
+    // The pushed branch can back a pull request.
+    let number = emulator
+        .add_pull(
+            "acme/widgets",
+            "Add data",
+            "gatehouse/x",
+            "main",
+            "gatehouse-test[bot]",
+        )
+        .unwrap();
+    assert_eq!(number, 1);
+    emulator.shutdown();
+}
+
+#[test]
+fn gzip_encoded_upload_pack_request_is_inflated_by_http_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    let bare = emulator.repo_git_dir("acme/widgets").unwrap();
+    let head = ok(git(
+        &ca,
+        dir.path(),
+        &[
+            "--git-dir",
+            bare.to_str().unwrap(),
+            "rev-parse",
+            "refs/heads/main",
+        ],
+    ));
+    // A protocol-v0 fetch request: one want, flush, done.
+    let want = format!("want {}\n", head.trim());
+    let request = format!("{:04x}{want}00000009done\n", want.len() + 4);
+    let body = dir.path().join("request.gz");
+    let mut gzip = Command::new("gzip")
+        .arg("-c")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    gzip.stdin
+        .take()
+        .unwrap()
+        .write_all(request.as_bytes())
+        .unwrap();
+    std::fs::write(&body, gzip.wait_with_output().unwrap().stdout).unwrap();
+
+    let port = emulator.addr().port();
+    let output = Command::new("curl")
+        .args(["-sS", "--fail", "--cacert"])
+        .arg(&ca)
+        .args(["--resolve", &format!("github.com:{port}:127.0.0.1")])
+        .args(["-u", &format!("x-access-token:{TOKEN}")])
+        .args(["-H", "Content-Type: application/x-git-upload-pack-request"])
+        .args(["-H", "Content-Encoding: gzip"])
+        .arg("--data-binary")
+        .arg(format!("@{}", body.display()))
+        .arg(format!(
+            "https://github.com:{port}/acme/widgets.git/git-upload-pack"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let answer = output.stdout;
+    assert!(
+        answer.starts_with(b"0008NAK\n"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert!(answer.windows(4).any(|w| w == b"PACK"));
+}
+
+#[test]
+fn git_without_credentials_gets_basic_challenge() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    let port = emulator.addr().port();
+    let url =
+        format!("https://github.com:{port}/acme/widgets.git/info/refs?service=git-upload-pack");
+    for auth in [None, Some("x-access-token:ghs_wrong"), Some(":")] {
+        let mut command = Command::new("curl");
+        command
+            .args(["-sS", "-D", "-", "-o", "/dev/null", "--cacert"])
+            .arg(&ca)
+            .args(["--resolve", &format!("github.com:{port}:127.0.0.1")]);
+        if let Some(auth) = auth {
+            command.args(["-u", auth]);
+        }
+        let head = String::from_utf8(command.arg(&url).output().unwrap().stdout).unwrap();
+        assert!(head.starts_with("HTTP/1.1 401"), "{auth:?}: {head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("www-authenticate: basic realm=\"github\""),
+            "{head}"
+        );
+    }
+    // A bearer token is not accepted for git, as on GitHub.
+    let head = Command::new("curl")
+        .args(["-sS", "-D", "-", "-o", "/dev/null", "--cacert"])
+        .arg(&ca)
+        .args(["--resolve", &format!("github.com:{port}:127.0.0.1")])
+        .args(["-H", &format!("Authorization: Bearer {TOKEN}")])
+        .arg(&url)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8(head.stdout)
+        .unwrap()
+        .starts_with("HTTP/1.1 401"));
+}

@@ -1,0 +1,151 @@
+//! The admin socket: create, list and revoke identities (HTTP/1.1 + JSON
+//! over a 0600 unix socket, so only the proxy's own user — and root — can
+//! use it).
+//!
+//! - `POST /identities` `{"name", "rule_sets", "tunnel_hosts", "variables"}` →
+//!   `201 {"name", "socket"}`; 400 for a bad request, 409 if the name exists.
+//! - `DELETE /identities/{name}` → 204 (socket removed, connections cut); 404.
+//! - `GET /identities` → 200 `[{"name", "socket", "rule_sets", "tunnel_hosts", "variables"}]`.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::net::UnixListener;
+
+use crate::body::{self, ProxyBody};
+use crate::server::{IdentityError, IdentitySpec, Proxy};
+
+/// Largest admin request body.
+const ADMIN_BODY_LIMIT: usize = 64 * 1024;
+
+/// Errors starting the admin socket.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The socket could not be created or restricted to its owner.
+    #[error("admin socket {path}: {source}")]
+    Socket {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewIdentity {
+    name: String,
+    rule_sets: Vec<String>,
+    #[serde(default)]
+    tunnel_hosts: Vec<String>,
+    #[serde(default)]
+    variables: BTreeMap<String, String>,
+}
+
+/// Binds the admin socket (0600) and serves it until the process ends.
+pub fn serve(proxy: Arc<Proxy>, path: &Path) -> Result<tokio::task::JoinHandle<()>, AdminError> {
+    let err = |source| AdminError::Socket {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.exists() {
+        std::fs::remove_file(path).map_err(err)?;
+    }
+    let listener = UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    Ok(tokio::spawn(async move {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "admin accept failed");
+                    continue;
+                }
+            };
+            let proxy = proxy.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| handle(proxy.clone(), req));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    }))
+}
+
+fn reply(status: StatusCode, value: serde_json::Value) -> Response<ProxyBody> {
+    let mut resp = Response::new(body::full(value.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn error(status: StatusCode, reason: impl std::fmt::Display) -> Response<ProxyBody> {
+    reply(status, json!({"error": reason.to_string()}))
+}
+
+async fn handle(
+    proxy: Arc<Proxy>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let path = req.uri().path().to_string();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    Ok(match (req.method().clone(), segments.as_slice()) {
+        (Method::GET, ["identities"]) => reply(StatusCode::OK, json!(proxy.identities())),
+        (Method::POST, ["identities"]) => create(&proxy, req).await,
+        (Method::DELETE, ["identities", name]) => match proxy.remove_identity(name) {
+            Ok(()) => {
+                let mut resp = Response::new(body::empty());
+                *resp.status_mut() = StatusCode::NO_CONTENT;
+                resp
+            }
+            Err(e) => error(StatusCode::NOT_FOUND, e),
+        },
+        (_, ["identities"] | ["identities", _]) => {
+            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+        }
+        _ => error(StatusCode::NOT_FOUND, "no such endpoint; see /identities"),
+    })
+}
+
+async fn create(proxy: &Arc<Proxy>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let bytes = match http_body_util::Limited::new(req.into_body(), ADMIN_BODY_LIMIT)
+        .collect()
+        .await
+    {
+        Ok(c) => c.to_bytes(),
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("reading the body: {e}")),
+    };
+    let new: NewIdentity = match serde_json::from_slice(&bytes) {
+        Ok(n) => n,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid identity: {e}")),
+    };
+    let spec = IdentitySpec {
+        name: new.name.clone(),
+        rule_sets: new.rule_sets,
+        tunnel_hosts: new.tunnel_hosts,
+        variables: new.variables,
+        socket: None,
+    };
+    match proxy.add_identity(spec) {
+        Ok(socket) => reply(
+            StatusCode::CREATED,
+            json!({"name": new.name, "socket": socket}),
+        ),
+        Err(e @ IdentityError::Exists(_)) => error(StatusCode::CONFLICT, e),
+        Err(e @ IdentityError::Socket { .. }) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => error(StatusCode::BAD_REQUEST, e),
+    }
+}

@@ -1,0 +1,182 @@
+use super::*;
+use proptest::prelude::*;
+
+const A: &str = "1111111111111111111111111111111111111111";
+const B: &str = "2222222222222222222222222222222222222222";
+const Z: &str = "0000000000000000000000000000000000000000";
+
+fn pkt(payload: &str) -> Vec<u8> {
+    let mut out = format!("{:04x}", payload.len() + 4).into_bytes();
+    out.extend_from_slice(payload.as_bytes());
+    out
+}
+
+fn body(lines: &[String]) -> Vec<u8> {
+    let mut out: Vec<u8> = lines.iter().flat_map(|l| pkt(l)).collect();
+    out.extend_from_slice(b"0000PACK\x00\x00\x00\x02");
+    out
+}
+
+fn policy() -> RefPolicy {
+    RefPolicyFile {
+        refs: vec!["refs/heads/gatehouse/*".into()],
+        delete: false,
+    }
+    .validate()
+    .unwrap()
+}
+
+#[test]
+fn parses_commands_and_stops_at_the_flush() {
+    let b = body(&[
+        format!("{A} {B} refs/heads/gatehouse/x\0report-status side-band-64k agent=git/2.39\n"),
+        format!("{Z} {B} refs/heads/gatehouse/y\n"),
+    ]);
+    let parsed = parse_commands(&b).unwrap();
+    assert_eq!(parsed.commands.len(), 2);
+    assert_eq!(
+        parsed.commands[0],
+        RefUpdate {
+            old: A.into(),
+            new: B.into(),
+            name: "refs/heads/gatehouse/x".into()
+        }
+    );
+    assert!(parsed.commands[1].is_create());
+    assert_eq!(
+        parsed.capabilities,
+        ["report-status", "side-band-64k", "agent=git/2.39"]
+    );
+    assert_eq!(&b[parsed.consumed..], b"PACK\x00\x00\x00\x02");
+    assert_eq!(check(&parsed.commands, &policy()), Ok(()));
+}
+
+#[test]
+fn short_prefixes_need_more() {
+    let b = body(&[format!("{A} {B} refs/heads/gatehouse/x\0report-status\n")]);
+    let flush_end = b.len() - 8;
+    for cut in 0..flush_end {
+        assert_eq!(
+            parse_commands(&b[..cut]),
+            Err(ParseError::NeedMore),
+            "cut at {cut}"
+        );
+    }
+    assert!(parse_commands(&b[..flush_end]).is_ok());
+}
+
+#[test]
+fn malformed_commands_are_invalid() {
+    let sha256 = "3".repeat(64);
+    let cases: Vec<Vec<u8>> = vec![
+        b"zzzz".to_vec(),
+        b"0003".to_vec(),
+        b"0001".to_vec(),
+        b"0000".to_vec(),
+        body(&[format!("{A} {B}\n")]),
+        body(&[format!("{A} {B} main\n")]),
+        body(&[format!("{A} {B} refs/heads/../x\n")]),
+        body(&[format!("{A} {B} refs/heads/x y\n")]),
+        body(&[format!("{A} {B} refs/heads/x\r\n")]),
+        body(&[format!("{A} {B} refs/heads/x.lock\n")]),
+        body(&[format!("{A} {B} refs/heads/@{{x}}\n")]),
+        body(&[format!("{} {B} refs/heads/x\n", "A".repeat(40))]),
+        body(&[format!("{A} {sha256} refs/heads/x\n")]),
+        body(&[
+            format!("{A} {B} refs/heads/a\0caps\n"),
+            format!("{A} {B} refs/heads/b\0caps\n"),
+        ]),
+        body(&["push-cert\0report-status\n".to_string()]),
+        body(&[format!("{A} {B} refs/heads/a\n"), format!("shallow {A}\n")]),
+    ];
+    for b in cases {
+        assert!(
+            matches!(parse_commands(&b), Err(ParseError::Invalid(_))),
+            "{:?}",
+            String::from_utf8_lossy(&b)
+        );
+    }
+}
+
+#[test]
+fn shallow_lines_before_commands_are_skipped() {
+    let b = body(&[
+        format!("shallow {A}\n"),
+        format!("{A} {B} refs/heads/gatehouse/x\0caps\n"),
+    ]);
+    assert_eq!(parse_commands(&b).unwrap().commands.len(), 1);
+}
+
+#[test]
+fn policy_refuses_main_deletion_and_other_refs() {
+    let update = |old: &str, new: &str, name: &str| RefUpdate {
+        old: old.into(),
+        new: new.into(),
+        name: name.into(),
+    };
+    let p = policy();
+    assert!(check(&[update(A, B, "refs/heads/gatehouse/x")], &p).is_ok());
+    assert!(check(&[update(A, B, "refs/heads/gatehouse/a/b")], &p).is_ok());
+    for denied in [
+        vec![update(A, B, "refs/heads/main")],
+        vec![update(A, B, "refs/heads/master")],
+        vec![update(A, B, "refs/heads/gatehouse")],
+        vec![update(A, B, "refs/heads/gatehouse/")],
+        vec![update(A, B, "refs/heads/gatehousex")],
+        vec![update(A, B, "refs/tags/gatehouse/x")],
+        vec![update(A, Z, "refs/heads/gatehouse/x")],
+        vec![
+            update(A, B, "refs/heads/gatehouse/x"),
+            update(A, B, "refs/heads/main"),
+        ],
+        vec![],
+    ] {
+        assert!(check(&denied, &p).is_err(), "{denied:?}");
+    }
+    let reason = check(&[update(A, B, "refs/heads/main")], &p)
+        .unwrap_err()
+        .reason;
+    assert!(
+        reason.contains("refs/heads/main") && reason.contains("refs/heads/gatehouse/*"),
+        "{reason}"
+    );
+    let deleting = RefPolicyFile {
+        refs: vec!["refs/heads/gatehouse/*".into()],
+        delete: true,
+    }
+    .validate()
+    .unwrap();
+    assert!(check(&[update(A, Z, "refs/heads/gatehouse/x")], &deleting).is_ok());
+    assert!(check(&[update(A, Z, "refs/heads/main")], &deleting).is_err());
+}
+
+#[test]
+fn bad_patterns_are_refused() {
+    for bad in [
+        "heads/x",
+        "refs/heads/*/x",
+        "refs/heads/x*",
+        "refs/heads/../*",
+        "",
+    ] {
+        assert!(RefPattern::parse(bad).is_err(), "{bad}");
+    }
+}
+
+proptest! {
+    #[test]
+    fn parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        if let Ok(parsed) = parse_commands(&bytes) {
+            prop_assert!(parsed.consumed <= bytes.len());
+            prop_assert!(!parsed.commands.is_empty());
+        }
+    }
+
+    /// A push is allowed exactly when every ref is under gatehouse/ and none is deleted.
+    #[test]
+    fn policy_matches_its_meaning(names in proptest::collection::vec("refs/(heads|tags)/(gatehouse/)?[a-z]{1,5}", 1..4), delete in any::<bool>()) {
+        let updates: Vec<_> = names.iter().map(|n| RefUpdate { old: A.into(), new: if delete { Z.into() } else { B.into() }, name: n.clone() }).collect();
+        let expected = !delete && names.iter().all(|n| n.starts_with("refs/heads/gatehouse/"));
+        prop_assert_eq!(check(&updates, &policy()).is_ok(), expected);
+    }
+}

@@ -1,0 +1,345 @@
+use super::*;
+use proptest::prelude::*;
+
+const WORKER: &str = r#"
+name = "test-worker"
+description = "test"
+variables = ["repo"]
+
+[[rule]]
+name = "issue-read"
+source = "test"
+host = "api.github.com"
+methods = ["GET"]
+path = "/repos/{repo}/issues/{n}"
+credential = "github"
+inject = "bearer"
+
+[[rule]]
+name = "issues-any"
+source = "test"
+host = "api.github.com"
+methods = ["GET", "POST"]
+path = "/repos/{repo}/issues/**"
+credential = "github"
+inject = "bearer"
+
+[[rule]]
+name = "issue-comment"
+source = "test"
+host = "api.github.com"
+methods = ["POST"]
+path = "/repos/{repo}/issues/{n}/comments"
+credential = "github"
+inject = "bearer"
+message = { kind = "github_issue_comment", target = "{repo}#{n}", created_id_pointer = "/id" }
+
+[[rule]]
+name = "feishu-send"
+source = "test"
+host = "open.feishu.cn"
+methods = ["POST"]
+path = "/open-apis/im/v1/messages"
+query = { receive_id_type = ["chat_id", "open_id"] }
+credential = "feishu"
+inject = "feishu_tenant"
+message = { kind = "feishu_message", target = "{receive_id_type}", target_body_pointer = "/receive_id", created_id_pointer = "/data/message_id" }
+
+[[rule]]
+name = "push"
+source = "test"
+host = "github.com"
+methods = ["POST"]
+path = "/{repo}.git/git-receive-pack"
+credential = "github"
+inject = "git_basic"
+receive_pack = { refs = ["refs/heads/gatehouse/*"] }
+
+[[rule]]
+name = "graphql"
+source = "test"
+host = "api.github.com"
+methods = ["POST"]
+path = "/graphql"
+credential = "github"
+inject = "bearer"
+graphql = { query = ["repository"], repository = "{repo}" }
+
+[example_variables]
+repo = "octo/hello"
+
+[[example]]
+allow = "GET api.github.com/repos/octo/hello/issues/1"
+
+[[example]]
+deny = "GET api.github.com/repos/octo/other/issues/1"
+"#;
+
+fn book() -> RuleBook {
+    RuleBook::new([RuleSet::parse("test-worker.toml", WORKER).unwrap()]).unwrap()
+}
+
+fn sets() -> Vec<String> {
+    vec!["test-worker".to_owned()]
+}
+
+fn vars() -> Vars {
+    Vars::from([("repo".to_owned(), "octo/hello".to_owned())])
+}
+
+fn decide(line: &str) -> Decision {
+    book().check(&parse_example(line).unwrap(), &sets(), &vars())
+}
+
+fn allowed_rule(line: &str) -> Option<String> {
+    match decide(line) {
+        Decision::Allow(a) => Some(a.rule),
+        Decision::Deny(_) => None,
+    }
+}
+
+#[test]
+fn decisions_table() {
+    let cases: &[(&str, Option<&str>)] = &[
+        ("GET api.github.com/repos/octo/hello/issues/1", Some("issue-read")),
+        ("GET api.github.com/repos/OCTO/HELLO/issues/1", Some("issue-read")),
+        ("GET API.GITHUB.COM/repos/octo/hello/issues/1", Some("issue-read")),
+        ("GET api.github.com/repos/octo/hello/issues/1/events", Some("issues-any")),
+        ("POST api.github.com/repos/octo/hello/issues/7/comments", Some("issue-comment")),
+        ("POST api.github.com/repos/Octo/Hello/issues/7/comments", Some("issue-comment")),
+        ("POST github.com/octo/hello.git/git-receive-pack", Some("push")),
+        ("POST api.github.com/graphql", Some("graphql")),
+        ("POST open.feishu.cn/open-apis/im/v1/messages?receive_id_type=chat_id", Some("feishu-send")),
+        ("POST open.feishu.cn/open-apis/im/v1/messages?uuid=1&receive_id_type=open_id", Some("feishu-send")),
+        // other repo, alias, other host, method
+        ("GET api.github.com/repos/octo/other/issues/1", None),
+        ("GET api.github.com/repos/other/hello/issues/1", None),
+        ("GET api.github.com/repos/octo/hello-fork/issues/1", None),
+        ("GET api.github.com/repositories/1296269/issues/1", None),
+        ("GET api.github.com/repositories/1296269", None),
+        ("GET api.github.com.evil.com/repos/octo/hello/issues/1", None),
+        ("GET evil.com/repos/octo/hello/issues/1", None),
+        ("DELETE api.github.com/repos/octo/hello/issues/1", None),
+        ("get api.github.com/repos/octo/hello/issues/1", None),
+        ("PUT api.github.com/repos/octo/hello/pulls/1/merge", None),
+        ("POST github.com/octo/other.git/git-receive-pack", None),
+        // path tricks, each refused before matching
+        ("GET api.github.com/repos/octo/hello/issues/1/../../../other/issues/1", None),
+        ("GET api.github.com/repos/octo/hello/issues/./1", None),
+        ("GET api.github.com/repos/octo/hello/issues/%2e%2e/1", None),
+        ("GET api.github.com/repos/octo/hello/issues/%2E%2E/1", None),
+        ("GET api.github.com/repos/octo/hello%2f..%2fother/issues/1", None),
+        ("GET api.github.com/repos/octo/hello%2Fissues/1", None),
+        ("GET api.github.com/repos/octo/hello/issues%5c1", None),
+        ("GET api.github.com/repos/octo/hello/issues%5C1", None),
+        ("GET api.github.com/repos/octo/hello/issues\\1", None),
+        ("GET api.github.com//repos/octo/hello/issues/1", None),
+        ("GET api.github.com/repos//octo/hello/issues/1", None),
+        ("GET api.github.com/repos/octo/hello/issues/1\r\n", None),
+        ("GET api.github.com/repos/octo/hello/issues/1\0", None),
+        ("GET api.github.com/repos/octo/hello/issues/1;x", None),
+        ("GET api.github.com/repos/%6fcto/hello/issues/1", None),
+        // query constraints
+        ("POST open.feishu.cn/open-apis/im/v1/messages", None),
+        ("POST open.feishu.cn/open-apis/im/v1/messages?receive_id_type=email", None),
+        ("POST open.feishu.cn/open-apis/im/v1/messages?receive_id_type=chat_id&receive_id_type=email", None),
+        ("POST open.feishu.cn/open-apis/im/v1/messages?receive_id_type=chat_id&receive%5fid_type=email", None),
+        ("POST open.feishu.cn/open-apis/im/v1/messages?receive_id_type=chat_id&x=%zz", None),
+        // token endpoints, never
+        ("POST api.github.com/app/installations/1/access_tokens", None),
+        ("POST open.feishu.cn/open-apis/auth/v3/tenant_access_token/internal", None),
+    ];
+    for (line, expected) in cases {
+        assert_eq!(allowed_rule(line).as_deref(), *expected, "{line:?}");
+    }
+}
+
+#[test]
+fn message_marker_wins_and_is_rendered() {
+    let Decision::Allow(a) = decide("POST api.github.com/repos/Octo/Hello/issues/7/comments")
+    else {
+        panic!("denied")
+    };
+    assert_eq!(a.rule, "issue-comment");
+    assert_eq!(a.credential, "github");
+    assert_eq!(a.inject, Injection::Bearer);
+    let m = a.message.unwrap();
+    assert_eq!(
+        (
+            m.kind.as_str(),
+            m.target.as_str(),
+            m.created_id_pointer.as_str()
+        ),
+        ("github_issue_comment", "octo/hello#7", "/id")
+    );
+    let Decision::Allow(a) =
+        decide("POST open.feishu.cn/open-apis/im/v1/messages?receive_id_type=chat_id")
+    else {
+        panic!("denied")
+    };
+    let m = a.message.unwrap();
+    assert_eq!(
+        (m.target.as_str(), m.target_body_pointer.as_deref()),
+        ("chat_id", Some("/receive_id"))
+    );
+    assert_eq!(a.inject, Injection::FeishuTenant);
+}
+
+#[test]
+fn body_checks_are_bound() {
+    let Decision::Allow(a) = decide("POST github.com/octo/hello.git/git-receive-pack") else {
+        panic!("denied")
+    };
+    assert!(matches!(a.body, BodyCheck::ReceivePack(ref p) if !p.delete && p.refs.len() == 1));
+    assert_eq!(a.inject, Injection::GitBasic);
+    let Decision::Allow(a) = decide("POST api.github.com/graphql") else {
+        panic!("denied")
+    };
+    let BodyCheck::GraphQl(g) = a.body else {
+        panic!("no graphql check")
+    };
+    assert_eq!(g.repository.as_deref(), Some("octo/hello"));
+}
+
+#[test]
+fn denials_say_why() {
+    let reason = |line| match decide(line) {
+        Decision::Deny(d) => {
+            assert_eq!(d.rule_sets_tried, sets());
+            d.reason
+        }
+        Decision::Allow(a) => panic!("allowed by {}", a.rule),
+    };
+    assert!(reason("GET evil.com/x").contains("no rule of this identity names host evil.com"));
+    assert!(reason("GET api.github.com/repos/octo/other/issues/1").contains("allows the path"));
+    assert!(reason("DELETE api.github.com/repos/octo/hello/issues/1").contains("allows only GET"));
+    assert!(reason("GET api.github.com/repos/a/../b").contains("not canonical"));
+    assert!(
+        reason("POST api.github.com/app/installations/1/access_tokens").contains("never allowed")
+    );
+    assert!(reason("POST open.feishu.cn/open-apis/im/v1/messages").contains("receive_id_type"));
+}
+
+#[test]
+fn identity_problems_deny() {
+    let head = parse_example("GET api.github.com/repos/octo/hello/issues/1").unwrap();
+    let unknown = vec!["nope".to_owned()];
+    assert!(matches!(
+        book().check(&head, &unknown, &vars()),
+        Decision::Deny(_)
+    ));
+    assert!(matches!(
+        book().check(&head, &sets(), &Vars::new()),
+        Decision::Deny(_)
+    ));
+    assert!(matches!(
+        book().check(&head, &[], &vars()),
+        Decision::Deny(_)
+    ));
+    let bad = Vars::from([("repo".to_owned(), "octo/../x".to_owned())]);
+    assert!(matches!(
+        book().check(&head, &sets(), &bad),
+        Decision::Deny(_)
+    ));
+    assert_eq!(
+        book().check_identity(&unknown, &vars()),
+        Err(RuleError::UnknownRuleSet("nope".into()))
+    );
+    assert!(matches!(
+        book().check_identity(&sets(), &Vars::new()),
+        Err(RuleError::Variable { .. })
+    ));
+    assert_eq!(book().check_identity(&sets(), &vars()), Ok(()));
+}
+
+#[test]
+fn bad_rule_sets_are_refused_with_the_key() {
+    let swap = |from: &str, to: &str| {
+        assert!(WORKER.contains(from), "{from}");
+        RuleSet::parse("w.toml", &WORKER.replacen(from, to, 1))
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(
+        swap("name = \"issue-read\"", "name = \"issue-read\"\nbogus = 1")
+            .contains("unknown field `bogus`")
+    );
+    assert!(swap("source = \"test\"", "source = \"\"").contains("rule[0].source"));
+    assert!(swap("methods = [\"GET\"]", "methods = [\"get\"]").contains("rule[0].methods"));
+    assert!(
+        swap("host = \"api.github.com\"", "host = \"API.github.com\"").contains("rule[0].host")
+    );
+    assert!(swap(
+        "path = \"/repos/{repo}/issues/{n}\"",
+        "path = \"/repos/{repo}/../x\""
+    )
+    .contains("rule[0].path"));
+    assert!(swap(
+        "path = \"/repos/{repo}/issues/{n}\"",
+        "path = \"/app/installations/{n}/access_tokens\""
+    )
+    .contains("rule[0].path"));
+    assert!(swap(
+        "path = \"/repos/{repo}/issues/{n}\"",
+        "path = \"/open-apis/auth/v3/**\""
+    )
+    .contains("fetched by the proxy only"));
+    assert!(swap("inject = \"bearer\"", "inject = \"cookie\"").contains("unknown variant"));
+    assert!(swap("name = \"issues-any\"", "name = \"issue-read\"").contains("rule[1].name"));
+    assert!(
+        swap("receive_pack = { refs = [\"refs/heads/gatehouse/*\"] }", "")
+            .contains("rule[4].receive_pack")
+    );
+    assert!(swap(
+        "receive_pack = { refs = [\"refs/heads/gatehouse/*\"] }",
+        "receive_pack = { refs = [\"heads/x\"] }"
+    )
+    .contains("rule[4].receive_pack"));
+    assert!(swap(
+        "graphql = { query = [\"repository\"], repository = \"{repo}\" }",
+        ""
+    )
+    .contains("rule[5].graphql"));
+    assert!(swap(", repository = \"{repo}\"", "").contains("pin"));
+    assert!(swap(
+        "allow = \"GET api.github.com/repos/octo/hello/issues/1\"",
+        "allow = \"GET api.github.com/repos/octo/other/issues/1\""
+    )
+    .contains("should be allowed but was denied"));
+    assert!(swap(
+        "deny = \"GET api.github.com/repos/octo/other/issues/1\"",
+        "deny = \"GET api.github.com/repos/octo/hello/issues/1\""
+    )
+    .contains("should be denied but was allowed by rule `issue-read`"));
+    assert!(swap("deny = \"GET", "allow = \"x\"\ndeny = \"GET").contains("exactly one"));
+    assert_eq!(
+        RuleBook::new([
+            RuleSet::parse("a", WORKER).unwrap(),
+            RuleSet::parse("b", WORKER).unwrap()
+        ]),
+        Err(RuleError::Duplicate("test-worker".into()))
+    );
+}
+
+proptest! {
+    /// No request for another repository is ever allowed, whatever the
+    /// path suffix and method.
+    #[test]
+    fn other_repos_never_allowed(owner in "[a-zA-Z0-9-]{1,8}", name in "[a-zA-Z0-9._-]{1,8}", suffix in "(/[a-z0-9]{1,6}){0,4}", method in prop_oneof![Just("GET"), Just("POST"), Just("PATCH")]) {
+        prop_assume!(!format!("{owner}/{name}").eq_ignore_ascii_case("octo/hello"));
+        let path = format!("/repos/{owner}/{name}/issues{suffix}");
+        let head = RequestHead { method, host: "api.github.com", path: &path, query: None };
+        prop_assert!(matches!(book().check(&head, &sets(), &vars()), Decision::Deny(_)));
+    }
+
+    /// Token endpoints are denied on any host, in any case.
+    #[test]
+    fn token_endpoints_never_allowed(host in prop_oneof![Just("api.github.com"), Just("open.feishu.cn")], upper in any::<bool>(), tail in "[a-z0-9_/]{0,20}") {
+        for prefix in ["/app/installations/", "/open-apis/auth/"] {
+            let path = format!("{prefix}{tail}");
+            let path = if upper { path.to_ascii_uppercase() } else { path };
+            let head = RequestHead { method: "POST", host, path: &path, query: None };
+            prop_assert!(matches!(book().check(&head, &sets(), &vars()), Decision::Deny(_)));
+        }
+    }
+}

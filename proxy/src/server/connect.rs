@@ -1,0 +1,239 @@
+//! The outer connection on an identity socket: `CONNECT` (intercepted or
+//! spliced) and plain-HTTP absolute-form requests.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+
+use super::forward::{self, Target};
+use super::{is_dns_name, Identity, Proxy};
+use crate::body::{self, ProxyBody};
+
+/// Largest request head accepted (bigger ones get 431 from hyper).
+pub(super) const MAX_HEAD_BYTES: usize = 32 * 1024;
+
+pub(super) fn http1_server() -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .max_buf_size(MAX_HEAD_BYTES)
+        .max_headers(100)
+        .keep_alive(true);
+    builder
+}
+
+/// Accepts connections until the identity is revoked.
+pub(super) async fn accept_loop(
+    proxy: Arc<Proxy>,
+    identity: Arc<Identity>,
+    listener: UnixListener,
+) {
+    let mut revoked = identity.revoked();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(serve_outer(proxy.clone(), identity.clone(), stream));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, identity = %identity.name, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = wait_revoked(&mut revoked) => break,
+        }
+    }
+}
+
+/// Resolves once the identity is revoked (or its registry entry is gone).
+pub(super) async fn wait_revoked(revoked: &mut watch::Receiver<bool>) {
+    let _ = revoked.wait_for(|r| *r).await;
+}
+
+async fn serve_outer(proxy: Arc<Proxy>, identity: Arc<Identity>, stream: UnixStream) {
+    let mut revoked = identity.revoked();
+    let service = {
+        let identity = identity.clone();
+        service_fn(move |req| outer(proxy.clone(), identity.clone(), req))
+    };
+    let conn = http1_server()
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    tokio::select! {
+        result = conn => {
+            if let Err(error) = result {
+                tracing::debug!(%error, identity = %identity.name, "client connection ended");
+            }
+        }
+        _ = wait_revoked(&mut revoked) => {}
+    }
+}
+
+async fn outer(
+    proxy: Arc<Proxy>,
+    identity: Arc<Identity>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    if *identity.revoked.borrow() {
+        return Ok(forward::refused_identity());
+    }
+    if req.method() == Method::CONNECT {
+        return Ok(connect(proxy, identity, req).await);
+    }
+    // Plain HTTP: only absolute-form `http://host/...` on the default port.
+    let uri = req.uri();
+    let host = match (uri.scheme_str(), uri.host(), uri.port_u16()) {
+        (Some("http"), Some(host), None | Some(80)) => host.to_ascii_lowercase(),
+        _ => {
+            return Ok(forward::bad_request(
+                "a proxy request must be CONNECT host:443 or absolute-form http://host/path",
+            ))
+        }
+    };
+    let target = Target::plain(host);
+    forward::handle(proxy, identity, target, req).await
+}
+
+/// Decides a CONNECT: splice, intercept, or refuse.
+async fn connect(
+    proxy: Arc<Proxy>,
+    identity: Arc<Identity>,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let authority = match req.uri().authority() {
+        Some(a) if req.uri().scheme().is_none() && req.uri().path_and_query().is_none() => {
+            a.clone()
+        }
+        _ => return forward::bad_request("CONNECT needs an authority-form target host:port"),
+    };
+    let host = authority.host().to_ascii_lowercase();
+    let port = authority.port_u16();
+    let refuse =
+        |reason: &str| forward::deny_connect(&proxy, &identity, &host, authority.as_str(), reason);
+    if port != Some(443) {
+        return refuse("only port 443 may be reached through the proxy");
+    }
+    if host.starts_with('[') || !is_dns_name(&host) {
+        return refuse(
+            "CONNECT targets must be DNS names; IP addresses and bare names are refused",
+        );
+    }
+    if host == "localhost" || host.ends_with(".localhost") {
+        return refuse("CONNECT to the local machine is refused");
+    }
+    if identity.tunnel_hosts.contains(&host) {
+        // Connect first, so a refused upstream (non-public address, nothing
+        // listening) is a clear answer rather than a 200 and a closed tunnel.
+        let upstream = match proxy.upstreams.connect_tcp(&host, 443).await {
+            Ok(s) => s,
+            Err(error) => {
+                let reason = format!("tunnel refused: {error}");
+                return forward::deny_connect(
+                    &proxy,
+                    &identity,
+                    &host,
+                    authority.as_str(),
+                    &reason,
+                );
+            }
+        };
+        let upgrade = hyper::upgrade::on(req);
+        forward::audit_tunnel(&proxy, &identity, &host);
+        tokio::spawn(splice(identity, upgrade, upstream));
+        return established();
+    }
+    if !proxy.policy.names_host(&host, &identity.scope.rule_sets) {
+        return refuse(
+            "no rule of this identity's rule sets names this host, and it is not a tunnel host",
+        );
+    }
+    let upgrade = hyper::upgrade::on(req);
+    tokio::spawn(intercept(proxy, identity, host, upgrade));
+    established()
+}
+
+fn established() -> Response<ProxyBody> {
+    let mut resp = Response::new(body::empty());
+    *resp.status_mut() = StatusCode::OK;
+    resp
+}
+
+async fn splice(
+    identity: Arc<Identity>,
+    upgrade: hyper::upgrade::OnUpgrade,
+    mut upstream: tokio::net::TcpStream,
+) {
+    let mut revoked = identity.revoked();
+    let work = async {
+        let client = match upgrade.await {
+            Ok(u) => u,
+            Err(error) => return tracing::debug!(%error, "tunnel upgrade failed"),
+        };
+        let mut client = TokioIo::new(client);
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    };
+    tokio::select! {
+        () = work => {}
+        _ = wait_revoked(&mut revoked) => {}
+    }
+}
+
+async fn intercept(
+    proxy: Arc<Proxy>,
+    identity: Arc<Identity>,
+    host: String,
+    upgrade: hyper::upgrade::OnUpgrade,
+) {
+    let mut revoked = identity.revoked();
+    let work = async {
+        let upgraded = match upgrade.await {
+            Ok(u) => u,
+            Err(error) => return tracing::debug!(%error, "CONNECT upgrade failed"),
+        };
+        let config = match proxy.ca.server_config(&host) {
+            Ok(c) => c,
+            Err(error) => return tracing::error!(%error, "minting a leaf certificate"),
+        };
+        let tls = match TlsAcceptor::from(config)
+            .accept(TokioIo::new(upgraded))
+            .await
+        {
+            Ok(t) => t,
+            Err(error) => return tracing::debug!(%error, %host, "client TLS handshake failed"),
+        };
+        // The CONNECT authority is the target; a different (or missing) SNI
+        // means the client believes it talks to someone else.
+        let sni = tls.get_ref().1.server_name().map(str::to_ascii_lowercase);
+        if sni.as_deref() != Some(host.as_str()) {
+            forward::audit_refused_tls(&proxy, &identity, &host, sni.as_deref());
+            return;
+        }
+        let target = Target::tunnel(host.clone());
+        let service = {
+            let identity = identity.clone();
+            service_fn(move |req| {
+                forward::handle(proxy.clone(), identity.clone(), target.clone(), req)
+            })
+        };
+        if let Err(error) = http1_server()
+            .serve_connection(TokioIo::new(tls), service)
+            .await
+        {
+            tracing::debug!(%error, %host, "intercepted connection ended");
+        }
+    };
+    tokio::select! {
+        () = work => {}
+        _ = wait_revoked(&mut revoked) => {}
+    }
+}

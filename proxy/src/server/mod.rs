@@ -1,0 +1,393 @@
+//! The proxy's I/O: one unix listener per identity, CONNECT interception,
+//! forwarding, and the registry of identities the admin socket changes.
+//!
+//! ```text
+//! identity socket ─► outer HTTP/1.1 (connect.rs)
+//!     CONNECT host:443 ─┬─ tunnel host ─► spliced TCP (no credentials)
+//!                       ├─ rule host ───► TLS with a minted leaf ─► inner HTTP/1.1
+//!                       └─ else 403                                   │
+//!     GET http://host/… ───────────────────────────────────────────────┤
+//!                                                       forward.rs: check ─► inject ─► upstream
+//! ```
+//!
+//! The identity of a request is the socket it arrived on. Revoking an
+//! identity closes its listener, removes its socket and cuts every open
+//! connection (outer, intercepted and spliced).
+
+pub mod audit_writer;
+mod connect;
+mod forward;
+pub mod policy;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use tokio::net::UnixListener;
+use tokio::sync::watch;
+
+use crate::ca::CertificateAuthority;
+use crate::credentials::Credentials;
+use crate::upstream::{UpstreamClient, Upstreams};
+use audit_writer::AuditWriter;
+use policy::{Policy, Scope};
+
+/// Errors creating or removing identities.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// The name is not `[A-Za-z0-9_-]{1,64}`.
+    #[error("identity name {0:?} must be 1 to 64 characters of A-Z a-z 0-9 _ -")]
+    BadName(String),
+    /// An identity of that name exists.
+    #[error("identity {0:?} already exists")]
+    Exists(String),
+    /// No identity of that name exists.
+    #[error("no identity named {0:?}")]
+    NotFound(String),
+    /// The rule book refuses the identity's rule sets or variables.
+    #[error("{0}")]
+    Rules(String),
+    /// A tunnel host is not a lowercase DNS name.
+    #[error("tunnel host {0:?} must be a lowercase DNS name (no port, no IP address)")]
+    BadTunnelHost(String),
+    /// A variable's name or value is not acceptable.
+    #[error("variable {name:?}: {why}")]
+    BadVariable { name: String, why: String },
+    /// The socket could not be created.
+    #[error("identity socket {path}: {source}")]
+    Socket {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What an identity may do; given by the config or `POST /identities`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IdentitySpec {
+    pub name: String,
+    pub rule_sets: Vec<String>,
+    pub tunnel_hosts: Vec<String>,
+    pub variables: BTreeMap<String, String>,
+    /// Where its socket goes; by default `<identity socket dir>/<name>.sock`.
+    pub socket: Option<PathBuf>,
+}
+
+/// A live identity.
+pub struct Identity {
+    pub name: String,
+    pub scope: Scope,
+    pub tunnel_hosts: BTreeSet<String>,
+    pub socket: PathBuf,
+    client: UpstreamClient,
+    revoked: watch::Sender<bool>,
+}
+
+impl Identity {
+    fn revoked(&self) -> watch::Receiver<bool> {
+        self.revoked.subscribe()
+    }
+}
+
+/// What `GET /identities` lists.
+#[derive(Clone, Debug, Serialize)]
+pub struct IdentityInfo {
+    pub name: String,
+    pub socket: PathBuf,
+    pub rule_sets: Vec<String>,
+    pub tunnel_hosts: Vec<String>,
+    pub variables: BTreeMap<String, String>,
+}
+
+/// Everything the proxy's tasks share.
+pub struct Proxy {
+    ca: Arc<CertificateAuthority>,
+    upstreams: Upstreams,
+    policy: Arc<dyn Policy>,
+    credentials: Arc<Credentials>,
+    audit: AuditWriter,
+    socket_dir: PathBuf,
+    identities: Mutex<HashMap<String, Arc<Identity>>>,
+    request_prefix: String,
+    next_request: AtomicU64,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("socket_dir", &self.socket_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The parts a proxy is built from.
+pub struct ProxyParts {
+    pub ca: Arc<CertificateAuthority>,
+    pub upstreams: Upstreams,
+    pub policy: Arc<dyn Policy>,
+    pub credentials: Arc<Credentials>,
+    pub audit: AuditWriter,
+    /// Directory for identity sockets (created 0700 if absent).
+    pub socket_dir: PathBuf,
+}
+
+impl Proxy {
+    pub fn new(parts: ProxyParts) -> Result<Arc<Self>, IdentityError> {
+        let dir = &parts.socket_dir;
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)))
+            .map_err(|source| IdentityError::Socket {
+                path: dir.clone(),
+                source,
+            })?;
+        let socket_dir = std::fs::canonicalize(dir).map_err(|source| IdentityError::Socket {
+            path: dir.clone(),
+            source,
+        })?;
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Ok(Arc::new(Self {
+            ca: parts.ca,
+            upstreams: parts.upstreams,
+            policy: parts.policy,
+            credentials: parts.credentials,
+            audit: parts.audit,
+            socket_dir,
+            identities: Mutex::new(HashMap::new()),
+            request_prefix: format!("req_{:x}", started.as_nanos()),
+            next_request: AtomicU64::new(1),
+        }))
+    }
+
+    fn request_id(&self) -> String {
+        let n = self.next_request.fetch_add(1, Ordering::Relaxed);
+        format!("{}_{n}", self.request_prefix)
+    }
+
+    fn lock_identities(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Identity>>> {
+        self.identities.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The CA (for tests and for writing the trust bundle).
+    pub fn ca(&self) -> &CertificateAuthority {
+        &self.ca
+    }
+
+    /// Creates an identity: checks it, binds its socket and starts serving.
+    pub fn add_identity(self: &Arc<Self>, spec: IdentitySpec) -> Result<PathBuf, IdentityError> {
+        self.validate(&spec)?;
+        let socket = spec
+            .socket
+            .clone()
+            .unwrap_or_else(|| self.socket_dir.join(format!("{}.sock", spec.name)));
+        let mut identities = self.lock_identities();
+        if identities.contains_key(&spec.name) {
+            return Err(IdentityError::Exists(spec.name));
+        }
+        let listener = bind_socket(&socket)?;
+        let (revoked, _) = watch::channel(false);
+        let identity = Arc::new(Identity {
+            name: spec.name.clone(),
+            scope: Scope {
+                rule_sets: spec.rule_sets.clone(),
+                variables: spec.variables.clone(),
+            },
+            tunnel_hosts: spec.tunnel_hosts.iter().cloned().collect(),
+            socket: socket.clone(),
+            client: self.upstreams.client(),
+            revoked,
+        });
+        identities.insert(spec.name.clone(), identity.clone());
+        drop(identities);
+        tokio::spawn(connect::accept_loop(self.clone(), identity, listener));
+        tracing::info!(identity = %spec.name, socket = %socket.display(), "identity created");
+        Ok(socket)
+    }
+
+    /// Revokes an identity: its socket is removed and its connections cut.
+    pub fn remove_identity(&self, name: &str) -> Result<(), IdentityError> {
+        let identity = self
+            .lock_identities()
+            .remove(name)
+            .ok_or_else(|| IdentityError::NotFound(name.to_string()))?;
+        let _ = std::fs::remove_file(&identity.socket);
+        identity.revoked.send_replace(true);
+        tracing::info!(identity = %name, "identity revoked");
+        Ok(())
+    }
+
+    /// All live identities, by name.
+    pub fn identities(&self) -> Vec<IdentityInfo> {
+        let mut list: Vec<IdentityInfo> = self
+            .lock_identities()
+            .values()
+            .map(|i| IdentityInfo {
+                name: i.name.clone(),
+                socket: i.socket.clone(),
+                rule_sets: i.scope.rule_sets.clone(),
+                tunnel_hosts: i.tunnel_hosts.iter().cloned().collect(),
+                variables: i.scope.variables.clone(),
+            })
+            .collect();
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+        list
+    }
+
+    /// Revokes every identity (shutdown).
+    pub fn remove_all(&self) {
+        let names: Vec<String> = self.lock_identities().keys().cloned().collect();
+        for name in names {
+            let _ = self.remove_identity(&name);
+        }
+    }
+
+    fn validate(&self, spec: &IdentitySpec) -> Result<(), IdentityError> {
+        validate_spec(spec)?;
+        self.policy
+            .check_identity(&spec.rule_sets, &spec.variables)
+            .map_err(IdentityError::Rules)
+    }
+}
+
+/// Checks an identity's name, tunnel hosts and variable shapes (pure).
+pub fn validate_spec(spec: &IdentitySpec) -> Result<(), IdentityError> {
+    let name_ok = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 64
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
+    if !name_ok(&spec.name) {
+        return Err(IdentityError::BadName(spec.name.clone()));
+    }
+    if let Some(bad) = spec.tunnel_hosts.iter().find(|h| !is_dns_name(h)) {
+        return Err(IdentityError::BadTunnelHost(bad.clone()));
+    }
+    for (name, value) in &spec.variables {
+        let bad = |why: &str| IdentityError::BadVariable {
+            name: name.clone(),
+            why: why.to_string(),
+        };
+        if !name_ok(name) {
+            return Err(bad("names are A-Z a-z 0-9 _ -"));
+        }
+        let segment_ok = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 100
+                && s != "."
+                && s != ".."
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        };
+        let ok = if name == "repo" {
+            matches!(value.split_once('/'), Some((o, r)) if segment_ok(o) && segment_ok(r))
+        } else {
+            segment_ok(value)
+        };
+        if !ok {
+            return Err(bad(if name == "repo" {
+                "expected owner/name"
+            } else {
+                "expected one path segment of A-Z a-z 0-9 _ - ."
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// A lowercase DNS name with at least one dot and no IP-literal shape.
+pub fn is_dns_name(host: &str) -> bool {
+    host.len() <= 253
+        && host.contains('.')
+        && host.parse::<std::net::IpAddr>().is_err()
+        && !host.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+/// Binds an identity socket. The socket is world-connectable (0666) but
+/// lives in a 0700 directory: only the proxy's user (and root, i.e. the
+/// supervisor) can reach it by path, and a sandbox reaches it through the
+/// bind mount of the socket itself, whichever uid its worker runs as.
+fn bind_socket(path: &Path) -> Result<UnixListener, IdentityError> {
+    let err = |source| IdentityError::Socket {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if meta.file_type().is_socket() {
+            std::fs::remove_file(path).map_err(err)?;
+        }
+    }
+    let listener = UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+    Ok(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, vars: &[(&str, &str)]) -> IdentitySpec {
+        IdentitySpec {
+            name: name.into(),
+            rule_sets: vec!["github-worker".into()],
+            tunnel_hosts: vec!["registry.npmjs.org".into()],
+            variables: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            socket: None,
+        }
+    }
+
+    #[test]
+    fn identity_spec_table() {
+        let ok = [
+            spec("tkt_1", &[("repo", "octo/hello")]),
+            spec("router", &[]),
+            spec("a-b_C9", &[("repo", "o/r.js")]),
+        ];
+        for s in ok {
+            validate_spec(&s).unwrap();
+        }
+        let bad = [
+            spec("", &[]),
+            spec("../x", &[]),
+            spec("a/b", &[]),
+            spec(&"x".repeat(65), &[]),
+            spec("t", &[("repo", "octo")]),
+            spec("t", &[("repo", "../x")]),
+            spec("t", &[("repo", "o/..")]),
+            spec("t", &[("repo", "o/r/extra")]),
+            spec("t", &[("repo", "o%2fr/x")]),
+            spec("t", &[("bad name", "x")]),
+        ];
+        for s in bad {
+            assert!(validate_spec(&s).is_err(), "{s:?}");
+        }
+        for host in [
+            "127.0.0.1",
+            "Registry.npmjs.org",
+            "x.org:443",
+            "localhost",
+            "",
+        ] {
+            let mut s = spec("t", &[]);
+            s.tunnel_hosts = vec![host.into()];
+            assert!(validate_spec(&s).is_err(), "{host}");
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! What the server needs from the rule book, as a trait: the server asks
+//! questions about one request and gets a decision it can act on. The rule
+//! book (pure, in `rules`) answers them; tests may answer with a table.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::rules::{self, Allowed, Decision, RequestHead, RuleBook};
+use crate::{graphql, receive_pack};
+
+/// The request as it will be forwarded, for matching.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestView<'a> {
+    pub method: &'a str,
+    /// Lowercase, without the port (always 443).
+    pub host: &'a str,
+    /// Raw path as forwarded, without the query.
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+}
+
+/// The identity's scope: its rule sets and bound variables.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Scope {
+    pub rule_sets: Vec<String>,
+    pub variables: BTreeMap<String, String>,
+}
+
+pub use crate::rules::Injection;
+
+/// A message-bearing call: what to log about it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MessageSpec {
+    /// e.g. `issue_comment`, `feishu_message`.
+    pub kind: String,
+    /// What the message is posted to, e.g. `owner/repo#12`.
+    pub target: String,
+    /// A JSON pointer into the request body whose value completes the
+    /// target (appended as `:<value>`), e.g. Feishu's `/receive_id`.
+    pub target_body_pointer: Option<String>,
+    /// JSON pointer to the created message's id in the response, e.g. `/id`.
+    pub id_pointer: String,
+}
+
+/// The verdict of a body check on the bytes read so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BodyVerdict {
+    /// The body may pass.
+    Allow,
+    /// More bytes are needed to decide.
+    NeedMore,
+    /// The body is refused.
+    Deny(String),
+}
+
+/// Decides on a body prefix; the flag says whether it is the whole body.
+pub type BodyCheckFn = dyn Fn(&[u8], bool) -> BodyVerdict + Send + Sync;
+
+/// A check of the request body's head (or all of it, up to a limit).
+#[derive(Clone)]
+pub struct BodyCheck {
+    /// A short name for logs (`graphql`, `receive_pack`).
+    pub name: &'static str,
+    /// Bodies larger than this without a verdict are refused.
+    pub limit: usize,
+    /// Decides on the prefix read so far; `complete` when it is all of it.
+    pub check: Arc<BodyCheckFn>,
+}
+
+impl std::fmt::Debug for BodyCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BodyCheck")
+            .field("name", &self.name)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An allowed request.
+#[derive(Clone, Debug)]
+pub struct Grant {
+    pub rule_set: String,
+    pub rule: String,
+    /// Name of the credential to inject.
+    pub credential: String,
+    pub inject: Injection,
+    pub message: Option<MessageSpec>,
+    pub body: Option<BodyCheck>,
+    /// Permissions a scoped token needs (GitHub App), e.g. `contents: write`.
+    pub permissions: BTreeMap<String, String>,
+}
+
+/// A refused request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: String,
+    pub rule_sets_tried: Vec<String>,
+}
+
+/// The rule book as the server sees it.
+pub trait Policy: Send + Sync + 'static {
+    /// Whether some rule of these rule sets names `host` (so a CONNECT to
+    /// it is intercepted).
+    fn names_host(&self, host: &str, rule_sets: &[String]) -> bool;
+    /// Decides on one request.
+    fn check(&self, request: &RequestView<'_>, scope: &Scope) -> Result<Grant, Refusal>;
+    /// Whether an identity's rule sets exist and its variables bind what
+    /// they need; the error says what is wrong.
+    fn check_identity(
+        &self,
+        rule_sets: &[String],
+        variables: &BTreeMap<String, String>,
+    ) -> Result<(), String>;
+}
+
+// === impl Policy for RuleBook ===
+
+/// Largest body prefix read to decide a GraphQL document or receive-pack
+/// command list.
+const BODY_CHECK_LIMIT: usize = 1 << 20;
+
+impl Policy for RuleBook {
+    fn names_host(&self, host: &str, rule_sets: &[String]) -> bool {
+        rule_sets
+            .iter()
+            .filter_map(|name| self.get(name))
+            .flat_map(|set| &set.rules)
+            .any(|rule| rule.host == host)
+    }
+
+    fn check(&self, request: &RequestView<'_>, scope: &Scope) -> Result<Grant, Refusal> {
+        let head = RequestHead {
+            method: request.method,
+            host: request.host,
+            path: request.path,
+            query: request.query,
+        };
+        match RuleBook::check(self, &head, &scope.rule_sets, &scope.variables) {
+            Decision::Deny(denial) => Err(Refusal {
+                reason: denial.reason,
+                rule_sets_tried: denial.rule_sets_tried,
+            }),
+            Decision::Allow(allowed) => Ok(grant_of(allowed)),
+        }
+    }
+
+    fn check_identity(
+        &self,
+        rule_sets: &[String],
+        variables: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        RuleBook::check_identity(self, rule_sets, variables).map_err(|e| e.to_string())
+    }
+}
+
+fn grant_of(allowed: Allowed) -> Grant {
+    let body = match allowed.body {
+        rules::BodyCheck::None => None,
+        rules::BodyCheck::GraphQl(allow) => Some(BodyCheck {
+            name: "graphql",
+            limit: BODY_CHECK_LIMIT,
+            check: Arc::new(move |body: &[u8], complete: bool| {
+                if !complete {
+                    return BodyVerdict::NeedMore;
+                }
+                match graphql::check(body, &allow) {
+                    Ok(_) => BodyVerdict::Allow,
+                    Err(denial) => BodyVerdict::Deny(denial.reason),
+                }
+            }),
+        }),
+        rules::BodyCheck::ReceivePack(policy) => Some(BodyCheck {
+            name: "receive_pack",
+            limit: BODY_CHECK_LIMIT,
+            check: Arc::new(
+                move |prefix: &[u8], _complete: bool| match receive_pack::parse_commands(prefix) {
+                    Err(receive_pack::ParseError::NeedMore) => BodyVerdict::NeedMore,
+                    Err(e) => BodyVerdict::Deny(e.to_string()),
+                    Ok(parsed) => match receive_pack::check(&parsed.commands, &policy) {
+                        Ok(()) => BodyVerdict::Allow,
+                        Err(denial) => BodyVerdict::Deny(denial.reason),
+                    },
+                },
+            ),
+        }),
+    };
+    Grant {
+        rule_set: allowed.rule_set,
+        rule: allowed.rule,
+        credential: allowed.credential,
+        inject: allowed.inject,
+        message: allowed.message.map(|m| MessageSpec {
+            kind: m.kind,
+            target: m.target,
+            target_body_pointer: m.target_body_pointer,
+            id_pointer: m.created_id_pointer,
+        }),
+        body,
+        permissions: BTreeMap::new(),
+    }
+}

@@ -249,7 +249,7 @@ const TEST_PROFILE_TOML: &str = r#"
 extends = "default"
 description = "supervisor service tests"
 [network]
-rule_sets = ["github-repo", "no-such-rules"]
+rule_sets = ["github-repo", "test-worker", "no-such-rules"]
 tunnels = ["registry.npmjs.org:443"]
 "#;
 

@@ -45,7 +45,10 @@ fn a_job_identity_works_while_the_job_runs_and_never_after() {
     }
     let h = proxy_support::Harness::start();
     let admin = h.dir.path().join("admin.sock");
-    h.rt.block_on(async { gatehouse_proxy::admin::serve(h.proxy.clone(), &admin).unwrap() });
+    let admin_task = {
+        let _runtime = h.rt.enter();
+        gatehouse_proxy::admin::serve(h.proxy.clone(), &admin).unwrap()
+    };
     let svc = Service::start(Options {
         unsandboxed: false,
         proxy_admin: Some(admin.clone()),
@@ -145,4 +148,5 @@ fn a_job_identity_works_while_the_job_runs_and_never_after() {
         env.contains("HTTPS_PROXY=") || env.contains("https_proxy="),
         "{env}"
     );
+    admin_task.abort();
 }

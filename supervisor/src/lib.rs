@@ -1,4 +1,5 @@
-//! gatehouse supervisor: worker sandboxes built from a profile.
+//! gatehouse supervisor: worker sandboxes built from a profile, and the
+//! service that runs them as jobs.
 //!
 //! ```text
 //! profile TOML ──► profile::resolve ──► Profile ─┐
@@ -6,17 +7,23 @@
 //!    validate)                 RunRequest ───────┘    (mounts, Landlock       (clone into namespaces,
 //!                              caller env, identity    rules, seccomp denials,  pivot_root, relay,
 //!                                                      limits, env, argv)       harden, exec, wait)
+//!
+//! router ──► jobs (job API on a unix socket, SQLite state) ──spawns──► `gatehouse sandbox run`
+//!              ├─ per job: work dir, prompt, control socket, proxy identity
+//!              └─ events long-poll (state changes, worker reports)
 //! ```
 //!
 //! `profile`, `plan` and `doctor` are pure: data in, data out, tested
 //! without root. `sandbox` is the only module that touches the kernel and
 //! the only one with `unsafe` (each block carries a `// SAFETY:` comment).
 //! It fails closed: a protection the profile requires that the kernel does
-//! not offer stops the run before anything executes.
+//! not offer stops the run before anything executes. `jobs` never forks in
+//! its multi-threaded runtime: each sandbox is a child process.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod doctor;
+pub mod jobs;
 pub mod plan;
 pub mod profile;
 pub mod sandbox;

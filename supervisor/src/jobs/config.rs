@@ -1,0 +1,301 @@
+//! The supervisor's config file: parsed strictly (unknown keys are errors),
+//! then validated into [`Config`] with errors that name the file and key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::spec::SpecLimits;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// the file could not be read
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    /// the file is not valid TOML for this schema (unknown key, wrong type)
+    #[error("{file}: {message}")]
+    Parse { file: PathBuf, message: String },
+    /// a key holds a value outside what is allowed
+    #[error("{file}: key `{key}`: expected {expected}")]
+    Invalid {
+        file: PathBuf,
+        key: &'static str,
+        expected: &'static str,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    state_dir: PathBuf,
+    api_socket: PathBuf,
+    prompts_dir: PathBuf,
+    #[serde(default)]
+    sandbox: RawSandbox,
+    proxy: Option<RawProxy>,
+    #[serde(default)]
+    worker: RawWorker,
+    #[serde(default)]
+    limits: RawLimits,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSandbox {
+    gatehouse_bin: Option<PathBuf>,
+    profiles_dir: Option<PathBuf>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    dangerously_unsandboxed: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProxy {
+    admin_socket: PathBuf,
+    ca_cert: Option<PathBuf>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawWorker {
+    command: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawLimits {
+    max_running_jobs: usize,
+    default_deadline_secs: u64,
+    max_deadline_secs: u64,
+    log_cap_bytes: u64,
+    cancel_grace_ms: u64,
+    max_task_bytes: usize,
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        RawLimits {
+            max_running_jobs: 64,
+            default_deadline_secs: 3600,
+            max_deadline_secs: 24 * 3600,
+            log_cap_bytes: 8 << 20,
+            cancel_grace_ms: 3000,
+            max_task_bytes: 64 << 10,
+        }
+    }
+}
+
+/// How jobs are launched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LauncherKind {
+    /// `gatehouse sandbox run …` as a child process (the only production mode).
+    Sandbox,
+    /// The command as a plain child process, with no isolation at all. For
+    /// tests and benchmarks of the service logic only.
+    DangerouslyUnsandboxed,
+}
+
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    pub admin_socket: PathBuf,
+    pub ca_cert: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub state_dir: PathBuf,
+    pub api_socket: PathBuf,
+    pub prompts_dir: PathBuf,
+    pub gatehouse_bin: Option<PathBuf>,
+    pub profiles_dir: Option<PathBuf>,
+    pub sandbox_env: BTreeMap<String, String>,
+    pub launcher: LauncherKind,
+    pub proxy: Option<ProxyConfig>,
+    /// The default command inside the sandbox; `None`: the profile's.
+    pub worker_command: Option<Vec<String>>,
+    pub max_running_jobs: usize,
+    pub default_deadline_secs: u64,
+    pub max_deadline_secs: u64,
+    pub log_cap_bytes: u64,
+    pub cancel_grace: Duration,
+    pub max_task_bytes: usize,
+}
+
+impl Config {
+    pub fn load(file: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+            file: file.into(),
+            source,
+        })?;
+        let base = file.parent().unwrap_or(Path::new("."));
+        Config::parse(&text, file, base)
+    }
+
+    /// Parses `text` as if read from `file`; relative paths are relative to
+    /// `base` (the config file's directory).
+    pub fn parse(text: &str, file: &Path, base: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            file: file.into(),
+            message: e.to_string(),
+        })?;
+        let invalid = |key, expected| ConfigError::Invalid {
+            file: file.into(),
+            key,
+            expected,
+        };
+        let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+        if raw.worker.command.as_ref().is_some_and(Vec::is_empty) {
+            return Err(invalid(
+                "worker.command",
+                "a non-empty argv (or no key: the profile's command)",
+            ));
+        }
+        let l = raw.limits;
+        if l.max_running_jobs == 0 || l.max_running_jobs > 4096 {
+            return Err(invalid("limits.max_running_jobs", "1 to 4096"));
+        }
+        if l.max_deadline_secs == 0 {
+            return Err(invalid("limits.max_deadline_secs", "at least 1"));
+        }
+        if l.default_deadline_secs == 0 || l.default_deadline_secs > l.max_deadline_secs {
+            return Err(invalid(
+                "limits.default_deadline_secs",
+                "1 to limits.max_deadline_secs",
+            ));
+        }
+        if l.log_cap_bytes < 1024 {
+            return Err(invalid("limits.log_cap_bytes", "at least 1024"));
+        }
+        if l.cancel_grace_ms > 600_000 {
+            return Err(invalid("limits.cancel_grace_ms", "at most 600000"));
+        }
+        if l.max_task_bytes == 0 || l.max_task_bytes > 1 << 20 {
+            return Err(invalid("limits.max_task_bytes", "1 to 1048576"));
+        }
+        for key in raw.sandbox.env.keys() {
+            let ok = !key.is_empty()
+                && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && !key.starts_with("GATEHOUSE_");
+            if !ok {
+                return Err(invalid(
+                    "sandbox.env",
+                    "variable names of [A-Za-z0-9_], not starting with GATEHOUSE_",
+                ));
+            }
+        }
+        let state_dir = abs(raw.state_dir);
+        // A unix socket path is at most 107 bytes; the per-job control
+        // sockets live under the state dir.
+        if state_dir.as_os_str().len() > 60 {
+            return Err(invalid(
+                "state_dir",
+                "a path of at most 60 bytes (per-job unix sockets live under it)",
+            ));
+        }
+        Ok(Config {
+            state_dir,
+            api_socket: abs(raw.api_socket),
+            prompts_dir: abs(raw.prompts_dir),
+            gatehouse_bin: raw.sandbox.gatehouse_bin.map(abs),
+            profiles_dir: raw.sandbox.profiles_dir.map(abs),
+            sandbox_env: raw.sandbox.env,
+            launcher: if raw.sandbox.dangerously_unsandboxed {
+                LauncherKind::DangerouslyUnsandboxed
+            } else {
+                LauncherKind::Sandbox
+            },
+            proxy: raw.proxy.map(|p| ProxyConfig {
+                admin_socket: abs(p.admin_socket),
+                ca_cert: p.ca_cert.map(abs),
+            }),
+            worker_command: raw.worker.command,
+            max_running_jobs: l.max_running_jobs,
+            default_deadline_secs: l.default_deadline_secs,
+            max_deadline_secs: l.max_deadline_secs,
+            log_cap_bytes: l.log_cap_bytes,
+            cancel_grace: Duration::from_millis(l.cancel_grace_ms),
+            max_task_bytes: l.max_task_bytes,
+        })
+    }
+
+    pub fn spec_limits(&self) -> SpecLimits {
+        SpecLimits {
+            max_task_bytes: self.max_task_bytes,
+            default_deadline_secs: self.default_deadline_secs,
+            max_deadline_secs: self.max_deadline_secs,
+            proxy_configured: self.proxy.is_some(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        state_dir = "state"
+        api_socket = "/run/x.sock"
+        prompts_dir = "prompts"
+        [worker]
+        command = ["agent"]
+    "#;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(
+            text,
+            Path::new("/etc/g/supervisor.toml"),
+            Path::new("/etc/g"),
+        )
+    }
+
+    #[test]
+    fn minimal_config_resolves_relative_paths() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.state_dir, Path::new("/etc/g/state"));
+        assert_eq!(c.api_socket, Path::new("/run/x.sock"));
+        assert_eq!(c.launcher, LauncherKind::Sandbox);
+        assert_eq!(c.max_running_jobs, 64);
+        assert!(c.proxy.is_none());
+    }
+
+    #[test]
+    fn the_example_config_parses() {
+        let text = include_str!("../../examples/supervisor.toml");
+        let c = parse(text).unwrap();
+        assert!(c.proxy.is_some());
+        assert_eq!(c.launcher, LauncherKind::Sandbox);
+    }
+
+    #[test]
+    fn errors_name_the_file_and_key() {
+        let cases = [
+            (format!("{MINIMAL}\nsurprise = 1"), "surprise"),
+            (
+                format!("{MINIMAL}\n[limits]\nmax_running_jobs = 0"),
+                "limits.max_running_jobs",
+            ),
+            (
+                format!("{MINIMAL}\n[limits]\ndefault_deadline_secs = 10\nmax_deadline_secs = 5"),
+                "limits.default_deadline_secs",
+            ),
+            (
+                format!("{MINIMAL}\n[sandbox]\nenv = {{ GATEHOUSE_X = \"1\" }}"),
+                "sandbox.env",
+            ),
+            (format!("{MINIMAL}\n[proxy]\nadmin = \"x\""), "admin"),
+            (MINIMAL.replace("[\"agent\"]", "[]"), "worker.command"),
+        ];
+        for (text, key) in cases {
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains("/etc/g/supervisor.toml"), "{err}");
+            assert!(err.contains(key), "{key}: {err}");
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! A job's control socket, mounted into its sandbox at
+//! `/run/gatehouse/control.sock`. The socket is the identity: everything that
+//! arrives on it concerns this one job, and no request can name another.
+//!
+//! - `POST /report` `{state, summary, question?, answers?, links?}` → 201
+//! - `GET /inbox[?wait=1]` → 200 `{messages: [{seq, at, text, trigger?}]}`
+
+use std::path::Path;
+
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+use tokio::net::UnixListener;
+
+use super::http::{error_response, json_response, parse_json, read_body, request, Body, HttpError};
+use super::report::Report;
+use super::service::{ServiceError, Supervisor};
+
+const MAX_REPORT_BODY: usize = 32 * 1024;
+
+pub async fn serve(listener: UnixListener, supervisor: Supervisor, job_id: String) {
+    super::http::serve(listener, move |req| {
+        let supervisor = supervisor.clone();
+        let job_id = job_id.clone();
+        async move { handle(&supervisor, &job_id, req).await }
+    })
+    .await
+}
+
+async fn handle(supervisor: &Supervisor, job_id: &str, req: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    match (&parts.method, parts.uri.path()) {
+        (&Method::POST, "/report") => {
+            let bytes = match read_body(body, MAX_REPORT_BODY).await {
+                Ok(b) => b,
+                Err(resp) => return *resp,
+            };
+            let report: Report = match parse_json(&bytes) {
+                Ok(r) => r,
+                Err(resp) => return *resp,
+            };
+            match supervisor.report(job_id, &report) {
+                Ok(id) => json_response(StatusCode::CREATED, &json!({"report_id": id})),
+                Err(ServiceError::Report(e)) => {
+                    error_response(StatusCode::BAD_REQUEST, "invalid_report", e.to_string())
+                }
+                Err(e) => {
+                    error_response(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+                }
+            }
+        }
+        (&Method::GET, "/inbox") => {
+            let wait = parts
+                .uri
+                .query()
+                .is_some_and(|q| q.split('&').any(|kv| kv == "wait=1" || kv == "wait=true"));
+            match supervisor.take_inbox(job_id, wait).await {
+                Ok(messages) => json_response(StatusCode::OK, &json!({"messages": messages})),
+                Err(e) => {
+                    error_response(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+                }
+            }
+        }
+        (_, "/report" | "/inbox") => error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "use POST /report or GET /inbox",
+        ),
+        _ => error_response(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "the control socket serves POST /report and GET /inbox",
+        ),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// the control socket could not be used
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    /// the supervisor refused the request
+    #[error("the supervisor refused ({status}): {message}")]
+    Refused { status: u16, message: String },
+}
+
+fn refused(status: StatusCode, body: &Value) -> ControlError {
+    ControlError::Refused {
+        status: status.as_u16(),
+        message: body["error"]["message"]
+            .as_str()
+            .unwrap_or("no message")
+            .to_owned(),
+    }
+}
+
+/// `gatehouse report`: sends a report over `socket`.
+pub async fn send_report(socket: &Path, report: &Report) -> Result<Value, ControlError> {
+    let body = serde_json::to_vec(report).unwrap_or_default();
+    let resp = request(socket, Method::POST, "/report", &[], Some(body)).await?;
+    let json = resp.json();
+    if resp.status != StatusCode::CREATED {
+        return Err(refused(resp.status, &json));
+    }
+    Ok(json)
+}
+
+/// `gatehouse inbox`: fetches the messages not yet read.
+pub async fn read_inbox(socket: &Path, wait: bool) -> Result<Vec<Value>, ControlError> {
+    let path = if wait { "/inbox?wait=1" } else { "/inbox" };
+    let resp = request(socket, Method::GET, path, &[], None).await?;
+    let json = resp.json();
+    if resp.status != StatusCode::OK {
+        return Err(refused(resp.status, &json));
+    }
+    Ok(json["messages"].as_array().cloned().unwrap_or_default())
+}

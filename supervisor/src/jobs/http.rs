@@ -1,0 +1,196 @@
+//! HTTP/1.1 over unix sockets, both ways: a small server loop for the job
+//! API and the control sockets, and a one-request client for the proxy's
+//! admin socket and the `report`/`inbox` commands. Every error body is JSON.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::path::Path;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde_json::json;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::task::JoinSet;
+
+pub type Body = Full<Bytes>;
+
+// Re-exported so clients of this module need no direct `http` dependency.
+pub use http::{Method as HttpMethod, StatusCode as HttpStatus};
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// connecting to the socket failed
+    #[error("cannot connect to {socket}: {source}")]
+    Connect {
+        socket: String,
+        source: std::io::Error,
+    },
+    /// the HTTP exchange failed
+    #[error("HTTP over {socket}: {source}")]
+    Exchange {
+        socket: String,
+        source: hyper::Error,
+    },
+    /// the request could not be built
+    #[error("bad request: {0}")]
+    Build(#[from] http::Error),
+}
+
+pub fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Response<Body> {
+    let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
+    let mut resp = Response::new(Full::new(Bytes::from(bytes)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// `{"error": {"code": …, "message": …}}`.
+pub fn error_response(
+    status: StatusCode,
+    code: &str,
+    message: impl Into<String>,
+) -> Response<Body> {
+    json_response(
+        status,
+        &json!({"error": {"code": code, "message": message.into()}}),
+    )
+}
+
+/// Reads a request body of at most `max` bytes.
+pub async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Box<Response<Body>>> {
+    match Limited::new(body, max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(_) => Err(Box::new(error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body must be at most {max} bytes"),
+        ))),
+    }
+}
+
+/// Parses a JSON body strictly; the error names what was wrong.
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Box<Response<Body>>> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        Box::new(error_response(
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+            format!("the JSON body is invalid: {e}"),
+        ))
+    })
+}
+
+/// Binds a unix socket at `path` (replacing a stale socket file) with `mode`.
+pub fn bind(path: &Path, mode: u32) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) => {
+            std::fs::remove_file(path)?
+        }
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ))
+        }
+        Err(_) => {}
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(listener)
+}
+
+/// Serves HTTP/1.1 connections on `listener` until the returned future is
+/// dropped; dropping it also cuts every open connection (they live in a
+/// `JoinSet` owned by the future).
+pub async fn serve<H, F>(listener: UnixListener, handler: H)
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let handler = handler.clone();
+                connections.spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let handler = handler.clone();
+                        async move { Ok::<_, Infallible>(handler(req).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+            // Reap finished connections so the set does not grow.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+/// A response as the client sees it.
+#[derive(Debug)]
+pub struct ClientResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl ClientResponse {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Sends one request over the unix socket at `socket`.
+pub async fn request(
+    socket: &Path,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> Result<ClientResponse, HttpError> {
+    let name = socket.display().to_string();
+    let stream = UnixStream::connect(socket)
+        .await
+        .map_err(|source| HttpError::Connect {
+            socket: name.clone(),
+            source,
+        })?;
+    let exchange = |source| HttpError::Exchange {
+        socket: name.clone(),
+        source,
+    };
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(exchange)?;
+    let driver = tokio::spawn(conn);
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, "localhost");
+    if body.is_some() {
+        builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+    }
+    for (k, v) in headers {
+        builder = builder.header(*k, *v);
+    }
+    let req = builder.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+    let resp = sender.send_request(req).await.map_err(exchange)?;
+    let (parts, incoming) = resp.into_parts();
+    let body = incoming.collect().await.map_err(exchange)?.to_bytes();
+    driver.abort();
+    Ok(ClientResponse {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    })
+}

@@ -1,0 +1,343 @@
+//! The body of `POST /jobs`: parsed strictly, validated into a [`JobSpec`],
+//! and hashed canonically for the idempotency check.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// What the router sends to start a job. Unknown fields are refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    /// The ticket this job works on (`tkt_…`); names the work dir and the
+    /// proxy identity.
+    pub ticket: String,
+    /// The team whose prompt (`prompts/team/<team>.md`) is rendered.
+    pub team: String,
+    /// The sandbox profile, by name.
+    pub profile: String,
+    /// Proxy rule sets the worker may use.
+    #[serde(default)]
+    pub rule_sets: Vec<String>,
+    /// Hosts the worker may only tunnel to (package registries).
+    #[serde(default)]
+    pub tunnel_hosts: Vec<String>,
+    /// Variables bound in the rule sets, e.g. `repo`.
+    #[serde(default)]
+    pub variables: BTreeMap<String, String>,
+    /// The task text, rendered into the prompt.
+    pub task: String,
+    /// Seconds from creation after which the job is killed (`timed_out`).
+    #[serde(default)]
+    pub deadline_secs: Option<u64>,
+    /// The command to run inside the sandbox instead of the configured worker
+    /// command (it runs sandboxed either way).
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+}
+
+/// Bounds a request must respect; from the supervisor's config.
+#[derive(Clone, Debug)]
+pub struct SpecLimits {
+    pub max_task_bytes: usize,
+    pub default_deadline_secs: u64,
+    pub max_deadline_secs: u64,
+    pub proxy_configured: bool,
+}
+
+/// A validated request. `deadline_secs` is always set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub ticket: String,
+    pub team: String,
+    pub profile: String,
+    pub rule_sets: Vec<String>,
+    pub tunnel_hosts: Vec<String>,
+    pub variables: BTreeMap<String, String>,
+    pub task: String,
+    pub deadline_secs: u64,
+    pub command: Option<Vec<String>>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SpecError {
+    /// a field is malformed
+    #[error("field `{field}`: {expected}")]
+    Field {
+        field: &'static str,
+        expected: String,
+    },
+}
+
+fn field(field: &'static str, expected: impl Into<String>) -> SpecError {
+    SpecError::Field {
+        field,
+        expected: expected.into(),
+    }
+}
+
+/// A name that is safe as one path component and in a URL path: ASCII
+/// letters, digits, `_`, `-`, `.`, not starting with `.`, 1..=64 bytes.
+pub fn is_safe_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && !s.starts_with('.')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// `tkt_` followed by a safe name.
+pub fn is_ticket_id(s: &str) -> bool {
+    s.strip_prefix("tkt_").is_some_and(is_safe_name)
+}
+
+fn is_host(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'))
+}
+
+impl JobRequest {
+    pub fn validate(self, limits: &SpecLimits) -> Result<JobSpec, SpecError> {
+        if !is_ticket_id(&self.ticket) {
+            return Err(field("ticket", "`tkt_` then 1-64 of [A-Za-z0-9_.-]"));
+        }
+        if !is_safe_name(&self.team) {
+            return Err(field(
+                "team",
+                "1-64 of [A-Za-z0-9_.-], not starting with `.`",
+            ));
+        }
+        if self.profile.len() > 128 || !self.profile.split('/').all(is_safe_name) {
+            return Err(field(
+                "profile",
+                "a profile name: `/`-separated parts of [A-Za-z0-9_.-]",
+            ));
+        }
+        if self.rule_sets.len() > 32 || !self.rule_sets.iter().all(|r| is_safe_name(r)) {
+            return Err(field("rule_sets", "at most 32 rule set names"));
+        }
+        if !self.rule_sets.is_empty() && !limits.proxy_configured {
+            return Err(field(
+                "rule_sets",
+                "no rule sets: this supervisor has no proxy configured",
+            ));
+        }
+        if self.tunnel_hosts.len() > 32 || !self.tunnel_hosts.iter().all(|h| is_host(h)) {
+            return Err(field("tunnel_hosts", "at most 32 host names"));
+        }
+        if !self.tunnel_hosts.is_empty() && !limits.proxy_configured {
+            return Err(field(
+                "tunnel_hosts",
+                "no tunnel hosts: this supervisor has no proxy configured",
+            ));
+        }
+        if self.variables.len() > 32
+            || self
+                .variables
+                .iter()
+                .any(|(k, v)| !is_safe_name(k) || v.is_empty() || v.len() > 256)
+        {
+            return Err(field(
+                "variables",
+                "at most 32 entries, names of [A-Za-z0-9_.-], values of 1-256 bytes",
+            ));
+        }
+        if self.task.trim().is_empty() || self.task.len() > limits.max_task_bytes {
+            return Err(field(
+                "task",
+                format!("non-empty text of at most {} bytes", limits.max_task_bytes),
+            ));
+        }
+        let deadline_secs = self.deadline_secs.unwrap_or(limits.default_deadline_secs);
+        if deadline_secs == 0 || deadline_secs > limits.max_deadline_secs {
+            return Err(field(
+                "deadline_secs",
+                format!("1 to {} seconds", limits.max_deadline_secs),
+            ));
+        }
+        if let Some(cmd) = &self.command {
+            if cmd.is_empty() || cmd.len() > 256 || cmd.iter().any(|a| a.contains('\0')) {
+                return Err(field("command", "a non-empty argv without NUL bytes"));
+            }
+        }
+        Ok(JobSpec {
+            ticket: self.ticket,
+            team: self.team,
+            profile: self.profile,
+            rule_sets: self.rule_sets,
+            tunnel_hosts: self.tunnel_hosts,
+            variables: self.variables,
+            task: self.task,
+            deadline_secs,
+            command: self.command,
+        })
+    }
+
+    /// SHA-256 (hex) of the request re-serialised in a fixed field order, so
+    /// that whitespace or key order never make "the same body" differ.
+    pub fn canonical_hash(&self) -> String {
+        // Serialising a struct with a BTreeMap cannot fail.
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        hex::encode(Sha256::digest(bytes))
+    }
+}
+
+/// The job may use only rule sets and tunnels its sandbox profile lists:
+/// the profile is the team's ceiling, the job asks for a subset.
+pub fn check_scope(
+    spec: &JobSpec,
+    profile_rule_sets: &[String],
+    profile_tunnels: &[String],
+) -> Result<(), SpecError> {
+    if let Some(r) = spec
+        .rule_sets
+        .iter()
+        .find(|r| !profile_rule_sets.contains(r))
+    {
+        return Err(SpecError::Field {
+            field: "rule_sets",
+            expected: format!(
+                "rule sets allowed by profile `{}` ({}); `{r}` is not",
+                spec.profile,
+                profile_rule_sets.join(", ")
+            ),
+        });
+    }
+    if let Some(t) = spec
+        .tunnel_hosts
+        .iter()
+        .find(|t| !profile_tunnels.contains(t))
+    {
+        return Err(SpecError::Field {
+            field: "tunnel_hosts",
+            expected: format!(
+                "tunnels allowed by profile `{}` ({}); `{t}` is not",
+                spec.profile,
+                profile_tunnels.join(", ")
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> SpecLimits {
+        SpecLimits {
+            max_task_bytes: 100,
+            default_deadline_secs: 60,
+            max_deadline_secs: 600,
+            proxy_configured: true,
+        }
+    }
+
+    fn base() -> JobRequest {
+        serde_json::from_str(
+            r#"{"ticket":"tkt_1","team":"core","profile":"default","rule_sets":["github"],
+                "variables":{"repo":"o/r"},"task":"fix it"}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn valid_request_gets_default_deadline() {
+        let spec = base().validate(&limits()).unwrap();
+        assert_eq!(spec.deadline_secs, 60);
+        assert_eq!(spec.variables["repo"], "o/r");
+    }
+
+    #[test]
+    fn malformed_fields_are_named() {
+        type Edit = fn(&mut JobRequest);
+        let cases: [(Edit, &str); 11] = [
+            (|r| r.ticket = "1".into(), "ticket"),
+            (|r| r.ticket = "tkt_../x".into(), "ticket"),
+            (|r| r.team = "../etc".into(), "team"),
+            (|r| r.team = ".hidden".into(), "team"),
+            (|r| r.profile = "a/../b".into(), "profile"),
+            (|r| r.rule_sets = vec!["a b".into()], "rule_sets"),
+            (|r| r.task = " ".into(), "task"),
+            (|r| r.task = "x".repeat(101), "task"),
+            (|r| r.deadline_secs = Some(0), "deadline_secs"),
+            (|r| r.deadline_secs = Some(601), "deadline_secs"),
+            (|r| r.command = Some(vec![]), "command"),
+        ];
+        for (edit, want) in cases {
+            let mut r = base();
+            edit(&mut r);
+            match r.validate(&limits()) {
+                Err(SpecError::Field { field, .. }) => assert_eq!(field, want),
+                Ok(_) => panic!("accepted a bad `{want}`"),
+            }
+        }
+    }
+
+    #[test]
+    fn scope_is_bounded_by_the_profile() {
+        let mut spec = base().validate(&limits()).unwrap();
+        let allowed = vec!["github".to_owned(), "model-api".to_owned()];
+        let tunnels = vec!["registry.npmjs.org:443".to_owned()];
+        assert_eq!(check_scope(&spec, &allowed, &tunnels), Ok(()));
+        spec.tunnel_hosts = vec!["registry.npmjs.org:443".into()];
+        assert_eq!(check_scope(&spec, &allowed, &tunnels), Ok(()));
+        spec.tunnel_hosts = vec!["evil.example:443".into()];
+        assert!(matches!(
+            check_scope(&spec, &allowed, &tunnels),
+            Err(SpecError::Field {
+                field: "tunnel_hosts",
+                ..
+            })
+        ));
+        spec.tunnel_hosts.clear();
+        spec.rule_sets = vec!["github".into(), "feishu-admin".into()];
+        assert!(matches!(
+            check_scope(&spec, &allowed, &tunnels),
+            Err(SpecError::Field {
+                field: "rule_sets",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn rule_sets_need_a_proxy() {
+        let l = SpecLimits {
+            proxy_configured: false,
+            ..limits()
+        };
+        assert!(base().validate(&l).is_err());
+        let mut r = base();
+        r.rule_sets.clear();
+        assert!(r.validate(&l).is_ok());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err = serde_json::from_str::<JobRequest>(
+            r#"{"ticket":"tkt_1","team":"c","profile":"p","task":"t","privileged":true}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("privileged"), "{err}");
+    }
+
+    #[test]
+    fn hash_ignores_formatting_but_not_content() {
+        let a: JobRequest = serde_json::from_str(
+            r#"{"ticket":"tkt_1","team":"c","profile":"p","task":"t","variables":{"a":"1","b":"2"}}"#,
+        )
+        .unwrap();
+        let b: JobRequest = serde_json::from_str(
+            r#"{ "variables":{"b":"2","a":"1"}, "task":"t","profile":"p","team":"c","ticket":"tkt_1" }"#,
+        )
+        .unwrap();
+        assert_eq!(a.canonical_hash(), b.canonical_hash());
+        let mut c = a.clone();
+        c.task = "u".into();
+        assert_ne!(a.canonical_hash(), c.canonical_hash());
+    }
+}

@@ -1,0 +1,261 @@
+//! The supervisor's per-job proxy identity (against a fake admin socket that
+//! speaks the proxy's admin contract), restarts after `kill -9`, graceful
+//! stops, and many jobs at once without leaks.
+
+mod service_support;
+
+use std::path::Path;
+
+use gatehouse_supervisor::jobs::http::{HttpMethod as Method, HttpStatus as StatusCode};
+use serde_json::json;
+use service_support::*;
+
+fn fd_count(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn dir_entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn identity_per_job_is_created_and_revoked() {
+    let admin = FakeProxyAdmin::start();
+    let svc = Service::start(Options {
+        proxy_admin: Some(admin.socket.clone()),
+        ..Options::default()
+    });
+    let mut body = sh_job("tkt_ident", "while [ ! -e go ]; do sleep 0.02; done");
+    body["rule_sets"] = json!(["github-repo"]);
+    body["tunnel_hosts"] = json!(["registry.npmjs.org:443"]);
+    body["variables"] = json!({"repo": "acme/widgets"});
+    let id = svc.submit("k", body).await;
+    svc.wait_for(&id, |s| s == "running").await;
+    assert_eq!(admin.live_identities(), ["tkt_ident"]);
+    let create = &admin.calls()[0];
+    assert_eq!(
+        (create.method.as_str(), create.path.as_str()),
+        ("POST", "/identities")
+    );
+    assert_eq!(create.body["rule_sets"], json!(["github-repo"]));
+    assert_eq!(
+        create.body["tunnel_hosts"],
+        json!(["registry.npmjs.org:443"])
+    );
+    assert_eq!(create.body["variables"], json!({"repo": "acme/widgets"}));
+    let identity_socket = admin.live.lock().unwrap()["tkt_ident"].clone();
+    assert!(identity_socket.exists());
+
+    std::fs::write(svc.work_dir("tkt_ident").join("go"), "").unwrap();
+    svc.wait_ended(&id).await;
+    // Revoked before the job is reported ended.
+    assert!(admin.live_identities().is_empty());
+    assert!(!identity_socket.exists());
+    let last = admin.calls().last().unwrap().clone();
+    assert_eq!(
+        (last.method.as_str(), last.path.as_str()),
+        ("DELETE", "/identities/tkt_ident")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn identity_refused_fails_the_job_without_leaks() {
+    let admin = FakeProxyAdmin::start();
+    let svc = Service::start(Options {
+        proxy_admin: Some(admin.socket.clone()),
+        ..Options::default()
+    });
+    let mut body = sh_job("tkt_norules", "touch ran");
+    body["rule_sets"] = json!(["no-such-rules"]);
+    let id = svc.submit("k", body).await;
+    let end = svc.wait_ended(&id).await;
+    assert_eq!(end["state"], "failed");
+    assert!(end["started_at"].is_null());
+    let reason = end["reason"].as_str().unwrap();
+    assert!(reason.contains("unknown rule set"), "{reason}");
+    assert!(!svc.work_dir("tkt_norules").join("ran").exists());
+    assert!(dir_entries(&svc.state_dir().join("run")).is_empty());
+    assert!(admin.live_identities().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leftover_identity_is_replaced() {
+    let admin = FakeProxyAdmin::start();
+    // An identity of the same name, as a crashed run might have left.
+    admin
+        .live
+        .lock()
+        .unwrap()
+        .insert("tkt_left".into(), "/nonexistent".into());
+    let svc = Service::start(Options {
+        proxy_admin: Some(admin.socket.clone()),
+        ..Options::default()
+    });
+    let mut body = sh_job("tkt_left", "true");
+    body["rule_sets"] = json!(["github-repo"]);
+    let id = svc.submit("k", body).await;
+    assert_eq!(svc.wait_ended(&id).await["state"], "done");
+    let calls: Vec<String> = admin
+        .calls()
+        .iter()
+        .map(|c| format!("{} {}", c.method, c.path))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            "POST /identities",
+            "DELETE /identities/tkt_left",
+            "POST /identities",
+            "DELETE /identities/tkt_left"
+        ]
+    );
+    assert!(admin.live_identities().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_and_restart_leaves_no_orphan_and_no_identity() {
+    let admin = FakeProxyAdmin::start();
+    let mut svc = Service::start(Options {
+        proxy_admin: Some(admin.socket.clone()),
+        ..Options::default()
+    });
+    let mut body = sh_job(
+        "tkt_crash",
+        "echo $$ > pid; sleep 1000 & echo $! >> pid; wait",
+    );
+    body["rule_sets"] = json!(["github-repo"]);
+    let id = svc.submit("k", body.clone()).await;
+    let done_id = svc.submit("k-done", sh_job("tkt_done", "true")).await;
+    svc.wait_ended(&done_id).await;
+    svc.wait_for(&id, |s| s == "running").await;
+    let pid_file = svc.work_dir("tkt_crash").join("pid");
+    while pids_in(&pid_file).len() < 2 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let pids = pids_in(&pid_file);
+    assert!(svc.control_socket(&id).exists());
+
+    svc.kill_9();
+    // The unsandboxed worker outlives its supervisor (a sandbox would not):
+    // the restart must find and kill it.
+    assert!(pids.iter().all(|&p| alive(p)), "{pids:?}");
+    assert_eq!(admin.live_identities(), ["tkt_crash"]);
+
+    svc.spawn();
+    let job = svc.job(&id).await;
+    assert_eq!(job["state"], "failed");
+    assert_eq!(job["reason"], "supervisor_restarted");
+    for p in &pids {
+        assert!(!alive(*p), "process {p} survived the restart");
+    }
+    assert!(admin.live_identities().is_empty(), "identity leaked");
+    assert!(dir_entries(&svc.state_dir().join("run")).is_empty());
+    // Durable: the ended job, its key, and the events are all still there.
+    assert_eq!(svc.job(&done_id).await["state"], "done");
+    let replay = svc
+        .call_with(
+            Method::POST,
+            "/jobs",
+            &[("idempotency-key", "k")],
+            Some(body),
+        )
+        .await;
+    assert_eq!(replay.json()["job_id"], id.as_str());
+    assert_eq!(replay.json()["state"], "failed");
+    let events = svc.call(Method::GET, "/events?after=0", None).await.json();
+    let last = events["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (last["job_id"].as_str(), last["data"]["state"].as_str()),
+        (Some(id.as_str()), Some("failed"))
+    );
+
+    // And the ticket can be resumed.
+    let mut again = sh_job("tkt_crash", "true");
+    again["rule_sets"] = json!(["github-repo"]);
+    let next = svc.submit("k2", again).await;
+    assert_eq!(svc.wait_ended(&next).await["state"], "done");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_cancels_live_jobs_and_revokes() {
+    let admin = FakeProxyAdmin::start();
+    let mut svc = Service::start(Options {
+        proxy_admin: Some(admin.socket.clone()),
+        ..Options::default()
+    });
+    let mut body = sh_job("tkt_term", "echo $$ > pid; exec sleep 1000");
+    body["rule_sets"] = json!(["github-repo"]);
+    let id = svc.submit("k", body).await;
+    svc.wait_for(&id, |s| s == "running").await;
+    let pid_file = svc.work_dir("tkt_term").join("pid");
+    while pids_in(&pid_file).is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(svc.stop().success());
+    assert!(!alive(pids_in(&pid_file)[0]));
+    assert!(admin.live_identities().is_empty());
+    assert!(!svc.socket.exists());
+    svc.spawn();
+    assert_eq!(svc.job(&id).await["state"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fifty_jobs_at_once_all_finish_without_leaks() {
+    let admin = FakeProxyAdmin::start();
+    let svc = Service::start(Options {
+        proxy_admin: Some(admin.socket.clone()),
+        ..Options::default()
+    });
+    // Warm up once so lazily opened descriptors are counted in the baseline.
+    let warm = svc.submit("warm", sh_job("tkt_warm", "true")).await;
+    svc.wait_ended(&warm).await;
+    let fds_before = fd_count(svc.pid());
+
+    let mut ids = vec![];
+    for i in 0..50 {
+        let mut body = sh_job(
+            &format!("tkt_many{i}"),
+            "echo $$ > pid; sleep 0.2 & echo $! >> pid; \
+             gatehouse report --state ready --summary \"job $GATEHOUSE_TICKET\"; wait",
+        );
+        body["rule_sets"] = json!(["github-repo"]);
+        ids.push((i, svc.submit(&format!("many{i}"), body).await));
+    }
+    for (i, id) in &ids {
+        let end = svc.wait_ended(id).await;
+        assert_eq!(end["state"], "done", "{end}");
+        assert_eq!(end["latest_report"]["summary"], format!("job tkt_many{i}"));
+    }
+    for (i, _) in &ids {
+        for pid in pids_in(&svc.work_dir(&format!("tkt_many{i}")).join("pid")) {
+            assert!(!alive(pid), "process {pid} leaked");
+        }
+    }
+    assert!(admin.live_identities().is_empty(), "identities leaked");
+    assert!(
+        dir_entries(&svc.state_dir().join("run")).is_empty(),
+        "control sockets leaked"
+    );
+    let creates = admin.calls().iter().filter(|c| c.method == "POST").count();
+    let deletes = admin
+        .calls()
+        .iter()
+        .filter(|c| c.method == "DELETE")
+        .count();
+    assert_eq!((creates, deletes), (51, 51));
+    let fds_after = fd_count(svc.pid());
+    assert!(
+        fds_after <= fds_before + 2,
+        "descriptors leaked: {fds_before} before, {fds_after} after"
+    );
+    let live = svc.call(Method::GET, "/events?after=0", None).await;
+    assert_eq!(live.status, StatusCode::OK);
+}

@@ -1,0 +1,152 @@
+//! The supervisor against the real proxy (built in-process from the proxy
+//! crate, in front of the GitHub emulator): a sandboxed job gets its own
+//! identity, makes allowed and denied calls with no credential in sight, and
+//! once the job ends its identity refuses everything — a kept socket path or
+//! a connection left open are both useless.
+
+#[path = "proxy_support/mod.rs"]
+mod proxy_support;
+mod service_support;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gatehouse_supervisor::jobs::http::{self, HttpMethod as Method};
+use serde_json::{json, Value};
+use service_support::*;
+
+fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut hits = vec![];
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return hits;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            hits.extend(files_containing(&path, needle));
+        } else if meta.is_file() {
+            let data = std::fs::read(&path).unwrap_or_default();
+            if data.windows(needle.len()).any(|w| w == needle) {
+                hits.push(path);
+            }
+        }
+    }
+    hits
+}
+
+#[test]
+fn a_job_identity_works_while_the_job_runs_and_never_after() {
+    if !sandbox_available() {
+        return;
+    }
+    let h = proxy_support::Harness::start();
+    let admin = h.dir.path().join("admin.sock");
+    let admin_task = {
+        let _runtime = h.rt.enter();
+        gatehouse_proxy::admin::serve(h.proxy.clone(), &admin).unwrap()
+    };
+    let svc = Service::start(Options {
+        unsandboxed: false,
+        proxy_admin: Some(admin.clone()),
+        ca_cert: Some(h.proxy_ca.clone()),
+        ..Options::default()
+    });
+    let script = "curl -sS -o issue.json -w '%{http_code}' \
+                      https://api.github.com/repos/acme/widgets/issues/1 > allowed; \
+                  curl -sS -o denied.json -w '%{http_code}' \
+                      https://api.github.com/repos/acme/secret-plans/issues/1 > denied; \
+                  env > env.txt; \
+                  while [ ! -e go ]; do sleep 0.05; done";
+    let mut body = sh_job("tkt_proxy", script);
+    body["rule_sets"] = json!(["test-worker"]);
+    body["variables"] = json!({"repo": "acme/widgets"});
+    let id = h.rt.block_on(svc.submit("k", body));
+    let work = svc.work_dir("tkt_proxy");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !work.join("env.txt").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job never got going"
+        );
+        let state = h.rt.block_on(svc.job(&id))["state"].clone();
+        assert!(
+            state == "queued" || state == "running",
+            "job ended early: {state}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        std::fs::read_to_string(work.join("allowed")).unwrap(),
+        "200"
+    );
+    let issue: Value =
+        serde_json::from_str(&std::fs::read_to_string(work.join("issue.json")).unwrap()).unwrap();
+    assert_eq!(issue["title"], "Widgets wobble");
+    assert_eq!(std::fs::read_to_string(work.join("denied")).unwrap(), "403");
+
+    // The identity exists while the job runs, named after the ticket.
+    let listed =
+        h.rt.block_on(http::request(&admin, Method::GET, "/identities", &[], None))
+            .unwrap()
+            .json();
+    let entry = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "tkt_proxy")
+        .cloned()
+        .expect("no identity for the running job");
+    assert_eq!(entry["variables"]["repo"], "acme/widgets");
+    let socket = PathBuf::from(entry["socket"].as_str().unwrap());
+    // A connection opened now, as a leftover process would hold it.
+    let mut held = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+
+    std::fs::write(work.join("go"), "").unwrap();
+    let end = h.rt.block_on(svc.wait_ended(&id));
+    assert_eq!(end["state"], "done", "{end}");
+
+    let listed =
+        h.rt.block_on(http::request(&admin, Method::GET, "/identities", &[], None))
+            .unwrap()
+            .json();
+    assert!(
+        !listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["name"] == "tkt_proxy"),
+        "identity outlived its job: {listed}"
+    );
+    assert!(
+        std::os::unix::net::UnixStream::connect(&socket).is_err(),
+        "a kept socket path still connects"
+    );
+    let _ = write!(
+        held,
+        "CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\n\r\n"
+    );
+    let mut answer = Vec::new();
+    let _ = held.read_to_end(&mut answer);
+    assert!(
+        !String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+        "a connection left open still tunnels"
+    );
+
+    // No credential reached the worker or the supervisor's files.
+    let token = h.token.as_bytes();
+    assert!(files_containing(&work, token).is_empty());
+    assert!(files_containing(&svc.state_dir(), token).is_empty());
+    let env = std::fs::read_to_string(work.join("env.txt")).unwrap();
+    assert!(
+        env.contains("HTTPS_PROXY=") || env.contains("https_proxy="),
+        "{env}"
+    );
+    admin_task.abort();
+}

@@ -1,0 +1,462 @@
+//! Shared helpers for the supervisor service's end-to-end tests: a running
+//! `gatehouse supervisor` child, a client for its job API, and a fake proxy
+//! admin server that speaks the admin API's contract.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gatehouse_supervisor::jobs::http::{
+    self, ClientResponse, HttpMethod as Method, HttpStatus as StatusCode,
+};
+use serde_json::{json, Value};
+
+pub fn gatehouse() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gatehouse"))
+}
+
+/// The repository's prompts directory.
+pub fn prompts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts")
+}
+
+pub struct Options {
+    pub unsandboxed: bool,
+    pub max_running_jobs: usize,
+    pub log_cap_bytes: u64,
+    pub cancel_grace_ms: u64,
+    pub proxy_admin: Option<PathBuf>,
+    pub ca_cert: Option<PathBuf>,
+    pub profiles_dir: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            unsandboxed: true,
+            max_running_jobs: 64,
+            log_cap_bytes: 1 << 20,
+            cancel_grace_ms: 500,
+            proxy_admin: None,
+            ca_cert: None,
+            profiles_dir: None,
+        }
+    }
+}
+
+/// A `gatehouse supervisor` process with its own state dir.
+pub struct Service {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub socket: PathBuf,
+    child: Option<Child>,
+}
+
+impl Service {
+    pub fn start(opts: Options) -> Service {
+        let dir = tempfile::Builder::new().prefix("gh-svc").tempdir().unwrap();
+        let socket = dir.path().join("api.sock");
+        let profiles = dir.path().join("profiles");
+        std::fs::create_dir(&profiles).unwrap();
+        std::fs::write(
+            profiles.join(format!("{TEST_PROFILE}.toml")),
+            TEST_PROFILE_TOML,
+        )
+        .unwrap();
+        let profiles_dir = opts.profiles_dir.clone().unwrap_or(profiles);
+        let mut toml = format!(
+            "state_dir = {state:?}\napi_socket = {socket:?}\nprompts_dir = {prompts:?}\n\
+             [limits]\nmax_running_jobs = {max}\nlog_cap_bytes = {cap}\ncancel_grace_ms = {grace}\n",
+            state = dir.path().join("state"),
+            prompts = prompts_dir(),
+            max = opts.max_running_jobs,
+            cap = opts.log_cap_bytes,
+            grace = opts.cancel_grace_ms,
+        );
+        toml.push_str(&format!(
+            "[sandbox]\ndangerously_unsandboxed = {}\n",
+            opts.unsandboxed
+        ));
+        toml.push_str(&format!("profiles_dir = {profiles_dir:?}\n"));
+        if let Some(admin) = &opts.proxy_admin {
+            toml.push_str(&format!("[proxy]\nadmin_socket = {admin:?}\n"));
+            if let Some(ca) = &opts.ca_cert {
+                toml.push_str(&format!("ca_cert = {ca:?}\n"));
+            }
+        }
+        let config = dir.path().join("supervisor.toml");
+        std::fs::write(&config, toml).unwrap();
+        let mut service = Service {
+            dir,
+            config,
+            socket,
+            child: None,
+        };
+        service.spawn();
+        service
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// Starts the supervisor process and returns once its API is served
+    /// (it logs "job API on" when the socket is bound).
+    pub fn spawn(&mut self) {
+        let mut child = Command::new(gatehouse())
+            .args(["supervisor", "--config"])
+            .arg(&self.config)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("[supervisor] {line}");
+                if line.contains("job API on") {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("the supervisor did not start");
+        self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    /// SIGKILLs the supervisor: no cleanup of any kind happens.
+    pub fn kill_9(&mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// SIGTERMs the supervisor and waits for it to exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        signal(child.id() as i32, "TERM");
+        child.wait().unwrap()
+    }
+
+    pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> ClientResponse {
+        self.call_with(method, path, &[], body).await
+    }
+
+    pub async fn call_with(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> ClientResponse {
+        let body = body.map(|b| serde_json::to_vec(&b).unwrap());
+        http::request(&self.socket, method, path, headers, body)
+            .await
+            .unwrap()
+    }
+
+    /// `POST /jobs` with `key`; asserts 202 and returns the job id.
+    pub async fn submit(&self, key: &str, body: Value) -> String {
+        let resp = self
+            .call_with(
+                Method::POST,
+                "/jobs",
+                &[("idempotency-key", key)],
+                Some(body),
+            )
+            .await;
+        assert_eq!(resp.status, StatusCode::ACCEPTED, "{:?}", resp.json());
+        resp.json()["job_id"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn job(&self, id: &str) -> Value {
+        let resp = self.call(Method::GET, &format!("/jobs/{id}"), None).await;
+        assert_eq!(resp.status, StatusCode::OK, "{:?}", resp.json());
+        resp.json()
+    }
+
+    /// Waits, through the events long-poll, until job `id` reaches a state
+    /// for which `done` holds; returns the job view then.
+    pub async fn wait_for(&self, id: &str, done: impl Fn(&str) -> bool) -> Value {
+        let mut cursor = 0i64;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let job = self.job(id).await;
+            if done(job["state"].as_str().unwrap()) {
+                return job;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {id} stuck in {}",
+                job["state"]
+            );
+            let resp = self
+                .call(
+                    Method::GET,
+                    &format!("/events?after={cursor}&wait_ms=5000"),
+                    None,
+                )
+                .await;
+            assert_eq!(resp.status, StatusCode::OK);
+            cursor = resp.json()["next"].as_i64().unwrap();
+        }
+    }
+
+    pub async fn wait_ended(&self, id: &str) -> Value {
+        self.wait_for(id, |s| !matches!(s, "queued" | "running"))
+            .await
+    }
+
+    pub fn control_socket(&self, job_id: &str) -> PathBuf {
+        self.state_dir()
+            .join("run")
+            .join(job_id)
+            .join("control.sock")
+    }
+
+    pub fn work_dir(&self, ticket: &str) -> PathBuf {
+        self.state_dir().join("tickets").join(ticket).join("work")
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop();
+        }
+    }
+}
+
+/// The profile test jobs use: the repository's `default` coding profile,
+/// plus a tunnel and a rule set the fake proxy refuses.
+pub const TEST_PROFILE: &str = "svc-test";
+const TEST_PROFILE_TOML: &str = r#"
+extends = "default"
+description = "supervisor service tests"
+[network]
+rule_sets = ["github-repo", "test-worker", "no-such-rules"]
+tunnels = ["registry.npmjs.org:443"]
+"#;
+
+/// A job body running `sh -c script` for `ticket`.
+pub fn sh_job(ticket: &str, script: &str) -> Value {
+    json!({
+        "ticket": ticket,
+        "team": "default",
+        "profile": TEST_PROFILE,
+        "task": "test task",
+        "command": ["sh", "-c", script],
+    })
+}
+
+/// Sends a signal with kill(1).
+pub fn signal(pid: i32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// Whether `pid` is a live (non-zombie) process.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let after = &stat[stat.rfind(')').unwrap() + 1..];
+            !matches!(after.trim_start().chars().next(), Some('Z' | 'X'))
+        }
+        Err(_) => false,
+    }
+}
+
+/// Pids written one per line into `file`.
+pub fn pids_in(file: &Path) -> Vec<i32> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// One call to the fake proxy admin API.
+#[derive(Clone, Debug)]
+pub struct AdminCall {
+    pub method: String,
+    pub path: String,
+    pub body: Value,
+}
+
+/// A stand-in for the proxy's admin socket, speaking its contract:
+/// `POST /identities` → 201 `{name, socket}` (409 existing, 400 unknown rule
+/// set), `DELETE /identities/{name}` → 204 (socket removed) or 404,
+/// `GET /identities`.
+pub struct FakeProxyAdmin {
+    pub socket: PathBuf,
+    pub calls: Arc<Mutex<Vec<AdminCall>>>,
+    pub live: Arc<Mutex<BTreeMap<String, PathBuf>>>,
+    _dir: tempfile::TempDir,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeProxyAdmin {
+    pub fn start() -> FakeProxyAdmin {
+        let dir = tempfile::Builder::new().prefix("gh-fpa").tempdir().unwrap();
+        let socket = dir.path().join("admin.sock");
+        let listener = http::bind(&socket, 0o600).unwrap();
+        let calls: Arc<Mutex<Vec<AdminCall>>> = Arc::default();
+        let live: Arc<Mutex<BTreeMap<String, PathBuf>>> = Arc::default();
+        let (c, l, base) = (calls.clone(), live.clone(), dir.path().to_owned());
+        let task = tokio::spawn(http::serve(listener, move |req| {
+            let (calls, live, base) = (c.clone(), l.clone(), base.clone());
+            async move {
+                let (parts, body) = req.into_parts();
+                let bytes = http::read_body(body, 1 << 20).await.unwrap();
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let path = parts.uri.path().to_owned();
+                calls.lock().unwrap().push(AdminCall {
+                    method: parts.method.to_string(),
+                    path: path.clone(),
+                    body: body.clone(),
+                });
+                let mut live = live.lock().unwrap();
+                match (parts.method.as_str(), path.as_str()) {
+                    ("POST", "/identities") => {
+                        let name = body["name"].as_str().unwrap_or("").to_owned();
+                        let unknown = body["rule_sets"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|r| r.as_str() == Some("no-such-rules"));
+                        if unknown {
+                            return http::error_response(
+                                StatusCode::BAD_REQUEST,
+                                "unknown_rule_set",
+                                "unknown rule set no-such-rules",
+                            );
+                        }
+                        if live.contains_key(&name) {
+                            return http::error_response(
+                                StatusCode::CONFLICT,
+                                "exists",
+                                "identity exists",
+                            );
+                        }
+                        let sock = base.join(format!("{name}.sock"));
+                        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+                        std::mem::forget(listener);
+                        live.insert(name.clone(), sock.clone());
+                        http::json_response(
+                            StatusCode::CREATED,
+                            &json!({"name": name, "socket": sock}),
+                        )
+                    }
+                    ("GET", "/identities") => {
+                        let names: Vec<&String> = live.keys().collect();
+                        http::json_response(StatusCode::OK, &json!(names))
+                    }
+                    ("DELETE", p) if p.starts_with("/identities/") => {
+                        let name = &p["/identities/".len()..];
+                        match live.remove(name) {
+                            Some(sock) => {
+                                let _ = std::fs::remove_file(sock);
+                                http::json_response(StatusCode::NO_CONTENT, &json!(null))
+                            }
+                            None => http::error_response(
+                                StatusCode::NOT_FOUND,
+                                "not_found",
+                                "no such identity",
+                            ),
+                        }
+                    }
+                    _ => http::error_response(StatusCode::NOT_FOUND, "not_found", "no route"),
+                }
+            }
+        }));
+        FakeProxyAdmin {
+            socket,
+            calls,
+            live,
+            _dir: dir,
+            task,
+        }
+    }
+
+    pub fn live_identities(&self) -> Vec<String> {
+        self.live.lock().unwrap().keys().cloned().collect()
+    }
+
+    pub fn calls(&self) -> Vec<AdminCall> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl Drop for FakeProxyAdmin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Whether this machine can build a sandbox; says so loudly when not.
+pub fn sandbox_available() -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(gatehouse())
+        .args(["sandbox", "run", "--profile", "default", "--workdir"])
+        .arg(dir.path())
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        eprintln!(
+            "SKIPPING: this machine cannot build a sandbox ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out.status.success()
+}
+
+/// Host processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    let mut found = vec![];
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(marker) && alive(pid) && pid != std::process::id() as i32 {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+pub fn mount_count() -> usize {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .count()
+}
+
+/// A `sleep` whose argument is unique to this test run, to find leftovers.
+pub fn marker_sleep(tag: u32) -> String {
+    format!("{}{:03}", 9000 + std::process::id() % 1000, tag)
+}

@@ -917,4 +917,40 @@ mod tests {
         );
         assert_eq!(nested.status, StatusCode::UNPROCESSABLE_ENTITY);
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn route_never_panics(path in "\\PC*") {
+                let _ = route(&path);
+                let _ = repository_alias(&path);
+            }
+
+            #[test]
+            fn valid_names_and_numbers_route_to_comments(
+                owner in "[A-Za-z0-9][A-Za-z0-9-]{0,20}",
+                name in "[A-Za-z0-9_.-]{1,20}",
+                number in 0u64..u64::MAX,
+            ) {
+                prop_assume!(name != "." && name != "..");
+                let expected = RepoPath { owner: owner.clone(), name: name.clone() };
+                prop_assert_eq!(
+                    route(&format!("/repos/{owner}/{name}/issues/{number}/comments")),
+                    Some(Route::IssueComments(expected, number))
+                );
+            }
+
+            #[test]
+            fn names_with_other_characters_never_route(
+                owner in "[A-Za-z0-9]{1,8}",
+                bad in "[^A-Za-z0-9_./-]",
+            ) {
+                let path = format!("/repos/{owner}{bad}/r/issues");
+                prop_assert_eq!(route(&path), None);
+            }
+        }
+    }
 }

@@ -32,6 +32,9 @@ use crate::time::unix_now;
 use crate::util::{parse_query, random_hex};
 use model::{Job, Model, PullInfo};
 
+/// The Basic-auth user name git requests must carry with the token.
+pub const GIT_USER: &str = "x-access-token";
+
 /// Largest REST or GraphQL body accepted (git bodies stream and have no limit).
 const MAX_API_BODY: usize = 16 * 1024 * 1024;
 
@@ -504,8 +507,11 @@ impl GithubState {
             Target::JobLogs => self.job_logs(&record),
             Target::Git(git_path) => {
                 let user = match credential {
+                    // GitHub wants `x-access-token` as the user for app
+                    // installation tokens; requiring it catches a proxy that
+                    // injects the token in the wrong form.
                     Some(Credential::Basic { user, password })
-                        if self.login_for(&password).is_some() =>
+                        if user == GIT_USER && self.login_for(&password).is_some() =>
                     {
                         Some(user)
                     }

@@ -17,6 +17,7 @@ pub(crate) enum Route {
     Issue(RepoPath, u64),
     IssueComments(RepoPath, u64),
     RepoIssueComments(RepoPath),
+    RepoPullComments(RepoPath),
     IssueComment(RepoPath, u64),
     Pulls(RepoPath),
     Pull(RepoPath, u64),
@@ -66,6 +67,7 @@ pub(crate) fn route(path: &str) -> Option<Route> {
                 ["issues", n] => Route::Issue(repo, number(n)?),
                 ["issues", n, "comments"] => Route::IssueComments(repo, number(n)?),
                 ["pulls"] => Route::Pulls(repo),
+                ["pulls", "comments"] => Route::RepoPullComments(repo),
                 ["pulls", n] => Route::Pull(repo, number(n)?),
                 ["pulls", n, "comments"] => Route::PullComments(repo, number(n)?),
                 ["pulls", n, "comments", id, "replies"] => {
@@ -339,14 +341,18 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .ok_or_else(Reply::not_found)?;
             Ok(Reply::created(model.comment_json(stored), comment_id))
         }
-        Route::RepoIssueComments(path) if get => {
+        Route::RepoIssueComments(path) | Route::RepoPullComments(path) if get => {
             let id = repo_id(model, path)?;
+            let kind = match call.route {
+                Route::RepoPullComments(_) => CommentKind::Review,
+                _ => CommentKind::Issue,
+            };
             // `since` filters on updated_at; GitHub's timestamps sort as text.
             let since = query_param(call.query, "since").unwrap_or("");
             let items = model
                 .comments
                 .iter()
-                .filter(|c| c.comment.kind == CommentKind::Issue && c.repo_id == id)
+                .filter(|c| c.comment.kind == kind && c.repo_id == id)
                 .map(|c| model.comment_json(c))
                 .filter(|v| v["updated_at"].as_str().unwrap_or("") >= since)
                 .collect();
@@ -761,6 +767,10 @@ mod tests {
             (
                 "/repos/o/r/issues/comments",
                 Some(Route::RepoIssueComments(r())),
+            ),
+            (
+                "/repos/o/r/pulls/comments",
+                Some(Route::RepoPullComments(r())),
             ),
             (
                 "/repos/o/r/issues/comments/99",

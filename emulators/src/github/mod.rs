@@ -654,8 +654,23 @@ impl GithubState {
             if parts.method != Method::POST {
                 return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
             }
-            let mut model = lock(&self.model);
-            let answer = graphql::execute(&mut model, login, unix_now(), body);
+            let root_dir = self.root_dir.clone();
+            let repos: Vec<(u64, String, String)> = lock(&self.model)
+                .repos
+                .iter()
+                .map(|r| (r.id, r.owner.clone(), r.name.clone()))
+                .collect();
+            // Reading a branch runs git; only createPullRequest asks, once per branch.
+            let branch_head = move |repo_id: u64, branch: &str| {
+                let (_, owner, name) = repos.iter().find(|(id, _, _)| *id == repo_id)?;
+                let git_dir = root_dir.join(owner).join(format!("{name}.git"));
+                rev_parse_blocking(&git_dir, branch)
+            };
+            // The executor may run git (blocking) while holding the model lock.
+            let answer = tokio::task::block_in_place(|| {
+                let mut model = lock(&self.model);
+                graphql::execute(&mut model, login, unix_now(), body, &branch_head)
+            });
             return rest::Reply {
                 status: StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_REQUEST),
                 body: answer.body,

@@ -32,6 +32,9 @@ use crate::time::unix_now;
 use crate::util::{parse_query, random_hex};
 use model::{Job, Model, PullInfo};
 
+/// The Basic-auth user name git requests must carry with the token.
+pub const GIT_USER: &str = "x-access-token";
+
 /// Largest REST or GraphQL body accepted (git bodies stream and have no limit).
 const MAX_API_BODY: usize = 16 * 1024 * 1024;
 
@@ -504,8 +507,11 @@ impl GithubState {
             Target::JobLogs => self.job_logs(&record),
             Target::Git(git_path) => {
                 let user = match credential {
+                    // GitHub wants `x-access-token` as the user for app
+                    // installation tokens; requiring it catches a proxy that
+                    // injects the token in the wrong form.
                     Some(Credential::Basic { user, password })
-                        if self.login_for(&password).is_some() =>
+                        if user == GIT_USER && self.login_for(&password).is_some() =>
                     {
                         Some(user)
                     }
@@ -648,8 +654,23 @@ impl GithubState {
             if parts.method != Method::POST {
                 return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
             }
-            let mut model = lock(&self.model);
-            let answer = graphql::execute(&mut model, login, unix_now(), body);
+            let root_dir = self.root_dir.clone();
+            let repos: Vec<(u64, String, String)> = lock(&self.model)
+                .repos
+                .iter()
+                .map(|r| (r.id, r.owner.clone(), r.name.clone()))
+                .collect();
+            // Reading a branch runs git; only createPullRequest asks, once per branch.
+            let branch_head = move |repo_id: u64, branch: &str| {
+                let (_, owner, name) = repos.iter().find(|(id, _, _)| *id == repo_id)?;
+                let git_dir = root_dir.join(owner).join(format!("{name}.git"));
+                rev_parse_blocking(&git_dir, branch)
+            };
+            // The executor may run git (blocking) while holding the model lock.
+            let answer = tokio::task::block_in_place(|| {
+                let mut model = lock(&self.model);
+                graphql::execute(&mut model, login, unix_now(), body, &branch_head)
+            });
             return rest::Reply {
                 status: StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_REQUEST),
                 body: answer.body,

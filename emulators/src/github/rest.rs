@@ -17,6 +17,7 @@ pub(crate) enum Route {
     Issue(RepoPath, u64),
     IssueComments(RepoPath, u64),
     RepoIssueComments(RepoPath),
+    RepoPullComments(RepoPath),
     IssueComment(RepoPath, u64),
     Pulls(RepoPath),
     Pull(RepoPath, u64),
@@ -66,6 +67,7 @@ pub(crate) fn route(path: &str) -> Option<Route> {
                 ["issues", n] => Route::Issue(repo, number(n)?),
                 ["issues", n, "comments"] => Route::IssueComments(repo, number(n)?),
                 ["pulls"] => Route::Pulls(repo),
+                ["pulls", "comments"] => Route::RepoPullComments(repo),
                 ["pulls", n] => Route::Pull(repo, number(n)?),
                 ["pulls", n, "comments"] => Route::PullComments(repo, number(n)?),
                 ["pulls", n, "comments", id, "replies"] => {
@@ -339,14 +341,18 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .ok_or_else(Reply::not_found)?;
             Ok(Reply::created(model.comment_json(stored), comment_id))
         }
-        Route::RepoIssueComments(path) if get => {
+        Route::RepoIssueComments(path) | Route::RepoPullComments(path) if get => {
             let id = repo_id(model, path)?;
+            let kind = match call.route {
+                Route::RepoPullComments(_) => CommentKind::Review,
+                _ => CommentKind::Issue,
+            };
             // `since` filters on updated_at; GitHub's timestamps sort as text.
             let since = query_param(call.query, "since").unwrap_or("");
             let items = model
                 .comments
                 .iter()
-                .filter(|c| c.comment.kind == CommentKind::Issue && c.repo_id == id)
+                .filter(|c| c.comment.kind == kind && c.repo_id == id)
                 .map(|c| model.comment_json(c))
                 .filter(|v| v["updated_at"].as_str().unwrap_or("") >= since)
                 .collect();
@@ -763,6 +769,10 @@ mod tests {
                 Some(Route::RepoIssueComments(r())),
             ),
             (
+                "/repos/o/r/pulls/comments",
+                Some(Route::RepoPullComments(r())),
+            ),
+            (
                 "/repos/o/r/issues/comments/99",
                 Some(Route::IssueComment(r(), 99)),
             ),
@@ -916,5 +926,41 @@ mod tests {
             ),
         );
         assert_eq!(nested.status, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn route_never_panics(path in "\\PC*") {
+                let _ = route(&path);
+                let _ = repository_alias(&path);
+            }
+
+            #[test]
+            fn valid_names_and_numbers_route_to_comments(
+                owner in "[A-Za-z0-9][A-Za-z0-9-]{0,20}",
+                name in "[A-Za-z0-9_.-]{1,20}",
+                number in 0u64..u64::MAX,
+            ) {
+                prop_assume!(name != "." && name != "..");
+                let expected = RepoPath { owner: owner.clone(), name: name.clone() };
+                prop_assert_eq!(
+                    route(&format!("/repos/{owner}/{name}/issues/{number}/comments")),
+                    Some(Route::IssueComments(expected, number))
+                );
+            }
+
+            #[test]
+            fn names_with_other_characters_never_route(
+                owner in "[A-Za-z0-9]{1,8}",
+                bad in "[^A-Za-z0-9_./-]",
+            ) {
+                let path = format!("/repos/{owner}{bad}/r/issues");
+                prop_assert_eq!(route(&path), None);
+            }
+        }
     }
 }

@@ -433,3 +433,32 @@ fn polling_with_etag_gets_304_until_something_changes() {
     assert_eq!(changed.status, 200);
     assert_eq!(changed.json()[0]["body"], "New info");
 }
+
+#[test]
+fn serves_on_ipv6_loopback() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("SKIPPED serves_on_ipv6_loopback: this machine has no IPv6 loopback (::1)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = GithubOptions::new(dir.path().join("git")).token("ghs_v6", "v6[bot]");
+    options.listen = "[::1]:0".parse().unwrap();
+    let emulator = GithubEmulator::start(options).unwrap();
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    let output = Command::new("curl")
+        .args(["-sS", "-g", "--cacert"])
+        .arg(&ca)
+        .args(["-H", "Authorization: token ghs_v6"])
+        .arg(format!("{}/user", emulator.base_url()))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let user: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(user["login"], "v6[bot]");
+    assert_eq!(emulator.requests()[0].host.as_deref(), Some("::1"));
+}

@@ -623,6 +623,11 @@ impl GithubState {
         }
         record.status = reply.status.as_u16();
         record.created_id = reply.created_id.clone();
+        let (host, path, query) = (
+            record.header("host").map(str::to_owned),
+            record.path.clone(),
+            record.query.clone(),
+        );
         self.recorder.push(record);
         let mut builder = Response::builder()
             .status(reply.status)
@@ -637,6 +642,12 @@ impl GithubState {
         }
         if let Some(etag) = &etag {
             builder = builder.header(http::header::ETAG, etag);
+        }
+        if let Some(page) = reply.next_page {
+            builder = builder.header(
+                http::header::LINK,
+                next_link(host.as_deref(), &path, query.as_deref(), page),
+            );
         }
         let body = if not_modified || body.is_empty() {
             Bytes::new()
@@ -705,6 +716,7 @@ impl GithubState {
                 body: answer.body,
                 created_id: answer.created_id,
                 location: None,
+                next_page: None,
             };
         }
         let query = parse_query(parts.uri.query().unwrap_or(""));
@@ -810,6 +822,21 @@ impl Handler for GithubState {
     fn handle(self: Arc<Self>, request: Request<Incoming>) -> HandlerFuture {
         Box::pin(self.dispatch(request))
     }
+}
+
+/// `Link: <https://HOST/PATH?…&page=N>; rel="next"` for a list, on the host
+/// the client asked (api.github.com on GitHub; `localhost:PORT` for gh in
+/// Enterprise mode).
+fn next_link(host: Option<&str>, path: &str, query: Option<&str>, page: usize) -> String {
+    let mut pairs: Vec<String> = query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty() && !pair.starts_with("page="))
+        .map(str::to_owned)
+        .collect();
+    pairs.push(format!("page={page}"));
+    let base = host.map_or_else(|| model::API_BASE.to_owned(), |h| format!("https://{h}"));
+    format!("<{base}{path}?{}>; rel=\"next\"", pairs.join("&"))
 }
 
 /// GitHub's answer to git without valid credentials.

@@ -462,3 +462,58 @@ fn serves_on_ipv6_loopback() {
     assert_eq!(user["login"], "v6[bot]");
     assert_eq!(emulator.requests()[0].host.as_deref(), Some("::1"));
 }
+
+#[test]
+fn concurrent_comments_get_distinct_ids_and_are_all_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    let ids: Vec<u64> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|worker| {
+                let (emulator, ca) = (&emulator, &ca);
+                scope.spawn(move || {
+                    (0..4)
+                        .map(|i| {
+                            let body = format!(r#"{{"body":"w{worker} c{i}"}}"#);
+                            let args = [
+                                "-H",
+                                "Authorization: token ghs_test_valid_token",
+                                "-X",
+                                "POST",
+                                "--data",
+                                body.as_str(),
+                            ];
+                            let created = curl(
+                                emulator,
+                                ca,
+                                "api.github.com",
+                                &args,
+                                "/repos/acme/widgets/issues/1/comments",
+                            );
+                            assert_eq!(created.status, 201);
+                            created.json()["id"].as_u64().unwrap()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    let unique: std::collections::BTreeSet<_> = ids.iter().collect();
+    assert_eq!(unique.len(), 32);
+    assert_eq!(emulator.comments().len(), 32);
+    let recorded: std::collections::BTreeSet<_> = emulator
+        .requests()
+        .into_iter()
+        .filter_map(|r| r.created_id)
+        .collect();
+    assert_eq!(recorded.len(), 32);
+}

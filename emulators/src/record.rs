@@ -97,6 +97,7 @@ impl Log {
 
 impl Recorder {
     pub(crate) fn push(&self, request: RecordedRequest) {
+        trace(&request);
         lock(&self.log).push(request);
     }
 
@@ -113,7 +114,11 @@ impl Recorder {
             return;
         };
         if let Some(record) = log.requests.get_mut(position) {
+            let answered = record.status != 0;
             change(record);
+            if !answered && record.status != 0 {
+                trace(record);
+            }
         }
     }
 
@@ -126,6 +131,19 @@ impl Recorder {
         log.cleared += log.requests.len();
         log.requests.clear();
     }
+}
+
+/// One log line per answered request, without headers or body (they may
+/// hold credentials): the binary prints these for demos and scripts.
+fn trace(request: &RecordedRequest) {
+    tracing::info!(
+        method = %request.method,
+        host = request.host.as_deref().unwrap_or("-"),
+        path = %request.path,
+        status = request.status,
+        created_id = request.created_id.as_deref().unwrap_or("-"),
+        "request"
+    );
 }
 
 /// Lock a mutex, recovering the data if a handler panicked while holding it:

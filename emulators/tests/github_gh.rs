@@ -224,3 +224,44 @@ fn gh_opens_a_pull_request_from_a_pushed_branch() {
         Some(format!("token {TOKEN}").as_str())
     );
 }
+
+#[test]
+fn gh_paginates_through_link_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git"))
+            .token(TOKEN, "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    emulator.write_ca_pem(&dir.path().join("ca.pem")).unwrap();
+    emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    for i in 0..7 {
+        emulator
+            .add_issue_comment("acme/widgets", 1, &format!("comment {i}"), "alice")
+            .unwrap();
+    }
+    let all = stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &[
+            "api",
+            "--paginate",
+            "repos/acme/widgets/issues/1/comments?per_page=3",
+            "--jq",
+            ".[].body",
+        ],
+    ));
+    let bodies: Vec<&str> = all.lines().collect();
+    assert_eq!(bodies.len(), 7, "{all}");
+    assert_eq!(bodies[6], "comment 6");
+    let pages = emulator
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/issues/1/comments"))
+        .count();
+    assert_eq!(pages, 3);
+}

@@ -196,6 +196,7 @@ impl GithubEmulator {
             tokens: options.tokens,
             root_dir: options.root_dir,
             logs_base_url: options.logs_base_url.trim_end_matches('/').to_owned(),
+            logs_host: url_host(&options.logs_base_url),
             logs_signature: random_hex(16),
         });
         let server = Server::start(
@@ -422,6 +423,7 @@ struct GithubState {
     tokens: Vec<GithubToken>,
     root_dir: PathBuf,
     logs_base_url: String,
+    logs_host: String,
     logs_signature: String,
 }
 
@@ -431,20 +433,46 @@ enum Target {
     Rest,
     Git(git::GitPath),
     JobLogs,
+    /// A host this emulator serves, but not at this path (e.g. REST on github.com).
+    NotFound,
 }
 
-/// Dispatch on Host, falling back to the path for IP literals and localhost.
-fn classify(host: Option<&str>, path: &str) -> Target {
-    if path.starts_with("/_logs/") {
-        return Target::JobLogs;
-    }
+/// Dispatch on Host as GitHub's hosts do; IP literals, `localhost` and a
+/// missing Host fall back to the path, so tests can connect by address.
+fn classify(host: Option<&str>, path: &str, logs_host: &str) -> Target {
+    let is_logs = path.starts_with("/_logs/");
+    let git = git::git_path(path);
     match host {
         Some("api.github.com" | "uploads.github.com") => Target::Rest,
-        _ => match git::git_path(path) {
-            Some(git_path) => Target::Git(git_path),
-            None => Target::Rest,
-        },
+        Some("github.com") => git.map_or(Target::NotFound, Target::Git),
+        Some(h) if h == logs_host => {
+            if is_logs {
+                Target::JobLogs
+            } else {
+                Target::NotFound
+            }
+        }
+        Some(h) if h == "localhost" || h.parse::<std::net::IpAddr>().is_ok() => {
+            by_path(is_logs, git)
+        }
+        None => by_path(is_logs, git),
+        Some(_) => Target::NotFound,
     }
+}
+
+fn by_path(is_logs: bool, git: Option<git::GitPath>) -> Target {
+    match (is_logs, git) {
+        (true, _) => Target::JobLogs,
+        (false, Some(git)) => Target::Git(git),
+        (false, None) => Target::Rest,
+    }
+}
+
+/// The host name of a base URL such as `https://host[:port]/…`.
+fn url_host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    crate::record::strip_port(authority).to_ascii_lowercase()
 }
 
 /// A parsed `Authorization` header.
@@ -497,7 +525,7 @@ impl GithubState {
     async fn dispatch(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         let (parts, body) = request.into_parts();
         let mut record = record_head(&parts);
-        let target = classify(record.host.as_deref(), &record.path);
+        let target = classify(record.host.as_deref(), &record.path, &self.logs_host);
         let credential = parts
             .headers
             .get(http::header::AUTHORIZATION)
@@ -505,6 +533,7 @@ impl GithubState {
             .and_then(parse_authorization);
         let response = match target {
             Target::JobLogs => self.job_logs(&record),
+            Target::NotFound => plain(StatusCode::NOT_FOUND, "Not Found"),
             Target::Git(git_path) => {
                 let user = match credential {
                     // GitHub wants `x-access-token` as the user for app
@@ -594,6 +623,11 @@ impl GithubState {
         }
         record.status = reply.status.as_u16();
         record.created_id = reply.created_id.clone();
+        let (host, path, query) = (
+            record.header("host").map(str::to_owned),
+            record.path.clone(),
+            record.query.clone(),
+        );
         self.recorder.push(record);
         let mut builder = Response::builder()
             .status(reply.status)
@@ -608,6 +642,12 @@ impl GithubState {
         }
         if let Some(etag) = &etag {
             builder = builder.header(http::header::ETAG, etag);
+        }
+        if let Some(page) = reply.next_page {
+            builder = builder.header(
+                http::header::LINK,
+                next_link(host.as_deref(), &path, query.as_deref(), page),
+            );
         }
         let body = if not_modified || body.is_empty() {
             Bytes::new()
@@ -676,6 +716,7 @@ impl GithubState {
                 body: answer.body,
                 created_id: answer.created_id,
                 location: None,
+                next_page: None,
             };
         }
         let query = parse_query(parts.uri.query().unwrap_or(""));
@@ -781,6 +822,21 @@ impl Handler for GithubState {
     fn handle(self: Arc<Self>, request: Request<Incoming>) -> HandlerFuture {
         Box::pin(self.dispatch(request))
     }
+}
+
+/// `Link: <https://HOST/PATH?…&page=N>; rel="next"` for a list, on the host
+/// the client asked (api.github.com on GitHub; `localhost:PORT` for gh in
+/// Enterprise mode).
+fn next_link(host: Option<&str>, path: &str, query: Option<&str>, page: usize) -> String {
+    let mut pairs: Vec<String> = query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty() && !pair.starts_with("page="))
+        .map(str::to_owned)
+        .collect();
+    pairs.push(format!("page={page}"));
+    let base = host.map_or_else(|| model::API_BASE.to_owned(), |h| format!("https://{h}"));
+    format!("<{base}{path}?{}>; rel=\"next\"", pairs.join("&"))
 }
 
 /// GitHub's answer to git without valid credentials.
@@ -892,29 +948,39 @@ mod tests {
     #[test]
     fn classifies_by_host_then_path() {
         let git = |path| Target::Git(git::git_path(path).unwrap());
+        let logs = "pipelines.actions.githubusercontent.com";
         for (host, path, expected) in [
             (Some("api.github.com"), "/repos/o/r", Target::Rest),
             (Some("api.github.com"), "/o/r.git/info/refs", Target::Rest),
+            (Some("api.github.com"), "/_logs/jobs/1", Target::Rest),
             (
                 Some("github.com"),
                 "/o/r.git/info/refs",
                 git("/o/r.git/info/refs"),
             ),
+            (Some("github.com"), "/repos/o/r", Target::NotFound),
             (
                 Some("127.0.0.1"),
                 "/o/r.git/git-receive-pack",
                 git("/o/r.git/git-receive-pack"),
             ),
             (Some("127.0.0.1"), "/repos/o/r/issues", Target::Rest),
+            (Some("::1"), "/repos/o/r/issues", Target::Rest),
+            (Some("localhost"), "/_logs/jobs/1", Target::JobLogs),
             (None, "/_logs/jobs/1", Target::JobLogs),
-            (
-                Some("pipelines.actions.githubusercontent.com"),
-                "/_logs/jobs/1",
-                Target::JobLogs,
-            ),
+            (Some(logs), "/_logs/jobs/1", Target::JobLogs),
+            (Some(logs), "/repos/o/r", Target::NotFound),
+            (Some("open.feishu.cn"), "/user", Target::NotFound),
         ] {
-            assert_eq!(classify(host, path), expected, "{host:?} {path}");
+            assert_eq!(classify(host, path, logs), expected, "{host:?} {path}");
         }
+    }
+
+    #[test]
+    fn url_host_strips_scheme_port_and_path() {
+        assert_eq!(url_host("https://Logs.Example:8443/x"), "logs.example");
+        assert_eq!(url_host("https://[::1]:1/"), "::1");
+        assert_eq!(url_host("logs.example"), "logs.example");
     }
 
     #[test]

@@ -123,6 +123,8 @@ pub(crate) struct Reply {
     pub created_id: Option<String>,
     /// For redirects.
     pub location: Option<String>,
+    /// For a list with more items: the next `page`, for the `Link` header.
+    pub next_page: Option<usize>,
 }
 
 impl Reply {
@@ -132,6 +134,7 @@ impl Reply {
             body,
             created_id: None,
             location: None,
+            next_page: None,
         }
     }
 
@@ -141,6 +144,7 @@ impl Reply {
             body,
             created_id: Some(id.to_string()),
             location: None,
+            next_page: None,
         }
     }
 
@@ -155,6 +159,7 @@ impl Reply {
             }),
             created_id: None,
             location: None,
+            next_page: None,
         }
     }
 
@@ -193,8 +198,9 @@ fn query_param<'q>(query: &'q [(String, String)], name: &str) -> Option<&'q str>
         .map(|(_, v)| v.as_str())
 }
 
-/// Apply `per_page` (default 30, at most 100) and `page` (from 1).
-fn paginate(items: Vec<Value>, query: &[(String, String)]) -> Value {
+/// Apply `per_page` (default 30, at most 100) and `page` (from 1); say
+/// which page comes next, as GitHub's `Link: <…>; rel="next"` does.
+fn paginated(items: Vec<Value>, query: &[(String, String)]) -> Reply {
     let per_page = query_param(query, "per_page")
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(30)
@@ -203,13 +209,16 @@ fn paginate(items: Vec<Value>, query: &[(String, String)]) -> Value {
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(1)
         .max(1);
-    Value::Array(
+    let more = items.len() > page.saturating_mul(per_page);
+    let mut reply = Reply::ok(Value::Array(
         items
             .into_iter()
-            .skip((page - 1) * per_page)
+            .skip((page - 1).saturating_mul(per_page))
             .take(per_page)
             .collect(),
-    )
+    ));
+    reply.next_page = more.then_some(page + 1);
+    reply
 }
 
 fn body_json(body: &[u8]) -> Result<Value, Reply> {
@@ -276,7 +285,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .collect();
             issues.sort_by_key(|i| std::cmp::Reverse(i.number));
             let items = issues.into_iter().map(|i| model.issue_json(i)).collect();
-            Ok(Reply::ok(paginate(items, call.query)))
+            Ok(paginated(items, call.query))
         }
         Route::Issues(path) if post => {
             let id = repo_id(model, path)?;
@@ -314,7 +323,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 })
                 .map(|c| model.comment_json(c))
                 .collect();
-            Ok(Reply::ok(paginate(items, call.query)))
+            Ok(paginated(items, call.query))
         }
         Route::IssueComments(path, number) if post => {
             let id = repo_id(model, path)?;
@@ -356,7 +365,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .map(|c| model.comment_json(c))
                 .filter(|v| v["updated_at"].as_str().unwrap_or("") >= since)
                 .collect();
-            Ok(Reply::ok(paginate(items, call.query)))
+            Ok(paginated(items, call.query))
         }
         Route::IssueComment(path, comment_id) if get => {
             let id = repo_id(model, path)?;
@@ -400,7 +409,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .collect();
             pulls.sort_by_key(|i| std::cmp::Reverse(i.number));
             let items = pulls.into_iter().map(|i| model.pull_json(i)).collect();
-            Ok(Reply::ok(paginate(items, call.query)))
+            Ok(paginated(items, call.query))
         }
         Route::Pulls(path) if post => {
             let id = repo_id(model, path)?;
@@ -461,7 +470,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 })
                 .map(|c| model.comment_json(c))
                 .collect();
-            Ok(Reply::ok(paginate(items, call.query)))
+            Ok(paginated(items, call.query))
         }
         Route::PullComments(path, number) if post => {
             let id = repo_id(model, path)?;
@@ -513,7 +522,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .filter(|r| r.repo_id == id && r.number == *number)
                 .map(|r| model.review_json(r))
                 .collect();
-            Ok(Reply::ok(paginate(items, call.query)))
+            Ok(paginated(items, call.query))
         }
         Route::PullReviews(path, number) if post => {
             let id = repo_id(model, path)?;
@@ -666,6 +675,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 status: StatusCode::FOUND,
                 body: Value::Null,
                 created_id: None,
+                next_page: None,
                 location: Some(format!(
                     "{}/_logs/jobs/{job_id}?sig={}",
                     call.logs_base_url,
@@ -879,6 +889,33 @@ mod tests {
             let reply = handle(&mut model, call(method, path, body));
             assert_eq!(reply.status.as_u16(), status, "{method} {path}");
             assert!(reply.created_id.is_none());
+        }
+    }
+
+    #[test]
+    fn pagination_reports_the_next_page() {
+        let items: Vec<Value> = (0..5).map(|i| json!(i)).collect();
+        let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        for (query, expected, next) in [
+            (q(&[("per_page", "2")]), json!([0, 1]), Some(2)),
+            (
+                q(&[("per_page", "2"), ("page", "2")]),
+                json!([2, 3]),
+                Some(3),
+            ),
+            (q(&[("per_page", "2"), ("page", "3")]), json!([4]), None),
+            (q(&[("per_page", "2"), ("page", "9")]), json!([]), None),
+            (q(&[]), json!([0, 1, 2, 3, 4]), None),
+            (q(&[("per_page", "0"), ("page", "0")]), json!([0]), Some(2)),
+        ] {
+            let reply = paginated(items.clone(), &query);
+            assert_eq!(reply.body, expected, "{query:?}");
+            assert_eq!(reply.next_page, next, "{query:?}");
         }
     }
 

@@ -167,10 +167,31 @@ struct RuleSetFile {
     variables: Vec<String>,
     #[serde(default, rename = "rule")]
     rules: Vec<RuleFile>,
+    /// The GitHub App permissions the rules need, e.g. `contents = "read"`;
+    /// installation tokens are scoped down to these.
+    #[serde(default)]
+    github_permissions: BTreeMap<String, Access>,
     #[serde(default)]
     example_variables: BTreeMap<String, String>,
     #[serde(default, rename = "example")]
     examples: Vec<ExampleFile>,
+}
+
+/// A GitHub App permission level; `write` includes `read`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    Read,
+    Write,
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Access::Read => "read",
+            Access::Write => "write",
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -253,6 +274,8 @@ pub struct RuleSet {
     /// set is in a [`RuleBook`].
     pub extends: Vec<String>,
     pub rules: Vec<Rule>,
+    /// GitHub App permissions the rules need (including extended sets').
+    pub github_permissions: BTreeMap<String, Access>,
     /// Where the set came from (usually its file), for error messages.
     pub source_name: String,
     examples: Vec<(String, bool)>,
@@ -291,6 +314,16 @@ impl RuleSet {
                     .map_err(|(field, message)| invalid(key(&field), message))?,
             );
         }
+        if let Some(key) = file
+            .github_permissions
+            .keys()
+            .find(|k| k.is_empty() || !k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+        {
+            return Err(invalid(
+                format!("github_permissions.{key}"),
+                "expected a GitHub App permission name like `contents`".into(),
+            ));
+        }
         let mut examples = Vec::new();
         for (i, example) in file.examples.into_iter().enumerate() {
             let key = format!("example[{i}]");
@@ -318,6 +351,7 @@ impl RuleSet {
             variables,
             extends: file.extends,
             rules,
+            github_permissions: file.github_permissions,
             source_name: source_name.to_owned(),
             examples,
             example_variables: file.example_variables,
@@ -571,6 +605,13 @@ impl RuleBook {
             self.resolve(parent, given, stack)?;
             let parent = &self.sets[parent];
             resolved.variables.extend(parent.variables.iter().cloned());
+            for (permission, access) in &parent.github_permissions {
+                let entry = resolved
+                    .github_permissions
+                    .entry(permission.clone())
+                    .or_insert(*access);
+                *entry = (*entry).max(*access);
+            }
             resolved.rules.extend(parent.rules.iter().cloned());
         }
         stack.pop();
@@ -615,6 +656,19 @@ impl RuleBook {
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.sets.keys().map(String::as_str)
+    }
+
+    /// The GitHub App permissions an identity with `rule_sets` needs: the
+    /// union of the sets', the higher level winning. Unknown sets add nothing.
+    pub fn github_permissions(&self, rule_sets: &[String]) -> BTreeMap<String, Access> {
+        let mut permissions = BTreeMap::new();
+        for set in rule_sets.iter().filter_map(|name| self.sets.get(name)) {
+            for (permission, access) in &set.github_permissions {
+                let entry = permissions.entry(permission.clone()).or_insert(*access);
+                *entry = (*entry).max(*access);
+            }
+        }
+        permissions
     }
 
     /// Check that an identity's rule sets exist and its variables bind every

@@ -267,3 +267,30 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn github_permissions_are_the_union_with_write_winning() {
+    let book = shipped_book();
+    let read = book.github_permissions(&["github-read".to_owned()]);
+    assert_eq!(read.get("contents"), Some(&Access::Read));
+    assert_eq!(read.get("pull_requests"), Some(&Access::Read));
+    let worker = book.github_permissions(&["github-worker".to_owned(), "feishu-send".to_owned()]);
+    assert_eq!(worker.get("contents"), Some(&Access::Write));
+    assert_eq!(worker.get("issues"), Some(&Access::Write));
+    assert_eq!(
+        worker.get("checks"),
+        Some(&Access::Read),
+        "inherited from github-read"
+    );
+    assert!(!worker.contains_key("administration"));
+    assert!(book
+        .github_permissions(&["feishu-send".to_owned()])
+        .is_empty());
+    let bad = SHIPPED[0]
+        .1
+        .replace("contents = \"read\"", "contents = \"admin\"");
+    assert!(RuleSet::parse("github-read.toml", &bad)
+        .unwrap_err()
+        .to_string()
+        .contains("unknown variant `admin`"));
+}

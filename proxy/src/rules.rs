@@ -723,28 +723,35 @@ impl RuleBook {
             Ok(q) => q.unwrap_or_default(),
             Err(why) => return deny(why),
         };
-        let mut progress = Progress::Nothing;
+        let sets = || rule_sets.iter().filter_map(|name| self.sets.get(name));
+        // Only rules for this host and method can allow; try just those.
         let mut chosen: Option<(&RuleSet, &Rule, Captures)> = None;
-        'sets: for set in rule_sets.iter().filter_map(|name| self.sets.get(name)) {
-            for rule in &set.rules {
-                match match_rule(rule, head, &query, vars) {
-                    Ok(captures) => {
-                        let marked = rule.message.is_some();
-                        if chosen.is_none() || marked {
-                            chosen = Some((set, rule, captures));
-                        }
-                        if marked {
-                            break 'sets;
-                        }
+        'sets: for set in sets() {
+            let candidates = set.rules.iter().filter(|r| {
+                r.host.eq_ignore_ascii_case(head.host) && r.methods.iter().any(|m| m == head.method)
+            });
+            for rule in candidates {
+                if let Ok(captures) = match_rule(rule, head, &query, vars) {
+                    let marked = rule.message.is_some();
+                    if chosen.is_none() || marked {
+                        chosen = Some((set, rule, captures));
                     }
-                    Err(p) => progress = progress.max(p),
+                    if marked {
+                        break 'sets;
+                    }
                 }
             }
         }
-        match chosen {
-            Some((set, rule, captures)) => Decision::Allow(allowed(set, rule, captures, vars)),
-            None => deny(progress.reason(head)),
+        if let Some((set, rule, captures)) = chosen {
+            return Decision::Allow(allowed(set, rule, captures, vars));
         }
+        // Denied: find the closest miss for the reason.
+        let progress = sets()
+            .flat_map(|set| &set.rules)
+            .filter_map(|rule| match_rule(rule, head, &query, vars).err())
+            .max()
+            .unwrap_or(Progress::Nothing);
+        deny(progress.reason(head))
     }
 }
 

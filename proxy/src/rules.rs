@@ -1,12 +1,13 @@
 //! Rule sets and the decision for one request head.
 //!
 //! A rule set is a TOML file (`sandbox-profiles/rules/*.toml`) with a list of
-//! allow rules. [`RuleSet::parse`] validates it into runtime types and checks
-//! its `examples`; a [`RuleBook`] holds all loaded sets and answers
-//! [`RuleBook::check`] for a request of an identity: pure, no I/O.
+//! allow rules. [`RuleSet::parse`] validates it into runtime types;
+//! [`RuleBook::new`] resolves `extends` and checks every set's `examples`, then
+//! answers [`RuleBook::check`] for a request of an identity: pure, no I/O.
 //!
 //! Order of the decision: the path must be canonical ([`crate::path`]); token
-//! endpoints are never allowed, whatever a rule says; then the identity's rule
+//! endpoints are never allowed, whatever a rule says; the identity's rule sets
+//! must exist and its variables be bound; then the rules of the identity's
 //! sets are tried in order. When several rules match, the first one that
 //! marks a message wins, so a call that posts text to a person is always
 //! logged as a message; otherwise the first match wins. Anything no rule
@@ -243,12 +244,12 @@ pub struct Rule {
     pub query: BTreeMap<String, Vec<String>>,
     pub credential: String,
     pub inject: Injection,
-    message: Option<MessageFileRuntime>,
+    message: Option<MessageRule>,
     body: BodyRule,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct MessageFileRuntime {
+struct MessageRule {
     kind: String,
     target: String,
     target_body_pointer: Option<String>,
@@ -283,8 +284,9 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
-    /// Parse and validate a rule set, then check its examples.
-    /// `source_name` (usually the file path) is used in error messages.
+    /// Parse and validate a rule set; its examples are checked by
+    /// [`RuleBook::new`], once `extends` is resolved. `source_name` (usually
+    /// the file path) is used in error messages.
     pub fn parse(source_name: &str, text: &str) -> Result<Self, RuleError> {
         let file: RuleSetFile = toml::from_str(text).map_err(|e| RuleError::Syntax {
             source_name: source_name.to_owned(),
@@ -460,7 +462,7 @@ fn validate_rule(raw: RuleFile, variables: &BTreeSet<String>) -> Result<Rule, (S
             "POST /graphql needs a `graphql` section listing what it allows".into(),
         ));
     }
-    let message = raw.message.map(|m| MessageFileRuntime {
+    let message = raw.message.map(|m| MessageRule {
         kind: m.kind,
         target: m.target,
         target_body_pointer: m.target_body_pointer,

@@ -285,12 +285,15 @@ fn bench(iterations: usize, warmup: usize, json: bool) -> anyhow::Result<ExitCod
         let profile = load_profile("default", None)?;
         let exe = std::env::current_exe()?;
         let w = work.display().to_string();
-        let gatehouse_args = |relay: bool| {
+        let unlimited = scratch.join("default-without-cgroup-limits.toml");
+        std::fs::write(&unlimited, b::without_cgroup_limits(&profile))?;
+        let unlimited = unlimited.display().to_string();
+        let gatehouse_args = |relay: bool, profile: &str| {
             let mut a: Vec<String> = [
                 "sandbox",
                 "run",
                 "--profile",
-                "default",
+                profile,
                 "--quiet",
                 "--workdir",
                 &w,
@@ -319,12 +322,17 @@ fn bench(iterations: usize, warmup: usize, json: bool) -> anyhow::Result<ExitCod
             Contender {
                 name: "gatehouse",
                 program: exe.clone(),
-                args: gatehouse_args(true),
+                args: gatehouse_args(true, "default"),
             },
             Contender {
                 name: "gatehouse-no-relay",
+                program: exe.clone(),
+                args: gatehouse_args(false, "default"),
+            },
+            Contender {
+                name: "gatehouse-no-cgroups",
                 program: exe,
-                args: gatehouse_args(false),
+                args: gatehouse_args(true, &unlimited),
             },
         ];
         let samples = b::measure(&contenders, iterations, warmup)?;

@@ -102,6 +102,54 @@ pub fn bwrap_args(profile: &Profile, work: &Path) -> Vec<String> {
     a
 }
 
+/// The profile as a standalone TOML layer without memory/pids/cpu limits:
+/// the same sandbox minus cgroups, to show what attaching to them costs.
+pub fn without_cgroup_limits(profile: &Profile) -> String {
+    let strings =
+        |v: &[String]| toml::Value::Array(v.iter().cloned().map(toml::Value::String).collect());
+    let paths = |v: &[PathBuf]| {
+        strings(
+            &v.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>(),
+        )
+    };
+    let mut fs = toml::Table::new();
+    fs.insert("read_exec".into(), paths(&profile.filesystem.read_exec));
+    fs.insert("read".into(), paths(&profile.filesystem.read));
+    fs.insert(
+        "writable_exec".into(),
+        toml::Value::Boolean(profile.filesystem.writable_exec),
+    );
+    fs.insert(
+        "tmp_size_mib".into(),
+        toml::Value::Integer(profile.filesystem.tmp_size_mib as i64),
+    );
+    let mut env = toml::Table::new();
+    env.insert("pass".into(), strings(&profile.env.pass));
+    env.insert(
+        "set".into(),
+        toml::Value::Table(
+            profile
+                .env
+                .set
+                .iter()
+                .map(|(k, v)| (k.clone(), toml::Value::String(v.clone())))
+                .collect(),
+        ),
+    );
+    let mut limits = toml::Table::new();
+    limits.insert(
+        "open_files".into(),
+        toml::Value::Integer(profile.limits.open_files as i64),
+    );
+    let mut top = toml::Table::new();
+    top.insert("filesystem".into(), toml::Value::Table(fs));
+    top.insert("env".into(), toml::Value::Table(env));
+    top.insert("limits".into(), toml::Value::Table(limits));
+    top.to_string()
+}
+
 pub struct Contender {
     pub name: &'static str,
     pub program: PathBuf,
@@ -236,6 +284,20 @@ mod tests {
         assert!(summarize(&[]).is_none());
         let one = summarize(&[Duration::from_millis(3)]).unwrap();
         assert_eq!((one.median_ms, one.p95_ms), (3.0, 3.0));
+    }
+
+    #[test]
+    fn the_unlimited_variant_keeps_the_mounts_and_drops_the_limits() {
+        let src = crate::profile::DirSource { dirs: vec![] };
+        let default = crate::profile::resolve(&src, "default").unwrap();
+        let text = without_cgroup_limits(&default);
+        let p = crate::profile::resolve_text(&src, "unlimited", "test", &text).unwrap();
+        assert_eq!(p.filesystem, default.filesystem);
+        assert_eq!(p.env, default.env);
+        assert_eq!(
+            (p.limits.memory_mib, p.limits.pids, p.limits.cpu_percent),
+            (None, None, None)
+        );
     }
 
     #[test]

@@ -177,6 +177,9 @@ fn run_sandbox(args: RunArgs) -> ExitCode {
             }
             match &outcome {
                 Outcome::SetupFailed(msg) => eprintln!("gatehouse sandbox: {msg}"),
+                Outcome::ParentGone => {
+                    eprintln!("gatehouse sandbox: the caller died; the sandbox was killed")
+                }
                 Outcome::WallTime(d) => eprintln!(
                     "gatehouse sandbox: wall time of {}s exceeded; the sandbox was killed",
                     d.as_secs()

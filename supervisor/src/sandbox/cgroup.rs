@@ -150,6 +150,28 @@ fn write(path: &Path, value: &str) -> Result<(), SandboxError> {
         .map_err(|e| SandboxError::Cgroup(format!("write {value:?} to {}: {e}", path.display())))
 }
 
+/// Removes empty cgroups left by runs that were killed outright (SIGKILL
+/// gives `sandbox run` no chance to clean up). A cgroup whose creator still
+/// runs is left alone; one with members cannot be removed anyway.
+fn sweep_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("gatehouse-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
 pub(crate) fn prepare(
     limits: &Limits,
     require_cgroup: bool,
@@ -192,6 +214,9 @@ impl Cgroups {
     }
 
     fn mkdir(&mut self, dir: PathBuf) -> Result<PathBuf, SandboxError> {
+        if let Some(parent) = dir.parent() {
+            sweep_stale(parent);
+        }
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

@@ -39,6 +39,9 @@ pub const EXIT_WALL_TIME: u8 = 124;
 pub const EXIT_NOT_FOUND: u8 = 127;
 pub const EXIT_NOT_EXECUTABLE: u8 = 126;
 
+/// How often the host side checks that its parent is still alive.
+const PARENT_CHECK: Duration = Duration::from_millis(250);
+
 /// Why a sandbox could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -82,6 +85,8 @@ pub enum Outcome {
     WallTime(Duration),
     /// Something between clone and execve failed; the message says what.
     SetupFailed(String),
+    /// The process that started `sandbox run` died; the sandbox was killed.
+    ParentGone,
 }
 
 impl Outcome {
@@ -91,6 +96,7 @@ impl Outcome {
             Outcome::Signalled(n) => 128u8.saturating_add(*n as u8),
             Outcome::WallTime(_) => EXIT_WALL_TIME,
             Outcome::SetupFailed(_) => EXIT_SANDBOX_FAILED,
+            Outcome::ParentGone => 128 + libc::SIGHUP as u8,
         }
     }
 }
@@ -171,6 +177,7 @@ fn check_required(plan: &Plan, facts: &probe::QuickFacts) -> Result<(), SandboxE
 
 /// Runs the plan to completion. `Err` means nothing was started.
 pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
+    let parent = nix::unistd::getppid().as_raw();
     let facts = probe::quick();
     check_required(plan, &facts)?;
     let filters = seccomp::compile(&plan.seccomp)?;
@@ -227,7 +234,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
         let _ = sys::restore_signals(&old_mask);
         return Err(e);
     }
-    let outcome = wait(child, plan.wall_time, started);
+    let outcome = wait(child, plan.wall_time, started, parent);
     drop(sync_w);
     let mut setup_error = String::new();
     let _ = std::fs::File::from(err_r).read_to_string(&mut setup_error);
@@ -243,17 +250,26 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
 
 /// Waits for the init (and so the whole sandbox) to end, killing it on a
 /// termination signal or when the wall time runs out.
-fn wait(child: i32, wall_time: Option<Duration>, started: Instant) -> Outcome {
+///
+/// The caller's death is noticed by polling: a parent-death signal would
+/// fire when the *thread* that spawned us exits, which in a threaded caller
+/// (a tokio blocking pool) happens while the caller lives on.
+fn wait(child: i32, wall_time: Option<Duration>, started: Instant, parent: i32) -> Outcome {
     loop {
         let remaining = wall_time.map(|w| w.saturating_sub(started.elapsed()));
         if remaining == Some(Duration::ZERO) {
             sys::kill_and_reap(child);
             return Outcome::WallTime(wall_time.unwrap_or_default());
         }
-        match sys::wait_signal(remaining) {
+        let nap = remaining.map_or(PARENT_CHECK, |r| r.min(PARENT_CHECK));
+        match sys::wait_signal(Some(nap)) {
             sys::Woken::Child | sys::Woken::Timeout => {
                 if let Some(status) = sys::try_reap(child) {
                     return Outcome::Exited(status);
+                }
+                if nix::unistd::getppid().as_raw() != parent {
+                    sys::kill_and_reap(child);
+                    return Outcome::ParentGone;
                 }
             }
             sys::Woken::Terminate(sig) => {

@@ -44,13 +44,20 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     }
     let errors = setup.errors;
     let plan = setup.plan;
-    let sources = match super::open_sources(plan) {
-        Ok(s) => s,
-        Err(e) => fail(&errors, &e.to_string()),
-    };
+    let first: Vec<_> = plan.mounts.iter().map(super::open_source).collect();
     if let Err(msg) = become_root(plan) {
         fail(&errors, &msg);
     }
+    let sources: Vec<Source> = match plan
+        .mounts
+        .iter()
+        .zip(first)
+        .map(|(step, opened)| opened.or_else(|_| super::open_source(step)))
+        .collect()
+    {
+        Ok(s) => s,
+        Err(e) => fail(&errors, &e.to_string()),
+    };
     // Changing credentials clears the parent-death signal: set it again,
     // then make sure the parent did not die in between (it holds the sync
     // pipe open for as long as it waits for us).

@@ -116,44 +116,40 @@ pub(crate) enum Source {
     Absent,
 }
 
-/// Opened by the init right after clone, before it takes the worker's uid:
-/// an fd opened in the host's mount namespace could not be bound in ours.
-pub(crate) fn open_sources(plan: &Plan) -> Result<Vec<Source>, SandboxError> {
-    plan.mounts
-        .iter()
-        .map(|step| {
-            let (host, optional, follow) = match step {
-                MountStep::BindReadOnly {
-                    host,
-                    optional,
-                    inside,
-                    ..
-                } => (host, *optional, host != inside),
-                MountStep::BindWritable { host, .. } => (host, false, true),
-                _ => return Ok(Source::Absent),
-            };
-            match std::fs::symlink_metadata(host) {
-                Ok(m) if m.file_type().is_symlink() && !follow => {
-                    let target =
-                        std::fs::read_link(host).map_err(|source| SandboxError::Source {
-                            path: host.clone(),
-                            source,
-                        })?;
-                    return Ok(Source::Symlink(target));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && optional => {
-                    return Ok(Source::Absent)
-                }
-                _ => {}
-            }
-            let fd = sys::open_path(host).map_err(|source| SandboxError::Source {
-                path: host.clone(),
-                source,
-            })?;
-            let is_dir = sys::is_dir(&fd);
-            Ok(Source::Fd { fd, is_dir })
-        })
-        .collect()
+/// Opens one bind source. The init calls this right after clone (an fd
+/// opened in the host's mount namespace could not be bound in ours): first
+/// as the caller (a root caller can then traverse root-only directories),
+/// and again for what failed once it has the worker's uid (which can
+/// traverse the worker's own private directories).
+pub(crate) fn open_source(step: &MountStep) -> Result<Source, SandboxError> {
+    let (host, optional, follow) = match step {
+        MountStep::BindReadOnly {
+            host,
+            optional,
+            inside,
+            ..
+        } => (host, *optional, host != inside),
+        MountStep::BindWritable { host, .. } => (host, false, true),
+        _ => return Ok(Source::Absent),
+    };
+    let source_err = |source| SandboxError::Source {
+        path: host.clone(),
+        source,
+    };
+    match std::fs::symlink_metadata(host) {
+        Ok(m) if m.file_type().is_symlink() && !follow => {
+            return Ok(Source::Symlink(
+                std::fs::read_link(host).map_err(source_err)?,
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && optional => {
+            return Ok(Source::Absent)
+        }
+        _ => {}
+    }
+    let fd = sys::open_path(host).map_err(source_err)?;
+    let is_dir = sys::is_dir(&fd);
+    Ok(Source::Fd { fd, is_dir })
 }
 
 /// Refuses to start when the profile requires something the kernel lacks.
@@ -230,8 +226,17 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
         .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")));
     if let Err(e) = setup {
         sys::kill_and_reap(child);
+        // The init may have failed first and said why; that beats EPIPE.
+        let mut init_error = String::new();
+        let _ = std::fs::File::from(err_r).read_to_string(&mut init_error);
         cgroups.remove();
         let _ = sys::restore_signals(&old_mask);
+        if !init_error.is_empty() {
+            return Ok((
+                Outcome::SetupFailed(init_error.trim_end().to_string()),
+                report,
+            ));
+        }
         return Err(e);
     }
     let outcome = wait(child, plan.wall_time, started, parent);

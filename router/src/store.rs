@@ -6,14 +6,19 @@
 //! included) leaves either the whole decision or none of it.
 //!
 //! Contracts:
-//! - ids never change and are never reused: the id clock is persisted in the
-//!   same transaction as the records that use it;
+//! - ids never change and are never reused: every issued id is stored in the
+//!   transaction that issued it, and on open the id clock resumes from the
+//!   largest id of each kind in the database (ids embed their time and
+//!   sequence), so a restart continues after the last committed id;
 //! - get-by-id returns exactly that record; an unknown id is
 //!   [`StoreError::NotFound`], never an empty success;
-//! - a thread's triggers are listed by a cursor over a global, never-reused
-//!   sequence, so pages never skip or repeat, even while triggers arrive;
-//! - a trigger's full content (text and raw payload) is stored once, keyed
-//!   by its SHA-256, and the hot row keeps a short summary;
+//! - a thread's triggers are listed by a cursor over a global sequence (the
+//!   rowid; rows are never deleted, and writers are serialised, so it only
+//!   grows in commit order): pages never skip or repeat, even while
+//!   triggers arrive;
+//! - a trigger's full content (text and raw payload) is stored once in
+//!   `payloads` with its SHA-256, referenced by id; the hot row keeps a
+//!   short summary;
 //! - one live ticket per thread is a unique index, not a convention; so are
 //!   "ack once" and "answer once" per message.
 
@@ -70,13 +75,9 @@ pub enum Durability {
 
 /// Migrations, in order; `PRAGMA user_version` counts those applied.
 const MIGRATIONS: &[&str] = &[r#"
-CREATE TABLE id_clock (
-    prefix TEXT PRIMARY KEY,
-    ms INTEGER NOT NULL,
-    seq INTEGER NOT NULL
-) STRICT;
 CREATE TABLE payloads (
-    hash TEXT PRIMARY KEY,
+    id INTEGER PRIMARY KEY,
+    sha256 TEXT NOT NULL,
     body TEXT NOT NULL
 ) STRICT;
 CREATE TABLE threads (
@@ -85,7 +86,7 @@ CREATE TABLE threads (
     created_at INTEGER NOT NULL
 ) STRICT;
 CREATE TABLE triggers (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
     thread_id TEXT NOT NULL REFERENCES threads(id),
     at INTEGER NOT NULL,
@@ -95,7 +96,7 @@ CREATE TABLE triggers (
     message_id TEXT NOT NULL,
     admission TEXT NOT NULL,
     summary TEXT NOT NULL,
-    payload TEXT NOT NULL REFERENCES payloads(hash)
+    payload INTEGER NOT NULL REFERENCES payloads(id)
 ) STRICT;
 CREATE INDEX triggers_by_thread ON triggers(thread_id, seq);
 CREATE TABLE tickets (
@@ -112,7 +113,7 @@ CREATE TABLE tickets (
 CREATE UNIQUE INDEX one_live_ticket_per_thread ON tickets(thread_id) WHERE state <> 'ended';
 CREATE INDEX tickets_by_thread ON tickets(thread_id, id);
 CREATE TABLE reports (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     ticket_id TEXT NOT NULL REFERENCES tickets(id),
     at INTEGER NOT NULL,
     answers TEXT,
@@ -120,7 +121,7 @@ CREATE TABLE reports (
 ) STRICT;
 CREATE INDEX reports_answering ON reports(ticket_id, answers) WHERE answers IS NOT NULL;
 CREATE TABLE inbox (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     ticket_id TEXT NOT NULL REFERENCES tickets(id),
     trigger_id TEXT REFERENCES triggers(id),
     note TEXT,
@@ -129,7 +130,7 @@ CREATE TABLE inbox (
 ) STRICT;
 CREATE INDEX inbox_by_ticket ON inbox(ticket_id, seq);
 CREATE TABLE replies (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
     ticket_id TEXT NOT NULL REFERENCES tickets(id),
     thread_key TEXT NOT NULL,
@@ -145,12 +146,12 @@ CREATE TABLE replies (
 CREATE UNIQUE INDEX ack_once ON replies(target_trigger) WHERE purpose = 'ack';
 CREATE UNIQUE INDEX answer_once ON replies(target_trigger) WHERE purpose = 'answer';
 CREATE TABLE decisions (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     at INTEGER NOT NULL,
     body TEXT NOT NULL
 ) STRICT;
 CREATE TABLE policies (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     version TEXT NOT NULL,
     loaded_at INTEGER NOT NULL,
     body TEXT NOT NULL
@@ -243,21 +244,27 @@ impl Store {
             },
         )?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Fewer, larger checkpoints: each one fsyncs, and a decision dirties
+        // several pages, so the default (1000 pages) checkpoints every ~100
+        // decisions. 64 MiB of page cache keeps the indexes hot.
+        conn.pragma_update(None, "wal_autocheckpoint", 16384)?;
+        conn.pragma_update(None, "cache_size", -65536)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         migrate(&mut conn)?;
-        let clock = {
-            let mut stmt = conn.prepare("SELECT prefix, ms, seq FROM id_clock")?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        from_sql_u64(r.get(1)?),
-                        r.get::<_, u32>(2)?,
-                    ))
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            IdClock::from_rows(rows)
-        };
+        let mut rows = Vec::new();
+        for (prefix, table) in [
+            (TriggerId::PREFIX, "triggers"),
+            (ThreadId::PREFIX, "threads"),
+            (TicketId::PREFIX, "tickets"),
+            (ReplyId::PREFIX, "replies"),
+        ] {
+            let max: Option<String> =
+                conn.query_row(&format!("SELECT max(id) FROM {table}"), [], |r| r.get(0))?;
+            if let Some((ms, seq)) = max.as_deref().and_then(crate::id::position) {
+                rows.push((prefix.to_owned(), ms, seq));
+            }
+        }
+        let clock = IdClock::from_rows(rows);
         Ok(Self { conn, clock })
     }
 
@@ -453,7 +460,7 @@ impl Reader<'_> {
             .conn
             .prepare_cached(
                 "SELECT t.thread_id, t.at, t.admission, p.body FROM triggers t
-                 JOIN payloads p ON p.hash = t.payload WHERE t.id = ?1",
+                 JOIN payloads p ON p.id = t.payload WHERE t.id = ?1",
             )?
             .query_row([id.as_str()], |r| {
                 Ok((
@@ -743,18 +750,10 @@ impl Tx<'_> {
         Reader { conn: &self.tx }
     }
 
-    /// Issues a new id and persists the clock with this transaction.
+    /// Issues a new id. The caller stores it in this transaction; that is
+    /// what keeps it from being issued again after a restart.
     pub fn issue<K: IdKind>(&mut self, now: u64) -> Result<K> {
-        let id: K = self.clock.issue(now);
-        if let Some((ms, seq)) = self.clock.last(K::PREFIX) {
-            self.tx
-                .prepare_cached(
-                    "INSERT INTO id_clock (prefix, ms, seq) VALUES (?1, ?2, ?3)
-                     ON CONFLICT(prefix) DO UPDATE SET ms = excluded.ms, seq = excluded.seq",
-                )?
-                .execute(params![K::PREFIX, sql_u64(ms), seq])?;
-        }
-        Ok(id)
+        Ok(self.clock.issue(now))
     }
 
     /// The thread with this key, created if new.
@@ -792,8 +791,9 @@ impl Tx<'_> {
         let body = to_json(&record.trigger.input);
         let hash = hex::encode(Sha256::digest(body.as_bytes()));
         self.tx
-            .prepare_cached("INSERT OR IGNORE INTO payloads (hash, body) VALUES (?1, ?2)")?
+            .prepare_cached("INSERT INTO payloads (sha256, body) VALUES (?1, ?2)")?
             .execute(params![hash, body])?;
+        let payload = self.tx.last_insert_rowid();
         let input = &record.trigger.input;
         self.tx
             .prepare_cached(
@@ -811,7 +811,7 @@ impl Tx<'_> {
                 input.message_id,
                 to_json(&record.admission),
                 summarize(&input.text),
-                hash,
+                payload,
             ])?;
         Ok(())
     }

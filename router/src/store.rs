@@ -12,10 +12,11 @@
 //!   sequence), so a restart continues after the last committed id;
 //! - get-by-id returns exactly that record; an unknown id is
 //!   [`StoreError::NotFound`], never an empty success;
-//! - a thread's triggers are listed by a cursor over a global sequence (the
-//!   rowid; rows are never deleted, and writers are serialised, so it only
-//!   grows in commit order): pages never skip or repeat, even while
-//!   triggers arrive;
+//! - a thread's triggers are listed by a cursor over their ids: ids are
+//!   issued inside the write transaction from a clock that never goes back
+//!   (and is reloaded when another connection has committed), so they grow
+//!   in commit order and pages never skip or repeat, even while triggers
+//!   arrive;
 //! - a trigger's full content (text and raw payload) is stored once in
 //!   `payloads` with its SHA-256, referenced by id; the hot row keeps a
 //!   short summary;
@@ -86,8 +87,7 @@ CREATE TABLE threads (
     created_at INTEGER NOT NULL
 ) STRICT;
 CREATE TABLE triggers (
-    seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
+    id TEXT PRIMARY KEY,
     thread_id TEXT NOT NULL REFERENCES threads(id),
     at INTEGER NOT NULL,
     source TEXT NOT NULL,
@@ -97,8 +97,8 @@ CREATE TABLE triggers (
     admission TEXT NOT NULL,
     summary TEXT NOT NULL,
     payload INTEGER NOT NULL REFERENCES payloads(id)
-) STRICT;
-CREATE INDEX triggers_by_thread ON triggers(thread_id, seq);
+) STRICT, WITHOUT ROWID;
+CREATE INDEX triggers_by_thread ON triggers(thread_id, id);
 CREATE TABLE tickets (
     id TEXT PRIMARY KEY,
     thread_id TEXT NOT NULL REFERENCES threads(id),
@@ -214,6 +214,9 @@ pub struct ReplyRecord {
 pub struct Store {
     conn: Connection,
     clock: IdClock,
+    /// `PRAGMA data_version` when the clock was last loaded; it changes when
+    /// another connection commits, and then the clock is reloaded.
+    data_version: i64,
 }
 
 impl std::fmt::Debug for Store {
@@ -251,21 +254,13 @@ impl Store {
         conn.pragma_update(None, "cache_size", -65536)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         migrate(&mut conn)?;
-        let mut rows = Vec::new();
-        for (prefix, table) in [
-            (TriggerId::PREFIX, "triggers"),
-            (ThreadId::PREFIX, "threads"),
-            (TicketId::PREFIX, "tickets"),
-            (ReplyId::PREFIX, "replies"),
-        ] {
-            let max: Option<String> =
-                conn.query_row(&format!("SELECT max(id) FROM {table}"), [], |r| r.get(0))?;
-            if let Some((ms, seq)) = max.as_deref().and_then(crate::id::position) {
-                rows.push((prefix.to_owned(), ms, seq));
-            }
-        }
-        let clock = IdClock::from_rows(rows);
-        Ok(Self { conn, clock })
+        let clock = IdClock::from_rows(clock_rows(&conn)?);
+        let data_version = conn.query_row("PRAGMA data_version", [], |r| r.get(0))?;
+        Ok(Self {
+            conn,
+            clock,
+            data_version,
+        })
     }
 
     /// Runs `f` in one immediate transaction; commits if it returns `Ok`.
@@ -273,16 +268,26 @@ impl Store {
         &mut self,
         f: impl FnOnce(&mut Tx<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        let saved_clock = self.clock.clone();
+        let Self {
+            conn,
+            clock,
+            data_version,
+        } = self;
+        let saved = (clock.clone(), *data_version);
         let result = (|| {
-            let tx = self
-                .conn
+            let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(StoreError::from)?;
-            let mut wrapped = Tx {
-                tx,
-                clock: &mut self.clock,
-            };
+            // Holding the write lock: if another connection committed since
+            // the clock was loaded, its ids are in the tables; resume after them.
+            let version: i64 = tx
+                .query_row("PRAGMA data_version", [], |r| r.get(0))
+                .map_err(StoreError::from)?;
+            if version != *data_version {
+                *clock = IdClock::from_rows(clock_rows(&tx)?);
+                *data_version = version;
+            }
+            let mut wrapped = Tx { tx, clock };
             let value = f(&mut wrapped)?;
             wrapped.tx.commit().map_err(StoreError::from)?;
             Ok(value)
@@ -290,7 +295,7 @@ impl Store {
         if result.is_err() {
             // Ids issued in a rolled-back transaction were never stored; the
             // clock goes back to what the database holds.
-            self.clock = saved_clock;
+            (*clock, *data_version) = saved;
         }
         result
     }
@@ -325,6 +330,25 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     }
     tx.commit()?;
     Ok(())
+}
+
+/// The largest stored id of each kind, where the id clock resumes.
+fn clock_rows(conn: &Connection) -> Result<Vec<(String, u64, u32)>> {
+    let mut rows = Vec::new();
+    for (prefix, table) in [
+        (TriggerId::PREFIX, "triggers"),
+        (ThreadId::PREFIX, "threads"),
+        (TicketId::PREFIX, "tickets"),
+        (ReplyId::PREFIX, "replies"),
+    ] {
+        let max: Option<String> = conn
+            .prepare_cached(&format!("SELECT max(id) FROM {table}"))?
+            .query_row([], |r| r.get(0))?;
+        if let Some((ms, seq)) = max.as_deref().and_then(crate::id::position) {
+            rows.push((prefix.to_owned(), ms, seq));
+        }
+    }
+    Ok(rows)
 }
 
 fn sql_u64(v: u64) -> i64 {
@@ -494,12 +518,12 @@ impl Reader<'_> {
         limit: usize,
     ) -> Result<Page> {
         let after = match cursor {
-            None => 0,
+            None => String::new(),
             Some(c) => parse_cursor(c)?,
         };
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, id, at, source, kind, sender_id, admission, summary FROM triggers
-             WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            "SELECT id, at, source, kind, sender_id, admission, summary FROM triggers
+             WHERE thread_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
         )?;
         let rows = stmt
             .query_map(
@@ -510,22 +534,19 @@ impl Reader<'_> {
                 ],
                 |r| {
                     Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, i64>(2)?,
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
                         r.get::<_, String>(3)?,
                         r.get::<_, String>(4)?,
                         r.get::<_, String>(5)?,
                         r.get::<_, String>(6)?,
-                        r.get::<_, String>(7)?,
                     ))
                 },
             )?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        let mut last = after;
         let mut triggers = Vec::with_capacity(rows.len());
-        for (seq, id, at, source, kind, sender, admission, summary) in rows {
-            last = seq;
+        for (id, at, source, kind, sender, admission, summary) in rows {
             triggers.push(TriggerSummary {
                 id: TriggerId::parse(&id).ok_or_else(|| not_found("trigger", &id))?,
                 at: from_sql_u64(at),
@@ -536,9 +557,13 @@ impl Reader<'_> {
                 summary,
             });
         }
+        let next_cursor = match triggers.last() {
+            Some(last) => format_cursor(last.id.as_str()),
+            None => format_cursor(&after),
+        };
         Ok(Page {
             triggers,
-            next_cursor: format_cursor(last),
+            next_cursor,
         })
     }
 
@@ -725,16 +750,23 @@ fn decode_ticket(cols: [Option<String>; 7], opened: i64, updated: i64) -> Result
 }
 
 const CURSOR_PREFIX: &str = "cur_";
+const CURSOR_START: &str = "start";
 
-fn format_cursor(seq: i64) -> String {
-    format!("{CURSOR_PREFIX}{seq}")
+/// A cursor names the last trigger listed (or the start of the thread).
+fn format_cursor(after: &str) -> String {
+    if after.is_empty() {
+        format!("{CURSOR_PREFIX}{CURSOR_START}")
+    } else {
+        format!("{CURSOR_PREFIX}{after}")
+    }
 }
 
-fn parse_cursor(c: &str) -> Result<i64> {
-    c.strip_prefix(CURSOR_PREFIX)
-        .and_then(|n| n.parse::<i64>().ok())
-        .filter(|n| *n >= 0)
-        .ok_or_else(|| StoreError::BadCursor(c.to_owned()))
+fn parse_cursor(c: &str) -> Result<String> {
+    match c.strip_prefix(CURSOR_PREFIX) {
+        Some(CURSOR_START) => Ok(String::new()),
+        Some(id) if TriggerId::parse(id).is_some() => Ok(id.to_owned()),
+        _ => Err(StoreError::BadCursor(c.to_owned())),
+    }
 }
 
 // === impl Tx ===

@@ -326,3 +326,34 @@ fn a_failed_transaction_rolls_back_the_clock_with_the_rows() {
     // Nothing with that id was ever stored, so issuing it now reuses nothing.
     assert_eq!(t.id.as_str(), would_be);
 }
+
+#[test]
+fn two_writers_on_one_database_never_issue_the_same_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut a = Router::new(
+        Store::open(&path, Durability::Normal).unwrap(),
+        base(),
+        RulesOnlyJudge,
+        1,
+    )
+    .unwrap();
+    let mut b = Router::new(
+        Store::open(&path, Durability::Normal).unwrap(),
+        base(),
+        RulesOnlyJudge,
+        1,
+    )
+    .unwrap();
+    let mut issued = Vec::new();
+    for i in 0..10 {
+        let r = if i % 2 == 0 { &mut a } else { &mut b };
+        // Same time on both: only the reloaded clock keeps the ids apart.
+        issued.push(trigger_id(
+            &r.on_trigger(comment("gh:acme/widgets#1", "x"), 50).unwrap(),
+        ));
+    }
+    for pair in issued.windows(2) {
+        assert!(pair[0] < pair[1], "{issued:?}");
+    }
+}

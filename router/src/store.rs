@@ -57,6 +57,9 @@ pub enum StoreError {
     },
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The background checkpoint thread could not start.
+    #[error("cannot start the WAL checkpoint thread: {0}")]
+    Thread(std::io::Error),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -212,6 +215,8 @@ pub struct ReplyRecord {
 
 /// The SQLite store.
 pub struct Store {
+    // Declared first so that it stops before the main connection closes.
+    checkpointer: Option<Checkpointer>,
     conn: Connection,
     clock: IdClock,
     /// `PRAGMA data_version` when the clock was last loaded; it changes when
@@ -228,7 +233,9 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (creating if needed) the database at `path` and migrates it.
     pub fn open(path: &Path, durability: Durability) -> Result<Self> {
-        Self::init(Connection::open(path)?, durability)
+        let mut store = Self::init(Connection::open(path)?, durability)?;
+        store.checkpointer = Some(Checkpointer::start(path)?);
+        Ok(store)
     }
 
     /// A private in-memory database, for tests.
@@ -247,10 +254,10 @@ impl Store {
             },
         )?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        // Fewer, larger checkpoints (64 MiB of WAL): each one fsyncs, and a
-        // decision dirties several pages, so the default (1000 pages)
-        // checkpoints every ~150 decisions. 16 MiB of page cache keeps the
-        // hot index pages.
+        // The background checkpointer keeps the WAL short, so no decision
+        // waits for a checkpoint's fsync; this is the backstop (64 MiB of
+        // WAL) if it falls behind. 16 MiB of page cache keeps the hot index
+        // pages.
         conn.pragma_update(None, "wal_autocheckpoint", 16384)?;
         conn.pragma_update(None, "cache_size", -16384)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
@@ -258,6 +265,7 @@ impl Store {
         let clock = IdClock::from_rows(clock_rows(&conn)?);
         let data_version = conn.query_row("PRAGMA data_version", [], |r| r.get(0))?;
         Ok(Self {
+            checkpointer: None,
             conn,
             clock,
             data_version,
@@ -273,6 +281,7 @@ impl Store {
             conn,
             clock,
             data_version,
+            ..
         } = self;
         let saved = (clock.clone(), *data_version);
         let result = (|| {
@@ -305,6 +314,54 @@ impl Store {
     /// Read-only access outside a decision.
     pub fn read(&self) -> Reader<'_> {
         Reader { conn: &self.conn }
+    }
+}
+
+/// Checkpoints the WAL from its own connection and thread every
+/// [`CHECKPOINT_EVERY`], so that decisions never wait for a checkpoint.
+/// Checkpoints do not change what a commit guarantees; they only move
+/// committed pages from the WAL into the database file.
+struct Checkpointer {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl Checkpointer {
+    fn start(path: &Path) -> Result<Self> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("gatehouse-wal-checkpoint".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(CHECKPOINT_EVERY)
+                {
+                    // PASSIVE never blocks the writer; a busy or failed
+                    // checkpoint is retried on the next tick, and the
+                    // writer's autocheckpoint is the backstop.
+                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                    {
+                        tracing::debug!("WAL checkpoint: {e}");
+                    }
+                }
+            })
+            .map_err(StoreError::Thread)?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 

@@ -195,13 +195,15 @@ impl<J: Judge> Router<J> {
 
     /// Replaces the policy; later decisions and revalidations use it.
     pub fn set_policy(&mut self, policy: Policy, now: u64) -> Result<Decision, EngineError> {
-        record_policy(&mut self.store, &policy, now)?;
-        self.policy = policy;
         let decision = Decision::Policy {
-            version: self.policy.version().clone(),
+            version: policy.version().clone(),
         };
-        self.store
-            .transaction(|tx| record(tx, now, &decision).map_err(EngineError::from))?;
+        let body = serde_json::to_string(&policy).unwrap_or_default();
+        self.store.transaction(|tx| {
+            tx.insert_policy(policy.version(), now, &body)?;
+            record(tx, now, &decision).map_err(EngineError::from)
+        })?;
+        self.policy = policy;
         Ok(decision)
     }
 

@@ -98,6 +98,18 @@ fn well_formed(s: &str, prefix: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// The (millisecond, sequence) position of a well-formed id of any kind.
+pub fn position(id: &str) -> Option<(u64, u32)> {
+    let (prefix, _) = id.split_once('_')?;
+    if !well_formed(id, prefix) {
+        return None;
+    }
+    let rest = &id[prefix.len() + 1..];
+    let ms = u64::from_str_radix(&rest[..TIME_DIGITS], 16).ok()?;
+    let seq = u32::from_str_radix(&rest[TIME_DIGITS..], 16).ok()?;
+    Some((ms, seq))
+}
+
 /// The last (millisecond, sequence) issued per prefix.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IdClock {
@@ -149,6 +161,14 @@ mod tests {
         assert!(TicketId::parse(t.as_str()).is_none());
         assert!(TriggerId::parse("trg_018bcfe5680000000").is_none());
         assert!(TriggerId::parse("trg_018BCFE56800000000").is_none());
+    }
+
+    #[test]
+    fn position_reads_back_what_was_issued() {
+        let mut clock = IdClock::from_rows([("tkt".to_owned(), 77, 5)]);
+        let t: TicketId = clock.issue(3);
+        assert_eq!(position(t.as_str()), Some((77, 6)));
+        assert_eq!(position("tkt_zz"), None);
     }
 
     #[test]

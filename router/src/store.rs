@@ -6,14 +6,20 @@
 //! included) leaves either the whole decision or none of it.
 //!
 //! Contracts:
-//! - ids never change and are never reused: the id clock is persisted in the
-//!   same transaction as the records that use it;
+//! - ids never change and are never reused: every issued id is stored in the
+//!   transaction that issued it, and on open the id clock resumes from the
+//!   largest id of each kind in the database (ids embed their time and
+//!   sequence), so a restart continues after the last committed id;
 //! - get-by-id returns exactly that record; an unknown id is
 //!   [`StoreError::NotFound`], never an empty success;
-//! - a thread's triggers are listed by a cursor over a global, never-reused
-//!   sequence, so pages never skip or repeat, even while triggers arrive;
-//! - a trigger's full content (text and raw payload) is stored once, keyed
-//!   by its SHA-256, and the hot row keeps a short summary;
+//! - a thread's triggers are listed by a cursor over their ids: ids are
+//!   issued inside the write transaction from a clock that never goes back
+//!   (and is reloaded when another connection has committed), so they grow
+//!   in commit order and pages never skip or repeat, even while triggers
+//!   arrive;
+//! - a trigger's full content (text and raw payload) is stored once in
+//!   `payloads` with its SHA-256, referenced by id; the hot row keeps a
+//!   short summary;
 //! - one live ticket per thread is a unique index, not a convention; so are
 //!   "ack once" and "answer once" per message.
 
@@ -51,6 +57,9 @@ pub enum StoreError {
     },
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The background checkpoint thread could not start.
+    #[error("cannot start the WAL checkpoint thread: {0}")]
+    Thread(std::io::Error),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -70,13 +79,9 @@ pub enum Durability {
 
 /// Migrations, in order; `PRAGMA user_version` counts those applied.
 const MIGRATIONS: &[&str] = &[r#"
-CREATE TABLE id_clock (
-    prefix TEXT PRIMARY KEY,
-    ms INTEGER NOT NULL,
-    seq INTEGER NOT NULL
-) STRICT;
 CREATE TABLE payloads (
-    hash TEXT PRIMARY KEY,
+    id INTEGER PRIMARY KEY,
+    sha256 TEXT NOT NULL,
     body TEXT NOT NULL
 ) STRICT;
 CREATE TABLE threads (
@@ -85,8 +90,7 @@ CREATE TABLE threads (
     created_at INTEGER NOT NULL
 ) STRICT;
 CREATE TABLE triggers (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
+    id TEXT PRIMARY KEY,
     thread_id TEXT NOT NULL REFERENCES threads(id),
     at INTEGER NOT NULL,
     source TEXT NOT NULL,
@@ -95,9 +99,9 @@ CREATE TABLE triggers (
     message_id TEXT NOT NULL,
     admission TEXT NOT NULL,
     summary TEXT NOT NULL,
-    payload TEXT NOT NULL REFERENCES payloads(hash)
-) STRICT;
-CREATE INDEX triggers_by_thread ON triggers(thread_id, seq);
+    payload INTEGER NOT NULL REFERENCES payloads(id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX triggers_by_thread ON triggers(thread_id, id);
 CREATE TABLE tickets (
     id TEXT PRIMARY KEY,
     thread_id TEXT NOT NULL REFERENCES threads(id),
@@ -112,7 +116,7 @@ CREATE TABLE tickets (
 CREATE UNIQUE INDEX one_live_ticket_per_thread ON tickets(thread_id) WHERE state <> 'ended';
 CREATE INDEX tickets_by_thread ON tickets(thread_id, id);
 CREATE TABLE reports (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     ticket_id TEXT NOT NULL REFERENCES tickets(id),
     at INTEGER NOT NULL,
     answers TEXT,
@@ -120,7 +124,7 @@ CREATE TABLE reports (
 ) STRICT;
 CREATE INDEX reports_answering ON reports(ticket_id, answers) WHERE answers IS NOT NULL;
 CREATE TABLE inbox (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     ticket_id TEXT NOT NULL REFERENCES tickets(id),
     trigger_id TEXT REFERENCES triggers(id),
     note TEXT,
@@ -129,7 +133,7 @@ CREATE TABLE inbox (
 ) STRICT;
 CREATE INDEX inbox_by_ticket ON inbox(ticket_id, seq);
 CREATE TABLE replies (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
     ticket_id TEXT NOT NULL REFERENCES tickets(id),
     thread_key TEXT NOT NULL,
@@ -145,12 +149,12 @@ CREATE TABLE replies (
 CREATE UNIQUE INDEX ack_once ON replies(target_trigger) WHERE purpose = 'ack';
 CREATE UNIQUE INDEX answer_once ON replies(target_trigger) WHERE purpose = 'answer';
 CREATE TABLE decisions (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     at INTEGER NOT NULL,
     body TEXT NOT NULL
 ) STRICT;
 CREATE TABLE policies (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     version TEXT NOT NULL,
     loaded_at INTEGER NOT NULL,
     body TEXT NOT NULL
@@ -211,8 +215,13 @@ pub struct ReplyRecord {
 
 /// The SQLite store.
 pub struct Store {
+    // Declared first so that it stops before the main connection closes.
+    checkpointer: Option<Checkpointer>,
     conn: Connection,
     clock: IdClock,
+    /// `PRAGMA data_version` when the clock was last loaded; it changes when
+    /// another connection commits, and then the clock is reloaded.
+    data_version: i64,
 }
 
 impl std::fmt::Debug for Store {
@@ -224,7 +233,9 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (creating if needed) the database at `path` and migrates it.
     pub fn open(path: &Path, durability: Durability) -> Result<Self> {
-        Self::init(Connection::open(path)?, durability)
+        let mut store = Self::init(Connection::open(path)?, durability)?;
+        store.checkpointer = Some(Checkpointer::start(path)?);
+        Ok(store)
     }
 
     /// A private in-memory database, for tests.
@@ -243,22 +254,22 @@ impl Store {
             },
         )?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // The background checkpointer keeps the WAL short, so no decision
+        // waits for a checkpoint's fsync; this is the backstop (64 MiB of
+        // WAL) if it falls behind. 16 MiB of page cache keeps the hot index
+        // pages.
+        conn.pragma_update(None, "wal_autocheckpoint", 16384)?;
+        conn.pragma_update(None, "cache_size", -16384)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         migrate(&mut conn)?;
-        let clock = {
-            let mut stmt = conn.prepare("SELECT prefix, ms, seq FROM id_clock")?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        from_sql_u64(r.get(1)?),
-                        r.get::<_, u32>(2)?,
-                    ))
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            IdClock::from_rows(rows)
-        };
-        Ok(Self { conn, clock })
+        let clock = IdClock::from_rows(clock_rows(&conn)?);
+        let data_version = conn.query_row("PRAGMA data_version", [], |r| r.get(0))?;
+        Ok(Self {
+            checkpointer: None,
+            conn,
+            clock,
+            data_version,
+        })
     }
 
     /// Runs `f` in one immediate transaction; commits if it returns `Ok`.
@@ -266,16 +277,28 @@ impl Store {
         &mut self,
         f: impl FnOnce(&mut Tx<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        let saved_clock = self.clock.clone();
+        let Self {
+            conn,
+            clock,
+            data_version,
+            ..
+        } = self;
+        let saved = (clock.clone(), *data_version);
         let result = (|| {
-            let tx = self
-                .conn
+            let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(StoreError::from)?;
-            let mut wrapped = Tx {
-                tx,
-                clock: &mut self.clock,
-            };
+            // Holding the write lock: if another connection committed since
+            // the clock was loaded, its ids are in the tables; resume after them.
+            let version: i64 = tx
+                .prepare_cached("PRAGMA data_version")
+                .and_then(|mut s| s.query_row([], |r| r.get(0)))
+                .map_err(StoreError::from)?;
+            if version != *data_version {
+                *clock = IdClock::from_rows(clock_rows(&tx)?);
+                *data_version = version;
+            }
+            let mut wrapped = Tx { tx, clock };
             let value = f(&mut wrapped)?;
             wrapped.tx.commit().map_err(StoreError::from)?;
             Ok(value)
@@ -283,7 +306,7 @@ impl Store {
         if result.is_err() {
             // Ids issued in a rolled-back transaction were never stored; the
             // clock goes back to what the database holds.
-            self.clock = saved_clock;
+            (*clock, *data_version) = saved;
         }
         result
     }
@@ -291,6 +314,54 @@ impl Store {
     /// Read-only access outside a decision.
     pub fn read(&self) -> Reader<'_> {
         Reader { conn: &self.conn }
+    }
+}
+
+/// Checkpoints the WAL from its own connection and thread every
+/// [`CHECKPOINT_EVERY`], so that decisions never wait for a checkpoint.
+/// Checkpoints do not change what a commit guarantees; they only move
+/// committed pages from the WAL into the database file.
+struct Checkpointer {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl Checkpointer {
+    fn start(path: &Path) -> Result<Self> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("gatehouse-wal-checkpoint".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(CHECKPOINT_EVERY)
+                {
+                    // PASSIVE never blocks the writer; a busy or failed
+                    // checkpoint is retried on the next tick, and the
+                    // writer's autocheckpoint is the backstop.
+                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                    {
+                        tracing::debug!("WAL checkpoint: {e}");
+                    }
+                }
+            })
+            .map_err(StoreError::Thread)?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -318,6 +389,25 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     }
     tx.commit()?;
     Ok(())
+}
+
+/// The largest stored id of each kind, where the id clock resumes.
+fn clock_rows(conn: &Connection) -> Result<Vec<(String, u64, u32)>> {
+    let mut rows = Vec::new();
+    for (prefix, table) in [
+        (TriggerId::PREFIX, "triggers"),
+        (ThreadId::PREFIX, "threads"),
+        (TicketId::PREFIX, "tickets"),
+        (ReplyId::PREFIX, "replies"),
+    ] {
+        let max: Option<String> = conn
+            .prepare_cached(&format!("SELECT max(id) FROM {table}"))?
+            .query_row([], |r| r.get(0))?;
+        if let Some((ms, seq)) = max.as_deref().and_then(crate::id::position) {
+            rows.push((prefix.to_owned(), ms, seq));
+        }
+    }
+    Ok(rows)
 }
 
 fn sql_u64(v: u64) -> i64 {
@@ -453,7 +543,7 @@ impl Reader<'_> {
             .conn
             .prepare_cached(
                 "SELECT t.thread_id, t.at, t.admission, p.body FROM triggers t
-                 JOIN payloads p ON p.hash = t.payload WHERE t.id = ?1",
+                 JOIN payloads p ON p.id = t.payload WHERE t.id = ?1",
             )?
             .query_row([id.as_str()], |r| {
                 Ok((
@@ -487,12 +577,12 @@ impl Reader<'_> {
         limit: usize,
     ) -> Result<Page> {
         let after = match cursor {
-            None => 0,
+            None => String::new(),
             Some(c) => parse_cursor(c)?,
         };
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, id, at, source, kind, sender_id, admission, summary FROM triggers
-             WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            "SELECT id, at, source, kind, sender_id, admission, summary FROM triggers
+             WHERE thread_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
         )?;
         let rows = stmt
             .query_map(
@@ -503,22 +593,19 @@ impl Reader<'_> {
                 ],
                 |r| {
                     Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, i64>(2)?,
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
                         r.get::<_, String>(3)?,
                         r.get::<_, String>(4)?,
                         r.get::<_, String>(5)?,
                         r.get::<_, String>(6)?,
-                        r.get::<_, String>(7)?,
                     ))
                 },
             )?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        let mut last = after;
         let mut triggers = Vec::with_capacity(rows.len());
-        for (seq, id, at, source, kind, sender, admission, summary) in rows {
-            last = seq;
+        for (id, at, source, kind, sender, admission, summary) in rows {
             triggers.push(TriggerSummary {
                 id: TriggerId::parse(&id).ok_or_else(|| not_found("trigger", &id))?,
                 at: from_sql_u64(at),
@@ -529,9 +616,13 @@ impl Reader<'_> {
                 summary,
             });
         }
+        let next_cursor = match triggers.last() {
+            Some(last) => format_cursor(last.id.as_str()),
+            None => format_cursor(&after),
+        };
         Ok(Page {
             triggers,
-            next_cursor: format_cursor(last),
+            next_cursor,
         })
     }
 
@@ -718,16 +809,23 @@ fn decode_ticket(cols: [Option<String>; 7], opened: i64, updated: i64) -> Result
 }
 
 const CURSOR_PREFIX: &str = "cur_";
+const CURSOR_START: &str = "start";
 
-fn format_cursor(seq: i64) -> String {
-    format!("{CURSOR_PREFIX}{seq}")
+/// A cursor names the last trigger listed (or the start of the thread).
+fn format_cursor(after: &str) -> String {
+    if after.is_empty() {
+        format!("{CURSOR_PREFIX}{CURSOR_START}")
+    } else {
+        format!("{CURSOR_PREFIX}{after}")
+    }
 }
 
-fn parse_cursor(c: &str) -> Result<i64> {
-    c.strip_prefix(CURSOR_PREFIX)
-        .and_then(|n| n.parse::<i64>().ok())
-        .filter(|n| *n >= 0)
-        .ok_or_else(|| StoreError::BadCursor(c.to_owned()))
+fn parse_cursor(c: &str) -> Result<String> {
+    match c.strip_prefix(CURSOR_PREFIX) {
+        Some(CURSOR_START) => Ok(String::new()),
+        Some(id) if TriggerId::parse(id).is_some() => Ok(id.to_owned()),
+        _ => Err(StoreError::BadCursor(c.to_owned())),
+    }
 }
 
 // === impl Tx ===
@@ -743,18 +841,10 @@ impl Tx<'_> {
         Reader { conn: &self.tx }
     }
 
-    /// Issues a new id and persists the clock with this transaction.
+    /// Issues a new id. The caller stores it in this transaction; that is
+    /// what keeps it from being issued again after a restart.
     pub fn issue<K: IdKind>(&mut self, now: u64) -> Result<K> {
-        let id: K = self.clock.issue(now);
-        if let Some((ms, seq)) = self.clock.last(K::PREFIX) {
-            self.tx
-                .prepare_cached(
-                    "INSERT INTO id_clock (prefix, ms, seq) VALUES (?1, ?2, ?3)
-                     ON CONFLICT(prefix) DO UPDATE SET ms = excluded.ms, seq = excluded.seq",
-                )?
-                .execute(params![K::PREFIX, sql_u64(ms), seq])?;
-        }
-        Ok(id)
+        Ok(self.clock.issue(now))
     }
 
     /// The thread with this key, created if new.
@@ -792,8 +882,9 @@ impl Tx<'_> {
         let body = to_json(&record.trigger.input);
         let hash = hex::encode(Sha256::digest(body.as_bytes()));
         self.tx
-            .prepare_cached("INSERT OR IGNORE INTO payloads (hash, body) VALUES (?1, ?2)")?
+            .prepare_cached("INSERT INTO payloads (sha256, body) VALUES (?1, ?2)")?
             .execute(params![hash, body])?;
+        let payload = self.tx.last_insert_rowid();
         let input = &record.trigger.input;
         self.tx
             .prepare_cached(
@@ -811,7 +902,7 @@ impl Tx<'_> {
                 input.message_id,
                 to_json(&record.admission),
                 summarize(&input.text),
-                hash,
+                payload,
             ])?;
         Ok(())
     }

@@ -213,15 +213,21 @@ fn tickets_list(state: &StateArg) -> anyhow::Result<ExitCode> {
             "{:<23} {:<8} {:<10} {:<16} {:<18} {}",
             t.id,
             t.state.as_str(),
-            t.outcome
-                .map(|o| format!("{o:?}").to_lowercase())
-                .unwrap_or_else(|| "-".into()),
+            t.outcome.map(name_of).unwrap_or_else(|| "-".into()),
             requester(&t.mandate.requester),
             t.mandate.scope.repo,
             t.thread_key
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The serde name of an enum value (`timed_out`), as in the JSON output.
+fn name_of<T: serde::Serialize>(v: T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => "?".to_owned(),
+    }
 }
 
 fn requester(a: &gatehouse_router::gate::Author) -> String {
@@ -249,7 +255,7 @@ fn tickets_show(id: &str, state: &StateArg) -> anyhow::Result<ExitCode> {
         "state           {}{}",
         t.state.as_str(),
         t.outcome
-            .map(|o| format!(" ({o:?})").to_lowercase())
+            .map(|o| format!(" ({})", name_of(o)))
             .unwrap_or_default()
     );
     println!("opened, updated {} ms, {} ms", t.opened_at, t.updated_at);
@@ -271,7 +277,7 @@ fn tickets_show(id: &str, state: &StateArg) -> anyhow::Result<ExitCode> {
     );
     match &t.latest_report {
         Some(r) => {
-            println!("latest report   {:?}: {}", r.state, r.summary);
+            println!("latest report   {}: {}", name_of(r.state), r.summary);
             if let Some(q) = &r.question {
                 println!("question        {q}");
             }

@@ -112,27 +112,46 @@ fn unknown_ids_are_not_found() {
 }
 
 #[test]
-fn payloads_are_stored_once_and_rows_keep_a_summary() {
+fn payloads_are_stored_once_by_id_and_rows_keep_a_summary() {
     let mut r = Router::new(Store::open_in_memory().unwrap(), base(), RulesOnlyJudge, 1).unwrap();
     let long = format!("{}\n\nstack trace follows", "word ".repeat(400));
     let mut input = comment("gh:acme/widgets#1", &long);
     input.raw = Some(serde_json::json!({"big": "x".repeat(10_000)}));
     let a = trigger_id(&r.on_trigger(input.clone(), 1).unwrap());
-    let b = trigger_id(&r.on_trigger(input.clone(), 2).unwrap());
-    assert_ne!(a, b);
-    assert_eq!(r.store().count("payloads"), 1);
-    assert_eq!(r.store().count("triggers"), 2);
-    let summary: String = r
+    let b = trigger_id(
+        &r.on_trigger(comment("gh:acme/widgets#1", "short"), 2)
+            .unwrap(),
+    );
+    assert_eq!(r.store().count("payloads"), 2);
+    let (summary, payload, payload_len, sha): (String, i64, i64, String) = r
         .store()
         .conn
         .query_row(
-            "SELECT summary FROM triggers WHERE id = ?1",
+            "SELECT t.summary, t.payload, length(p.body), p.sha256 FROM triggers t
+             JOIN payloads p ON p.id = t.payload WHERE t.id = ?1",
             [a.as_str()],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .unwrap();
+    // The hot row keeps a summary; the raw payload lives once, by id.
+    assert!(summary.chars().count() <= crate::trigger::SUMMARY_CHARS + 1);
+    assert!(payload_len > 10_000);
+    assert_eq!(sha.len(), 64);
+    let referencing: i64 = r
+        .store()
+        .conn
+        .query_row(
+            "SELECT count(*) FROM triggers WHERE payload = ?1",
+            [payload],
             |row| row.get(0),
         )
         .unwrap();
-    assert!(summary.chars().count() <= crate::trigger::SUMMARY_CHARS + 1);
-    assert_eq!(r.store().read().trigger(&b).unwrap().trigger.input, input);
+    assert_eq!(referencing, 1);
+    assert_eq!(r.store().read().trigger(&a).unwrap().trigger.input, input);
+    assert_eq!(
+        r.store().read().trigger(&b).unwrap().trigger.input.text,
+        "short"
+    );
 }
 
 /// Pages a thread from the start while new triggers arrive between pages.
@@ -306,4 +325,35 @@ fn a_failed_transaction_rolls_back_the_clock_with_the_rows() {
         .unwrap();
     // Nothing with that id was ever stored, so issuing it now reuses nothing.
     assert_eq!(t.id.as_str(), would_be);
+}
+
+#[test]
+fn two_writers_on_one_database_never_issue_the_same_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut a = Router::new(
+        Store::open(&path, Durability::Normal).unwrap(),
+        base(),
+        RulesOnlyJudge,
+        1,
+    )
+    .unwrap();
+    let mut b = Router::new(
+        Store::open(&path, Durability::Normal).unwrap(),
+        base(),
+        RulesOnlyJudge,
+        1,
+    )
+    .unwrap();
+    let mut issued = Vec::new();
+    for i in 0..10 {
+        let r = if i % 2 == 0 { &mut a } else { &mut b };
+        // Same time on both: only the reloaded clock keeps the ids apart.
+        issued.push(trigger_id(
+            &r.on_trigger(comment("gh:acme/widgets#1", "x"), 50).unwrap(),
+        ));
+    }
+    for pair in issued.windows(2) {
+        assert!(pair[0] < pair[1], "{issued:?}");
+    }
 }

@@ -709,7 +709,9 @@ async fn inspect_body(
     let mut complete = incoming.is_end_stream();
     let mut verdict_ok = grant.body.is_none();
     loop {
-        if let (false, Some(check)) = (verdict_ok, &grant.body) {
+        // Nothing to decide on until the first bytes (or the end) arrive.
+        let ready = complete || !prefix.is_empty();
+        if let (false, true, Some(check)) = (verdict_ok, ready, &grant.body) {
             match (check.check)(&prefix, complete) {
                 BodyVerdict::Allow => verdict_ok = true,
                 BodyVerdict::Deny(reason) => {

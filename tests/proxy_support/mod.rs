@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
+use gatehouse_emulators::{
+    FeishuEmulator, FeishuHandle, FeishuOptions, GithubEmulator, GithubHandle, GithubOptions,
+    RepoSpec,
+};
 use gatehouse_proxy::audit::AuditLog;
 use gatehouse_proxy::ca::CertificateAuthority;
 use gatehouse_proxy::credentials::{CredentialSpec, Credentials};
@@ -45,6 +48,26 @@ path = "/repos/{repo}/issues/{n}/comments"
 credential = "github"
 inject = "bearer"
 message = { kind = "github_issue_comment", target = "{repo}#{n}", created_id_pointer = "/id" }
+
+[[rule]]
+name = "job-logs"
+source = "GitHub REST: actions/download-job-logs-for-workflow-run"
+host = "api.github.com"
+methods = ["GET"]
+path = "/repos/{repo}/actions/jobs/{n}/logs"
+credential = "github"
+inject = "bearer"
+
+[[rule]]
+name = "feishu-send"
+source = "Feishu open platform: im/v1/messages create"
+host = "open.feishu.cn"
+methods = ["POST"]
+path = "/open-apis/im/v1/messages"
+query = { receive_id_type = ["chat_id", "open_id"] }
+credential = "feishu"
+inject = "feishu_tenant"
+message = { kind = "feishu_message", target = "{receive_id_type}", target_body_pointer = "/receive_id", created_id_pointer = "/data/message_id" }
 
 [[rule]]
 name = "graphql"
@@ -101,8 +124,10 @@ pub struct Harness {
     pub rt: tokio::runtime::Runtime,
     pub dir: tempfile::TempDir,
     pub github: GithubHandle,
+    pub feishu: FeishuHandle,
     pub proxy: Arc<Proxy>,
     pub token: String,
+    pub feishu_secret: String,
     /// The proxy's CA certificate, for clients.
     pub proxy_ca: PathBuf,
     pub audit_path: PathBuf,
@@ -111,6 +136,7 @@ pub struct Harness {
 }
 
 pub const IDENTITY: &str = "tkt_test";
+pub const FEISHU_APP: &str = "cli_gatehouse_test";
 pub const REPO: &str = "acme/widgets";
 
 impl Harness {
@@ -129,6 +155,14 @@ impl Harness {
             .unwrap();
         let upstream_ca = dir.path().join("upstream-ca.pem");
         github.write_ca_pem(&upstream_ca).unwrap();
+        let feishu_secret = random_token("");
+        let feishu =
+            FeishuEmulator::start(FeishuOptions::default().app(FEISHU_APP, &feishu_secret))
+                .unwrap();
+        let feishu_ca = dir.path().join("feishu-ca.pem");
+        feishu.write_ca_pem(&feishu_ca).unwrap();
+        let feishu_secret_file = dir.path().join("feishu.secret");
+        std::fs::write(&feishu_secret_file, &feishu_secret).unwrap();
         let token_file = dir.path().join("github.token");
         std::fs::write(&token_file, &token).unwrap();
         let audit_path = dir.path().join("audit.jsonl");
@@ -138,24 +172,43 @@ impl Harness {
             .enable_all()
             .build()
             .unwrap();
-        let overrides: Vec<UpstreamOverride> = ["api.github.com", "github.com"]
-            .into_iter()
-            .map(|host| UpstreamOverride {
-                host: host.into(),
-                url: github.base_url(),
-                ca_file: Some(upstream_ca.clone()),
-            })
-            .collect();
+        let mut overrides: Vec<UpstreamOverride> = [
+            "api.github.com",
+            "github.com",
+            "pipelines.actions.githubusercontent.com",
+        ]
+        .into_iter()
+        .map(|host| UpstreamOverride {
+            host: host.into(),
+            url: github.base_url(),
+            ca_file: Some(upstream_ca.clone()),
+        })
+        .collect();
+        overrides.push(UpstreamOverride {
+            host: "open.feishu.cn".into(),
+            url: feishu.base_url(),
+            ca_file: Some(feishu_ca.clone()),
+        });
         let proxy_ca = dir.path().join("proxy-ca.pem");
         let (proxy, socket, relay_port) = rt.block_on(async {
             let upstreams = Upstreams::new(&overrides).unwrap();
             let credentials = Credentials::load(
-                &BTreeMap::from([(
-                    "github".to_string(),
-                    CredentialSpec::GithubToken {
-                        token_file: token_file.clone(),
-                    },
-                )]),
+                &BTreeMap::from([
+                    (
+                        "github".to_string(),
+                        CredentialSpec::GithubToken {
+                            token_file: token_file.clone(),
+                        },
+                    ),
+                    (
+                        "feishu".to_string(),
+                        CredentialSpec::FeishuApp {
+                            app_id: FEISHU_APP.into(),
+                            app_secret_file: feishu_secret_file.clone(),
+                            base_url: "https://open.feishu.cn".into(),
+                        },
+                    ),
+                ]),
                 &upstreams,
             )
             .unwrap();
@@ -181,8 +234,10 @@ impl Harness {
             rt,
             dir,
             github,
+            feishu,
             proxy,
             token,
+            feishu_secret,
             proxy_ca,
             audit_path,
             socket,
@@ -455,6 +510,12 @@ socket = "admin.sock"
 [credentials.github]
 kind = "github_token"
 token_file = "github.token"
+
+[credentials.feishu]
+kind = "feishu_app"
+app_id = "cli_unused"
+app_secret_file = "feishu.secret"
+base_url = "https://open.feishu.cn"
 
 [upstream."api.github.com"]
 url = "https://{authority}"

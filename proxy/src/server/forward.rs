@@ -464,7 +464,7 @@ pub(super) async fn handle(
     let (mut resp_parts, resp_body) = response.into_parts();
     let secrets = proxy.credentials.held_secrets();
     strip_response_headers(&mut resp_parts.headers, &secrets);
-    let redactor = Redactor::new((*secrets).clone());
+    let redactor = Redactor::shared(secrets.clone());
 
     if let Some(message) = &grant.message {
         // Message answers are small JSON: read them whole to log the id of

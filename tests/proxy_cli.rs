@@ -6,57 +6,18 @@
 
 mod proxy_support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gatehouse_emulators::{GithubEmulator, GithubOptions, RepoSpec};
-use proxy_support::{random_token, read_head, read_until_closed, tls_over, TEST_RULES};
+use proxy_support::{
+    admin_call as admin, random_token, read_head, read_until_closed, start_proxy_process, tls_over,
+};
 use serde_json::Value;
-
-struct ProxyProcess {
-    child: Child,
-}
-
-impl Drop for ProxyProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One HTTP/1.1 exchange over a unix socket; returns (status, body).
-fn admin(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    let mut s = UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let body = body.unwrap_or("");
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: gatehouse\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-    (
-        head.split(' ').nth(1).unwrap().parse().unwrap(),
-        body.to_string(),
-    )
-}
-
-fn wait_for(path: &Path) {
-    for _ in 0..200 {
-        if path.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    panic!("{} never appeared", path.display());
-}
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -76,56 +37,9 @@ fn proxy_process_admin_api_audit_verify_and_no_secret_in_any_log() {
     github
         .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
         .unwrap();
-    github.write_ca_pem(&d.join("upstream-ca.pem")).unwrap();
-    std::fs::write(d.join("rules.toml"), TEST_RULES).unwrap();
-    std::fs::write(d.join("github.token"), &token).unwrap();
-    std::fs::set_permissions(
-        d.join("github.token"),
-        std::fs::Permissions::from_mode(0o600),
-    )
-    .unwrap();
-    let authority = github.addr().to_string();
-    let config = format!(
-        r#"
-identity_socket_dir = "sockets"
-rule_set_files = ["rules.toml"]
-
-[ca]
-cert = "ca.pem"
-key = "ca.key"
-
-[audit]
-path = "audit.jsonl"
-
-[admin]
-socket = "admin.sock"
-
-[credentials.github]
-kind = "github_token"
-token_file = "github.token"
-
-[upstream."api.github.com"]
-url = "https://{authority}"
-ca_file = "upstream-ca.pem"
-
-[upstream."github.com"]
-url = "https://{authority}"
-ca_file = "upstream-ca.pem"
-"#
-    );
-    std::fs::write(d.join("proxy.toml"), config).unwrap();
-    let log_path = d.join("proxy.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_gatehouse"))
-        .args(["proxy", "--config"])
-        .arg(d.join("proxy.toml"))
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
-    let mut proxy = ProxyProcess { child };
-    let admin_sock = d.join("admin.sock");
-    wait_for(&admin_sock);
+    let mut proxy = start_proxy_process(d, &github, &token);
+    let log_path = proxy.log.clone();
+    let admin_sock = proxy.admin.clone();
 
     // Files the proxy made are private to it.
     assert_eq!(mode(&admin_sock), 0o600);

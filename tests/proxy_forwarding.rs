@@ -117,3 +117,92 @@ fn leaf_certificates_are_minted_once_per_host() {
     }
     assert_eq!(h.proxy.ca().cached_leaves(), 1);
 }
+
+#[test]
+fn feishu_send_gets_a_tenant_token_fetched_once_and_is_logged_as_a_message() {
+    let h = Harness::start();
+    let send = |text: &str| {
+        h.curl(
+            &[
+                "-X",
+                "POST",
+                "-H",
+                "Content-Type: application/json",
+                "-H",
+                "Authorization: Bearer t-client-placeholder",
+                "-d",
+                &serde_json::json!({
+                    "receive_id": "oc_team",
+                    "msg_type": "text",
+                    "content": serde_json::json!({"text": text}).to_string(),
+                })
+                .to_string(),
+            ],
+            "https://open.feishu.cn/open-apis/im/v1/messages?receive_id_type=chat_id",
+        )
+    };
+    let (status, _, body) = send("first");
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = send("second");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(h.feishu.tokens_issued(), 1, "the tenant token is cached");
+    let messages = h.feishu.messages();
+    assert_eq!(messages.len(), 2);
+    let sends: Vec<_> = h
+        .feishu
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/open-apis/im/v1/messages")
+        .collect();
+    assert_eq!(sends.len(), 2);
+    for r in &sends {
+        let auth = r.authorization().unwrap();
+        assert!(auth.starts_with("Bearer t-"), "{auth}");
+        assert_ne!(auth, "Bearer t-client-placeholder");
+    }
+    assert!(!body.contains(&h.feishu_secret));
+    let audit = h.audit_lines();
+    let sent: Vec<_> = audit
+        .iter()
+        .filter(|l| l["message"]["kind"] == "feishu_message")
+        .collect();
+    assert_eq!(sent.len(), 2, "{audit:?}");
+    assert_eq!(sent[0]["message"]["target"], "chat_id:oc_team");
+    let ids: Vec<_> = audit
+        .iter()
+        .filter(|l| l["event"] == "completion" && l["message_id"].is_string())
+        .map(|l| l["message_id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(ids.contains(&messages[0].message_id), "{ids:?}");
+}
+
+#[test]
+fn ci_log_redirect_to_another_host_is_followed_inside_the_proxy() {
+    let h = Harness::start();
+    let (_, job) = h
+        .github
+        .add_job(
+            "acme/widgets",
+            "build",
+            "abc123",
+            "failure",
+            "step 3 failed: oops\n",
+        )
+        .unwrap();
+    let (status, head, body) = h.curl(
+        &[],
+        &format!("https://api.github.com/repos/acme/widgets/actions/jobs/{job}/logs"),
+    );
+    assert_eq!(status, 200, "{head}\n{body}");
+    assert!(body.contains("step 3 failed: oops"), "{body}");
+    let seen = h.github.requests();
+    let follow = seen.iter().find(|r| r.path.starts_with("/_logs/")).unwrap();
+    assert_eq!(
+        follow.header("host"),
+        Some("pipelines.actions.githubusercontent.com")
+    );
+    assert!(
+        follow.authorization().is_none(),
+        "no credential on the storage host"
+    );
+}

@@ -6,6 +6,8 @@
 //! `longest secret - 1` bytes of each chunk until the next one (or the end)
 //! shows whether they start a secret.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 
 /// What replaces a secret value.
@@ -13,7 +15,9 @@ pub const REDACTED: &[u8] = b"[REDACTED]";
 
 /// A streaming redactor over a fixed set of secret values.
 pub struct Redactor {
-    secrets: Vec<Vec<u8>>,
+    secrets: Arc<Vec<Vec<u8>>>,
+    /// Whether a byte starts some secret: most bytes are skipped on this.
+    starts: [bool; 256],
     longest: usize,
     held: BytesMut,
 }
@@ -29,10 +33,24 @@ impl std::fmt::Debug for Redactor {
 impl Redactor {
     /// A redactor for `secrets`; empty values are ignored.
     pub fn new(secrets: Vec<Vec<u8>>) -> Self {
-        let secrets: Vec<Vec<u8>> = secrets.into_iter().filter(|s| !s.is_empty()).collect();
+        Self::shared(Arc::new(secrets))
+    }
+
+    /// A redactor over a shared set of secrets (no copy per response).
+    pub fn shared(secrets: Arc<Vec<Vec<u8>>>) -> Self {
+        let secrets = if secrets.iter().any(Vec::is_empty) {
+            Arc::new(secrets.iter().filter(|s| !s.is_empty()).cloned().collect())
+        } else {
+            secrets
+        };
+        let mut starts = [false; 256];
+        for s in secrets.iter() {
+            starts[usize::from(s[0])] = true;
+        }
         let longest = secrets.iter().map(Vec::len).max().unwrap_or(0);
         Self {
             secrets,
+            starts,
             longest,
             held: BytesMut::new(),
         }
@@ -64,6 +82,16 @@ impl Redactor {
         let mut out = BytesMut::with_capacity(data.len());
         let mut i = 0;
         while i < data.len() {
+            // Copy the run of bytes that cannot start a secret in one go.
+            let run = data[i..]
+                .iter()
+                .position(|b| self.starts[usize::from(*b)])
+                .unwrap_or(data.len() - i);
+            out.extend_from_slice(&data[i..i + run]);
+            i += run;
+            if i == data.len() {
+                break;
+            }
             if let Some(len) = self.secret_at(&data[i..]) {
                 out.extend_from_slice(REDACTED);
                 i += len;

@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
+use gatehouse_emulators::{
+    FeishuEmulator, FeishuHandle, FeishuOptions, GithubEmulator, GithubHandle, GithubOptions,
+    RepoSpec,
+};
 use gatehouse_proxy::audit::AuditLog;
 use gatehouse_proxy::ca::CertificateAuthority;
 use gatehouse_proxy::credentials::{CredentialSpec, Credentials};
@@ -45,6 +48,26 @@ path = "/repos/{repo}/issues/{n}/comments"
 credential = "github"
 inject = "bearer"
 message = { kind = "github_issue_comment", target = "{repo}#{n}", created_id_pointer = "/id" }
+
+[[rule]]
+name = "job-logs"
+source = "GitHub REST: actions/download-job-logs-for-workflow-run"
+host = "api.github.com"
+methods = ["GET"]
+path = "/repos/{repo}/actions/jobs/{n}/logs"
+credential = "github"
+inject = "bearer"
+
+[[rule]]
+name = "feishu-send"
+source = "Feishu open platform: im/v1/messages create"
+host = "open.feishu.cn"
+methods = ["POST"]
+path = "/open-apis/im/v1/messages"
+query = { receive_id_type = ["chat_id", "open_id"] }
+credential = "feishu"
+inject = "feishu_tenant"
+message = { kind = "feishu_message", target = "{receive_id_type}", target_body_pointer = "/receive_id", created_id_pointer = "/data/message_id" }
 
 [[rule]]
 name = "graphql"
@@ -101,8 +124,10 @@ pub struct Harness {
     pub rt: tokio::runtime::Runtime,
     pub dir: tempfile::TempDir,
     pub github: GithubHandle,
+    pub feishu: FeishuHandle,
     pub proxy: Arc<Proxy>,
     pub token: String,
+    pub feishu_secret: String,
     /// The proxy's CA certificate, for clients.
     pub proxy_ca: PathBuf,
     pub audit_path: PathBuf,
@@ -111,6 +136,7 @@ pub struct Harness {
 }
 
 pub const IDENTITY: &str = "tkt_test";
+pub const FEISHU_APP: &str = "cli_gatehouse_test";
 pub const REPO: &str = "acme/widgets";
 
 impl Harness {
@@ -129,6 +155,14 @@ impl Harness {
             .unwrap();
         let upstream_ca = dir.path().join("upstream-ca.pem");
         github.write_ca_pem(&upstream_ca).unwrap();
+        let feishu_secret = random_token("");
+        let feishu =
+            FeishuEmulator::start(FeishuOptions::default().app(FEISHU_APP, &feishu_secret))
+                .unwrap();
+        let feishu_ca = dir.path().join("feishu-ca.pem");
+        feishu.write_ca_pem(&feishu_ca).unwrap();
+        let feishu_secret_file = dir.path().join("feishu.secret");
+        std::fs::write(&feishu_secret_file, &feishu_secret).unwrap();
         let token_file = dir.path().join("github.token");
         std::fs::write(&token_file, &token).unwrap();
         let audit_path = dir.path().join("audit.jsonl");
@@ -138,24 +172,43 @@ impl Harness {
             .enable_all()
             .build()
             .unwrap();
-        let overrides: Vec<UpstreamOverride> = ["api.github.com", "github.com"]
-            .into_iter()
-            .map(|host| UpstreamOverride {
-                host: host.into(),
-                url: github.base_url(),
-                ca_file: Some(upstream_ca.clone()),
-            })
-            .collect();
+        let mut overrides: Vec<UpstreamOverride> = [
+            "api.github.com",
+            "github.com",
+            "pipelines.actions.githubusercontent.com",
+        ]
+        .into_iter()
+        .map(|host| UpstreamOverride {
+            host: host.into(),
+            url: github.base_url(),
+            ca_file: Some(upstream_ca.clone()),
+        })
+        .collect();
+        overrides.push(UpstreamOverride {
+            host: "open.feishu.cn".into(),
+            url: feishu.base_url(),
+            ca_file: Some(feishu_ca.clone()),
+        });
         let proxy_ca = dir.path().join("proxy-ca.pem");
         let (proxy, socket, relay_port) = rt.block_on(async {
             let upstreams = Upstreams::new(&overrides).unwrap();
             let credentials = Credentials::load(
-                &BTreeMap::from([(
-                    "github".to_string(),
-                    CredentialSpec::GithubToken {
-                        token_file: token_file.clone(),
-                    },
-                )]),
+                &BTreeMap::from([
+                    (
+                        "github".to_string(),
+                        CredentialSpec::GithubToken {
+                            token_file: token_file.clone(),
+                        },
+                    ),
+                    (
+                        "feishu".to_string(),
+                        CredentialSpec::FeishuApp {
+                            app_id: FEISHU_APP.into(),
+                            app_secret_file: feishu_secret_file.clone(),
+                            base_url: "https://open.feishu.cn".into(),
+                        },
+                    ),
+                ]),
                 &upstreams,
             )
             .unwrap();
@@ -181,8 +234,10 @@ impl Harness {
             rt,
             dir,
             github,
+            feishu,
             proxy,
             token,
+            feishu_secret,
             proxy_ca,
             audit_path,
             socket,
@@ -408,4 +463,135 @@ pub fn read_until_closed(s: &mut impl Read) -> (bool, String) {
         }
     };
     (closed, String::from_utf8_lossy(&out).into_owned())
+}
+
+/// `gatehouse proxy` as a child process; killed when dropped.
+pub struct ProxyProcess {
+    pub child: std::process::Child,
+    pub admin: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes a config into `dir` (rules, token file, overrides for the
+/// emulator's hosts) and starts `gatehouse proxy` on it, logging at debug.
+pub fn start_proxy_process(dir: &Path, github: &GithubHandle, token: &str) -> ProxyProcess {
+    use std::os::unix::fs::PermissionsExt;
+    github.write_ca_pem(&dir.join("upstream-ca.pem")).unwrap();
+    std::fs::write(dir.join("rules.toml"), TEST_RULES).unwrap();
+    std::fs::write(dir.join("github.token"), token).unwrap();
+    std::fs::set_permissions(
+        dir.join("github.token"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let authority = github.addr().to_string();
+    let config = format!(
+        r#"
+identity_socket_dir = "sockets"
+rule_set_files = ["rules.toml"]
+
+[ca]
+cert = "ca.pem"
+key = "ca.key"
+
+[audit]
+path = "audit.jsonl"
+
+[admin]
+socket = "admin.sock"
+
+[credentials.github]
+kind = "github_token"
+token_file = "github.token"
+
+[credentials.feishu]
+kind = "feishu_app"
+app_id = "cli_unused"
+app_secret_file = "feishu.secret"
+base_url = "https://open.feishu.cn"
+
+[upstream."api.github.com"]
+url = "https://{authority}"
+ca_file = "upstream-ca.pem"
+
+[upstream."github.com"]
+url = "https://{authority}"
+ca_file = "upstream-ca.pem"
+"#
+    );
+    std::fs::write(dir.join("proxy.toml"), config).unwrap();
+    let log = dir.join("proxy.log");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+        .args(["proxy", "--config"])
+        .arg(dir.join("proxy.toml"))
+        .env("RUST_LOG", "debug")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let admin = dir.join("admin.sock");
+    for _ in 0..400 {
+        if admin.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(
+        admin.exists(),
+        "the proxy did not start: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    ProxyProcess { child, admin, log }
+}
+
+/// One HTTP/1.1 exchange over a unix socket; returns (status, body).
+pub fn admin_call(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let body = body.unwrap_or("");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: gatehouse\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    (
+        head.split(' ').nth(1).unwrap().parse().unwrap(),
+        body.to_string(),
+    )
+}
+
+/// A blocking TCP relay on loopback to a unix socket (for clients outside
+/// a sandbox, which only speak TCP to a proxy). Runs until the process ends.
+pub fn thread_relay(socket: PathBuf) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let Ok(unix) = UnixStream::connect(&socket) else {
+                continue;
+            };
+            let (mut t2, mut u2) = (tcp.try_clone().unwrap(), unix.try_clone().unwrap());
+            let (mut t1, mut u1) = (tcp, unix);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut t1, &mut u1);
+                let _ = u1.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut u2, &mut t2);
+                let _ = t2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    port
 }

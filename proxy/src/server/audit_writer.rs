@@ -47,7 +47,7 @@ impl AuditWriter {
                     let mut batch = vec![first];
                     batch.extend(queue.try_iter());
                     let records: Vec<Record> =
-                        batch.iter().filter_map(|j| j.record.clone()).collect();
+                        batch.iter_mut().filter_map(|j| j.record.take()).collect();
                     let ok = match log.append_all(&records) {
                         Ok(_) => true,
                         Err(error) => {

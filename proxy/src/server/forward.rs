@@ -464,7 +464,7 @@ pub(super) async fn handle(
     let (mut resp_parts, resp_body) = response.into_parts();
     let secrets = proxy.credentials.held_secrets();
     strip_response_headers(&mut resp_parts.headers, &secrets);
-    let redactor = Redactor::new((*secrets).clone());
+    let redactor = Redactor::shared(secrets.clone());
 
     if let Some(message) = &grant.message {
         // Message answers are small JSON: read them whole to log the id of
@@ -709,7 +709,9 @@ async fn inspect_body(
     let mut complete = incoming.is_end_stream();
     let mut verdict_ok = grant.body.is_none();
     loop {
-        if let (false, Some(check)) = (verdict_ok, &grant.body) {
+        // Nothing to decide on until the first bytes (or the end) arrive.
+        let ready = complete || !prefix.is_empty();
+        if let (false, true, Some(check)) = (verdict_ok, ready, &grant.body) {
             match (check.check)(&prefix, complete) {
                 BodyVerdict::Allow => verdict_ok = true,
                 BodyVerdict::Deny(reason) => {

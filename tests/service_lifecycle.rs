@@ -259,3 +259,40 @@ async fn fifty_jobs_at_once_all_finish_without_leaks() {
     let live = svc.call(Method::GET, "/events?after=0", None).await;
     assert_eq!(live.status, StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn api_socket_is_private_or_shared_with_one_group() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let private = Service::start(Options::default());
+    let meta = std::fs::metadata(&private.socket).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    drop(private);
+
+    let is_root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
+    let group = std::process::Command::new("getent")
+        .args(["group", "gatehouse-test"])
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split(':')
+                .nth(2)?
+                .trim()
+                .parse::<u32>()
+                .ok()
+        });
+    let (true, Some(gid)) = (is_root, group) else {
+        eprintln!("SKIPPING the api_socket_group half: needs root and the gatehouse-test group");
+        return;
+    };
+    let shared = Service::start(Options {
+        api_socket_group: Some("gatehouse-test".into()),
+        ..Options::default()
+    });
+    let meta = std::fs::metadata(&shared.socket).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    assert_eq!(meta.gid(), gid);
+    // And the API answers on it.
+    let resp = shared.call(Method::GET, "/events", None).await;
+    assert_eq!(resp.status, StatusCode::OK);
+}

@@ -570,6 +570,7 @@ impl Inner {
         res: &mut Resources,
     ) -> Result<Ending, ServiceError> {
         let spec = &job.spec;
+        let t_begin = Instant::now();
         let mkdir = |dir: &Path| {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -600,6 +601,7 @@ impl Inner {
             job.id.clone(),
         )));
 
+        let t_prepared = Instant::now();
         let mut proxy_socket = None;
         if let Some(proxy) = &self.proxy {
             // Recorded before it exists, so a crash in between cannot leak it.
@@ -656,6 +658,7 @@ impl Inner {
             wall_time,
             command: &command,
         });
+        let t_identity = Instant::now();
         let mut cmd = tokio::process::Command::new(&launch.program);
         cmd.args(&launch.args)
             .env_clear()
@@ -686,6 +689,13 @@ impl Inner {
                 .push(tokio::spawn(copy_capped(err, job.stderr_log.clone(), cap)));
         }
         self.transition(&job.id, JobEvent::Started, Some((pid, start)), None, None)?;
+        tracing::debug!(
+            job = %job.id,
+            prepare_us = (t_prepared - t_begin).as_micros() as u64,
+            identity_us = (t_identity - t_prepared).as_micros() as u64,
+            spawn_us = t_identity.elapsed().as_micros() as u64,
+            "job started"
+        );
 
         let stop = tokio::select! {
             biased;
@@ -702,12 +712,14 @@ impl Inner {
             _ = tokio::time::sleep_until(deadline) => StopReason::Deadline,
         };
         // SIGTERM to the whole group (the `sandbox run` process takes the
-        // sandbox down with it), SIGKILL after the grace period.
-        process::signal_group(pid, start, Signal::SIGTERM);
+        // sandbox down with it), SIGKILL after the grace period. The leader
+        // is not reaped yet, so its pid, the group id, cannot be anyone else's.
+        let group = nix::unistd::Pid::from_raw(pid);
+        let _ = nix::sys::signal::killpg(group, Signal::SIGTERM);
         let status = match tokio::time::timeout(self.config.cancel_grace, child.wait()).await {
             Ok(status) => status,
             Err(_) => {
-                process::signal_group(pid, start, Signal::SIGKILL);
+                let _ = nix::sys::signal::killpg(group, Signal::SIGKILL);
                 child.wait().await
             }
         }

@@ -1,6 +1,9 @@
 //! `gatehouse sandbox run`: what a worker must be able to do, exit
 //! statuses, and refusing to start (fail closed). Root and rootless.
 
+// Helpers outside #[test] fns panic on setup failure, like the tests.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod sandbox_support;
 
 use std::io::Write;

@@ -298,3 +298,24 @@ impl Drop for FakeProxy {
         let _ = std::fs::remove_file(&self.path);
     }
 }
+
+pub fn token(tag: &str) -> String {
+    format!("{tag}-{}-{}", std::process::id(), rand_suffix())
+}
+
+pub fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+}
+
+/// A world-traversable temp dir outside /tmp, for paths a profile binds.
+pub fn outside_tmp() -> tempfile::TempDir {
+    let d = tempfile::Builder::new()
+        .prefix("gatehouse-sbx-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}

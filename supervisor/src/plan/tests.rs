@@ -1,1 +1,302 @@
+use std::path::PathBuf;
 
+use proptest::prelude::*;
+
+use super::*;
+use crate::profile::{resolve, DirSource};
+
+fn default_profile() -> Profile {
+    resolve(&DirSource { dirs: vec![] }, "default").unwrap()
+}
+
+fn request() -> RunRequest {
+    RunRequest {
+        workdir: PathBuf::from("/srv/tickets/tkt_1"),
+        command: vec!["true".into()],
+        ..RunRequest::default()
+    }
+}
+
+const ROOTLESS: Identity = Identity {
+    host_uid: 1000,
+    host_gid: 1000,
+    caller_is_root: false,
+};
+
+fn build(req: &RunRequest, env: &[(&str, &str)]) -> Plan {
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Plan::build(&default_profile(), req, ROOTLESS, &env).unwrap()
+}
+
+fn env_of(plan: &Plan, key: &str) -> Option<String> {
+    plan.env
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.clone())
+}
+
+#[test]
+fn mounts_bind_the_profile_read_only_and_the_work_dir_writable() {
+    let plan = build(&request(), &[]);
+    let ro: Vec<(&PathBuf, bool)> = plan
+        .mounts
+        .iter()
+        .filter_map(|m| match m {
+            MountStep::BindReadOnly { inside, exec, .. } => Some((inside, *exec)),
+            _ => None,
+        })
+        .collect();
+    assert!(ro.contains(&(&PathBuf::from("/usr"), true)));
+    assert!(ro.contains(&(&PathBuf::from("/etc/ssl/certs"), false)));
+    assert!(plan.mounts.contains(&MountStep::BindWritable {
+        host: PathBuf::from("/srv/tickets/tkt_1"),
+        inside: PathBuf::from("/work"),
+        exec: true,
+    }));
+    assert!(plan.mounts.contains(&MountStep::Proc));
+    assert!(plan.mounts.contains(&MountStep::Dev));
+    // No sockets asked for: none bound, no relay, no TCP allowed.
+    assert!(plan.relay.is_none());
+    assert!(plan.landlock.tcp_connect.is_empty());
+    assert!(!ro.iter().any(|(p, _)| p.starts_with("/run")));
+    assert_eq!(plan.cwd, PathBuf::from("/work"));
+}
+
+#[test]
+fn binds_come_parents_first() {
+    let plan = build(&request(), &[]);
+    let depths: Vec<usize> = plan
+        .mounts
+        .iter()
+        .take_while(|m| matches!(m, MountStep::BindReadOnly { .. }))
+        .map(|m| match m {
+            MountStep::BindReadOnly { inside, .. } => inside.components().count(),
+            _ => 0,
+        })
+        .collect();
+    assert!(depths.windows(2).all(|w| w[0] <= w[1]), "{depths:?}");
+}
+
+#[test]
+fn sockets_ca_and_binary_are_bound_when_asked_for() {
+    let req = RunRequest {
+        proxy_socket: Some("/run/gh/tkt_1.sock".into()),
+        control_socket: Some("/run/gh/control.sock".into()),
+        ca_bundle: Some("PEM".into()),
+        gatehouse_exe: Some("/usr/local/bin/gatehouse".into()),
+        ..request()
+    };
+    let plan = build(&req, &[]);
+    let bound = |inside: &str| {
+        plan.mounts.iter().any(|m| {
+            matches!(m, MountStep::BindReadOnly { inside: i, optional: false, .. } if i == &PathBuf::from(inside))
+        })
+    };
+    assert!(bound(inside::PROXY_SOCKET));
+    assert!(bound(inside::CONTROL_SOCKET));
+    assert!(bound(inside::GATEHOUSE_BIN));
+    assert!(plan.mounts.contains(&MountStep::File {
+        inside: inside::CA_BUNDLE.into(),
+        contents: "PEM".into()
+    }));
+    assert_eq!(plan.relay, Some(PathBuf::from(inside::PROXY_SOCKET)));
+    assert_eq!(plan.landlock.tcp_connect, [RELAY_PORT]);
+    assert_eq!(env_of(&plan, "HTTPS_PROXY").as_deref(), Some(RELAY_URL));
+    assert_eq!(env_of(&plan, "http_proxy").as_deref(), Some(RELAY_URL));
+    assert_eq!(
+        env_of(&plan, "GH_TOKEN").as_deref(),
+        Some(GH_TOKEN_PLACEHOLDER)
+    );
+    for k in [
+        "SSL_CERT_FILE",
+        "GIT_SSL_CAINFO",
+        "CURL_CA_BUNDLE",
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+    ] {
+        assert_eq!(env_of(&plan, k).as_deref(), Some(inside::CA_BUNDLE), "{k}");
+    }
+    assert!(env_of(&plan, "PATH")
+        .unwrap()
+        .starts_with("/run/gatehouse/bin:"));
+}
+
+#[test]
+fn env_is_an_allowlist_and_sandbox_values_win() {
+    let req = RunRequest {
+        env: vec![
+            "TICKET=tkt_1".into(),
+            "HTTPS_PROXY=http://evil.example:1".into(),
+            "GH_TOKEN=ghp_real".into(),
+        ],
+        ..request()
+    };
+    let plan = build(
+        &req,
+        &[
+            ("TERM", "xterm"),
+            ("GITHUB_TOKEN", "ghp_x"),
+            ("HOME", "/root"),
+            ("SSH_AUTH_SOCK", "/x"),
+        ],
+    );
+    assert_eq!(env_of(&plan, "TERM").as_deref(), Some("xterm"), "pass list");
+    assert_eq!(
+        env_of(&plan, "HOME").as_deref(),
+        Some("/tmp"),
+        "profile value, not the caller's"
+    );
+    assert_eq!(env_of(&plan, "TICKET").as_deref(), Some("tkt_1"));
+    for k in ["GITHUB_TOKEN", "SSH_AUTH_SOCK", "HTTPS_PROXY", "GH_TOKEN"] {
+        assert_eq!(
+            env_of(&plan, k),
+            None,
+            "{k} must not be set without a proxy"
+        );
+    }
+}
+
+#[test]
+fn bad_requests_are_errors() {
+    let profile = default_profile();
+    let bad_env = RunRequest {
+        env: vec!["NOEQUALS".into()],
+        ..request()
+    };
+    assert!(matches!(
+        Plan::build(&profile, &bad_env, ROOTLESS, &[]),
+        Err(PlanError::BadEnv(_))
+    ));
+    let relative = RunRequest {
+        workdir: "work".into(),
+        ..request()
+    };
+    assert!(matches!(
+        Plan::build(&profile, &relative, ROOTLESS, &[]),
+        Err(PlanError::NotAbsolute { .. })
+    ));
+    let none = RunRequest {
+        command: vec![],
+        ..request()
+    };
+    assert!(matches!(
+        Plan::build(&profile, &none, ROOTLESS, &[]),
+        Err(PlanError::NoCommand)
+    ));
+}
+
+#[test]
+fn wall_time_only_tightens() {
+    let profile = default_profile();
+    let limit = profile.limits.wall_time_secs.unwrap();
+    for (asked, want) in [(None, limit), (Some(10), 10), (Some(limit + 1000), limit)] {
+        let req = RunRequest {
+            wall_time_secs: asked,
+            ..request()
+        };
+        let plan = Plan::build(&profile, &req, ROOTLESS, &[]).unwrap();
+        assert_eq!(plan.wall_time, Some(Duration::from_secs(want)), "{asked:?}");
+    }
+}
+
+#[test]
+fn landlock_grants_writes_only_to_work_tmp_and_shm() {
+    let plan = build(&request(), &[]);
+    let writable: Vec<&PathBuf> = plan
+        .landlock
+        .rules
+        .iter()
+        .filter(|(_, a)| matches!(a, FsAccess::ReadWrite | FsAccess::ReadWriteExec))
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(
+        writable,
+        [
+            &PathBuf::from("/work"),
+            &PathBuf::from("/tmp"),
+            &PathBuf::from("/dev/shm")
+        ]
+    );
+    assert!(plan.landlock.required);
+    let exec: Vec<&PathBuf> = plan
+        .landlock
+        .rules
+        .iter()
+        .filter(|(_, a)| matches!(a, FsAccess::ReadExec | FsAccess::ReadWriteExec))
+        .map(|(p, _)| p)
+        .collect();
+    assert!(!exec.contains(&&PathBuf::from("/etc/ssl/certs")));
+}
+
+#[test]
+fn seccomp_denies_what_the_issue_lists() {
+    let d = seccomp_denials();
+    let names: Vec<&str> = d.iter().map(|d| d.name).collect();
+    for must in [
+        "mount",
+        "umount2",
+        "pivot_root",
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
+        "kexec_load",
+        "kexec_file_load",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "bpf",
+        "perf_event_open",
+        "keyctl",
+        "add_key",
+        "request_key",
+        "setns",
+        "unshare",
+        "clone",
+        "clone3",
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "userfaultfd",
+        "socket",
+        "ioctl(TIOCSTI)",
+        "ioctl(TIOCLINUX)",
+    ] {
+        assert!(names.contains(&must), "{must} not denied");
+    }
+    let clone3 = d.iter().find(|d| d.name == "clone3").unwrap();
+    assert_eq!(
+        clone3.errno,
+        libc::ENOSYS,
+        "glibc needs ENOSYS to fall back to clone"
+    );
+    // clone is denied only with namespace flags, so threads and fork work.
+    assert!(d
+        .iter()
+        .filter(|d| d.name == "clone")
+        .all(|d| !d.when.is_empty()));
+    // The loopback families stay allowed.
+    for family in [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6] {
+        assert!(!d
+            .iter()
+            .any(|d| d.name == "socket" && d.when[0].value == family as u64));
+    }
+}
+
+proptest! {
+    /// Whatever the caller's environment holds, only names on the pass list
+    /// get through from it.
+    #[test]
+    fn caller_env_never_leaks(vars in proptest::collection::vec(("[A-Z][A-Z0-9_]{0,10}", "[ -~]{0,20}"), 0..20)) {
+        let profile = default_profile();
+        let env: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.clone(), format!("leak-{v}"))).collect();
+        let plan = Plan::build(&profile, &request(), ROOTLESS, &env).unwrap();
+        for (k, v) in &plan.env {
+            if v.starts_with("leak-") {
+                prop_assert!(profile.env.pass.contains(k), "{} leaked", k);
+            }
+        }
+    }
+}

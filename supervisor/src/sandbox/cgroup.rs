@@ -254,12 +254,25 @@ impl Cgroups {
         Ok(())
     }
 
-    /// Moves `pid` (the init, before it runs anything) into every cgroup.
+    /// Moves `pid` (the init, before it forks the worker) into every
+    /// cgroup. In parallel: concurrent attaches can share a grace period.
     pub fn add(&self, pid: i32) -> Result<(), SandboxError> {
-        for d in &self.dirs {
-            write(&d.join("cgroup.procs"), &pid.to_string())?;
-        }
-        Ok(())
+        let pid = pid.to_string();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .dirs
+                .iter()
+                .map(|d| {
+                    let pid = &pid;
+                    s.spawn(move || write(&d.join("cgroup.procs"), pid))
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(SandboxError::Cgroup("attach thread panicked".to_string()))
+                })
+            })
+        })
     }
 
     /// Removes the cgroups. The init's death has killed every member, but

@@ -42,7 +42,6 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     if !sys::read_byte(&setup.sync) {
         sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
     }
-    drop(setup.sync);
     let errors = setup.errors;
     let plan = setup.plan;
     let sources = match super::open_sources(plan) {
@@ -51,6 +50,13 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     };
     if let Err(msg) = become_root(plan) {
         fail(&errors, &msg);
+    }
+    // Changing credentials clears the parent-death signal: set it again,
+    // then make sure the parent did not die in between (it holds the sync
+    // pipe open for as long as it waits for us).
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    if sys::peer_gone(&setup.sync) {
+        sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
     }
     if let Err(msg) = build_root(plan, &sources) {
         fail(&errors, &format!("building the sandbox root: {msg}"));
@@ -77,6 +83,15 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
         fail(&errors, &format!("PR_SET_DUMPABLE: {e}"));
     }
 
+    // The host side is attaching us to the cgroups; the worker must be
+    // forked inside them, and our cgroup namespace rooted there.
+    if !sys::read_byte(&setup.sync) {
+        sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
+    }
+    drop(setup.sync);
+    if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP) {
+        fail(&errors, &format!("unshare(CLONE_NEWCGROUP): {e}"));
+    }
     let worker_pid = match sys::fork() {
         Ok(0) => {
             drop(listener);
@@ -103,11 +118,7 @@ fn become_root(plan: &Plan) -> Result<(), String> {
     nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
         .map_err(|e| format!("setresgid(0): {e}"))?;
     nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
-        .map_err(|e| format!("setresuid(0): {e}"))?;
-    // Entered now, after the host moved us into our cgroups, so the
-    // worker's cgroup root is its own.
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
-        .map_err(|e| format!("unshare(CLONE_NEWCGROUP): {e}"))
+        .map_err(|e| format!("setresuid(0): {e}"))
 }
 
 fn drop_privileges() -> Result<(), caps::errors::CapsError> {

@@ -213,8 +213,12 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     drop(err_w);
 
     let started = Instant::now();
+    // Attaching to cgroups waits for RCU grace periods (milliseconds each):
+    // the init builds its root meanwhile and waits for the second byte only
+    // before it forks the worker.
     let setup = sys::write_id_maps(child, &plan.identity)
         .map_err(SandboxError::sys("write uid/gid maps"))
+        .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")))
         .and_then(|()| cgroups.add(child))
         .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")));
     if let Err(e) = setup {
@@ -223,9 +227,8 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
         let _ = sys::restore_signals(&old_mask);
         return Err(e);
     }
-    drop(sync_w);
-
     let outcome = wait(child, plan.wall_time, started);
+    drop(sync_w);
     let mut setup_error = String::new();
     let _ = std::fs::File::from(err_r).read_to_string(&mut setup_error);
     cgroups.remove();

@@ -58,6 +58,18 @@ pub fn read_byte(fd: &OwnedFd) -> bool {
     }
 }
 
+/// Whether the write end of a pipe has been closed (its holder is dead).
+pub fn peer_gone(fd: &OwnedFd) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(_) => fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLHUP)),
+        Err(_) => true,
+    }
+}
+
 fn termination_set() -> SigSet {
     let mut set = SigSet::empty();
     for s in [

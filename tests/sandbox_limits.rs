@@ -1,0 +1,219 @@
+//! Limits and lifetime: pids, memory, wall time, signals, parent death;
+//! nothing a worker starts outlives its sandbox. Root and rootless.
+
+// Helpers outside #[test] fns panic on setup failure, like the tests.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod sandbox_support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use sandbox_support::*;
+
+/// A `sleep` argument no other process on the host has.
+fn unique_sleep() -> String {
+    format!(
+        "{}.{}",
+        9000 + std::process::id() % 1000,
+        rand_suffix() % 100_000
+    )
+}
+
+fn wait_until_gone(needle: &str) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let left = host_processes_with(needle);
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const FORK_BOMB: &str = r#"
+import os, time
+n = 0
+try:
+    for i in range(5000):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        n += 1
+except OSError as e:
+    print("STOPPED", n, e.errno, flush=True)
+else:
+    print("UNBOUNDED", n, flush=True)
+"#;
+
+#[test]
+fn a_fork_bomb_stops_at_the_pids_limit() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let p = s.profile("pids", "extends = \"default\"\n[limits]\npids = 32\n");
+        std::fs::write(s.work.join("bomb.py"), FORK_BOMB).unwrap();
+        let r = s.sh_with(p.to_str().unwrap(), &[], "python3 bomb.py");
+        r.ok();
+        let mut words = r.stdout.split_whitespace();
+        assert_eq!(words.next(), Some("STOPPED"), "{mode:?}: {r:#?}");
+        let forked: u32 = words.next().unwrap().parse().unwrap();
+        assert!(forked < 32, "{mode:?}: forked {forked} with pids = 32");
+        assert!(forked > 0, "{mode:?}: could not fork at all: {r:#?}");
+    }
+}
+
+#[test]
+fn a_memory_hog_stops_at_the_memory_limit() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let p = s.profile("mem", "extends = \"default\"\n[limits]\nmemory_mib = 96\n");
+        let hog = |mib: u32| {
+            s.sh_with(
+                p.to_str().unwrap(),
+                &[],
+                &format!(
+                    "python3 -c 'b = bytearray({mib} * 1024 * 1024); print(\"ALLOCATED\", len(b))'"
+                ),
+            )
+        };
+        // Control: a modest allocation works, so the failure below is the limit.
+        let small = hog(16);
+        small.ok();
+        assert!(small.stdout.contains("ALLOCATED"), "{mode:?}: {small:#?}");
+        let big = hog(1024);
+        assert!(!big.stdout.contains("ALLOCATED"), "{mode:?}: {big:#?}");
+        assert_ne!(big.code, Some(0), "{mode:?}: {big:#?}");
+        if mode == Mode::Root {
+            // The cgroup's OOM killer: SIGKILL, 128 + 9.
+            assert_eq!(big.code, Some(137), "{mode:?}: {big:#?}");
+        }
+    }
+}
+
+#[test]
+fn a_double_forked_daemon_dies_with_the_command() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let secs = unique_sleep();
+        let r = s.sh(&format!(
+            "(setsid sleep {secs} </dev/null >/dev/null 2>&1 &); sleep {secs} </dev/null >/dev/null 2>&1 & \
+             sleep 0.2; echo started"
+        ));
+        r.ok();
+        assert!(r.stdout.contains("started"));
+        let left = host_processes_with(&secs);
+        assert!(left.is_empty(), "{mode:?}: daemons survived: {left:?}");
+    }
+}
+
+#[test]
+fn wall_time_kills_the_whole_sandbox() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let secs = unique_sleep();
+        let start = Instant::now();
+        let r = s.sh_with(
+            "default",
+            &["--wall-time", "1"],
+            &format!("(setsid sleep {secs} </dev/null >/dev/null 2>&1 &); sleep 60"),
+        );
+        let took = start.elapsed();
+        assert_eq!(r.code, Some(EXIT_WALL_TIME), "{mode:?}: {r:#?}");
+        assert!(r.stderr.contains("wall time"), "{mode:?}: {r:#?}");
+        assert!(took < Duration::from_secs(20), "{mode:?}: took {took:?}");
+        let left = wait_until_gone(&secs);
+        assert!(
+            left.is_empty(),
+            "{mode:?}: survived the wall time: {left:?}"
+        );
+    }
+}
+
+#[test]
+fn wall_time_flag_cannot_loosen_the_profile() {
+    let s = Scratch::new(modes()[0]);
+    let p = s.profile(
+        "short",
+        "extends = \"default\"\n[limits]\nwall_time_secs = 1\n",
+    );
+    let r = s.sh_with(p.to_str().unwrap(), &["--wall-time", "600"], "sleep 60");
+    assert_eq!(r.code, Some(EXIT_WALL_TIME), "{r:#?}");
+}
+
+fn start_sleeper(s: &Scratch, secs: &str) -> std::process::Child {
+    let work = s.work.to_str().unwrap().to_string();
+    let script = format!(
+        "(setsid sleep {secs} </dev/null >/dev/null 2>&1 &); touch /work/started; sleep {secs}"
+    );
+    let child = s
+        .command(&[
+            "sandbox",
+            "run",
+            "--profile",
+            "default",
+            "--workdir",
+            &work,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !s.work.join("started").exists() {
+        assert!(Instant::now() < deadline, "sandbox did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+#[test]
+fn termination_signals_kill_the_sandbox_and_exit_128_plus_n() {
+    for mode in modes() {
+        for (sig, n) in [("TERM", 15), ("INT", 2), ("HUP", 1)] {
+            let s = Scratch::new(mode);
+            let secs = unique_sleep();
+            let child = start_sleeper(&s, &secs);
+            signal(child.id(), sig);
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(128 + n),
+                "{mode:?} SIG{sig}: {out:?}"
+            );
+            let left = wait_until_gone(&secs);
+            assert!(left.is_empty(), "{mode:?} SIG{sig}: survived: {left:?}");
+        }
+    }
+}
+
+#[test]
+fn the_sandbox_dies_with_its_parent() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let secs = unique_sleep();
+        let mut child = start_sleeper(&s, &secs);
+        assert!(
+            !host_processes_with(&secs).is_empty(),
+            "{mode:?}: sleeper not seen"
+        );
+        signal(child.id(), "KILL");
+        let _ = child.wait();
+        let left = wait_until_gone(&secs);
+        assert!(left.is_empty(), "{mode:?}: survived its parent: {left:?}");
+    }
+}

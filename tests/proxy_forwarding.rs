@@ -61,7 +61,10 @@ fn denied_path_gets_the_403_json_and_an_audit_line() {
         "nothing reached the upstream"
     );
     let audit = h.audit_lines();
-    let line = audit.iter().find(|l| l["decision"] == "deny").unwrap();
+    let line = audit
+        .iter()
+        .find(|l| l["outcome"]["decision"] == "deny")
+        .unwrap();
     assert_eq!(line["identity"], IDENTITY);
     assert_eq!(line["path"], "/repos/acme/secret-plans/issues/1");
 }
@@ -85,7 +88,7 @@ fn comment_is_recorded_as_a_message_with_the_created_id() {
     let audit = h.audit_lines();
     let request = audit
         .iter()
-        .find(|l| l["phase"] == "request" && l["rule"] == "issue-comment")
+        .find(|l| l["event"] == "request" && l["outcome"]["rule"] == "issue-comment")
         .unwrap();
     assert_eq!(request["message"]["kind"], "github_issue_comment");
     assert_eq!(request["message"]["target"], "acme/widgets#1");
@@ -96,7 +99,7 @@ fn comment_is_recorded_as_a_message_with_the_created_id() {
     );
     let done = audit
         .iter()
-        .find(|l| l["phase"] == "response" && l["request_id"] == request["request_id"])
+        .find(|l| l["event"] == "completion" && l["request_id"] == request["request_id"])
         .unwrap();
     assert_eq!(done["status"], 201);
     assert_eq!(done["message_id"], created["id"].to_string());

@@ -191,6 +191,58 @@ fn differing_duplicate_content_lengths_are_refused() {
 }
 
 #[test]
+fn content_length_with_transfer_encoding_is_refused_and_nothing_is_smuggled() {
+    let h = Harness::start();
+    let smuggled =
+        "GET /repos/acme/widgets/issues/1?smuggled=1 HTTP/1.1\r\nHost: api.github.com\r\n\r\n";
+    let raw = format!(
+        "POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
+    );
+    assert_refused_400(&h, raw.as_bytes());
+    // The same with the headers the other way round.
+    let raw = format!(
+        "POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n{smuggled}"
+    );
+    assert_refused_400(&h, raw.as_bytes());
+}
+
+#[test]
+fn equal_duplicate_content_lengths_are_refused() {
+    let h = Harness::start();
+    assert_refused_400(
+        &h,
+        b"POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+    );
+}
+
+#[test]
+fn bare_lf_line_endings_are_refused() {
+    let h = Harness::start();
+    assert_refused_400(
+        &h,
+        format!("GET {ISSUE} HTTP/1.1\nHost: api.github.com\n\n").as_bytes(),
+    );
+}
+
+#[test]
+fn a_request_pipelined_after_a_framing_attack_is_never_served() {
+    let h = Harness::start();
+    let raw = format!(
+        "GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\n\r\nPOST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{{}}GET {ISSUE}?third=1 HTTP/1.1\r\nHost: api.github.com\r\n\r\n"
+    );
+    let (closed, answer) = inside_tunnel(&h, raw.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("HTTP/1.1 400"), "{answer}");
+    assert!(closed);
+    let seen = h.github.requests();
+    assert_eq!(
+        seen.len(),
+        1,
+        "only the first request may be served: {seen:?}"
+    );
+}
+
+#[test]
 fn invalid_content_length_is_refused() {
     let h = Harness::start();
     for cl in ["2x", "-2", "+2", "0x2", "2, 3"] {

@@ -18,12 +18,17 @@
 #![forbid(unsafe_code)]
 
 pub mod ca;
+pub mod feishu;
 pub mod github;
 pub mod record;
 mod server;
 mod time;
+mod util;
 
 pub use ca::{CaError, TestCa};
+pub use feishu::{
+    FeishuApp, FeishuEmulator, FeishuError, FeishuHandle, FeishuMessage, FeishuOptions,
+};
 pub use github::{
     Comment, CommentKind, GithubEmulator, GithubError, GithubHandle, GithubOptions, GithubToken,
     RepoSpec,

@@ -24,8 +24,9 @@ pub struct RecordedRequest {
     pub query: Option<String>,
     /// Every header in arrival order, names lower-cased, values lossily UTF-8.
     pub headers: Vec<(String, String)>,
-    /// The first [`BODY_RECORD_LIMIT`] bytes of the body (empty for streamed
-    /// git bodies, which are never buffered).
+    /// The first [`BODY_RECORD_LIMIT`] bytes of the body as received (for
+    /// git requests: still gzip-compressed if the client sent it so, and
+    /// filled in once the body has streamed through).
     pub body: Vec<u8>,
     /// Whether the body was longer than what [`RecordedRequest::body`] holds.
     pub body_truncated: bool,
@@ -68,20 +69,48 @@ impl RecordedRequest {
 /// The shared, append-only request log of one emulator.
 #[derive(Debug, Default)]
 pub(crate) struct Recorder {
-    requests: Mutex<Vec<RecordedRequest>>,
+    log: Mutex<Log>,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    requests: Vec<RecordedRequest>,
+    /// How many records `clear` dropped, so indices stay stable.
+    cleared: usize,
 }
 
 impl Recorder {
     pub(crate) fn push(&self, request: RecordedRequest) {
-        lock(&self.requests).push(request);
+        lock(&self.log).requests.push(request);
+    }
+
+    /// Push a record that will be completed later (streamed git bodies);
+    /// returns its index for [`Recorder::update`].
+    pub(crate) fn push_pending(&self, request: RecordedRequest) -> usize {
+        let mut log = lock(&self.log);
+        log.requests.push(request);
+        log.cleared + log.requests.len() - 1
+    }
+
+    /// Complete a pending record; a no-op if it was cleared meanwhile.
+    pub(crate) fn update(&self, index: usize, change: impl FnOnce(&mut RecordedRequest)) {
+        let mut log = lock(&self.log);
+        let Some(position) = index.checked_sub(log.cleared) else {
+            return;
+        };
+        if let Some(record) = log.requests.get_mut(position) {
+            change(record);
+        }
     }
 
     pub(crate) fn snapshot(&self) -> Vec<RecordedRequest> {
-        lock(&self.requests).clone()
+        lock(&self.log).requests.clone()
     }
 
     pub(crate) fn clear(&self) {
-        lock(&self.requests).clear();
+        let mut log = lock(&self.log);
+        log.cleared += log.requests.len();
+        log.requests.clear();
     }
 }
 
@@ -145,6 +174,20 @@ pub(crate) fn strip_port(authority: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pending_records_survive_clear_without_misplacing_updates() {
+        let recorder = Recorder::default();
+        let blank = || record_head(&http::Request::new(()).into_parts().0);
+        let first = recorder.push_pending(blank());
+        recorder.clear();
+        let second = recorder.push_pending(blank());
+        recorder.update(first, |r| r.status = 500);
+        recorder.update(second, |r| r.status = 200);
+        let records = recorder.snapshot();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].status, 200);
+    }
 
     #[test]
     fn strip_port_handles_names_ipv4_and_ipv6() {

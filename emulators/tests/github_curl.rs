@@ -238,3 +238,198 @@ fn tls_is_refused_without_the_test_ca_and_valid_for_all_hosts() {
             .contains("x-ratelimit-remaining"));
     }
 }
+
+#[test]
+fn pulls_reviews_replies_and_job_log_redirect() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    let auth = ["-H", "Authorization: token ghs_test_valid_token"];
+    let post = |path: &str, body: &str| {
+        let mut args = auth.to_vec();
+        args.extend([
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+            "--data",
+            body,
+        ]);
+        curl(&emulator, &ca, "api.github.com", &args, path)
+    };
+
+    // A pull request needs its head branch to exist.
+    let missing = post(
+        "/repos/acme/widgets/pulls",
+        r#"{"title":"x","head":"gatehouse/nope","base":"main"}"#,
+    );
+    assert_eq!(missing.status, 422);
+    let opened = post(
+        "/repos/acme/widgets/pulls",
+        r#"{"title":"Fix","head":"main","base":"main","body":"Fixes #1"}"#,
+    );
+    assert_eq!(opened.status, 201, "{}", opened.body);
+    let pull = opened.json();
+    assert_eq!(pull["number"], 1);
+    assert_eq!(pull["html_url"], "https://github.com/acme/widgets/pull/1");
+    assert_eq!(pull["head"]["sha"].as_str().unwrap().len(), 40);
+
+    let top = emulator
+        .add_review_comment("acme/widgets", 1, "README.md", 1, "Typo here", "alice")
+        .unwrap();
+    let reply = post(
+        &format!("/repos/acme/widgets/pulls/1/comments/{top}/replies"),
+        r#"{"body":"Fixed."}"#,
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let reply = reply.json();
+    assert_eq!(reply["in_reply_to_id"], top);
+    assert!(reply["html_url"]
+        .as_str()
+        .unwrap()
+        .starts_with("https://github.com/acme/widgets/pull/1#discussion_r"));
+
+    let review = post(
+        "/repos/acme/widgets/pulls/1/reviews",
+        r#"{"event":"COMMENT","body":"Looks fine."}"#,
+    );
+    assert_eq!(review.status, 200, "{}", review.body);
+    assert_eq!(review.json()["state"], "COMMENTED");
+
+    // The id alias reaches the same repository (a proxy must deny it unless named).
+    let repo_id = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        "/repos/acme/widgets",
+    )
+    .json()["id"]
+        .as_u64()
+        .unwrap();
+    let aliased = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        &format!("/repositories/{repo_id}/pulls/1"),
+    );
+    assert_eq!(aliased.json()["title"], "Fix");
+
+    // Job logs: 302 to a storage-like host whose signed URL needs no token.
+    let sha = pull["head"]["sha"].as_str().unwrap();
+    let (run_id, job_id) = emulator
+        .add_job(
+            "acme/widgets",
+            "test",
+            sha,
+            "failure",
+            "thread 'x' panicked\n",
+        )
+        .unwrap();
+    let jobs = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        &format!("/repos/acme/widgets/actions/runs/{run_id}/jobs"),
+    );
+    assert_eq!(jobs.json()["jobs"][0]["id"], job_id);
+    let checks = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        &format!("/repos/acme/widgets/commits/{sha}/check-runs"),
+    );
+    assert_eq!(checks.json()["check_runs"][0]["conclusion"], "failure");
+    let logs = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        &format!("/repos/acme/widgets/actions/jobs/{job_id}/logs"),
+    );
+    assert_eq!(logs.status, 302);
+    let location = logs
+        .headers
+        .lines()
+        .find_map(|l| l.strip_prefix("location: "))
+        .unwrap()
+        .to_owned();
+    let prefix = "https://pipelines.actions.githubusercontent.com/";
+    assert!(location.starts_with(prefix), "{location}");
+    let path = &location[prefix.len() - 1..];
+    let fetched = curl(
+        &emulator,
+        &ca,
+        "pipelines.actions.githubusercontent.com",
+        &[],
+        path,
+    );
+    assert_eq!(fetched.status, 200);
+    assert_eq!(fetched.body, "thread 'x' panicked\n");
+    let forged = curl(
+        &emulator,
+        &ca,
+        "pipelines.actions.githubusercontent.com",
+        &[],
+        &format!("/_logs/jobs/{job_id}?sig=00"),
+    );
+    assert_eq!(forged.status, 403);
+
+    let kinds: Vec<_> = emulator.comments().iter().map(|c| c.kind).collect();
+    assert_eq!(kinds, vec![CommentKind::Review, CommentKind::Review]);
+    let created: Vec<_> = emulator
+        .requests()
+        .into_iter()
+        .filter_map(|r| r.created_id)
+        .collect();
+    assert_eq!(created.len(), 3, "pull, reply and review report their ids");
+}
+
+#[test]
+fn polling_with_etag_gets_304_until_something_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    let auth = "Authorization: token ghs_test_valid_token";
+    let path = "/repos/acme/widgets/issues/comments?since=2000-01-01T00:00:00Z";
+
+    let first = curl(&emulator, &ca, "api.github.com", &["-H", auth], path);
+    assert_eq!(first.status, 200);
+    let etag = first
+        .headers
+        .lines()
+        .find_map(|l| l.strip_prefix("etag: "))
+        .unwrap()
+        .to_owned();
+    let conditional = format!("If-None-Match: {etag}");
+    let again = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &["-H", auth, "-H", &conditional],
+        path,
+    );
+    assert_eq!(again.status, 304);
+    assert!(again.body.is_empty());
+
+    emulator
+        .add_issue_comment("acme/widgets", 1, "New info", "alice")
+        .unwrap();
+    let changed = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &["-H", auth, "-H", &conditional],
+        path,
+    );
+    assert_eq!(changed.status, 200);
+    assert_eq!(changed.json()[0]["body"], "New info");
+}

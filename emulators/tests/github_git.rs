@@ -96,8 +96,15 @@ fn clone_and_push_with_token_and_refuse_without() {
         &work,
         &["checkout", "--quiet", "-b", "gatehouse/x"],
     ));
-    let blob: Vec<u8> = (0..3_000_000u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+    // Incompressible content (xorshift), so the pack really is ~3 MB.
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let blob: Vec<u8> = (0..3_000_000)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
         .collect();
     std::fs::write(work.join("data.bin"), blob).unwrap();
     ok(git(&ca, &work, &["add", "data.bin"]));
@@ -120,10 +127,29 @@ fn clone_and_push_with_token_and_refuse_without() {
         ],
     ));
     assert_eq!(local.trim(), remote.trim());
-    assert!(emulator
+    // The record holds the head of the streamed body: the ref-update command.
+    let receive_packs: Vec<_> = emulator
         .requests()
+        .into_iter()
+        .filter(|r| r.path == "/acme/widgets.git/git-receive-pack")
+        .collect();
+    assert!(receive_packs.iter().all(|r| r.status == 200));
+    let update = receive_packs
         .iter()
-        .any(|r| r.path == "/acme/widgets.git/git-receive-pack" && r.status == 200));
+        .find(|r| {
+            r.body
+                .windows(21)
+                .any(|w| w == b"refs/heads/gatehouse/x"[..21].as_ref())
+        })
+        .expect("the ref update was recorded");
+    assert!(
+        update.body_truncated,
+        "a 3 MB pack is more than the record keeps"
+    );
+    assert_eq!(
+        update.body.len(),
+        gatehouse_emulators::record::BODY_RECORD_LIMIT
+    );
 
     // The pushed branch can back a pull request.
     let number = emulator

@@ -76,6 +76,49 @@ where
     }
 }
 
+/// Counts the bytes of a request body as they are forwarded.
+pub struct CountingBody<B> {
+    inner: B,
+    count: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<B> CountingBody<B> {
+    pub fn new(inner: B, count: std::sync::Arc<std::sync::atomic::AtomicU64>) -> Self {
+        Self { inner, count }
+    }
+}
+
+impl<B> Body for CountingBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                this.count
+                    .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Called once when a response body ends or is dropped, with the bytes sent
 /// and whether it completed.
 pub type OnEnd = Box<dyn FnOnce(u64, bool) + Send + Sync>;

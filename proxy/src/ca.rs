@@ -152,7 +152,14 @@ impl CertificateAuthority {
         self.leaves.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn mint(&self, host: &str) -> Result<ServerConfig, CaError> {
+    /// A leaf certificate and its key for `host`, in PEM (for servers
+    /// other than the proxy, e.g. a benchmark's baseline).
+    pub fn leaf_pem(&self, host: &str) -> Result<(String, String), CaError> {
+        let (leaf, key) = self.leaf(host)?;
+        Ok((leaf.pem(), key.serialize_pem()))
+    }
+
+    fn leaf(&self, host: &str) -> Result<(rcgen::Certificate, KeyPair), CaError> {
         let leaf_key = KeyPair::generate()?;
         let mut params = CertificateParams::new(vec![host.to_string()])?;
         params.distinguished_name = DistinguishedName::new();
@@ -166,6 +173,11 @@ impl CertificateAuthority {
         params.not_before = (now - std::time::Duration::from_secs(3600)).into();
         params.not_after = (now + std::time::Duration::from_secs(30 * 86400)).into();
         let leaf = params.signed_by(&leaf_key, &self.issuer)?;
+        Ok((leaf, leaf_key))
+    }
+
+    fn mint(&self, host: &str) -> Result<ServerConfig, CaError> {
+        let (leaf, leaf_key) = self.leaf(host)?;
         let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
         let chain: Vec<CertificateDer<'static>> = vec![leaf.der().clone()];
         let tls = |source| CaError::Tls {

@@ -13,7 +13,8 @@
 //! rule sets and identity variables) → [`rules::Decision`]; for allowed
 //! requests with a body check, [`graphql::check`] or
 //! [`receive_pack::parse_commands`] + [`receive_pack::check`] before the
-//! body is forwarded.
+//! body is forwarded. [`config`] turns the TOML config into runtime types and
+//! [`audit`] appends hash-chained JSONL records.
 //!
 //! The I/O half: the identity of a request is the unix socket it arrived on
 //! (`server`), created from the config or through the `admin` socket;
@@ -21,8 +22,10 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod audit;
 pub mod body;
 pub mod ca;
+pub mod config;
 pub mod credentials;
 pub mod graphql;
 pub mod path;
@@ -30,4 +33,5 @@ pub mod receive_pack;
 pub mod redact;
 pub mod rules;
 pub mod server;
+pub mod service;
 pub mod upstream;

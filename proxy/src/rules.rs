@@ -160,6 +160,9 @@ pub enum RuleError {
 struct RuleSetFile {
     name: String,
     description: String,
+    /// Rule sets whose rules come first in this one.
+    #[serde(default)]
+    extends: Vec<String>,
     #[serde(default)]
     variables: Vec<String>,
     #[serde(default, rename = "rule")]
@@ -243,9 +246,17 @@ enum BodyRule {
 pub struct RuleSet {
     pub name: String,
     pub description: String,
-    /// Identity variables the rules refer to; every identity using the set must bind them.
+    /// Identity variables the rules refer to (including those of extended
+    /// sets); every identity using the set must bind them.
     pub variables: BTreeSet<String>,
+    /// The extended sets, by name; their rules are part of `rules` once the
+    /// set is in a [`RuleBook`].
+    pub extends: Vec<String>,
     pub rules: Vec<Rule>,
+    /// Where the set came from (usually its file), for error messages.
+    pub source_name: String,
+    examples: Vec<(String, bool)>,
+    example_variables: Vars,
 }
 
 impl RuleSet {
@@ -280,57 +291,37 @@ impl RuleSet {
                     .map_err(|(field, message)| invalid(key(&field), message))?,
             );
         }
-        let set = Self {
-            name: file.name,
-            description: file.description,
-            variables,
-            rules,
-        };
-        set.check_examples(source_name, &file.example_variables, &file.examples)?;
-        Ok(set)
-    }
-
-    fn check_examples(
-        &self,
-        source_name: &str,
-        vars: &Vars,
-        examples: &[ExampleFile],
-    ) -> Result<(), RuleError> {
-        let book = RuleBook {
-            sets: BTreeMap::from([(self.name.clone(), self.clone())]),
-        };
-        let names = [self.name.clone()];
-        for (i, example) in examples.iter().enumerate() {
-            let (line, expect_allow) = match (&example.allow, &example.deny) {
+        let mut examples = Vec::new();
+        for (i, example) in file.examples.into_iter().enumerate() {
+            let key = format!("example[{i}]");
+            let (line, expect_allow) = match (example.allow, example.deny) {
                 (Some(line), None) => (line, true),
                 (None, Some(line)) => (line, false),
                 _ => {
-                    return Err(RuleError::Invalid {
-                        source_name: source_name.to_owned(),
-                        key: format!("example[{i}]"),
-                        message: "expected exactly one of `allow` or `deny`".into(),
-                    })
+                    return Err(invalid(
+                        key,
+                        "expected exactly one of `allow` or `deny`".into(),
+                    ))
                 }
             };
-            let head = parse_example(line).ok_or_else(|| RuleError::Invalid {
-                source_name: source_name.to_owned(),
-                key: format!("example[{i}]"),
-                message: format!("`{line}`: expected `METHOD host/path[?query]`"),
-            })?;
-            let actual = match book.check(&head, &names, vars) {
-                Decision::Allow(_) if expect_allow => continue,
-                Decision::Deny(_) if !expect_allow => continue,
-                Decision::Allow(a) => format!("allowed by rule `{}`", a.rule),
-                Decision::Deny(d) => format!("denied: {}", d.reason),
-            };
-            return Err(RuleError::Example {
-                source_name: source_name.to_owned(),
-                example: line.clone(),
-                expected: if expect_allow { "allowed" } else { "denied" },
-                actual,
-            });
+            if parse_example(&line).is_none() {
+                return Err(invalid(
+                    key,
+                    format!("`{line}`: expected `METHOD host/path[?query]`"),
+                ));
+            }
+            examples.push((line, expect_allow));
         }
-        Ok(())
+        Ok(Self {
+            name: file.name,
+            description: file.description,
+            variables,
+            extends: file.extends,
+            rules,
+            source_name: source_name.to_owned(),
+            examples,
+            example_variables: file.example_variables,
+        })
     }
 }
 
@@ -527,15 +518,95 @@ enum Progress {
 }
 
 impl RuleBook {
+    /// Gather rule sets, resolve `extends`, then check every set's examples.
     pub fn new(sets: impl IntoIterator<Item = RuleSet>) -> Result<Self, RuleError> {
-        let mut book = BTreeMap::new();
+        let mut given = BTreeMap::new();
         for set in sets {
-            if book.contains_key(&set.name) {
+            if given.contains_key(&set.name) {
                 return Err(RuleError::Duplicate(set.name));
             }
-            book.insert(set.name.clone(), set);
+            given.insert(set.name.clone(), set);
         }
-        Ok(Self { sets: book })
+        let mut book = Self::default();
+        for name in given.keys() {
+            book.resolve(name, &given, &mut Vec::new())?;
+        }
+        for set in book.sets.values() {
+            book.check_examples(set)?;
+        }
+        Ok(book)
+    }
+
+    /// Resolve one set's `extends` depth-first; `stack` detects cycles.
+    fn resolve(
+        &mut self,
+        name: &str,
+        given: &BTreeMap<String, RuleSet>,
+        stack: &mut Vec<String>,
+    ) -> Result<(), RuleError> {
+        if self.sets.contains_key(name) {
+            return Ok(());
+        }
+        let set = given
+            .get(name)
+            .ok_or_else(|| RuleError::UnknownRuleSet(name.to_owned()))?;
+        let invalid = |message: String| RuleError::Invalid {
+            source_name: set.source_name.clone(),
+            key: "extends".into(),
+            message,
+        };
+        if stack.iter().any(|s| s == name) {
+            return Err(invalid(format!(
+                "`extends` forms a cycle: {} -> {name}",
+                stack.join(" -> ")
+            )));
+        }
+        stack.push(name.to_owned());
+        let mut resolved = set.clone();
+        resolved.rules.clear();
+        for parent in &set.extends {
+            if !given.contains_key(parent) {
+                return Err(invalid(format!("unknown rule set `{parent}`")));
+            }
+            self.resolve(parent, given, stack)?;
+            let parent = &self.sets[parent];
+            resolved.variables.extend(parent.variables.iter().cloned());
+            resolved.rules.extend(parent.rules.iter().cloned());
+        }
+        stack.pop();
+        for rule in &set.rules {
+            if resolved.rules.iter().any(|r| r.name == rule.name) {
+                return Err(invalid(format!(
+                    "rule `{}` is also defined in an extended set",
+                    rule.name
+                )));
+            }
+            resolved.rules.push(rule.clone());
+        }
+        self.sets.insert(name.to_owned(), resolved);
+        Ok(())
+    }
+
+    fn check_examples(&self, set: &RuleSet) -> Result<(), RuleError> {
+        let names = [set.name.clone()];
+        for (line, expect_allow) in &set.examples {
+            let Some(head) = parse_example(line) else {
+                continue;
+            };
+            let actual = match self.check(&head, &names, &set.example_variables) {
+                Decision::Allow(_) if *expect_allow => continue,
+                Decision::Deny(_) if !*expect_allow => continue,
+                Decision::Allow(a) => format!("allowed by rule `{}`", a.rule),
+                Decision::Deny(d) => format!("denied: {}", d.reason),
+            };
+            return Err(RuleError::Example {
+                source_name: set.source_name.clone(),
+                example: line.clone(),
+                expected: if *expect_allow { "allowed" } else { "denied" },
+                actual,
+            });
+        }
+        Ok(())
     }
 
     pub fn get(&self, name: &str) -> Option<&RuleSet> {
@@ -771,3 +842,6 @@ impl fmt::Display for Injection {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+pub(crate) mod shipped_tests;

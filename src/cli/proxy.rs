@@ -1,19 +1,96 @@
-//! `gatehouse proxy` subcommands.
+//! `gatehouse proxy` and `gatehouse audit` subcommands.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Subcommand;
+use gatehouse_proxy::{audit, config::Config, service};
 
 #[derive(Subcommand)]
 pub enum Commands {
-    /// Run the credential-injecting proxy
-    Proxy,
+    /// Run the credential-injecting proxy until SIGINT or SIGTERM
+    Proxy {
+        /// The proxy's TOML config (see proxy/examples/proxy.toml)
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Work with the proxy's audit log
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum AuditCommand {
+    /// Check the hash chain of an audit log; exit 1 at the first broken line
+    Verify {
+        /// The audit log (JSONL)
+        file: PathBuf,
+    },
 }
 
 impl Commands {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self {
-            Commands::Proxy => anyhow::bail!("`gatehouse proxy` is not built yet"),
+            Commands::Proxy { config } => run_proxy(config),
+            Commands::Audit {
+                command: AuditCommand::Verify { file },
+            } => verify(file),
+        }
+    }
+}
+
+fn run_proxy(path: PathBuf) -> anyhow::Result<ExitCode> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let config = Config::load(&path)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let running = service::start(&config)?;
+        tracing::info!(
+            identities = config.identities.len(),
+            admin = ?config.admin_socket,
+            "gatehouse proxy ready"
+        );
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("installing the SIGTERM handler")?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+        running.stop(&config).await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn verify(file: PathBuf) -> anyhow::Result<ExitCode> {
+    match audit::verify(&file) {
+        Ok(report) => {
+            println!(
+                "{}: chain intact: {} lines, {} requests, {} completions, {} without completion; last hash {}",
+                file.display(),
+                report.lines,
+                report.requests,
+                report.completions,
+                report.open_requests.len(),
+                report.last_hash
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("gatehouse audit verify: {e}");
+            Ok(ExitCode::from(1))
         }
     }
 }

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
+use gatehouse_proxy::audit::AuditLog;
 use gatehouse_proxy::ca::CertificateAuthority;
 use gatehouse_proxy::credentials::{CredentialSpec, Credentials};
 use gatehouse_proxy::rules::{RuleBook, RuleSet};
-use gatehouse_proxy::server::audit_writer::{AuditAppend, AuditWriter};
+use gatehouse_proxy::server::audit_writer::AuditWriter;
 use gatehouse_proxy::server::{IdentitySpec, Proxy, ProxyParts};
 use gatehouse_proxy::upstream::{UpstreamOverride, Upstreams};
 use rustls::pki_types::ServerName;
@@ -85,18 +86,6 @@ inject = "git_basic"
 receive_pack = { refs = ["refs/heads/gatehouse/*"] }
 "#;
 
-/// A JSONL file; the chain is the production log's business.
-struct PlainJsonl(std::fs::File);
-
-impl AuditAppend for PlainJsonl {
-    fn append(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
-        writeln!(self.0, "{record}")
-    }
-    fn sync(&mut self) -> std::io::Result<()> {
-        self.0.sync_data()
-    }
-}
-
 /// A random token generated at test time (never a real-looking constant).
 pub fn random_token(prefix: &str) -> String {
     let mut bytes = [0u8; 20];
@@ -143,11 +132,6 @@ impl Harness {
         let token_file = dir.path().join("github.token");
         std::fs::write(&token_file, &token).unwrap();
         let audit_path = dir.path().join("audit.jsonl");
-        let audit_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&audit_path)
-            .unwrap();
 
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -185,7 +169,7 @@ impl Harness {
                 upstreams,
                 policy: Arc::new(book),
                 credentials: Arc::new(credentials),
-                audit: AuditWriter::start(PlainJsonl(audit_file)),
+                audit: AuditWriter::start(AuditLog::open(&audit_path).unwrap()).unwrap(),
                 socket_dir: dir.path().join("sockets"),
             })
             .unwrap();
@@ -424,4 +408,129 @@ pub fn read_until_closed(s: &mut impl Read) -> (bool, String) {
         }
     };
     (closed, String::from_utf8_lossy(&out).into_owned())
+}
+
+/// `gatehouse proxy` as a child process; killed when dropped.
+pub struct ProxyProcess {
+    pub child: std::process::Child,
+    pub admin: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes a config into `dir` (rules, token file, overrides for the
+/// emulator's hosts) and starts `gatehouse proxy` on it, logging at debug.
+pub fn start_proxy_process(dir: &Path, github: &GithubHandle, token: &str) -> ProxyProcess {
+    use std::os::unix::fs::PermissionsExt;
+    github.write_ca_pem(&dir.join("upstream-ca.pem")).unwrap();
+    std::fs::write(dir.join("rules.toml"), TEST_RULES).unwrap();
+    std::fs::write(dir.join("github.token"), token).unwrap();
+    std::fs::set_permissions(
+        dir.join("github.token"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let authority = github.addr().to_string();
+    let config = format!(
+        r#"
+identity_socket_dir = "sockets"
+rule_set_files = ["rules.toml"]
+
+[ca]
+cert = "ca.pem"
+key = "ca.key"
+
+[audit]
+path = "audit.jsonl"
+
+[admin]
+socket = "admin.sock"
+
+[credentials.github]
+kind = "github_token"
+token_file = "github.token"
+
+[upstream."api.github.com"]
+url = "https://{authority}"
+ca_file = "upstream-ca.pem"
+
+[upstream."github.com"]
+url = "https://{authority}"
+ca_file = "upstream-ca.pem"
+"#
+    );
+    std::fs::write(dir.join("proxy.toml"), config).unwrap();
+    let log = dir.join("proxy.log");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+        .args(["proxy", "--config"])
+        .arg(dir.join("proxy.toml"))
+        .env("RUST_LOG", "debug")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let admin = dir.join("admin.sock");
+    for _ in 0..400 {
+        if admin.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(
+        admin.exists(),
+        "the proxy did not start: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    ProxyProcess { child, admin, log }
+}
+
+/// One HTTP/1.1 exchange over a unix socket; returns (status, body).
+pub fn admin_call(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let body = body.unwrap_or("");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: gatehouse\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    (
+        head.split(' ').nth(1).unwrap().parse().unwrap(),
+        body.to_string(),
+    )
+}
+
+/// A blocking TCP relay on loopback to a unix socket (for clients outside
+/// a sandbox, which only speak TCP to a proxy). Runs until the process ends.
+pub fn thread_relay(socket: PathBuf) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let Ok(unix) = UnixStream::connect(&socket) else {
+                continue;
+            };
+            let (mut t2, mut u2) = (tcp.try_clone().unwrap(), unix.try_clone().unwrap());
+            let (mut t1, mut u1) = (tcp, unix);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut t1, &mut u1);
+                let _ = u1.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut u2, &mut t2);
+                let _ = t2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    port
 }

@@ -14,6 +14,7 @@ use http_body_util::{BodyExt, Channel};
 use hyper::body::Incoming;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
+use crate::record::BODY_RECORD_LIMIT;
 use crate::server::Body;
 
 /// The three smart-HTTP endpoints.
@@ -78,10 +79,15 @@ pub(crate) enum GitError {
 /// Largest CGI header block accepted from the backend.
 const MAX_CGI_HEADER: usize = 64 * 1024;
 
+/// Called once the request body has streamed through: its first
+/// `BODY_RECORD_LIMIT` bytes and whether there was more.
+pub(crate) type BodyCapture = Box<dyn FnOnce(Vec<u8>, bool) + Send>;
+
 /// Run `git http-backend` for one request and stream its answer.
 pub(crate) async fn serve(
     request: CgiRequest<'_>,
     body: Incoming,
+    capture: BodyCapture,
 ) -> Result<Response<Body>, GitError> {
     let header = |name: &str| {
         request
@@ -135,17 +141,28 @@ pub(crate) async fn serve(
     };
 
     // Request body → stdin, frame by frame.
+    // The response ends only after the request body has been recorded, so a
+    // client that saw the whole answer also sees the complete record.
+    let (body_done, body_recorded) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let mut body = body;
+        let mut prefix = Vec::new();
+        let mut truncated = false;
         while let Some(frame) = body.frame().await {
             let Ok(frame) = frame else { break };
             if let Ok(data) = frame.into_data() {
+                let room = BODY_RECORD_LIMIT - prefix.len();
+                prefix.extend_from_slice(&data[..data.len().min(room)]);
+                truncated |= data.len() > room;
                 if stdin.write_all(&data).await.is_err() {
                     break;
                 }
             }
         }
-        let _ = stdin.shutdown().await;
+        capture(prefix, truncated);
+        let _ = body_done.send(());
+        // Dropping stdin here is what tells the backend the body ended.
+        drop(stdin);
     });
     tokio::spawn(async move {
         let mut text = String::new();
@@ -213,7 +230,9 @@ pub(crate) async fn serve(
                 }
             }
         }
+        let _ = body_recorded.await;
         let _ = child.wait().await;
+        drop(sender);
     });
     builder
         .status(status)

@@ -8,6 +8,7 @@
 //! recorded.
 
 mod git;
+mod graphql;
 mod model;
 mod rest;
 
@@ -28,6 +29,7 @@ use crate::ca::{CaError, TestCa};
 use crate::record::{lock, record_head, RecordedRequest, Recorder, BODY_RECORD_LIMIT};
 use crate::server::{full_body, Body, Handler, HandlerFuture, ServeError, Server};
 use crate::time::unix_now;
+use crate::util::{parse_query, random_hex};
 use model::{Job, Model, PullInfo};
 
 /// Largest REST or GraphQL body accepted (git bodies stream and have no limit).
@@ -120,6 +122,8 @@ pub struct GithubOptions {
     pub logs_base_url: String,
     /// Server runtime threads.
     pub worker_threads: usize,
+    /// The CA to sign the server certificate with; `None` generates one.
+    pub ca: Option<Arc<TestCa>>,
 }
 
 impl GithubOptions {
@@ -132,6 +136,7 @@ impl GithubOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             logs_base_url: "https://pipelines.actions.githubusercontent.com".to_owned(),
             worker_threads: 2,
+            ca: None,
         }
     }
 
@@ -178,7 +183,10 @@ impl GithubEmulator {
             create_bare_repo(&options.root_dir, repo)?;
             model.add_repo(&repo.owner, &repo.name, &repo.default_branch);
         }
-        let ca = TestCa::generate()?;
+        let ca = match options.ca.clone() {
+            Some(ca) => ca,
+            None => Arc::new(TestCa::generate()?),
+        };
         let state = Arc::new(GithubState {
             model: Mutex::new(model),
             recorder: Recorder::default(),
@@ -201,7 +209,7 @@ impl GithubEmulator {
 pub struct GithubHandle {
     server: Server,
     state: Arc<GithubState>,
-    ca: TestCa,
+    ca: Arc<TestCa>,
 }
 
 impl std::fmt::Debug for GithubHandle {
@@ -226,6 +234,11 @@ impl GithubHandle {
     /// The test CA certificate (PEM) clients must trust.
     pub fn ca_pem(&self) -> &str {
         self.ca.cert_pem()
+    }
+
+    /// The test CA, to share with another emulator (one CA file for both).
+    pub fn ca(&self) -> Arc<TestCa> {
+        self.ca.clone()
     }
 
     /// Write the test CA certificate (PEM) to `path`.
@@ -498,10 +511,24 @@ impl GithubState {
                     }
                     _ => None,
                 };
-                match user {
-                    None => git_unauthorized(),
-                    Some(user) => self.git(&parts, &git_path, &user, body).await,
-                }
+                let Some(user) = user else {
+                    record.status = StatusCode::UNAUTHORIZED.as_u16();
+                    self.recorder.push(record);
+                    return git_unauthorized();
+                };
+                // Recorded now, completed as the body streams and the answer starts.
+                let index = self.recorder.push_pending(record);
+                let state = self.clone();
+                let capture: git::BodyCapture = Box::new(move |prefix, truncated| {
+                    state.recorder.update(index, |r| {
+                        r.body = prefix;
+                        r.body_truncated = truncated;
+                    });
+                });
+                let response = self.git(&parts, &git_path, &user, body, capture).await;
+                let status = response.status().as_u16();
+                self.recorder.update(index, |r| r.status = status);
+                return response;
             }
             Target::Rest => {
                 let login = match &credential {
@@ -537,8 +564,28 @@ impl GithubState {
         response
     }
 
-    /// Record a REST reply and turn it into a response.
-    fn finish(&self, mut record: RecordedRequest, reply: rest::Reply) -> Response<Body> {
+    /// Record a REST reply and turn it into a response. A GET answered 200
+    /// carries an `ETag`; a matching `If-None-Match` gets 304 with no body,
+    /// as GitHub does for polling.
+    fn finish(&self, mut record: RecordedRequest, mut reply: rest::Reply) -> Response<Body> {
+        let body = if reply.body.is_null() {
+            Bytes::new()
+        } else {
+            Bytes::from(reply.body.to_string())
+        };
+        let etag = (record.method == "GET" && reply.status == StatusCode::OK).then(|| {
+            use sha2::Digest as _;
+            format!("W/\"{}\"", hex::encode(&sha2::Sha256::digest(&body)[..16]))
+        });
+        let not_modified = etag.as_deref().is_some_and(|tag| {
+            record
+                .header_all("if-none-match")
+                .iter()
+                .any(|v| v.split(',').any(|candidate| candidate.trim() == tag))
+        });
+        if not_modified {
+            reply.status = StatusCode::NOT_MODIFIED;
+        }
         record.status = reply.status.as_u16();
         record.created_id = reply.created_id.clone();
         self.recorder.push(record);
@@ -553,14 +600,17 @@ impl GithubState {
         if let Some(location) = &reply.location {
             builder = builder.header(http::header::LOCATION, location);
         }
-        let body = if reply.body.is_null() {
+        if let Some(etag) = &etag {
+            builder = builder.header(http::header::ETAG, etag);
+        }
+        let body = if not_modified || body.is_empty() {
             Bytes::new()
         } else {
             builder = builder.header(
                 http::header::CONTENT_TYPE,
                 "application/json; charset=utf-8",
             );
-            Bytes::from(reply.body.to_string())
+            body
         };
         builder
             .body(full_body(body))
@@ -568,7 +618,16 @@ impl GithubState {
     }
 
     async fn rest(&self, parts: &http::request::Parts, body: &[u8], login: &str) -> rest::Reply {
-        let path = parts.uri.path();
+        // GitHub Enterprise Server serves REST under `/api/v3` and GraphQL at
+        // `/api/graphql`; accepting both lets clients such as gh talk to the
+        // emulator directly with `GH_HOST=localhost:PORT`.
+        let path = match parts.uri.path() {
+            "/api/graphql" => "/graphql",
+            other => other
+                .strip_prefix("/api/v3")
+                .filter(|p| p.starts_with('/'))
+                .unwrap_or(other),
+        };
         // `/repositories/{id}/…` is GitHub's alias of `/repos/{owner}/{repo}/…`.
         let aliased;
         let path = match rest::repository_alias(path) {
@@ -586,7 +645,17 @@ impl GithubState {
             return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
         };
         if route == rest::Route::Graphql {
-            return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
+            if parts.method != Method::POST {
+                return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
+            }
+            let mut model = lock(&self.model);
+            let answer = graphql::execute(&mut model, login, unix_now(), body);
+            return rest::Reply {
+                status: StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_REQUEST),
+                body: answer.body,
+                created_id: answer.created_id,
+                location: None,
+            };
         }
         let query = parse_query(parts.uri.query().unwrap_or(""));
         // Opening a pull request needs the head branch's commit from disk.
@@ -658,6 +727,7 @@ impl GithubState {
         git_path: &git::GitPath,
         user: &str,
         body: Incoming,
+        capture: git::BodyCapture,
     ) -> Response<Body> {
         let Ok((owner, name)) = self.repo_names(&format!("{}/{}", git_path.owner, git_path.name))
         else {
@@ -676,7 +746,7 @@ impl GithubState {
             headers: &parts.headers,
             remote_user: user,
         };
-        match git::serve(request, body).await {
+        match git::serve(request, body, capture).await {
             Ok(response) => response,
             Err(error) => {
                 tracing::warn!(%error, "git http-backend failed");
@@ -710,57 +780,6 @@ fn plain(status: StatusCode, text: &str) -> Response<Body> {
         http::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
-}
-
-/// `a=1&b=x%20y` → `[("a","1"),("b","x y")]`.
-pub(crate) fn parse_query(query: &str) -> Vec<(String, String)> {
-    query
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(key), percent_decode(value))
-        })
-        .collect()
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let hex_value = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                match (hex_value(bytes[i + 1]), hex_value(bytes[i + 2])) {
-                    (Some(high), Some(low)) => {
-                        out.push(high << 4 | low);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            byte => out.push(byte),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn random_hex(bytes: usize) -> String {
-    let mut buffer = vec![0u8; bytes];
-    // ring is already the TLS provider; use its system RNG.
-    let _ = ring_fill(&mut buffer);
-    hex::encode(buffer)
-}
-
-fn ring_fill(buffer: &mut [u8]) -> Result<(), rustls::Error> {
-    use rustls::crypto::ring::default_provider;
-    default_provider()
-        .secure_random
-        .fill(buffer)
-        .map_err(|_| rustls::Error::FailedToGetRandomBytes)
 }
 
 /// The commit `branch` points at in `git_dir`, if the branch exists.
@@ -899,19 +918,5 @@ mod tests {
         ] {
             assert_eq!(parse_authorization(header), expected, "{header}");
         }
-    }
-
-    #[test]
-    fn decodes_queries() {
-        assert_eq!(
-            parse_query("since=2024-01-01T00%3A00%3A00Z&per_page=5&x&q=a+b&bad=%zz"),
-            vec![
-                ("since".into(), "2024-01-01T00:00:00Z".into()),
-                ("per_page".into(), "5".into()),
-                ("x".into(), "".into()),
-                ("q".into(), "a b".into()),
-                ("bad".into(), "%zz".into()),
-            ]
-        );
     }
 }

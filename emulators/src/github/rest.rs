@@ -416,7 +416,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
             };
             let number = model.add_issue(id, &title, text, call.login, Some(pull), call.now);
             let issue = model.issue(id, number).ok_or_else(Reply::not_found)?;
-            let mut reply = Reply::created(model.pull_json(issue), number);
+            let mut reply = Reply::created(model.pull_json(issue), issue.id);
             reply.location = Some(format!(
                 "{API_BASE}/repos/{}/{}/pulls/{number}",
                 path.owner, path.name

@@ -252,11 +252,86 @@ fn identity_problems_deny() {
     assert_eq!(book().check_identity(&sets(), &vars()), Ok(()));
 }
 
+const CHILD: &str = r#"
+name = "child"
+description = "extends test-worker"
+extends = ["test-worker"]
+variables = ["repo"]
+
+[[rule]]
+name = "pull-read"
+source = "test"
+host = "api.github.com"
+methods = ["GET"]
+path = "/repos/{repo}/pulls/{n}"
+credential = "github"
+inject = "bearer"
+
+[example_variables]
+repo = "octo/hello"
+
+[[example]]
+allow = "GET api.github.com/repos/octo/hello/issues/1"
+
+[[example]]
+allow = "GET api.github.com/repos/octo/hello/pulls/1"
+"#;
+
+#[test]
+fn extends_includes_parent_rules_and_checks_examples_after() {
+    let parent = RuleSet::parse("w.toml", WORKER).unwrap();
+    let child = RuleSet::parse("c.toml", CHILD).unwrap();
+    let book = RuleBook::new([child.clone(), parent.clone()]).unwrap();
+    let head = parse_example("GET api.github.com/repos/octo/hello/issues/1").unwrap();
+    let Decision::Allow(a) = book.check(&head, &["child".to_owned()], &vars()) else {
+        panic!("denied")
+    };
+    assert_eq!(
+        (a.rule_set.as_str(), a.rule.as_str()),
+        ("child", "issue-read")
+    );
+    assert_eq!(
+        book.get("child").unwrap().rules.len(),
+        parent.rules.len() + 1
+    );
+    // the parent does not gain the child's rules
+    let head = parse_example("GET api.github.com/repos/octo/hello/pulls/1").unwrap();
+    assert!(matches!(
+        book.check(&head, &sets(), &vars()),
+        Decision::Deny(_)
+    ));
+    // a missing parent, a cycle, a clashing rule name
+    assert!(RuleBook::new([child.clone()])
+        .unwrap_err()
+        .to_string()
+        .contains("unknown rule set `test-worker`"));
+    let cyclic = RuleSet::parse(
+        "p.toml",
+        &WORKER.replacen(
+            "description = \"test\"",
+            "description = \"test\"\nextends = [\"child\"]",
+            1,
+        ),
+    )
+    .unwrap();
+    assert!(RuleBook::new([child.clone(), cyclic])
+        .unwrap_err()
+        .to_string()
+        .contains("cycle"));
+    let clash = RuleSet::parse("c.toml", &CHILD.replace("pull-read", "issue-read")).unwrap();
+    assert!(RuleBook::new([clash, parent])
+        .unwrap_err()
+        .to_string()
+        .contains("also defined"));
+}
+
 #[test]
 fn bad_rule_sets_are_refused_with_the_key() {
     let swap = |from: &str, to: &str| {
         assert!(WORKER.contains(from), "{from}");
-        RuleSet::parse("w.toml", &WORKER.replacen(from, to, 1))
+        let text = WORKER.replacen(from, to, 1);
+        RuleSet::parse("w.toml", &text)
+            .and_then(|set| RuleBook::new([set]))
             .unwrap_err()
             .to_string()
     };

@@ -2,22 +2,16 @@
 //!
 //! Every request's record is queued *before* it is forwarded and its
 //! completion after. Records of message-bearing calls are waited for until
-//! they are on disk (fsync), so an acknowledged message is never missing
-//! after a crash; other records are written in order and synced in batches,
-//! which keeps an fsync off the path of every ordinary request.
+//! they are on disk (fdatasync), so an acknowledged message is never missing
+//! after a crash; other records are written in order and synced in batches
+//! (group commit), which keeps an fsync off the path of every ordinary
+//! request.
 
 use std::sync::mpsc;
 
-use serde_json::Value;
 use tokio::sync::oneshot;
 
-/// Where records end up: an append-only, hash-chained log.
-pub trait AuditAppend: Send + 'static {
-    /// Appends one record (not necessarily durable yet).
-    fn append(&mut self, record: &Value) -> std::io::Result<()>;
-    /// Makes everything appended so far durable.
-    fn sync(&mut self) -> std::io::Result<()>;
-}
+use crate::audit::{AuditLog, Record};
 
 /// The audit log could not be written: the request is refused.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +19,8 @@ pub trait AuditAppend: Send + 'static {
 pub struct AuditUnavailable;
 
 struct Job {
-    record: Value,
+    /// None: a flush marker, acknowledged once everything before it is on disk.
+    record: Option<Record>,
     durable: Option<oneshot::Sender<bool>>,
 }
 
@@ -43,7 +38,7 @@ impl std::fmt::Debug for AuditWriter {
 
 impl AuditWriter {
     /// Starts the writer thread over `log`.
-    pub fn start(mut log: impl AuditAppend) -> Self {
+    pub fn start(mut log: AuditLog) -> Result<Self, std::io::Error> {
         let (jobs, queue) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("gatehouse-audit".into())
@@ -51,45 +46,56 @@ impl AuditWriter {
                 while let Ok(first) = queue.recv() {
                     let mut batch = vec![first];
                     batch.extend(queue.try_iter());
-                    let mut ok = true;
-                    for job in &batch {
-                        if let Err(error) = log.append(&job.record) {
-                            tracing::error!(%error, "appending to the audit log");
-                            ok = false;
+                    let records: Vec<Record> =
+                        batch.iter().filter_map(|j| j.record.clone()).collect();
+                    let ok = match log.append_all(&records) {
+                        Ok(_) => true,
+                        Err(error) => {
+                            tracing::error!(%error, "writing the audit log");
+                            false
                         }
-                    }
-                    if let Err(error) = log.sync() {
-                        tracing::error!(%error, "syncing the audit log");
-                        ok = false;
-                    }
+                    };
                     for job in batch {
                         if let Some(done) = job.durable {
                             let _ = done.send(ok);
                         }
                     }
                 }
-            })
-            .map(|_| ())
-            .unwrap_or_else(|error| tracing::error!(%error, "starting the audit writer"));
-        Self { jobs }
+            })?;
+        Ok(Self { jobs })
     }
 
     /// Queues a record; it is written after every record queued before it.
-    pub fn record(&self, record: Value) -> Result<(), AuditUnavailable> {
+    pub fn record(&self, record: Record) -> Result<(), AuditUnavailable> {
         self.jobs
             .send(Job {
-                record,
+                record: Some(record),
                 durable: None,
             })
             .map_err(|_| AuditUnavailable)
     }
 
-    /// Queues a record and waits until it is on disk.
-    pub async fn record_durably(&self, record: Value) -> Result<(), AuditUnavailable> {
+    /// Waits until every record queued so far is on disk.
+    pub async fn flush(&self) -> Result<(), AuditUnavailable> {
         let (done, wait) = oneshot::channel();
         self.jobs
             .send(Job {
-                record,
+                record: None,
+                durable: Some(done),
+            })
+            .map_err(|_| AuditUnavailable)?;
+        match wait.await {
+            Ok(true) => Ok(()),
+            _ => Err(AuditUnavailable),
+        }
+    }
+
+    /// Queues a record and waits until it is on disk.
+    pub async fn record_durably(&self, record: Record) -> Result<(), AuditUnavailable> {
+        let (done, wait) = oneshot::channel();
+        self.jobs
+            .send(Job {
+                record: Some(record),
                 durable: Some(done),
             })
             .map_err(|_| AuditUnavailable)?;

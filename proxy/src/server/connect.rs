@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use super::forward::{self, Target};
+use super::framing::Guarded;
 use super::{is_dns_name, Identity, Proxy};
 use crate::body::{self, ProxyBody};
 
@@ -67,7 +68,7 @@ async fn serve_outer(proxy: Arc<Proxy>, identity: Arc<Identity>, stream: UnixStr
         service_fn(move |req| outer(proxy.clone(), identity.clone(), req))
     };
     let conn = http1_server()
-        .serve_connection(TokioIo::new(stream), service)
+        .serve_connection(Guarded::new(TokioIo::new(stream)), service)
         .with_upgrades();
     tokio::select! {
         result = conn => {
@@ -226,7 +227,7 @@ async fn intercept(
             })
         };
         if let Err(error) = http1_server()
-            .serve_connection(TokioIo::new(tls), service)
+            .serve_connection(Guarded::new(TokioIo::new(tls)), service)
             .await
         {
             tracing::debug!(%error, %host, "intercepted connection ended");

@@ -15,9 +15,13 @@ use hyper::body::{Body, Incoming};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::policy::{BodyVerdict, Grant, RequestView};
 use super::{Identity, Proxy};
-use crate::body::{self, PrefixedBody, ProxyBody, RedactingBody};
+use crate::audit::{rfc3339_utc, CompletionRecord, MessageRecord, Outcome, Record, RequestRecord};
+use crate::body::{self, CountingBody, PrefixedBody, ProxyBody, RedactingBody};
+use crate::receive_pack;
 use crate::redact::{redact_all, Redactor};
 
 /// Largest body buffered to hash a message or to find the created id.
@@ -145,32 +149,11 @@ fn denied(
     )
 }
 
-fn now_rfc3339() -> String {
+fn now() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    format_rfc3339(now.as_secs(), now.subsec_millis())
-}
-
-/// Formats a UNIX time as `YYYY-MM-DDTHH:MM:SS.mmmZ` (civil-from-days).
-fn format_rfc3339(secs: u64, millis: u32) -> String {
-    let days = (secs / 86400) as i64;
-    let rem = secs % 86400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    rfc3339_utc(now.as_millis() as u64)
 }
 
 fn query_keys(query: Option<&str>) -> Vec<String> {
@@ -184,6 +167,20 @@ fn query_keys(query: Option<&str>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+fn connect_record(proxy: &Proxy, identity: &Identity, host: &str, outcome: Outcome) -> Record {
+    Record::Request(RequestRecord {
+        time: now(),
+        request_id: proxy.request_id(),
+        identity: identity.name.clone(),
+        method: "CONNECT".into(),
+        host: host.into(),
+        path: format!("{host}:443"),
+        query_keys: Vec::new(),
+        outcome,
+        message: None,
+    })
+}
+
 /// Records a refused CONNECT and answers 403.
 pub(super) fn deny_connect(
     proxy: &Proxy,
@@ -192,17 +189,17 @@ pub(super) fn deny_connect(
     authority: &str,
     reason: &str,
 ) -> Response<ProxyBody> {
-    let _ = proxy.audit.record(json!({
-        "time": now_rfc3339(),
-        "request_id": proxy.request_id(),
-        "phase": "request",
-        "identity": identity.name,
-        "method": "CONNECT",
-        "host": host,
-        "path": authority,
-        "decision": "deny",
-        "reason": reason,
-    }));
+    let outcome = Outcome::Deny {
+        reason: reason.into(),
+        rule_sets_tried: identity.scope.rule_sets.clone(),
+    };
+    if proxy
+        .audit
+        .record(connect_record(proxy, identity, host, outcome))
+        .is_err()
+    {
+        return audit_unavailable();
+    }
     denied(
         "CONNECT",
         host,
@@ -212,31 +209,57 @@ pub(super) fn deny_connect(
     )
 }
 
+/// Records a spliced tunnel (it carries no credential and is not inspected).
 pub(super) fn audit_tunnel(proxy: &Proxy, identity: &Identity, host: &str) {
-    let _ = proxy.audit.record(json!({
-        "time": now_rfc3339(),
-        "request_id": proxy.request_id(),
-        "phase": "request",
-        "identity": identity.name,
-        "method": "CONNECT",
-        "host": host,
-        "path": format!("{host}:443"),
-        "decision": "tunnel",
-    }));
+    let outcome = Outcome::Allow {
+        rule_set: "(tunnel)".into(),
+        rule: "tunnel_hosts".into(),
+    };
+    let _ = proxy
+        .audit
+        .record(connect_record(proxy, identity, host, outcome));
 }
 
 pub(super) fn audit_refused_tls(proxy: &Proxy, identity: &Identity, host: &str, sni: Option<&str>) {
-    let _ = proxy.audit.record(json!({
-        "time": now_rfc3339(),
-        "request_id": proxy.request_id(),
-        "phase": "request",
-        "identity": identity.name,
-        "method": "CONNECT",
-        "host": host,
-        "path": format!("{host}:443"),
-        "decision": "deny",
-        "reason": format!("TLS server name {sni:?} does not match the CONNECT host"),
-    }));
+    let outcome = Outcome::Deny {
+        reason: format!("TLS server name {sni:?} does not match the CONNECT host"),
+        rule_sets_tried: identity.scope.rule_sets.clone(),
+    };
+    let _ = proxy
+        .audit
+        .record(connect_record(proxy, identity, host, outcome));
+}
+
+/// The completion line of one forwarded request.
+struct Completion {
+    proxy: Arc<Proxy>,
+    request_id: String,
+    started: Instant,
+    sent: Arc<AtomicU64>,
+}
+
+impl Completion {
+    fn record(
+        &self,
+        status: u16,
+        received: u64,
+        message_id: Option<String>,
+        error: Option<String>,
+    ) {
+        let record = Record::Completion(CompletionRecord {
+            time: now(),
+            request_id: self.request_id.clone(),
+            status,
+            bytes_sent: self.sent.load(Ordering::Relaxed),
+            bytes_received: received,
+            duration_ms: self.started.elapsed().as_millis() as u64,
+            message_id,
+            error,
+        });
+        if self.proxy.audit.record(record).is_err() {
+            tracing::error!(request_id = %self.request_id, "audit completion record lost");
+        }
+    }
 }
 
 /// Handles one request on an intercepted tunnel or a plain-HTTP request.
@@ -283,53 +306,46 @@ pub(super) async fn handle(
         path: &path,
         query: query.as_deref(),
     };
-    let mut record = json!({
-        "time": now_rfc3339(),
-        "request_id": request_id,
-        "phase": "request",
-        "identity": identity.name,
-        "method": method,
-        "host": host,
-        "path": path,
-        "query_keys": query_keys(query.as_deref()),
-    });
+    let mut record = RequestRecord {
+        time: now(),
+        request_id: request_id.clone(),
+        identity: identity.name.clone(),
+        method: method.clone(),
+        host: host.to_string(),
+        path: path.clone(),
+        query_keys: query_keys(query.as_deref()),
+        outcome: Outcome::Deny {
+            reason: String::new(),
+            rule_sets_tried: Vec::new(),
+        },
+        message: None,
+    };
+    let deny = |mut record: RequestRecord, reason: &str, tried: &[String]| {
+        record.outcome = Outcome::Deny {
+            reason: reason.to_string(),
+            rule_sets_tried: tried.to_vec(),
+        };
+        if proxy.audit.record(Record::Request(record)).is_err() {
+            return audit_unavailable();
+        }
+        denied(&method, host, &path, reason, tried)
+    };
     let grant = match proxy.policy.check(&view, &identity.scope) {
         Ok(grant) => grant,
-        Err(refusal) => {
-            record["decision"] = json!("deny");
-            record["reason"] = json!(refusal.reason);
-            if proxy.audit.record(record).is_err() {
-                return Ok(audit_unavailable());
-            }
-            return Ok(denied(
-                &method,
-                host,
-                &path,
-                &refusal.reason,
-                &refusal.rule_sets_tried,
-            ));
-        }
+        Err(refusal) => return Ok(deny(record, &refusal.reason, &refusal.rule_sets_tried)),
     };
-    record["decision"] = json!("allow");
-    record["rule_set"] = json!(grant.rule_set);
-    record["rule"] = json!(grant.rule);
 
     let (parts, incoming) = req.into_parts();
     let outgoing_body = match inspect_body(&parts.headers, incoming, &grant).await {
         Ok(inspected) => inspected,
-        Err(reason) => {
-            record["decision"] = json!("deny");
-            record["reason"] = json!(reason);
-            if proxy.audit.record(record).is_err() {
-                return Ok(audit_unavailable());
-            }
-            return Ok(denied(
-                &method,
-                host,
-                &path,
-                &reason,
-                &identity.scope.rule_sets,
-            ));
+        Err(refusal) => {
+            let answer = deny(record, &refusal.reason, &identity.scope.rule_sets);
+            return Ok(match refusal.git_report {
+                // git prints a report's reasons next to each ref, where a
+                // 403 would only say "RPC failed".
+                Some(report) if answer.status() == StatusCode::FORBIDDEN => report(&refusal.reason),
+                _ => answer,
+            });
         }
     };
     if let (Some(message), Some(hash)) = (&grant.message, &outgoing_body.sha256) {
@@ -345,27 +361,20 @@ pub(super) async fn handle(
                 Some(other) => target = format!("{target}:{other}"),
                 None => {
                     let reason = format!("the message body has no {pointer} naming its target");
-                    record["decision"] = json!("deny");
-                    record["reason"] = json!(reason);
-                    if proxy.audit.record(record).is_err() {
-                        return Ok(audit_unavailable());
-                    }
-                    return Ok(denied(
-                        &method,
-                        host,
-                        &path,
-                        &reason,
-                        &identity.scope.rule_sets,
-                    ));
+                    return Ok(deny(record, &reason, &identity.scope.rule_sets));
                 }
             }
         }
-        record["message"] = json!({
-            "kind": message.kind,
-            "target": target,
-            "body_sha256": hash,
+        record.message = Some(MessageRecord {
+            kind: message.kind.clone(),
+            target,
+            body_sha256: hash.clone(),
         });
     }
+    record.outcome = Outcome::Allow {
+        rule_set: grant.rule_set.clone(),
+        rule: grant.rule.clone(),
+    };
 
     let authorization = match proxy
         .credentials
@@ -406,16 +415,24 @@ pub(super) async fn handle(
         HeaderValue::from_str(host).unwrap_or(HeaderValue::from_static("invalid")),
     );
     headers.insert(header::AUTHORIZATION, authorization);
-    let mut upstream_req = Request::new(outgoing_body.body);
+    let sent = Arc::new(AtomicU64::new(0));
+    let completion = Completion {
+        proxy: proxy.clone(),
+        request_id: request_id.clone(),
+        started,
+        sent: sent.clone(),
+    };
+    let mut upstream_req = Request::new(body::boxed(CountingBody::new(outgoing_body.body, sent)));
     *upstream_req.method_mut() = parts.method.clone();
     *upstream_req.uri_mut() = uri;
     *upstream_req.headers_mut() = headers;
 
     // Written before forwarding; a message is on disk before it can be sent.
+    let record = Record::Request(record);
     let queued = if grant.message.is_some() {
-        proxy.audit.record_durably(record.clone()).await
+        proxy.audit.record_durably(record).await
     } else {
-        proxy.audit.record(record.clone())
+        proxy.audit.record(record)
     };
     if queued.is_err() {
         return Ok(audit_unavailable());
@@ -426,14 +443,7 @@ pub(super) async fn handle(
         Err(error) => {
             let text = redact_text(&proxy, &format!("{error:?}"));
             tracing::warn!(error = %text, %host, "upstream request failed");
-            complete(
-                &proxy,
-                &request_id,
-                &identity.name,
-                json!({"error": "upstream request failed"}),
-                started,
-                None,
-            );
+            completion.record(502, 0, None, Some("upstream request failed".into()));
             return Ok(upstream_failed(&proxy, "the upstream could not be reached"));
         }
     };
@@ -445,14 +455,7 @@ pub(super) async fn handle(
     let response = match response {
         Ok(r) => r,
         Err(reason) => {
-            complete(
-                &proxy,
-                &request_id,
-                &identity.name,
-                json!({"error": reason}),
-                started,
-                None,
-            );
+            completion.record(502, 0, None, Some(reason.clone()));
             return Ok(upstream_failed(&proxy, &reason));
         }
     };
@@ -472,14 +475,7 @@ pub(super) async fn handle(
         {
             Ok(collected) => collected.to_bytes(),
             Err(_) => {
-                complete(
-                    &proxy,
-                    &request_id,
-                    &identity.name,
-                    json!({"status": status.as_u16(), "error": "response unreadable"}),
-                    started,
-                    None,
-                );
+                completion.record(502, 0, None, Some("response unreadable".into()));
                 return Ok(upstream_failed(
                     &proxy,
                     "the upstream answer could not be read",
@@ -494,55 +490,18 @@ pub(super) async fn handle(
                 other => other.to_string(),
             });
         let redacted = Bytes::from(redact_all(&secrets, &bytes));
-        complete(
-            &proxy,
-            &request_id,
-            &identity.name,
-            json!({"status": status.as_u16(), "bytes": redacted.len(), "message_id": created}),
-            started,
-            Some(()),
-        );
+        completion.record(status.as_u16(), redacted.len() as u64, created, None);
         let mut resp = Response::from_parts(resp_parts, body::full(redacted));
         resp.headers_mut().remove(header::CONTENT_LENGTH);
         return Ok(resp);
     }
 
-    let on_end = {
-        let proxy = proxy.clone();
-        let identity = identity.name.clone();
-        let request_id = request_id.clone();
-        Box::new(move |bytes: u64, completed: bool| {
-            complete(
-                &proxy,
-                &request_id,
-                &identity,
-                json!({"status": status.as_u16(), "bytes": bytes, "completed": completed}),
-                started,
-                None,
-            );
-        })
-    };
+    let on_end = Box::new(move |bytes: u64, completed: bool| {
+        let error = (!completed).then(|| "the response body did not complete".to_string());
+        completion.record(status.as_u16(), bytes, None, error);
+    });
     let body = body::boxed(RedactingBody::new(resp_body, redactor, on_end));
     Ok(Response::from_parts(resp_parts, body))
-}
-
-/// Appends the completion record of a request.
-fn complete(
-    proxy: &Proxy,
-    request_id: &str,
-    identity: &str,
-    mut fields: Value,
-    started: Instant,
-    _message: Option<()>,
-) {
-    fields["time"] = json!(now_rfc3339());
-    fields["request_id"] = json!(request_id);
-    fields["phase"] = json!("response");
-    fields["identity"] = json!(identity);
-    fields["duration_ms"] = json!(started.elapsed().as_secs_f64() * 1000.0);
-    if proxy.audit.record(fields).is_err() {
-        tracing::error!(%request_id, "audit completion record lost");
-    }
 }
 
 fn audit_unavailable() -> Response<ProxyBody> {
@@ -643,11 +602,89 @@ struct Inspected {
 
 /// Reads as much of the body as the rule's check (and message hashing)
 /// needs, decides, then replays it ahead of the rest of the stream.
+/// Why a body was refused, and for a git push, how to tell git.
+struct BodyRefusal {
+    reason: String,
+    git_report: Option<GitReport>,
+}
+
+impl From<String> for BodyRefusal {
+    fn from(reason: String) -> Self {
+        Self {
+            reason,
+            git_report: None,
+        }
+    }
+}
+
+impl From<&str> for BodyRefusal {
+    fn from(reason: &str) -> Self {
+        reason.to_string().into()
+    }
+}
+
+type GitReport = Box<dyn FnOnce(&str) -> Response<ProxyBody> + Send>;
+
+fn pkt_line(payload: &[u8]) -> Vec<u8> {
+    let mut line = format!("{:04x}", payload.len() + 4).into_bytes();
+    line.extend_from_slice(payload);
+    line
+}
+
+/// A receive-pack answer rejecting every ref update of the push with the
+/// reason, in git's report-status format (inside side-band 1, with the
+/// reason also on side-band 2 as a `remote:` line, when the client asked
+/// for side-band). `None` when the client did not ask for a report.
+fn git_push_refusal(prefix: &[u8]) -> Option<GitReport> {
+    let parsed = receive_pack::parse_commands(prefix).ok()?;
+    let has = |cap: &str| parsed.capabilities.iter().any(|c| c == cap);
+    // Rejections read the same in report-status and report-status-v2.
+    if !has("report-status") && !has("report-status-v2") {
+        return None;
+    }
+    let sideband = has("side-band-64k") || has("side-band");
+    let refs: Vec<String> = parsed.commands.iter().map(|c| c.name.clone()).collect();
+    Some(Box::new(move |reason: &str| {
+        let one_line: String = reason
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(900)
+            .collect();
+        let mut report = pkt_line(b"unpack ok\n");
+        for name in &refs {
+            report.extend(pkt_line(
+                format!("ng {name} gatehouse: {one_line}\n").as_bytes(),
+            ));
+        }
+        report.extend_from_slice(b"0000");
+        let body = if sideband {
+            let mut framed =
+                pkt_line(format!("\x02gatehouse: push refused: {one_line}\n").as_bytes());
+            framed.extend(pkt_line(&[b"\x01".as_slice(), &report].concat()));
+            framed.extend_from_slice(b"0000");
+            framed
+        } else {
+            report
+        };
+        let mut resp = Response::new(body::full(body));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-git-receive-pack-result"),
+        );
+        resp.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        // The pack was not read: the connection cannot be reused.
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        resp
+    }))
+}
+
 async fn inspect_body(
     headers: &HeaderMap,
     mut incoming: Incoming,
     grant: &Grant,
-) -> Result<Inspected, String> {
+) -> Result<Inspected, BodyRefusal> {
     let need_all = grant.message.is_some();
     if grant.body.is_none() && !need_all {
         return Ok(Inspected {
@@ -672,15 +709,23 @@ async fn inspect_body(
     let mut complete = incoming.is_end_stream();
     let mut verdict_ok = grant.body.is_none();
     loop {
-        if let (false, Some(check)) = (verdict_ok, &grant.body) {
+        // Nothing to decide on until the first bytes (or the end) arrive.
+        let ready = complete || !prefix.is_empty();
+        if let (false, true, Some(check)) = (verdict_ok, ready, &grant.body) {
             match (check.check)(&prefix, complete) {
                 BodyVerdict::Allow => verdict_ok = true,
-                BodyVerdict::Deny(reason) => return Err(reason),
+                BodyVerdict::Deny(reason) => {
+                    return Err(BodyRefusal {
+                        reason,
+                        git_report: (check.name == "receive_pack")
+                            .then(|| git_push_refusal(&prefix))
+                            .flatten(),
+                    })
+                }
                 BodyVerdict::NeedMore if complete => {
-                    return Err(format!(
-                        "the {} body ended before it could be checked",
-                        check.name
-                    ))
+                    return Err(
+                        format!("the {} body ended before it could be checked", check.name).into(),
+                    )
                 }
                 BodyVerdict::NeedMore => {}
             }
@@ -689,9 +734,7 @@ async fn inspect_body(
             break;
         }
         if prefix.len() > limit {
-            return Err(format!(
-                "the body is too large to be checked (over {limit} bytes)"
-            ));
+            return Err(format!("the body is too large to be checked (over {limit} bytes)").into());
         }
         match incoming.frame().await {
             None => complete = true,
@@ -700,7 +743,7 @@ async fn inspect_body(
                     prefix.extend_from_slice(&data);
                 }
             }
-            Some(Err(e)) => return Err(format!("reading the request body failed: {e}")),
+            Some(Err(e)) => return Err(format!("reading the request body failed: {e}").into()),
         }
     }
     let sha256 = need_all.then(|| hex::encode(Sha256::digest(&prefix)));
@@ -765,16 +808,6 @@ async fn follow_cross_host_redirect(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn formats_rfc3339() {
-        assert_eq!(format_rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(format_rfc3339(951_782_400, 5), "2000-02-29T00:00:00.005Z");
-        assert_eq!(
-            format_rfc3339(1_798_761_599, 999),
-            "2026-12-31T23:59:59.999Z"
-        );
-    }
 
     #[test]
     fn query_keys_drop_values() {

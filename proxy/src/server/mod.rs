@@ -17,6 +17,7 @@
 pub mod audit_writer;
 mod connect;
 mod forward;
+pub mod framing;
 pub mod policy;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -237,11 +238,16 @@ impl Proxy {
         list
     }
 
-    /// Revokes every identity (shutdown).
-    pub fn remove_all(&self) {
+    /// Revokes every identity and writes out the audit log (shutdown).
+    pub async fn shutdown(&self) {
         let names: Vec<String> = self.lock_identities().keys().cloned().collect();
         for name in names {
             let _ = self.remove_identity(&name);
+        }
+        // Let cut connections record their completions, then sync.
+        tokio::task::yield_now().await;
+        if self.audit.flush().await.is_err() {
+            tracing::error!("the audit log could not be flushed at shutdown");
         }
     }
 

@@ -1,0 +1,836 @@
+//! The Feishu (Lark) open-platform emulator: tenant tokens and IM messages.
+//!
+//! `POST /open-apis/auth/v3/tenant_access_token/internal` exchanges an
+//! `{app_id, app_secret}` for a tenant token that expires after
+//! [`FeishuOptions::token_ttl`]; while more than 30 minutes remain, asking
+//! again returns the same token (as Feishu does). The IM endpoints require
+//! `Authorization: Bearer <a live token it issued>` and answer
+//! code 99991663 otherwise. Responses use Feishu's `{code, msg, data}` shape.
+//! The token rules are plain functions over data with `now` passed in.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::Request;
+use serde_json::{json, Value};
+
+use crate::ca::{CaError, TestCa};
+use crate::record::{lock, record_head, RecordedRequest, Recorder, BODY_RECORD_LIMIT};
+use crate::server::{full_body, Handler, HandlerFuture, ServeError, Server};
+use crate::util::random_hex;
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 4 * 1024 * 1024;
+/// Feishu hands out the cached token until fewer than this many seconds remain.
+const REISSUE_BELOW_SECS: u64 = 30 * 60;
+/// Invalid or expired access token (Feishu's code).
+pub const CODE_INVALID_TOKEN: i64 = 99_991_663;
+/// `receive_id_type` values Feishu accepts for sending.
+const RECEIVE_ID_TYPES: &[&str] = &["open_id", "user_id", "union_id", "email", "chat_id"];
+const MSG_TYPES: &[&str] = &[
+    "text",
+    "post",
+    "image",
+    "file",
+    "audio",
+    "media",
+    "sticker",
+    "interactive",
+    "share_chat",
+    "share_user",
+];
+
+/// Failure to start the Feishu emulator.
+#[derive(Debug, thiserror::Error)]
+pub enum FeishuError {
+    /// The test CA or TLS configuration could not be built.
+    #[error(transparent)]
+    Ca(#[from] CaError),
+    /// The listener or its runtime could not be started.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// An option is invalid.
+    #[error("invalid Feishu emulator option {option}: {problem}")]
+    Option {
+        /// Which option.
+        option: String,
+        /// What is wrong and what was expected.
+        problem: String,
+    },
+}
+
+/// An app the token endpoint knows.
+#[derive(Clone)]
+pub struct FeishuApp {
+    /// `cli_…`
+    pub app_id: String,
+    /// The app secret the token endpoint requires.
+    pub app_secret: String,
+}
+
+impl std::fmt::Debug for FeishuApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeishuApp")
+            .field("app_id", &self.app_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How to start a [`FeishuEmulator`].
+#[derive(Debug, Clone)]
+pub struct FeishuOptions {
+    /// Apps whose credentials the token endpoint accepts.
+    pub apps: Vec<FeishuApp>,
+    /// How long issued tenant tokens live (Feishu: 2 hours).
+    pub token_ttl: Duration,
+    /// The bot's `open_id`, returned by `bot/v3/info`.
+    pub bot_open_id: String,
+    /// The bot's display name.
+    pub bot_name: String,
+    /// Listening address; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Server runtime threads.
+    pub worker_threads: usize,
+    /// The CA to sign the server certificate with; `None` generates one.
+    pub ca: Option<Arc<TestCa>>,
+}
+
+impl Default for FeishuOptions {
+    fn default() -> Self {
+        Self {
+            apps: Vec::new(),
+            token_ttl: Duration::from_secs(7200),
+            bot_open_id: "ou_gatehouse_bot".to_owned(),
+            bot_name: "gatehouse".to_owned(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            worker_threads: 2,
+            ca: None,
+        }
+    }
+}
+
+impl FeishuOptions {
+    /// Accept `app_id` with `app_secret`.
+    pub fn app(mut self, app_id: &str, app_secret: &str) -> Self {
+        self.apps.push(FeishuApp {
+            app_id: app_id.to_owned(),
+            app_secret: app_secret.to_owned(),
+        });
+        self
+    }
+}
+
+/// A message as stored by the emulator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeishuMessage {
+    /// `om_…`
+    pub message_id: String,
+    /// `oc_…`
+    pub chat_id: String,
+    /// The thread root for replies, empty otherwise.
+    pub root_id: String,
+    /// The message replied to, empty otherwise.
+    pub parent_id: String,
+    /// `text`, `post`, …
+    pub msg_type: String,
+    /// The content JSON string exactly as sent, e.g. `{"text":"hi"}`.
+    pub content: String,
+    /// The app id for bot messages, the open id for seeded user messages.
+    pub sender_id: String,
+    /// `app` or `user`.
+    pub sender_type: String,
+    /// For sent messages: the `receive_id_type` and `receive_id` used.
+    pub receive_id: Option<(String, String)>,
+    /// The client's idempotency key, if any.
+    pub uuid: Option<String>,
+    /// Milliseconds since the epoch.
+    pub create_time_ms: u64,
+}
+
+/// A tenant token the emulator issued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IssuedToken {
+    pub token: String,
+    pub app_id: String,
+    /// Seconds on the emulator's clock when it stops being valid.
+    pub expires_at: u64,
+}
+
+/// What the token endpoint should do for a request at `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TokenGrant {
+    /// Hand out this already-issued token again.
+    Reuse(IssuedToken),
+    /// Issue a new token.
+    Issue,
+    /// Wrong app id or secret.
+    Refuse { code: i64, msg: &'static str },
+}
+
+/// Feishu's rule: valid credentials get the cached token while more than
+/// 30 minutes remain on it, otherwise a new one.
+pub(crate) fn grant_token(
+    apps: &[FeishuApp],
+    issued: &[IssuedToken],
+    app_id: &str,
+    app_secret: &str,
+    now: u64,
+) -> TokenGrant {
+    let Some(app) = apps.iter().find(|a| a.app_id == app_id) else {
+        return TokenGrant::Refuse {
+            code: 10_003,
+            msg: "invalid param",
+        };
+    };
+    if app.app_secret != app_secret {
+        return TokenGrant::Refuse {
+            code: 10_014,
+            msg: "app secret invalid",
+        };
+    }
+    issued
+        .iter()
+        .rev()
+        .find(|t| t.app_id == app_id && t.expires_at > now + REISSUE_BELOW_SECS)
+        .map(|t| TokenGrant::Reuse(t.clone()))
+        .unwrap_or(TokenGrant::Issue)
+}
+
+/// The app a bearer token authenticates at `now`, if it is live.
+pub(crate) fn authenticate<'t>(
+    issued: &'t [IssuedToken],
+    bearer: &str,
+    now: u64,
+) -> Option<&'t IssuedToken> {
+    issued
+        .iter()
+        .find(|t| t.token == bearer && t.expires_at > now)
+}
+
+#[derive(Debug, Default)]
+struct FeishuModel {
+    issued: Vec<IssuedToken>,
+    messages: Vec<FeishuMessage>,
+    next: u64,
+}
+
+impl FeishuModel {
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.next += 1;
+        format!("{prefix}_{:032x}", 0x6a7e_0000_0000u64 + self.next)
+    }
+}
+
+/// Entry point: `FeishuEmulator::start(options)`.
+#[derive(Debug)]
+pub struct FeishuEmulator;
+
+impl FeishuEmulator {
+    /// Generate the CA and start serving.
+    pub fn start(options: FeishuOptions) -> Result<FeishuHandle, FeishuError> {
+        if options.token_ttl.as_secs() == 0 {
+            return Err(FeishuError::Option {
+                option: "token_ttl".into(),
+                problem: "must be at least one second".into(),
+            });
+        }
+        let ca = match options.ca.clone() {
+            Some(ca) => ca,
+            None => Arc::new(TestCa::generate()?),
+        };
+        let state = Arc::new(FeishuState {
+            model: Mutex::new(FeishuModel::default()),
+            recorder: Recorder::default(),
+            clock: Clock::default(),
+            options: options.clone(),
+        });
+        let server = Server::start(
+            options.listen,
+            ca.server_config()?,
+            state.clone(),
+            options.worker_threads,
+        )?;
+        Ok(FeishuHandle { server, state, ca })
+    }
+}
+
+/// A running Feishu emulator; dropping it stops it.
+pub struct FeishuHandle {
+    server: Server,
+    state: Arc<FeishuState>,
+    ca: Arc<TestCa>,
+}
+
+impl std::fmt::Debug for FeishuHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeishuHandle")
+            .field("addr", &self.addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FeishuHandle {
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("https://{}", self.addr())
+    }
+
+    /// The test CA certificate (PEM) clients must trust.
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
+
+    /// The test CA, to share with another emulator (one CA file for both).
+    pub fn ca(&self) -> Arc<TestCa> {
+        self.ca.clone()
+    }
+
+    /// Write the test CA certificate (PEM) to `path`.
+    pub fn write_ca_pem(&self, path: &Path) -> Result<(), FeishuError> {
+        Ok(self.ca.write_cert_pem(path)?)
+    }
+
+    /// Everything received so far, in order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.state.recorder.snapshot()
+    }
+
+    /// Forget the recorded requests.
+    pub fn clear_requests(&self) {
+        self.state.recorder.clear();
+    }
+
+    /// Every message, seeded or sent, in order.
+    pub fn messages(&self) -> Vec<FeishuMessage> {
+        lock(&self.state.model).messages.clone()
+    }
+
+    /// How many distinct tenant tokens have been issued.
+    pub fn tokens_issued(&self) -> usize {
+        lock(&self.state.model).issued.len()
+    }
+
+    /// Make every issued token expired now (to test refresh without waiting).
+    pub fn expire_tokens(&self) {
+        let now = self.state.clock.now();
+        for token in &mut lock(&self.state.model).issued {
+            token.expires_at = token.expires_at.min(now);
+        }
+    }
+
+    /// Seed a text message from a person in `chat_id`; returns its `om_…` id
+    /// (a target for replies).
+    pub fn add_user_message(&self, chat_id: &str, sender_open_id: &str, text: &str) -> String {
+        let mut model = lock(&self.state.model);
+        let message_id = model.fresh("om");
+        model.messages.push(FeishuMessage {
+            message_id: message_id.clone(),
+            chat_id: chat_id.to_owned(),
+            root_id: String::new(),
+            parent_id: String::new(),
+            msg_type: "text".to_owned(),
+            content: json!({ "text": text }).to_string(),
+            sender_id: sender_open_id.to_owned(),
+            sender_type: "user".to_owned(),
+            receive_id: None,
+            uuid: None,
+            create_time_ms: crate::time::unix_now() * 1000,
+        });
+        message_id
+    }
+
+    /// Stop serving and join the server thread.
+    pub fn shutdown(mut self) {
+        self.server.shutdown();
+    }
+}
+
+/// Seconds on a monotonic clock: token expiry must not jump with wall time.
+#[derive(Debug)]
+struct Clock(std::time::Instant);
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self(std::time::Instant::now())
+    }
+}
+
+impl Clock {
+    /// Starts at a large offset so `now + ttl` arithmetic never starts at 0.
+    fn now(&self) -> u64 {
+        1_000_000 + self.0.elapsed().as_secs()
+    }
+}
+
+struct FeishuState {
+    model: Mutex<FeishuModel>,
+    recorder: Recorder,
+    clock: Clock,
+    options: FeishuOptions,
+}
+
+/// An answer before it is put on the wire.
+struct Answer {
+    status: StatusCode,
+    body: Value,
+    created_id: Option<String>,
+}
+
+impl Answer {
+    fn ok(body: Value) -> Self {
+        Self {
+            status: StatusCode::OK,
+            body,
+            created_id: None,
+        }
+    }
+
+    fn error(status: StatusCode, code: i64, msg: &str) -> Self {
+        Self {
+            status,
+            body: json!({ "code": code, "msg": msg }),
+            created_id: None,
+        }
+    }
+
+    fn invalid_token() -> Self {
+        Self::error(
+            StatusCode::BAD_REQUEST,
+            CODE_INVALID_TOKEN,
+            "Invalid access token for authorization. Please make a request with token attached.",
+        )
+    }
+
+    fn validation(detail: &str) -> Self {
+        Self::error(
+            StatusCode::BAD_REQUEST,
+            99_992_402,
+            &format!("field validation failed: {detail}"),
+        )
+    }
+
+    fn message_not_found() -> Self {
+        Self::error(
+            StatusCode::BAD_REQUEST,
+            230_001,
+            "Your request contains an invalid request parameter, ext=invalid message_id",
+        )
+    }
+}
+
+impl Handler for FeishuState {
+    fn handle(self: Arc<Self>, request: Request<Incoming>) -> HandlerFuture {
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let mut record = record_head(&parts);
+            let answer = match Limited::new(body, MAX_BODY).collect().await {
+                Err(_) => Answer::validation("request body too large"),
+                Ok(collected) => {
+                    let bytes = collected.to_bytes();
+                    record.body_truncated = bytes.len() > BODY_RECORD_LIMIT;
+                    record.body = bytes[..bytes.len().min(BODY_RECORD_LIMIT)].to_vec();
+                    self.answer(&parts, &bytes)
+                }
+            };
+            record.status = answer.status.as_u16();
+            record.created_id = answer.created_id.clone();
+            self.recorder.push(record);
+            let mut response = Response::new(full_body(Bytes::from(answer.body.to_string())));
+            *response.status_mut() = answer.status;
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json; charset=utf-8"),
+            );
+            response
+        })
+    }
+}
+
+impl FeishuState {
+    fn answer(&self, parts: &http::request::Parts, body: &[u8]) -> Answer {
+        let path = parts.uri.path();
+        let query = crate::util::parse_query(parts.uri.query().unwrap_or(""));
+        let query_param = |name: &str| {
+            query
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let now = self.clock.now();
+        let segments: Vec<&str> = path.split('/').skip(1).collect();
+        if parts.method == Method::POST
+            && segments == ["open-apis", "auth", "v3", "tenant_access_token", "internal"]
+        {
+            return self.tenant_token(body, now);
+        }
+        // Everything else needs a live tenant token.
+        let bearer = parts
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        let mut model = lock(&self.model);
+        let Some(app_id) = authenticate(&model.issued, bearer, now).map(|t| t.app_id.clone())
+        else {
+            return Answer::invalid_token();
+        };
+        match (&parts.method, segments.as_slice()) {
+            (&Method::GET, ["open-apis", "bot", "v3", "info"]) => Answer::ok(json!({
+                "code": 0,
+                "msg": "ok",
+                "bot": {
+                    "activate_status": 2,
+                    "app_name": self.options.bot_name,
+                    "avatar_url": "",
+                    "ip_white_list": [],
+                    "open_id": self.options.bot_open_id,
+                },
+            })),
+            (&Method::POST, ["open-apis", "im", "v1", "messages"]) => {
+                let receive_id_type = query_param("receive_id_type").unwrap_or("");
+                send_message(&mut model, &app_id, receive_id_type, body)
+            }
+            (&Method::POST, ["open-apis", "im", "v1", "messages", id, "reply"]) => {
+                reply_message(&mut model, &app_id, id, body)
+            }
+            (&Method::GET, ["open-apis", "im", "v1", "messages", id]) => {
+                match model.messages.iter().find(|m| m.message_id == *id) {
+                    Some(message) => Answer::ok(json!({
+                        "code": 0,
+                        "msg": "success",
+                        "data": { "items": [message_json(message)] },
+                    })),
+                    None => Answer::message_not_found(),
+                }
+            }
+            (&Method::GET, ["open-apis", "im", "v1", "messages"]) => {
+                if query_param("container_id_type") != Some("chat") {
+                    return Answer::validation("container_id_type must be chat");
+                }
+                let chat = query_param("container_id").unwrap_or("");
+                let items: Vec<Value> = model
+                    .messages
+                    .iter()
+                    .filter(|m| m.chat_id == chat)
+                    .map(message_json)
+                    .collect();
+                Answer::ok(json!({
+                    "code": 0,
+                    "msg": "success",
+                    "data": { "has_more": false, "page_token": "", "items": items },
+                }))
+            }
+            _ => Answer::error(StatusCode::NOT_FOUND, 404, "404 page not found"),
+        }
+    }
+
+    fn tenant_token(&self, body: &[u8], now: u64) -> Answer {
+        let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let field = |name: &str| request.get(name).and_then(Value::as_str).unwrap_or("");
+        let mut model = lock(&self.model);
+        let token = match grant_token(
+            &self.options.apps,
+            &model.issued,
+            field("app_id"),
+            field("app_secret"),
+            now,
+        ) {
+            TokenGrant::Refuse { code, msg } => {
+                return Answer::error(StatusCode::BAD_REQUEST, code, msg)
+            }
+            TokenGrant::Reuse(token) => token,
+            TokenGrant::Issue => {
+                let token = IssuedToken {
+                    token: format!("t-{}", random_hex(20)),
+                    app_id: field("app_id").to_owned(),
+                    expires_at: now + self.options.token_ttl.as_secs(),
+                };
+                model.issued.push(token.clone());
+                token
+            }
+        };
+        Answer::ok(json!({
+            "code": 0,
+            "msg": "ok",
+            "tenant_access_token": token.token,
+            "expire": token.expires_at.saturating_sub(now),
+        }))
+    }
+}
+
+/// Validate `msg_type` and `content` (a JSON string; text needs `text`).
+fn check_content(body: &Value) -> Result<(String, String), Answer> {
+    let msg_type = body.get("msg_type").and_then(Value::as_str).unwrap_or("");
+    if !MSG_TYPES.contains(&msg_type) {
+        return Err(Answer::validation("msg_type is invalid"));
+    }
+    let Some(content) = body.get("content").and_then(Value::as_str) else {
+        return Err(Answer::validation(
+            "content is required and must be a string",
+        ));
+    };
+    let Ok(parsed) = serde_json::from_str::<Value>(content) else {
+        return Err(Answer::validation("content is not valid JSON"));
+    };
+    if msg_type == "text" && !parsed.get("text").is_some_and(Value::is_string) {
+        return Err(Answer::validation("text content needs a text field"));
+    }
+    Ok((msg_type.to_owned(), content.to_owned()))
+}
+
+fn send_message(
+    model: &mut FeishuModel,
+    app_id: &str,
+    receive_id_type: &str,
+    body: &[u8],
+) -> Answer {
+    if !RECEIVE_ID_TYPES.contains(&receive_id_type) {
+        return Answer::validation("receive_id_type is invalid");
+    }
+    let Ok(request) = serde_json::from_slice::<Value>(body) else {
+        return Answer::validation("body is not JSON");
+    };
+    let (msg_type, content) = match check_content(&request) {
+        Ok(pair) => pair,
+        Err(answer) => return answer,
+    };
+    let Some(receive_id) = request
+        .get("receive_id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    else {
+        return Answer::validation("receive_id is required");
+    };
+    let uuid = request
+        .get("uuid")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    if let Some(existing) = dedupe(model, uuid.as_deref()) {
+        return created(&existing);
+    }
+    let chat_id = if receive_id_type == "chat_id" {
+        receive_id.to_owned()
+    } else {
+        // A direct message lands in the p2p chat with that person.
+        format!("oc_p2p_{}", hex::encode(receive_id.as_bytes()))
+    };
+    let message = FeishuMessage {
+        message_id: model.fresh("om"),
+        chat_id,
+        root_id: String::new(),
+        parent_id: String::new(),
+        msg_type,
+        content,
+        sender_id: app_id.to_owned(),
+        sender_type: "app".to_owned(),
+        receive_id: Some((receive_id_type.to_owned(), receive_id.to_owned())),
+        uuid,
+        create_time_ms: crate::time::unix_now() * 1000,
+    };
+    model.messages.push(message.clone());
+    created(&message)
+}
+
+fn reply_message(model: &mut FeishuModel, app_id: &str, parent_id: &str, body: &[u8]) -> Answer {
+    let Ok(request) = serde_json::from_slice::<Value>(body) else {
+        return Answer::validation("body is not JSON");
+    };
+    let (msg_type, content) = match check_content(&request) {
+        Ok(pair) => pair,
+        Err(answer) => return answer,
+    };
+    let Some(parent) = model
+        .messages
+        .iter()
+        .find(|m| m.message_id == parent_id)
+        .cloned()
+    else {
+        return Answer::message_not_found();
+    };
+    let uuid = request
+        .get("uuid")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    if let Some(existing) = dedupe(model, uuid.as_deref()) {
+        return created(&existing);
+    }
+    let root_id = if parent.root_id.is_empty() {
+        parent.message_id.clone()
+    } else {
+        parent.root_id.clone()
+    };
+    let message = FeishuMessage {
+        message_id: model.fresh("om"),
+        chat_id: parent.chat_id.clone(),
+        root_id,
+        parent_id: parent.message_id.clone(),
+        msg_type,
+        content,
+        sender_id: app_id.to_owned(),
+        sender_type: "app".to_owned(),
+        receive_id: None,
+        uuid,
+        create_time_ms: crate::time::unix_now() * 1000,
+    };
+    model.messages.push(message.clone());
+    created(&message)
+}
+
+/// Feishu de-duplicates sends with the same `uuid` (for an hour; the
+/// emulator for its lifetime).
+fn dedupe(model: &FeishuModel, uuid: Option<&str>) -> Option<FeishuMessage> {
+    let uuid = uuid?;
+    model
+        .messages
+        .iter()
+        .find(|m| m.uuid.as_deref() == Some(uuid))
+        .cloned()
+}
+
+fn created(message: &FeishuMessage) -> Answer {
+    Answer {
+        status: StatusCode::OK,
+        body: json!({ "code": 0, "msg": "success", "data": message_json(message) }),
+        created_id: Some(message.message_id.clone()),
+    }
+}
+
+fn message_json(message: &FeishuMessage) -> Value {
+    let id_type = if message.sender_type == "app" {
+        "app_id"
+    } else {
+        "open_id"
+    };
+    json!({
+        "message_id": message.message_id,
+        "root_id": message.root_id,
+        "parent_id": message.parent_id,
+        "thread_id": "",
+        "msg_type": message.msg_type,
+        "create_time": message.create_time_ms.to_string(),
+        "update_time": message.create_time_ms.to_string(),
+        "deleted": false,
+        "updated": false,
+        "chat_id": message.chat_id,
+        "sender": {
+            "id": message.sender_id,
+            "id_type": id_type,
+            "sender_type": message.sender_type,
+            "tenant_key": "gatehouse-tenant",
+        },
+        "body": { "content": message.content },
+        "mentions": [],
+        "upper_message_id": "",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apps() -> Vec<FeishuApp> {
+        vec![FeishuApp {
+            app_id: "cli_a".into(),
+            app_secret: "secret".into(),
+        }]
+    }
+
+    fn token(app: &str, expires_at: u64) -> IssuedToken {
+        IssuedToken {
+            token: format!("t-{app}-{expires_at}"),
+            app_id: app.into(),
+            expires_at,
+        }
+    }
+
+    #[test]
+    fn grant_follows_feishu_reuse_rule() {
+        let now = 10_000;
+        let live = token("cli_a", now + 7200);
+        let near_expiry = token("cli_a", now + 1799);
+        let expired = token("cli_a", now - 1);
+        let cases = [
+            (vec![], "cli_a", "secret", TokenGrant::Issue),
+            (
+                vec![live.clone()],
+                "cli_a",
+                "secret",
+                TokenGrant::Reuse(live.clone()),
+            ),
+            (vec![near_expiry], "cli_a", "secret", TokenGrant::Issue),
+            (vec![expired], "cli_a", "secret", TokenGrant::Issue),
+            (
+                vec![live.clone()],
+                "cli_a",
+                "wrong",
+                TokenGrant::Refuse {
+                    code: 10_014,
+                    msg: "app secret invalid",
+                },
+            ),
+            (
+                vec![live],
+                "cli_b",
+                "secret",
+                TokenGrant::Refuse {
+                    code: 10_003,
+                    msg: "invalid param",
+                },
+            ),
+        ];
+        for (issued, app_id, secret, expected) in cases {
+            assert_eq!(
+                grant_token(&apps(), &issued, app_id, secret, now),
+                expected,
+                "{app_id} {secret}"
+            );
+        }
+    }
+
+    #[test]
+    fn authenticate_requires_live_issued_token() {
+        let issued = [token("cli_a", 100)];
+        assert!(authenticate(&issued, "t-cli_a-100", 99).is_some());
+        assert!(authenticate(&issued, "t-cli_a-100", 100).is_none());
+        assert!(authenticate(&issued, "t-cli_a-1000", 50).is_none());
+        assert!(authenticate(&issued, "", 50).is_none());
+    }
+
+    #[test]
+    fn content_validation() {
+        for (body, ok) in [
+            (
+                json!({"msg_type": "text", "content": "{\"text\":\"hi\"}"}),
+                true,
+            ),
+            (
+                json!({"msg_type": "post", "content": "{\"zh_cn\":{}}"}),
+                true,
+            ),
+            (
+                json!({"msg_type": "text", "content": {"text": "hi"}}),
+                false,
+            ),
+            (
+                json!({"msg_type": "text", "content": "{\"nope\":1}"}),
+                false,
+            ),
+            (json!({"msg_type": "text", "content": "not json"}), false),
+            (json!({"msg_type": "html", "content": "{}"}), false),
+        ] {
+            assert_eq!(check_content(&body).is_ok(), ok, "{body}");
+        }
+    }
+}

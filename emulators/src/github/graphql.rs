@@ -1,0 +1,829 @@
+//! A small GraphQL executor over the model, enough for `gh` and for tests of
+//! the proxy's GraphQL rules: `viewer`, `repository { issue, pullRequest,
+//! issueOrPullRequest, issues, pullRequests }`, `node(id)`, `rateLimit`, and
+//! the `addComment` mutation.
+//!
+//! The document is parsed with `graphql-parser`; fields are resolved on
+//! typed [`Node`]s and projected through the selection set (aliases, inline
+//! fragments and named fragments included). Fields the model does not know
+//! answer `null` rather than failing, so clients asking for more than is
+//! modelled still get the parts that are.
+
+use std::collections::BTreeMap;
+
+use graphql_parser::query::{
+    Definition, Document, OperationDefinition, Selection, SelectionSet, TypeCondition,
+    Value as GqlValue,
+};
+use serde_json::{json, Map, Value};
+
+use super::model::{node_id, CommentKind, Model};
+use crate::time::iso8601;
+
+/// The answer to one GraphQL request.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct GraphqlAnswer {
+    /// `{"data": …, "errors": […]}`, or GitHub's REST-style error for a body
+    /// that is not a single GraphQL request.
+    pub body: Value,
+    /// 200 for executed requests (even with errors), 400 for unparsable ones.
+    pub status: u16,
+    /// The id of a comment created by a mutation.
+    pub created_id: Option<String>,
+}
+
+/// Execute the JSON request `body` as `login`.
+pub(crate) fn execute(model: &mut Model, login: &str, now: u64, body: &[u8]) -> GraphqlAnswer {
+    let bad = |message: &str| GraphqlAnswer {
+        body: json!({"message": message, "documentation_url": "https://docs.github.com/graphql"}),
+        status: 400,
+        created_id: None,
+    };
+    let request: Value = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        Err(_) => return bad("Problems parsing JSON"),
+    };
+    if request.is_array() {
+        return bad("Batched queries are not supported");
+    }
+    let Some(query) = request.get("query").and_then(Value::as_str) else {
+        return bad("A query attribute must be specified and must be a string.");
+    };
+    let variables = request
+        .get("variables")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let operation_name = request.get("operationName").and_then(Value::as_str);
+    let document: Document<'_, String> = match graphql_parser::parse_query(query) {
+        Ok(document) => document,
+        Err(error) => {
+            return GraphqlAnswer {
+                body: json!({"errors": [{"message": format!("Parse error: {error}")}]}),
+                status: 200,
+                created_id: None,
+            }
+        }
+    };
+    let mut executor = Executor {
+        model,
+        login,
+        now,
+        variables,
+        fragments: BTreeMap::new(),
+        errors: Vec::new(),
+        created_id: None,
+    };
+    let mut operations = Vec::new();
+    for definition in &document.definitions {
+        match definition {
+            Definition::Fragment(fragment) => {
+                executor.fragments.insert(fragment.name.clone(), fragment);
+            }
+            Definition::Operation(operation) => operations.push(operation),
+        }
+    }
+    let chosen = operations.iter().find(|op| match operation_name {
+        Some(wanted) => operation_name_of(op) == Some(wanted),
+        None => true,
+    });
+    let (root, selection_set, defaults) = match chosen {
+        Some(OperationDefinition::SelectionSet(set)) => (Node::Query, set, Vec::new()),
+        Some(OperationDefinition::Query(q)) => (
+            Node::Query,
+            &q.selection_set,
+            defaults(&q.variable_definitions),
+        ),
+        Some(OperationDefinition::Mutation(m)) => (
+            Node::Mutation,
+            &m.selection_set,
+            defaults(&m.variable_definitions),
+        ),
+        Some(OperationDefinition::Subscription(_)) => {
+            return GraphqlAnswer {
+                body: json!({"errors": [{"message": "Subscriptions are not supported"}]}),
+                status: 200,
+                created_id: None,
+            }
+        }
+        None => {
+            return GraphqlAnswer {
+                body: json!({"errors": [{"message": "No operation named in the document matches operationName"}]}),
+                status: 200,
+                created_id: None,
+            }
+        }
+    };
+    if operations.len() > 1 && operation_name.is_none() {
+        return GraphqlAnswer {
+            body: json!({"errors": [{"message": "An operationName is required when the document has several operations"}]}),
+            status: 200,
+            created_id: None,
+        };
+    }
+    for (name, value) in defaults {
+        executor.variables.entry(name).or_insert(value);
+    }
+    let data = executor.complete(&root, selection_set, &mut Vec::new());
+    let mut body = json!({ "data": data });
+    if !executor.errors.is_empty() {
+        body["errors"] = Value::Array(std::mem::take(&mut executor.errors));
+    }
+    GraphqlAnswer {
+        body,
+        status: 200,
+        created_id: executor.created_id,
+    }
+}
+
+fn operation_name_of<'d>(op: &'d OperationDefinition<'_, String>) -> Option<&'d str> {
+    match op {
+        OperationDefinition::SelectionSet(_) => None,
+        OperationDefinition::Query(q) => q.name.as_deref(),
+        OperationDefinition::Mutation(m) => m.name.as_deref(),
+        OperationDefinition::Subscription(s) => s.name.as_deref(),
+    }
+}
+
+fn defaults(
+    definitions: &[graphql_parser::query::VariableDefinition<'_, String>],
+) -> Vec<(String, Value)> {
+    definitions
+        .iter()
+        .filter_map(|d| {
+            d.default_value
+                .as_ref()
+                .map(|v| (d.name.clone(), literal(v, &Map::new())))
+        })
+        .collect()
+}
+
+/// Convert a GraphQL value to JSON, substituting variables.
+fn literal(value: &GqlValue<'_, String>, variables: &Map<String, Value>) -> Value {
+    match value {
+        GqlValue::Variable(name) => variables.get(name).cloned().unwrap_or(Value::Null),
+        GqlValue::Int(n) => n.as_i64().map(Value::from).unwrap_or(Value::Null),
+        GqlValue::Float(f) => json!(f),
+        GqlValue::String(s) => Value::String(s.clone()),
+        GqlValue::Boolean(b) => Value::Bool(*b),
+        GqlValue::Null => Value::Null,
+        GqlValue::Enum(e) => Value::String(e.clone()),
+        GqlValue::List(items) => {
+            Value::Array(items.iter().map(|v| literal(v, variables)).collect())
+        }
+        GqlValue::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| (k.clone(), literal(v, variables)))
+                .collect(),
+        ),
+    }
+}
+
+/// Something a field can resolve to.
+#[derive(Debug, Clone)]
+enum Node {
+    Query,
+    Mutation,
+    User(String),
+    Repository(u64),
+    /// An issue or pull request: repository id and number.
+    Issue(u64, u64),
+    IssueComment(u64, u64),
+    Connection(Vec<Node>),
+    Edge(Box<Node>, usize),
+    PageInfo(usize),
+    AddCommentPayload {
+        comment: Box<Node>,
+        subject: Box<Node>,
+    },
+    /// Plain data whose sub-fields are looked up by name.
+    Json(Value),
+}
+
+enum Resolved {
+    Leaf(Value),
+    Object(Node),
+    List(Vec<Node>),
+}
+
+/// Concrete object types this executor produces; a fragment on any other
+/// name (an interface or union such as `Node` or `IssueOrPullRequest`) applies.
+const OBJECT_TYPES: &[&str] = &[
+    "Query",
+    "Mutation",
+    "User",
+    "Bot",
+    "Repository",
+    "Issue",
+    "PullRequest",
+    "IssueComment",
+    "PageInfo",
+    "AddCommentPayload",
+];
+
+struct Executor<'m, 'd> {
+    model: &'m mut Model,
+    login: &'m str,
+    now: u64,
+    variables: Map<String, Value>,
+    fragments: BTreeMap<String, &'d graphql_parser::query::FragmentDefinition<'d, String>>,
+    errors: Vec<Value>,
+    created_id: Option<String>,
+}
+
+impl<'d> Executor<'_, 'd> {
+    fn typename(&self, node: &Node) -> String {
+        match node {
+            Node::Query => "Query".into(),
+            Node::Mutation => "Mutation".into(),
+            Node::User(login) if login.ends_with("[bot]") => "Bot".into(),
+            Node::User(_) => "User".into(),
+            Node::Repository(_) => "Repository".into(),
+            Node::Issue(repo, number) => match self.model.issue(*repo, *number) {
+                Some(issue) if issue.pull.is_some() => "PullRequest".into(),
+                _ => "Issue".into(),
+            },
+            Node::IssueComment(..) => "IssueComment".into(),
+            Node::Connection(_) => "Connection".into(),
+            Node::Edge(..) => "Edge".into(),
+            Node::PageInfo(_) => "PageInfo".into(),
+            Node::AddCommentPayload { .. } => "AddCommentPayload".into(),
+            Node::Json(_) => "Object".into(),
+        }
+    }
+
+    fn applies(&self, condition: Option<&TypeCondition<'_, String>>, node: &Node) -> bool {
+        match condition {
+            None => true,
+            Some(TypeCondition::On(name)) => {
+                *name == self.typename(node) || !OBJECT_TYPES.contains(&name.as_str())
+            }
+        }
+    }
+
+    /// Project `node` through `set` into a JSON object.
+    fn complete(
+        &mut self,
+        node: &Node,
+        set: &'d SelectionSet<'d, String>,
+        path: &mut Vec<Value>,
+    ) -> Value {
+        let mut out = Map::new();
+        self.collect(node, set, path, &mut out);
+        Value::Object(out)
+    }
+
+    fn collect(
+        &mut self,
+        node: &Node,
+        set: &'d SelectionSet<'d, String>,
+        path: &mut Vec<Value>,
+        out: &mut Map<String, Value>,
+    ) {
+        for selection in &set.items {
+            match selection {
+                Selection::Field(field) => {
+                    let key = field.alias.clone().unwrap_or_else(|| field.name.clone());
+                    if out.contains_key(&key) {
+                        continue;
+                    }
+                    path.push(Value::String(key.clone()));
+                    let value = if field.name == "__typename" {
+                        Value::String(self.typename(node))
+                    } else {
+                        let args: Map<String, Value> = field
+                            .arguments
+                            .iter()
+                            .map(|(k, v)| (k.clone(), literal(v, &self.variables)))
+                            .collect();
+                        match self.resolve(node, &field.name, &args, path) {
+                            Resolved::Leaf(value) => value,
+                            Resolved::Object(child) => {
+                                self.complete(&child, &field.selection_set, path)
+                            }
+                            Resolved::List(children) => Value::Array(
+                                children
+                                    .iter()
+                                    .map(|child| match child {
+                                        Node::Json(v) if field.selection_set.items.is_empty() => {
+                                            v.clone()
+                                        }
+                                        _ => self.complete(child, &field.selection_set, path),
+                                    })
+                                    .collect(),
+                            ),
+                        }
+                    };
+                    path.pop();
+                    out.insert(key, value);
+                }
+                Selection::InlineFragment(fragment) => {
+                    if self.applies(fragment.type_condition.as_ref(), node) {
+                        self.collect(node, &fragment.selection_set, path, out);
+                    }
+                }
+                Selection::FragmentSpread(spread) => {
+                    let Some(fragment) = self.fragments.get(&spread.fragment_name).copied() else {
+                        self.errors.push(json!({"message": format!("Fragment {} was used, but not defined", spread.fragment_name)}));
+                        continue;
+                    };
+                    if self.applies(Some(&fragment.type_condition), node) {
+                        self.collect(node, &fragment.selection_set, path, out);
+                    }
+                }
+            }
+        }
+    }
+
+    fn error(&mut self, path: &[Value], kind: &str, message: String) {
+        self.errors
+            .push(json!({"type": kind, "path": path, "message": message}));
+    }
+
+    fn resolve(
+        &mut self,
+        node: &Node,
+        field: &str,
+        args: &Map<String, Value>,
+        path: &[Value],
+    ) -> Resolved {
+        let arg_str = |name: &str| {
+            args.get(name)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let arg_u64 = |name: &str| args.get(name).and_then(Value::as_u64);
+        let leaf = Resolved::Leaf;
+        match node {
+            Node::Query => match field {
+                "viewer" => Resolved::Object(Node::User(self.login.to_owned())),
+                "repository" => {
+                    let (owner, name) = (arg_str("owner"), arg_str("name"));
+                    match self.model.repo(&owner, &name) {
+                        Some(repo) => Resolved::Object(Node::Repository(repo.id)),
+                        None => {
+                            self.error(path, "NOT_FOUND", format!("Could not resolve to a Repository with the name '{owner}/{name}'."));
+                            leaf(Value::Null)
+                        }
+                    }
+                }
+                "node" => match self.node_by_id(&arg_str("id")) {
+                    Some(found) => Resolved::Object(found),
+                    None => {
+                        self.error(
+                            path,
+                            "NOT_FOUND",
+                            format!(
+                                "Could not resolve to a node with the global id of '{}'",
+                                arg_str("id")
+                            ),
+                        );
+                        leaf(Value::Null)
+                    }
+                },
+                "rateLimit" => Resolved::Object(Node::Json(json!({
+                    "limit": 5000, "cost": 1, "remaining": 4999, "used": 1,
+                    "resetAt": iso8601(self.now + 3600), "nodeCount": 0,
+                }))),
+                _ => leaf(Value::Null),
+            },
+            Node::Mutation => match field {
+                "addComment" => self.add_comment(args, path),
+                other => {
+                    self.error(
+                        path,
+                        "UNSUPPORTED",
+                        format!("The emulator does not implement the mutation '{other}'"),
+                    );
+                    leaf(Value::Null)
+                }
+            },
+            Node::User(login) => match field {
+                "login" => leaf(json!(login)),
+                "id" => leaf(Model::user_json(login)["node_id"].clone()),
+                "databaseId" => leaf(Model::user_json(login)["id"].clone()),
+                "url" => leaf(Model::user_json(login)["html_url"].clone()),
+                "name" => leaf(json!(login)),
+                _ => leaf(Value::Null),
+            },
+            Node::Repository(repo_id) => {
+                let Some(repo) = self.model.repo_by_id(*repo_id).cloned() else {
+                    return leaf(Value::Null);
+                };
+                match field {
+                    "id" => leaf(json!(node_id("R", repo.id))),
+                    "databaseId" => leaf(json!(repo.id)),
+                    "name" => leaf(json!(repo.name)),
+                    "nameWithOwner" => leaf(json!(repo.full_name())),
+                    "owner" => Resolved::Object(Node::User(repo.owner.clone())),
+                    "url" => leaf(json!(format!("https://github.com/{}", repo.full_name()))),
+                    "isPrivate" => leaf(json!(true)),
+                    "visibility" => leaf(json!("PRIVATE")),
+                    "hasIssuesEnabled" => leaf(json!(true)),
+                    "viewerPermission" => leaf(json!("WRITE")),
+                    "defaultBranchRef" => {
+                        Resolved::Object(Node::Json(json!({"name": repo.default_branch})))
+                    }
+                    "issue" | "pullRequest" | "issueOrPullRequest" => {
+                        let number = arg_u64("number").unwrap_or(0);
+                        let found = self.model.issue(*repo_id, number).map(|i| i.pull.is_some());
+                        let wanted_pull = match field {
+                            "issue" => Some(false),
+                            "pullRequest" => Some(true),
+                            _ => None,
+                        };
+                        match (found, wanted_pull) {
+                            (Some(is_pull), Some(want)) if is_pull != want => {
+                                self.not_found_number(path, field, &repo.full_name(), number)
+                            }
+                            (Some(_), _) => Resolved::Object(Node::Issue(*repo_id, number)),
+                            (None, _) => {
+                                self.not_found_number(path, field, &repo.full_name(), number)
+                            }
+                        }
+                    }
+                    "issues" | "pullRequests" => {
+                        let pulls = field == "pullRequests";
+                        let states: Vec<String> = args
+                            .get("states")
+                            .and_then(Value::as_array)
+                            .map(|a| {
+                                a.iter()
+                                    .filter_map(|s| s.as_str().map(str::to_owned))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        let nodes = self
+                            .model
+                            .issues
+                            .iter()
+                            .filter(|i| i.repo_id == *repo_id && i.pull.is_some() == pulls)
+                            .filter(|i| {
+                                let state = if i.open { "OPEN" } else { "CLOSED" };
+                                states.is_empty() || states.iter().any(|s| s == state)
+                            })
+                            .map(|i| Node::Issue(*repo_id, i.number))
+                            .collect();
+                        Resolved::Object(Node::Connection(page(nodes, args)))
+                    }
+                    _ => leaf(Value::Null),
+                }
+            }
+            Node::Issue(repo_id, number) => {
+                let Some(issue) = self.model.issue(*repo_id, *number).cloned() else {
+                    return leaf(Value::Null);
+                };
+                let rest = self.model.issue_json(&issue);
+                match field {
+                    "id" => leaf(rest["node_id"].clone()),
+                    "databaseId" => leaf(json!(issue.id)),
+                    "number" => leaf(json!(issue.number)),
+                    "title" => leaf(json!(issue.title)),
+                    "body" => leaf(json!(issue.body)),
+                    "url" => leaf(rest["html_url"].clone()),
+                    "state" => leaf(json!(match (&issue.pull, issue.open) {
+                        (Some(p), false) if p.merged => "MERGED",
+                        (_, true) => "OPEN",
+                        (_, false) => "CLOSED",
+                    })),
+                    "closed" => leaf(json!(!issue.open)),
+                    "locked" => leaf(json!(false)),
+                    "author" => Resolved::Object(Node::User(issue.author.clone())),
+                    "createdAt" => leaf(json!(iso8601(issue.created_at))),
+                    "updatedAt" => leaf(json!(iso8601(issue.updated_at))),
+                    "repository" => Resolved::Object(Node::Repository(*repo_id)),
+                    "comments" => {
+                        let nodes = self
+                            .model
+                            .comments
+                            .iter()
+                            .filter(|c| {
+                                c.comment.kind == CommentKind::Issue
+                                    && c.repo_id == *repo_id
+                                    && c.comment.number == *number
+                            })
+                            .map(|c| Node::IssueComment(*repo_id, c.comment.id))
+                            .collect();
+                        Resolved::Object(Node::Connection(page(nodes, args)))
+                    }
+                    "reactionGroups" => Resolved::List(Vec::new()),
+                    "labels" | "assignees" | "projectCards" | "reviewRequests" | "reviews"
+                    | "latestReviews" | "commits" | "projectItems" => {
+                        Resolved::Object(Node::Connection(Vec::new()))
+                    }
+                    "headRefName" => {
+                        leaf(issue.pull.as_ref().map_or(Value::Null, |p| json!(p.head)))
+                    }
+                    "headRefOid" => leaf(
+                        issue
+                            .pull
+                            .as_ref()
+                            .map_or(Value::Null, |p| json!(p.head_sha)),
+                    ),
+                    "baseRefName" => {
+                        leaf(issue.pull.as_ref().map_or(Value::Null, |p| json!(p.base)))
+                    }
+                    "isDraft" => leaf(issue.pull.as_ref().map_or(Value::Null, |p| json!(p.draft))),
+                    "merged" => leaf(issue.pull.as_ref().map_or(Value::Null, |p| json!(p.merged))),
+                    "mergeable" => leaf(
+                        issue
+                            .pull
+                            .as_ref()
+                            .map_or(Value::Null, |_| json!("MERGEABLE")),
+                    ),
+                    _ => leaf(Value::Null),
+                }
+            }
+            Node::IssueComment(repo_id, id) => {
+                let Some(stored) = self
+                    .model
+                    .comment(CommentKind::Issue, *repo_id, *id)
+                    .cloned()
+                else {
+                    return leaf(Value::Null);
+                };
+                let rest = self.model.comment_json(&stored);
+                match field {
+                    "id" => leaf(rest["node_id"].clone()),
+                    "databaseId" => leaf(json!(stored.comment.id)),
+                    "body" => leaf(json!(stored.comment.body)),
+                    "url" => leaf(rest["html_url"].clone()),
+                    "author" => Resolved::Object(Node::User(stored.comment.author.clone())),
+                    "createdAt" => leaf(json!(iso8601(stored.created_at))),
+                    "updatedAt" => leaf(json!(iso8601(stored.updated_at))),
+                    "viewerDidAuthor" => leaf(json!(stored.comment.author == self.login)),
+                    "authorAssociation" => leaf(json!("MEMBER")),
+                    "issue" => Resolved::Object(Node::Issue(*repo_id, stored.comment.number)),
+                    "reactionGroups" => Resolved::List(Vec::new()),
+                    _ => leaf(Value::Null),
+                }
+            }
+            Node::Connection(nodes) => match field {
+                "nodes" => Resolved::List(nodes.clone()),
+                "edges" => Resolved::List(
+                    nodes
+                        .iter()
+                        .enumerate()
+                        .map(|(i, n)| Node::Edge(Box::new(n.clone()), i))
+                        .collect(),
+                ),
+                "totalCount" => leaf(json!(nodes.len())),
+                "pageInfo" => Resolved::Object(Node::PageInfo(nodes.len())),
+                _ => leaf(Value::Null),
+            },
+            Node::Edge(inner, index) => match field {
+                "node" => Resolved::Object((**inner).clone()),
+                "cursor" => leaf(json!(cursor(*index))),
+                _ => leaf(Value::Null),
+            },
+            Node::PageInfo(len) => match field {
+                "hasNextPage" | "hasPreviousPage" => leaf(json!(false)),
+                "startCursor" => leaf(if *len == 0 {
+                    Value::Null
+                } else {
+                    json!(cursor(0))
+                }),
+                "endCursor" => leaf(if *len == 0 {
+                    Value::Null
+                } else {
+                    json!(cursor(len - 1))
+                }),
+                _ => leaf(Value::Null),
+            },
+            Node::AddCommentPayload { comment, subject } => match field {
+                "commentEdge" => Resolved::Object(Node::Edge(comment.clone(), 0)),
+                "subject" => Resolved::Object((**subject).clone()),
+                "timelineEdge" => Resolved::Object(Node::Edge(comment.clone(), 0)),
+                "clientMutationId" => leaf(Value::Null),
+                _ => leaf(Value::Null),
+            },
+            Node::Json(value) => match value.get(field) {
+                Some(Value::Object(_)) => Resolved::Object(Node::Json(value[field].clone())),
+                Some(Value::Array(items)) => {
+                    Resolved::List(items.iter().cloned().map(Node::Json).collect())
+                }
+                Some(other) => leaf(other.clone()),
+                None => leaf(Value::Null),
+            },
+        }
+    }
+
+    fn not_found_number(
+        &mut self,
+        path: &[Value],
+        field: &str,
+        repo: &str,
+        number: u64,
+    ) -> Resolved {
+        let kind = match field {
+            "pullRequest" => "PullRequest",
+            "issue" => "Issue",
+            _ => "issue or pull request",
+        };
+        self.error(
+            path,
+            "NOT_FOUND",
+            format!("Could not resolve to an {kind} with the number of {number}. ({repo})"),
+        );
+        Resolved::Leaf(Value::Null)
+    }
+
+    /// Find an issue, pull request, comment, repository or user by node id.
+    fn node_by_id(&self, id: &str) -> Option<Node> {
+        if let Some(repo) = self.model.repos.iter().find(|r| node_id("R", r.id) == id) {
+            return Some(Node::Repository(repo.id));
+        }
+        if let Some(issue) = self
+            .model
+            .issues
+            .iter()
+            .find(|i| node_id(if i.pull.is_some() { "PR" } else { "I" }, i.id) == id)
+        {
+            return Some(Node::Issue(issue.repo_id, issue.number));
+        }
+        self.model
+            .comments
+            .iter()
+            .find(|c| c.comment.kind == CommentKind::Issue && node_id("IC", c.comment.id) == id)
+            .map(|c| Node::IssueComment(c.repo_id, c.comment.id))
+    }
+
+    /// `addComment(input: {subjectId, body})` on an issue or pull request.
+    fn add_comment(&mut self, args: &Map<String, Value>, path: &[Value]) -> Resolved {
+        let input = args.get("input").cloned().unwrap_or(Value::Null);
+        let subject_id = input.get("subjectId").and_then(Value::as_str).unwrap_or("");
+        let body = input.get("body").and_then(Value::as_str).unwrap_or("");
+        let Some(Node::Issue(repo_id, number)) = self.node_by_id(subject_id) else {
+            self.error(
+                path,
+                "NOT_FOUND",
+                format!("Could not resolve to a node with the global id of '{subject_id}'"),
+            );
+            return Resolved::Leaf(Value::Null);
+        };
+        if body.is_empty() {
+            self.error(path, "UNPROCESSABLE", "Body can't be blank".to_owned());
+            return Resolved::Leaf(Value::Null);
+        }
+        let id = self.model.add_comment(
+            CommentKind::Issue,
+            repo_id,
+            number,
+            body,
+            self.login,
+            None,
+            None,
+            None,
+            None,
+            self.now,
+        );
+        if let Some(issue) = self.model.issue_mut(repo_id, number) {
+            issue.updated_at = self.now;
+        }
+        self.created_id = Some(id.to_string());
+        Resolved::Object(Node::AddCommentPayload {
+            comment: Box::new(Node::IssueComment(repo_id, id)),
+            subject: Box::new(Node::Issue(repo_id, number)),
+        })
+    }
+}
+
+/// Apply `first` / `last` to a connection's nodes.
+fn page(mut nodes: Vec<Node>, args: &Map<String, Value>) -> Vec<Node> {
+    if let Some(first) = args.get("first").and_then(Value::as_u64) {
+        nodes.truncate(first as usize);
+    }
+    if let Some(last) = args.get("last").and_then(Value::as_u64) {
+        let skip = nodes.len().saturating_sub(last as usize);
+        nodes.drain(..skip);
+    }
+    nodes
+}
+
+fn cursor(index: usize) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(format!("cursor:v2:{index}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model() -> Model {
+        let mut model = Model::new();
+        let repo = model.add_repo("acme", "widgets", "main");
+        model.add_issue(repo, "Crash", "It crashes.", "alice", None, 1);
+        model
+    }
+
+    fn run(model: &mut Model, request: Value) -> GraphqlAnswer {
+        execute(
+            model,
+            "bot[bot]",
+            1_700_000_000,
+            request.to_string().as_bytes(),
+        )
+    }
+
+    #[test]
+    fn viewer_repository_issue_with_alias_and_fragments() {
+        let mut model = model();
+        let answer = run(
+            &mut model,
+            json!({
+                "query": "query Q($owner: String!, $name: String!, $n: Int = 1) { viewer { login } \
+                          r: repository(owner: $owner, name: $name) { nameWithOwner \
+                          issue(number: $n) { ...F ... on Issue { author { login } } ... on PullRequest { headRefName } } } } \
+                          fragment F on Issue { __typename number title comments(first: 5) { totalCount nodes { body } } }",
+                "variables": {"owner": "ACME", "name": "widgets"},
+            }),
+        );
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body["errors"], Value::Null, "{}", answer.body);
+        let data = &answer.body["data"];
+        assert_eq!(data["viewer"]["login"], "bot[bot]");
+        assert_eq!(data["r"]["nameWithOwner"], "acme/widgets");
+        let issue = &data["r"]["issue"];
+        assert_eq!(issue["__typename"], "Issue");
+        assert_eq!(issue["number"], 1);
+        assert_eq!(issue["author"]["login"], "alice");
+        assert_eq!(issue["comments"]["totalCount"], 0);
+        assert!(issue.get("headRefName").is_none());
+    }
+
+    #[test]
+    fn add_comment_creates_and_reports_id() {
+        let mut model = model();
+        let lookup = run(
+            &mut model,
+            json!({"query": "{ repository(owner:\"acme\", name:\"widgets\") { issue(number: 1) { id } } }"}),
+        );
+        let subject = lookup.body["data"]["repository"]["issue"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let answer = run(
+            &mut model,
+            json!({
+                "query": "mutation C($input: AddCommentInput!) { addComment(input: $input) { commentEdge { node { url databaseId body } } subject { id } } }",
+                "variables": {"input": {"subjectId": subject, "body": "On it."}},
+            }),
+        );
+        let node = &answer.body["data"]["addComment"]["commentEdge"]["node"];
+        assert_eq!(node["body"], "On it.");
+        let id = node["databaseId"].as_u64().unwrap();
+        assert_eq!(answer.created_id, Some(id.to_string()));
+        assert_eq!(
+            node["url"],
+            format!("https://github.com/acme/widgets/issues/1#issuecomment-{id}")
+        );
+        assert_eq!(model.comments.len(), 1);
+    }
+
+    #[test]
+    fn errors_are_graphql_shaped_and_nothing_is_created() {
+        let mut model = model();
+        for (request, status, needle) in [
+            (
+                json!({"query": "{ repository(owner:\"x\", name:\"y\") { name } }"}),
+                200,
+                "Could not resolve to a Repository",
+            ),
+            (
+                json!({"query": "{ repository(owner:\"acme\", name:\"widgets\") { pullRequest(number: 1) { id } } }"}),
+                200,
+                "PullRequest",
+            ),
+            (
+                json!({"query": "mutation { mergePullRequest(input: {pullRequestId: \"x\"}) { clientMutationId } }"}),
+                200,
+                "mergePullRequest",
+            ),
+            (
+                json!({"query": "mutation { addComment(input: {subjectId: \"nope\", body: \"x\"}) { clientMutationId } }"}),
+                200,
+                "global id",
+            ),
+            (
+                json!({"query": "query A { viewer { login } } query B { viewer { login } }"}),
+                200,
+                "operationName",
+            ),
+            (json!({"query": "{ viewer { "}), 200, "Parse error"),
+            (json!([{"query": "{ viewer { login } }"}]), 400, "Batched"),
+            (json!({"nope": 1}), 400, "query attribute"),
+        ] {
+            let answer = run(&mut model, request.clone());
+            assert_eq!(answer.status, status, "{request}");
+            assert!(
+                answer.body.to_string().contains(needle),
+                "{request}: {}",
+                answer.body
+            );
+            assert!(answer.created_id.is_none());
+        }
+        assert!(model.comments.is_empty());
+    }
+}

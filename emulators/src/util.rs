@@ -1,0 +1,79 @@
+//! Small helpers shared by the emulators: query strings and random ids.
+
+/// `a=1&b=x%20y` → `[("a","1"),("b","x y")]`.
+pub(crate) fn parse_query(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(key), percent_decode(value))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let hex_value = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match (hex_value(bytes[i + 1]), hex_value(bytes[i + 2])) {
+                    (Some(high), Some(low)) => {
+                        out.push(high << 4 | low);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub(crate) fn random_hex(bytes: usize) -> String {
+    let mut buffer = vec![0u8; bytes];
+    // ring is already the TLS provider; use its system RNG.
+    let _ = ring_fill(&mut buffer);
+    hex::encode(buffer)
+}
+
+fn ring_fill(buffer: &mut [u8]) -> Result<(), rustls::Error> {
+    use rustls::crypto::ring::default_provider;
+    default_provider()
+        .secure_random
+        .fill(buffer)
+        .map_err(|_| rustls::Error::FailedToGetRandomBytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_queries() {
+        assert_eq!(
+            parse_query("since=2024-01-01T00%3A00%3A00Z&per_page=5&x&q=a+b&bad=%zz&cut=%4"),
+            vec![
+                ("since".into(), "2024-01-01T00:00:00Z".into()),
+                ("per_page".into(), "5".into()),
+                ("x".into(), "".into()),
+                ("q".into(), "a b".into()),
+                ("bad".into(), "%zz".into()),
+                ("cut".into(), "%4".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn random_hex_is_random_and_sized() {
+        let (a, b) = (random_hex(16), random_hex(16));
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,139 @@
+//! The real `gh` CLI against the GitHub emulator, as a GitHub Enterprise host
+//! (`GH_HOST=localhost:PORT`: REST under `/api/v3`, GraphQL at `/api/graphql`).
+// Helpers outside #[test] functions panic on setup failure too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
+
+const TOKEN: &str = "ghs_gh_cli_test_token";
+
+fn gh(emulator: &GithubHandle, dir: &Path, token: &str, args: &[&str]) -> Output {
+    Command::new("gh")
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("GH_CONFIG_DIR", dir.join("gh-config"))
+        .env("GH_HOST", format!("localhost:{}", emulator.addr().port()))
+        .env("GH_ENTERPRISE_TOKEN", token)
+        .env("GH_PROMPT_DISABLED", "1")
+        .env("GH_NO_UPDATE_NOTIFIER", "1")
+        .env("NO_COLOR", "1")
+        // Go's SSL_CERT_FILE replaces the system roots: only the test CA is trusted.
+        .env("SSL_CERT_FILE", dir.join("ca.pem"))
+        .output()
+        .expect("gh runs")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "gh failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn gh_reads_issues_and_comments_via_rest_and_graphql() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git"))
+            .token(TOKEN, "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    emulator.write_ca_pem(&dir.path().join("ca.pem")).unwrap();
+    emulator
+        .add_issue("acme/widgets", "Crash on start", "It crashes.", "alice")
+        .unwrap();
+    let repo = format!("localhost:{}/acme/widgets", emulator.addr().port());
+
+    let issue = stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &["api", "repos/acme/widgets/issues/1"],
+    ));
+    let issue: serde_json::Value = serde_json::from_str(&issue).unwrap();
+    assert_eq!(issue["title"], "Crash on start");
+
+    let created = stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &[
+            "api",
+            "-X",
+            "POST",
+            "repos/acme/widgets/issues/1/comments",
+            "-f",
+            "body=Looking.",
+        ],
+    ));
+    let created: serde_json::Value = serde_json::from_str(&created).unwrap();
+    assert_eq!(created["body"], "Looking.");
+
+    let view = stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &["issue", "view", "1", "-R", &repo],
+    ));
+    assert!(
+        view.contains("Crash on start") && view.contains("It crashes."),
+        "{view}"
+    );
+
+    let url = stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &[
+            "issue",
+            "comment",
+            "1",
+            "-R",
+            &repo,
+            "--body",
+            "Fixed in gatehouse/x.",
+        ],
+    ));
+    let comments = emulator.comments();
+    assert_eq!(comments.len(), 2);
+    assert_eq!(comments[1].body, "Fixed in gatehouse/x.");
+    assert_eq!(comments[1].author, "gatehouse-test[bot]");
+    assert!(
+        url.contains(&format!("#issuecomment-{}", comments[1].id)),
+        "{url}"
+    );
+
+    let requests = emulator.requests();
+    let mutation = requests
+        .iter()
+        .find(|r| r.path == "/api/graphql" && r.body_text().contains("addComment"))
+        .expect("gh posted the comment through GraphQL");
+    assert_eq!(
+        mutation.authorization(),
+        Some(format!("token {TOKEN}").as_str())
+    );
+    assert_eq!(mutation.created_id, Some(comments[1].id.to_string()));
+    assert!(requests.iter().all(|r| r
+        .header("user-agent")
+        .unwrap_or("")
+        .starts_with("GitHub CLI")));
+
+    // A wrong token gets nothing and creates nothing.
+    let refused = gh(
+        &emulator,
+        dir.path(),
+        "ghs_wrong",
+        &["issue", "comment", "1", "-R", &repo, "--body", "nope"],
+    );
+    assert!(!refused.status.success());
+    assert_eq!(emulator.comments().len(), 2);
+}

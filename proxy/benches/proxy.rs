@@ -1,0 +1,459 @@
+//! The proxy's benchmark, in one run on loopback against the local GitHub
+//! emulator:
+//!
+//! 1. latency of an allowed GET (keep-alive, sequential): through the proxy
+//!    (CONNECT + interception + rule match + injection + verified TLS to the
+//!    upstream + audit record) versus the same GET sent directly;
+//! 2. throughput with 32 concurrent keep-alive clients: through the proxy
+//!    versus nginx as a TLS-terminating reverse proxy that adds an
+//!    `Authorization` header (run as a foreground child from a config written
+//!    into a temp dir), and direct as the ceiling.
+//!
+//! Run: `cargo bench -p gatehouse-proxy --bench proxy` (nginx must be on
+//! PATH or in /usr/sbin; `scripts/setup-debian` installs nginx-light).
+//! `BENCH_REQUESTS` and `BENCH_SECS` change the sample sizes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use gatehouse_emulators::{GithubEmulator, GithubOptions, RepoSpec};
+use gatehouse_proxy::audit::AuditLog;
+use gatehouse_proxy::ca::CertificateAuthority;
+use gatehouse_proxy::credentials::{CredentialSpec, Credentials};
+use gatehouse_proxy::rules::{RuleBook, RuleSet};
+use gatehouse_proxy::server::audit_writer::AuditWriter;
+use gatehouse_proxy::server::{IdentitySpec, Proxy, ProxyParts};
+use gatehouse_proxy::upstream::{UpstreamOverride, Upstreams};
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const RULES: &str = r#"
+name = "bench"
+description = "benchmark"
+variables = ["repo"]
+
+[[rule]]
+name = "issue-read"
+source = "GitHub REST: issues/get"
+host = "api.github.com"
+methods = ["GET"]
+path = "/repos/{repo}/issues/{n}"
+credential = "github"
+inject = "bearer"
+"#;
+
+const PATH: &str = "/repos/acme/widgets/issues/1";
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn client_config(ca_pem: &Path) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca_pem).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+#[derive(Clone)]
+enum Route {
+    Direct {
+        addr: std::net::SocketAddr,
+        auth: String,
+    },
+    Proxy {
+        socket: PathBuf,
+    },
+    Nginx {
+        addr: std::net::SocketAddr,
+    },
+}
+
+#[derive(Clone)]
+struct Target {
+    route: Route,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+type Sender = SendRequest<Empty<Bytes>>;
+
+async fn tls_handshake<S>(stream: S, tls: Arc<rustls::ClientConfig>) -> Sender
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let name = ServerName::try_from("api.github.com").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, stream)
+        .await
+        .unwrap();
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+async fn connect(target: &Target) -> Sender {
+    match &target.route {
+        Route::Direct { addr, .. } | Route::Nginx { addr } => {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            tcp.set_nodelay(true).unwrap();
+            tls_handshake(tcp, target.tls.clone()).await
+        }
+        Route::Proxy { socket } => {
+            let mut unix = tokio::net::UnixStream::connect(socket).await.unwrap();
+            unix.write_all(
+                b"CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\n\r\n",
+            )
+            .await
+            .unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                head.push(unix.read_u8().await.unwrap());
+            }
+            assert!(
+                head.starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&head)
+            );
+            tls_handshake(unix, target.tls.clone()).await
+        }
+    }
+}
+
+async fn get(sender: &mut Sender, target: &Target) {
+    let mut req = hyper::Request::get(PATH)
+        .header("host", "api.github.com")
+        .header("user-agent", "gatehouse-bench")
+        .body(Empty::new())
+        .unwrap();
+    if let Route::Direct { auth, .. } = &target.route {
+        req.headers_mut()
+            .insert("authorization", auth.parse().unwrap());
+    }
+    sender.ready().await.unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(body.len() > 100);
+}
+
+struct Latency {
+    median: Duration,
+    p99: Duration,
+}
+
+async fn latency(target: &Target, n: usize) -> Latency {
+    let mut sender = connect(target).await;
+    for _ in 0..200 {
+        get(&mut sender, target).await;
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        get(&mut sender, target).await;
+        samples.push(start.elapsed());
+    }
+    samples.sort();
+    Latency {
+        median: samples[n / 2],
+        p99: samples[(n * 99 / 100).min(n - 1)],
+    }
+}
+
+async fn throughput(target: &Target, clients: usize, secs: u64) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let mut senders = Vec::new();
+    for _ in 0..clients {
+        senders.push(connect(target).await);
+    }
+    // Warm up every connection, then measure.
+    for s in &mut senders {
+        get(s, target).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for mut sender in senders {
+        let target = target.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                get(&mut sender, &target).await;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+struct Nginx(Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Writes an nginx config terminating TLS for api.github.com and proxying
+/// to the emulator over verified TLS with the token added, and starts it.
+fn start_nginx(
+    dir: &Path,
+    upstream: std::net::SocketAddr,
+    upstream_ca: &Path,
+    token: &str,
+) -> (Nginx, std::net::SocketAddr, PathBuf) {
+    let ca = CertificateAuthority::load_or_generate(
+        &dir.join("nginx-ca.pem"),
+        &dir.join("nginx-ca.key"),
+    )
+    .unwrap();
+    let (cert_pem, key_pem) = ca.leaf_pem("api.github.com").unwrap();
+    std::fs::write(dir.join("leaf.pem"), cert_pem).unwrap();
+    std::fs::write(dir.join("leaf.key"), key_pem).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let user = if is_root() { "user root root;" } else { "" };
+    let conf = format!(
+        r#"
+{user}
+worker_processes 2;
+pid {dir}/nginx.pid;
+error_log {dir}/nginx-error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    upstream emulator {{
+        server {upstream};
+        keepalive 64;
+    }}
+    server {{
+        listen 127.0.0.1:{port} ssl;
+        server_name api.github.com;
+        ssl_certificate {dir}/leaf.pem;
+        ssl_certificate_key {dir}/leaf.key;
+        keepalive_requests 1000000;
+        location / {{
+            proxy_pass https://emulator;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host api.github.com;
+            proxy_set_header Authorization "Bearer {token}";
+            proxy_ssl_server_name on;
+            proxy_ssl_name api.github.com;
+            proxy_ssl_verify on;
+            proxy_ssl_trusted_certificate {ca};
+            proxy_ssl_session_reuse on;
+        }}
+    }}
+}}
+"#,
+        dir = dir.display(),
+        ca = upstream_ca.display(),
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let nginx = ["nginx", "/usr/sbin/nginx"]
+        .into_iter()
+        .find(|n| {
+            Command::new(n)
+                .arg("-v")
+                .stderr(Stdio::null())
+                .status()
+                .is_ok()
+        })
+        .expect("nginx is not installed (scripts/setup-debian installs nginx-light)");
+    // Dropping the guard kills and reaps nginx, also if it never comes up.
+    let nginx = Nginx(
+        Command::new(nginx)
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return (nginx, addr, dir.join("nginx-ca.pem"));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    drop(nginx);
+    panic!(
+        "nginx did not start: {}",
+        std::fs::read_to_string(dir.join("nginx-error.log")).unwrap_or_default()
+    );
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing to parse.
+    let n = env_or("BENCH_REQUESTS", 3000) as usize;
+    let secs = env_or("BENCH_SECS", 5);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for sub in ["body", "proxy", "fastcgi", "uwsgi", "scgi"] {
+        std::fs::create_dir(d.join(sub)).unwrap();
+    }
+    let token = format!(
+        "ghs_bench{:016x}",
+        std::process::id() as u64 * 0x9e37_79b9_7f4a_7c15
+    );
+    let mut options = GithubOptions::new(d.join("git"))
+        .token(&token, "gatehouse-bench[bot]")
+        .repo(RepoSpec::new("acme", "widgets"));
+    options.worker_threads = 2;
+    let github = GithubEmulator::start(options).unwrap();
+    github
+        .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
+        .unwrap();
+    let upstream_ca = d.join("upstream-ca.pem");
+    github.write_ca_pem(&upstream_ca).unwrap();
+    std::fs::write(d.join("token"), &token).unwrap();
+
+    // The proxy, on its own runtime (as in `gatehouse proxy`).
+    let proxy_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (proxy, socket) = proxy_rt.block_on(async {
+        let upstreams = Upstreams::new(&[UpstreamOverride {
+            host: "api.github.com".into(),
+            url: github.base_url(),
+            ca_file: Some(upstream_ca.clone()),
+        }])
+        .unwrap();
+        let credentials = Credentials::load(
+            &BTreeMap::from([(
+                "github".to_string(),
+                CredentialSpec::GithubToken {
+                    token_file: d.join("token"),
+                },
+            )]),
+            &upstreams,
+        )
+        .unwrap();
+        let proxy = Proxy::new(ProxyParts {
+            ca: Arc::new(
+                CertificateAuthority::load_or_generate(&d.join("ca.pem"), &d.join("ca.key"))
+                    .unwrap(),
+            ),
+            upstreams,
+            policy: Arc::new(
+                RuleBook::new([RuleSet::parse("bench.toml", RULES).unwrap()]).unwrap(),
+            ),
+            credentials: Arc::new(credentials),
+            audit: AuditWriter::start(AuditLog::open(&d.join("audit.jsonl")).unwrap()).unwrap(),
+            socket_dir: d.join("sockets"),
+        })
+        .unwrap();
+        let socket = proxy
+            .add_identity(IdentitySpec {
+                name: "bench".into(),
+                rule_sets: vec!["bench".into()],
+                tunnel_hosts: vec![],
+                variables: BTreeMap::from([("repo".to_string(), "acme/widgets".to_string())]),
+                socket: None,
+            })
+            .unwrap();
+        (proxy, socket)
+    });
+    let (nginx, nginx_addr, nginx_ca) = start_nginx(d, github.addr(), &upstream_ca, &token);
+
+    let direct = Target {
+        route: Route::Direct {
+            addr: github.addr(),
+            auth: format!("Bearer {token}"),
+        },
+        tls: client_config(&upstream_ca),
+    };
+    let via_proxy = Target {
+        route: Route::Proxy { socket },
+        tls: client_config(&d.join("ca.pem")),
+    };
+    let via_nginx = Target {
+        route: Route::Nginx { addr: nginx_addr },
+        tls: client_config(&nginx_ca),
+    };
+
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    client_rt.block_on(async {
+        println!("gatehouse proxy benchmark: loopback, GitHub emulator, GET {PATH}");
+        println!("latency, one keep-alive connection, {n} sequential requests after 200 warm-up:");
+        let d_lat = latency(&direct, n).await;
+        let p_lat = latency(&via_proxy, n).await;
+        let n_lat = latency(&via_nginx, n).await;
+        for (name, l) in [("direct", &d_lat), ("proxy", &p_lat), ("nginx", &n_lat)] {
+            println!("  {name:<7} median {:>8.1} µs   p99 {:>8.1} µs", us(l.median), us(l.p99));
+        }
+        println!(
+            "  proxy added: median {:+.1} µs ({:.2}× direct), p99 {:+.1} µs; nginx added: median {:+.1} µs",
+            us(p_lat.median) - us(d_lat.median),
+            us(p_lat.median) / us(d_lat.median),
+            us(p_lat.p99) - us(d_lat.p99),
+            us(n_lat.median) - us(d_lat.median),
+        );
+        println!("throughput, 32 concurrent keep-alive clients, {secs} s each:");
+        let d_tp = throughput(&direct, 32, secs).await;
+        let n_tp = throughput(&via_nginx, 32, secs).await;
+        let p_tp = throughput(&via_proxy, 32, secs).await;
+        println!("  direct {d_tp:>9.0} req/s");
+        println!("  nginx  {n_tp:>9.0} req/s");
+        println!("  proxy  {p_tp:>9.0} req/s");
+        println!("  proxy/nginx = {:.2}×   proxy/direct = {:.2}×   nginx/direct = {:.2}×", p_tp / n_tp, p_tp / d_tp, n_tp / d_tp);
+    });
+    drop(nginx);
+    proxy_rt.block_on(proxy.shutdown());
+}

@@ -1,0 +1,357 @@
+//! The hash-chained audit log: append-only JSONL, one line per event.
+//!
+//! Every request gets a `request` line written *before* it is forwarded, and
+//! a `completion` line with the same `request_id` after (status, bytes,
+//! duration, the created message's id). Each line carries `seq` (0, 1, …) and
+//! `prev`, the hex SHA-256 of the previous line's bytes (64 zeros for the
+//! first), so changing, inserting or removing a line breaks the chain at that
+//! point; [`verify`] finds the first broken line. Cutting lines off the end is
+//! only detectable against a copy of a later [`AuditLog::head`], so anchor
+//! that elsewhere if the threat needs it.
+//!
+//! [`AuditLog::append`] writes whole lines and `fdatasync`s before returning,
+//! so a record the proxy has acted on survives a crash. Records carry no
+//! secret, no query value and no body text: query keys only, and a SHA-256 of
+//! a message's body.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// `prev` of the first line.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Why the audit log could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuditError {
+    /// Reading, writing or syncing the file failed.
+    #[error("audit log {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The existing file's chain is broken; it is not appended to.
+    #[error("audit log {path}: {broken}; move it aside and investigate before starting again")]
+    Broken { path: PathBuf, broken: BrokenAt },
+    /// A record could not be serialised.
+    #[error("audit record could not be serialised: {0}")]
+    Serialize(String),
+}
+
+/// Where and why the chain breaks. A changed line is found at the line after
+/// it, whose `prev` no longer matches; the message names both.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {why}")]
+pub struct BrokenAt {
+    /// 1-based line number.
+    pub line: usize,
+    pub why: String,
+}
+
+/// A message-bearing call: what kind, to whom, and the hash of what was said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageRecord {
+    pub kind: String,
+    pub target: String,
+    /// Hex SHA-256 of the request body as sent.
+    pub body_sha256: String,
+}
+
+/// Written before a request is forwarded (or when it is denied).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestRecord {
+    /// RFC 3339 UTC, see [`rfc3339_utc`].
+    pub time: String,
+    pub request_id: String,
+    pub identity: String,
+    pub method: String,
+    pub host: String,
+    pub path: String,
+    /// Query keys only, never values.
+    pub query_keys: Vec<String>,
+    pub outcome: Outcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<MessageRecord>,
+}
+
+/// The rule decision of a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Outcome {
+    Allow {
+        rule_set: String,
+        rule: String,
+    },
+    Deny {
+        reason: String,
+        rule_sets_tried: Vec<String>,
+    },
+}
+
+/// Written after the response (or failure) of a forwarded request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionRecord {
+    pub time: String,
+    pub request_id: String,
+    /// The upstream status, or the proxy's own (e.g. 403 for a body check, 502).
+    pub status: u16,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub duration_ms: u64,
+    /// For messages: the platform's id of the created comment/message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One audit event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Record {
+    Request(RequestRecord),
+    Completion(CompletionRecord),
+}
+
+/// A line as stored: chain fields first, then the record.
+#[derive(Serialize, Deserialize)]
+struct Line<R> {
+    seq: u64,
+    prev: String,
+    #[serde(flatten)]
+    record: R,
+}
+
+/// The position of the last line written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Lines in the file.
+    pub lines: u64,
+    /// Hex SHA-256 of the last line ([`GENESIS`] when empty).
+    pub hash: String,
+}
+
+/// An open audit log, positioned at the end of a verified chain.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    file: File,
+    head: Head,
+}
+
+impl AuditLog {
+    /// Open (or create, mode 0600) the log at `path`. An existing file is
+    /// verified first; a broken one is refused.
+    pub fn open(path: &Path) -> Result<Self, AuditError> {
+        let io = |source| AuditError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let created = !path.exists();
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(io)?;
+        let mut existing = Vec::new();
+        file.read_to_end(&mut existing).map_err(io)?;
+        let report = verify_bytes(&existing).map_err(|broken| AuditError::Broken {
+            path: path.to_owned(),
+            broken,
+        })?;
+        if created {
+            // Make the new directory entry durable too.
+            file.sync_all().map_err(io)?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+            }
+        }
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            head: Head {
+                lines: report.lines,
+                hash: report.last_hash,
+            },
+        })
+    }
+
+    /// The last line written; anchor it elsewhere to detect truncation.
+    pub fn head(&self) -> &Head {
+        &self.head
+    }
+
+    /// Append one record and sync it to disk before returning.
+    pub fn append(&mut self, record: &Record) -> Result<Head, AuditError> {
+        self.append_all(std::slice::from_ref(record))
+    }
+
+    /// Append several records with one write and one sync (group commit).
+    pub fn append_all(&mut self, records: &[Record]) -> Result<Head, AuditError> {
+        let head = self.write_all(records)?;
+        self.sync()?;
+        Ok(head)
+    }
+
+    /// Write records without syncing; a later [`AuditLog::sync`] makes them
+    /// durable. For a writer that syncs ordinary records in batches and
+    /// message records at once.
+    pub fn write_all(&mut self, records: &[Record]) -> Result<Head, AuditError> {
+        let mut head = self.head.clone();
+        let mut buffer = Vec::new();
+        for record in records {
+            let line = serde_json::to_vec(&Line {
+                seq: head.lines,
+                prev: head.hash.clone(),
+                record,
+            })
+            .map_err(|e| AuditError::Serialize(e.to_string()))?;
+            head = Head {
+                lines: head.lines + 1,
+                hash: hex::encode(Sha256::digest(&line)),
+            };
+            buffer.extend_from_slice(&line);
+            buffer.push(b'\n');
+        }
+        // One write call per batch: lines are never interleaved or split by us.
+        self.file
+            .write_all(&buffer)
+            .map_err(|source| AuditError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.head = head.clone();
+        Ok(head)
+    }
+
+    /// Make everything written so far durable (`fdatasync`).
+    pub fn sync(&mut self) -> Result<(), AuditError> {
+        self.file.sync_data().map_err(|source| AuditError::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+/// What [`verify`] found in an intact log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    pub lines: u64,
+    pub requests: u64,
+    pub completions: u64,
+    /// Requests with no completion line (in flight, or cut off by a crash).
+    pub open_requests: Vec<String>,
+    /// Hex SHA-256 of the last line.
+    pub last_hash: String,
+}
+
+/// Read and verify the log at `path`.
+pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
+    let bytes = std::fs::read(path).map_err(|source| AuditError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    verify_bytes(&bytes).map_err(|broken| AuditError::Broken {
+        path: path.to_owned(),
+        broken,
+    })
+}
+
+/// Verify a log's bytes: every line complete, valid, numbered in order, and
+/// chained to the one before.
+pub fn verify_bytes(bytes: &[u8]) -> Result<VerifyReport, BrokenAt> {
+    let mut report = VerifyReport {
+        lines: 0,
+        requests: 0,
+        completions: 0,
+        open_requests: Vec::new(),
+        last_hash: GENESIS.to_owned(),
+    };
+    let mut open = std::collections::BTreeSet::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let line_number = report.lines as usize + 1;
+        let broken = |why: String| BrokenAt {
+            line: line_number,
+            why,
+        };
+        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+            return Err(broken(
+                "the last line is incomplete (no newline): a write was cut off".into(),
+            ));
+        };
+        let line = &rest[..end];
+        rest = &rest[end + 1..];
+        let parsed: Line<Record> =
+            serde_json::from_slice(line).map_err(|e| broken(format!("not a valid record: {e}")))?;
+        if parsed.seq != report.lines {
+            return Err(broken(format!(
+                "seq is {}, expected {}",
+                parsed.seq, report.lines
+            )));
+        }
+        if parsed.prev != report.last_hash {
+            return Err(broken(format!(
+                "prev does not match the SHA-256 of line {}: that line was changed, or a line was inserted or removed",
+                line_number - 1
+            )));
+        }
+        match parsed.record {
+            Record::Request(r) => {
+                report.requests += 1;
+                if !open.insert(r.request_id.clone()) {
+                    return Err(broken(format!("request id {} appears twice", r.request_id)));
+                }
+            }
+            Record::Completion(c) => {
+                report.completions += 1;
+                if !open.remove(&c.request_id) {
+                    return Err(broken(format!(
+                        "completion for unknown or completed request {}",
+                        c.request_id
+                    )));
+                }
+            }
+        }
+        report.lines += 1;
+        report.last_hash = hex::encode(Sha256::digest(line));
+    }
+    report.open_requests = open.into_iter().collect();
+    Ok(report)
+}
+
+/// Render milliseconds since the Unix epoch as RFC 3339 UTC with milliseconds,
+/// e.g. `2026-11-29T16:30:00.123Z` (the caller passes `now`).
+pub fn rfc3339_utc(unix_ms: u64) -> String {
+    let (days, ms_of_day) = (unix_ms / 86_400_000, unix_ms % 86_400_000);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, m, s, ms) = (
+        ms_of_day / 3_600_000,
+        ms_of_day / 60_000 % 60,
+        ms_of_day / 1000 % 60,
+        ms_of_day % 1000,
+    );
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,246 @@
+use super::*;
+use std::os::unix::fs::PermissionsExt;
+
+fn request(id: &str, message: bool) -> Record {
+    Record::Request(RequestRecord {
+        time: rfc3339_utc(1_795_969_800_123),
+        request_id: id.to_owned(),
+        identity: "tkt_1".into(),
+        method: "POST".into(),
+        host: "api.github.com".into(),
+        path: "/repos/octo/hello/issues/1/comments".into(),
+        query_keys: vec!["per_page".into()],
+        outcome: Outcome::Allow {
+            rule_set: "github-worker".into(),
+            rule: "issue-comment-create".into(),
+        },
+        message: message.then(|| MessageRecord {
+            kind: "github_issue_comment".into(),
+            target: "octo/hello#1".into(),
+            body_sha256: "ab".repeat(32),
+        }),
+    })
+}
+
+fn completion(id: &str) -> Record {
+    Record::Completion(CompletionRecord {
+        time: rfc3339_utc(1_795_969_800_456),
+        request_id: id.to_owned(),
+        status: 201,
+        bytes_sent: 20,
+        bytes_received: 300,
+        duration_ms: 333,
+        message_id: Some("1234".into()),
+        error: None,
+    })
+}
+
+fn write_log(dir: &Path, n: usize) -> PathBuf {
+    let path = dir.join("audit.jsonl");
+    let mut log = AuditLog::open(&path).unwrap();
+    for i in 0..n {
+        let id = format!("req-{i}");
+        log.append(&request(&id, i % 2 == 0)).unwrap();
+        log.append(&completion(&id)).unwrap();
+    }
+    path
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn appends_chain_and_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_log(dir.path(), 3);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let report = verify(&path).unwrap();
+    assert_eq!(
+        (report.lines, report.requests, report.completions),
+        (6, 3, 3)
+    );
+    assert!(report.open_requests.is_empty());
+
+    let mut log = AuditLog::open(&path).unwrap();
+    assert_eq!(log.head().lines, 6);
+    assert_eq!(log.head().hash, report.last_hash);
+    let head = log
+        .append_all(&[
+            request("req-9", false),
+            completion("req-9"),
+            request("req-10", true),
+        ])
+        .unwrap();
+    assert_eq!(head.lines, 9);
+    let report = verify(&path).unwrap();
+    assert_eq!(report.lines, 9);
+    assert_eq!(report.open_requests, ["req-10"]);
+    assert_eq!(report.last_hash, head.hash);
+
+    let all = lines(&path);
+    let first: serde_json::Value = serde_json::from_str(&all[0]).unwrap();
+    assert_eq!(first["seq"], 0);
+    assert_eq!(first["prev"], GENESIS);
+    assert_eq!(first["event"], "request");
+    assert_eq!(first["outcome"]["decision"], "allow");
+    assert_eq!(first["message"]["kind"], "github_issue_comment");
+    let second: serde_json::Value = serde_json::from_str(&all[1]).unwrap();
+    assert_eq!(
+        second["prev"],
+        hex::encode(Sha256::digest(all[0].as_bytes()))
+    );
+    assert_eq!(second["message_id"], "1234");
+}
+
+#[test]
+fn every_kind_of_tampering_is_found_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_log(dir.path(), 3);
+    let original = lines(&path);
+    let join = |ls: &[String]| ls.iter().map(|l| format!("{l}\n")).collect::<String>();
+    let tampered: Vec<(&str, String, usize)> = vec![
+        // A changed line is found at the next line, whose `prev` no longer matches.
+        (
+            "changed status",
+            join(&original).replacen("\"status\":201", "\"status\":200", 1),
+            3,
+        ),
+        (
+            "changed last line",
+            {
+                let mut ls = original.clone();
+                ls[5] = ls[5].replace("\"status\":201", "\"status\":500");
+                join(&ls)
+            },
+            0,
+        ),
+        (
+            "changed identity",
+            {
+                let mut ls = original.clone();
+                ls[2] = ls[2].replace("tkt_1", "tkt_2");
+                join(&ls)
+            },
+            4,
+        ),
+        (
+            "removed line",
+            {
+                let mut ls = original.clone();
+                ls.remove(3);
+                join(&ls)
+            },
+            4,
+        ),
+        (
+            "swapped lines",
+            {
+                let mut ls = original.clone();
+                ls.swap(2, 3);
+                join(&ls)
+            },
+            3,
+        ),
+        (
+            "duplicated line",
+            {
+                let mut ls = original.clone();
+                ls.insert(2, original[1].clone());
+                join(&ls)
+            },
+            3,
+        ),
+        (
+            "cut mid-line",
+            join(&original)[..join(&original).len() - 10].to_owned(),
+            6,
+        ),
+        (
+            "garbage line",
+            {
+                let mut ls = original.clone();
+                ls.insert(1, "{}".into());
+                join(&ls)
+            },
+            2,
+        ),
+        (
+            "empty line",
+            {
+                let mut ls = original.clone();
+                ls.insert(1, String::new());
+                join(&ls)
+            },
+            2,
+        ),
+    ];
+    for (what, text, line) in tampered {
+        let result = verify_bytes(text.as_bytes());
+        if line == 0 {
+            // A change to the last line is caught once anything follows it, or against an anchored head.
+            let report = result.unwrap();
+            assert_ne!(
+                report.last_hash,
+                verify_bytes(join(&original).as_bytes()).unwrap().last_hash,
+                "{what}"
+            );
+            continue;
+        }
+        assert_eq!(result.map_err(|b| b.line), Err(line), "{what}");
+    }
+}
+
+#[test]
+fn open_refuses_a_broken_log_and_verify_names_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_log(dir.path(), 2);
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replacen("tkt_1", "tkt_X", 1);
+    std::fs::write(&path, text).unwrap();
+    let error = verify(&path).unwrap_err().to_string();
+    assert!(error.contains("line 2"), "{error}");
+    let error = AuditLog::open(&path).unwrap_err().to_string();
+    assert!(
+        error.contains("line 2") && error.contains("move it aside"),
+        "{error}"
+    );
+}
+
+#[test]
+fn records_hold_query_keys_and_hashes_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_log(dir.path(), 1);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let value: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let keys: Vec<&str> = value
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for key in ["body", "query", "headers", "authorization"] {
+        assert!(!keys.contains(&key), "{key} in {keys:?}");
+    }
+    assert_eq!(value["query_keys"], serde_json::json!(["per_page"]));
+}
+
+#[test]
+fn timestamps_are_rfc3339_utc() {
+    for (ms, expected) in [
+        (0, "1970-01-01T00:00:00.000Z"),
+        (1_709_164_800_000, "2024-02-29T00:00:00.000Z"),
+        (1_795_969_800_123, "2026-11-29T16:30:00.123Z"),
+        (4_102_444_799_999, "2099-12-31T23:59:59.999Z"),
+    ] {
+        assert_eq!(rfc3339_utc(ms), expected);
+    }
+}

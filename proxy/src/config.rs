@@ -1,0 +1,525 @@
+//! The proxy's TOML config: [`ProxyConfig`] is the file as written
+//! (`deny_unknown_fields` everywhere); [`ProxyConfig::validate`] turns it and
+//! the loaded rule sets into the runtime [`Config`], with errors that name the
+//! file, the key and what was expected. [`Config::load`] is the I/O edge: it
+//! reads the config file and the rule-set files it names.
+//!
+//! Relative paths are resolved against the config file's directory. The config
+//! holds file *paths* of secrets only; reading them is the server's job.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::path::Vars;
+use crate::rules::{Injection, RuleBook, RuleError, RuleSet};
+
+/// Why the config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The TOML does not parse, or has an unknown key.
+    #[error("{file}: {message}")]
+    Syntax { file: PathBuf, message: String },
+    /// A value is invalid.
+    #[error("{file}: `{key}`: {message}")]
+    Invalid {
+        file: PathBuf,
+        key: String,
+        message: String,
+    },
+    /// A rule set is invalid.
+    #[error(transparent)]
+    Rules(#[from] RuleError),
+}
+
+// === file format ===
+
+/// The config file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    pub ca: CaFile,
+    pub audit: AuditFile,
+    #[serde(default)]
+    pub admin: Option<AdminFile>,
+    /// Where sockets of identities created through the admin API go.
+    pub identity_socket_dir: PathBuf,
+    /// Rule-set files, and directories whose `*.toml` files are all loaded.
+    #[serde(default)]
+    pub rule_set_files: Vec<PathBuf>,
+    #[serde(default)]
+    pub rule_set_dirs: Vec<PathBuf>,
+    #[serde(default)]
+    pub credentials: BTreeMap<String, CredentialFile>,
+    #[serde(default, rename = "identity")]
+    pub identities: Vec<IdentityFile>,
+    /// Per-host upstream overrides (tests, GitHub Enterprise).
+    #[serde(default)]
+    pub upstream: BTreeMap<String, UpstreamFile>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaFile {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditFile {
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminFile {
+    pub socket: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum CredentialFile {
+    GithubToken {
+        token_file: PathBuf,
+    },
+    GithubApp {
+        app_id: u64,
+        private_key_file: PathBuf,
+        installation_id: u64,
+    },
+    FeishuApp {
+        app_id: String,
+        app_secret_file: PathBuf,
+        base_url: String,
+    },
+    Bearer {
+        key_file: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityFile {
+    pub name: String,
+    /// Defaults to `<identity_socket_dir>/<name>.sock`.
+    pub socket: Option<PathBuf>,
+    pub rule_sets: Vec<String>,
+    #[serde(default)]
+    pub tunnel_hosts: Vec<String>,
+    #[serde(default)]
+    pub variables: Vars,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamFile {
+    /// `https://host[:port]`, no path.
+    pub url: String,
+    /// An extra CA to trust for this upstream, on top of the system roots.
+    pub ca_file: Option<PathBuf>,
+}
+
+// === runtime types ===
+
+/// The validated config.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub ca_cert: PathBuf,
+    pub ca_key: PathBuf,
+    pub credentials: BTreeMap<String, Credential>,
+    pub rule_book: RuleBook,
+    pub identities: Vec<Identity>,
+    pub upstreams: BTreeMap<String, UpstreamOverride>,
+    pub audit_path: PathBuf,
+    pub admin_socket: Option<PathBuf>,
+    pub identity_socket_dir: PathBuf,
+}
+
+/// A credential: its kind and where its secret lives. Paths only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// A personal access token read from a file.
+    GithubToken { token_file: PathBuf },
+    /// A GitHub App; the proxy mints installation tokens.
+    GithubApp {
+        app_id: u64,
+        private_key_file: PathBuf,
+        installation_id: u64,
+    },
+    /// A Feishu app; the proxy fetches the tenant_access_token.
+    FeishuApp {
+        app_id: String,
+        app_secret_file: PathBuf,
+        base_url: String,
+    },
+    /// A static bearer key read from a file (e.g. a model API).
+    Bearer { key_file: PathBuf },
+}
+
+impl Credential {
+    /// Whether this credential can be injected the way a rule says.
+    pub fn supports(&self, injection: Injection) -> bool {
+        matches!(
+            (self, injection),
+            (
+                Credential::GithubToken { .. } | Credential::GithubApp { .. },
+                Injection::Bearer | Injection::GitBasic
+            ) | (Credential::Bearer { .. }, Injection::Bearer)
+                | (Credential::FeishuApp { .. }, Injection::FeishuTenant)
+        )
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Credential::GithubToken { .. } => "github_token",
+            Credential::GithubApp { .. } => "github_app",
+            Credential::FeishuApp { .. } => "feishu_app",
+            Credential::Bearer { .. } => "bearer",
+        }
+    }
+}
+
+/// A static identity from the config; identities created through the admin
+/// API are checked with [`check_identity`] and get the same shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub name: String,
+    pub socket: PathBuf,
+    pub rule_sets: Vec<String>,
+    pub tunnel_hosts: Vec<String>,
+    pub variables: Vars,
+}
+
+/// Where to send requests for one host instead of resolving it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamOverride {
+    /// `host:port` to connect to; the certificate is still verified for the
+    /// original host name.
+    pub authority: String,
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Config {
+    /// Read and validate the config at `path` and the rule sets it names.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = read(path)?;
+        let file = ProxyConfig::parse(path, &text)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let mut sets = Vec::new();
+        for rule_path in file.rule_set_paths(base)? {
+            let text = read(&rule_path)?;
+            sets.push(RuleSet::parse(&rule_path.display().to_string(), &text)?);
+        }
+        file.validate(path, sets)
+    }
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+impl ProxyConfig {
+    /// Parse the TOML; `file` names it in errors.
+    pub fn parse(file: &Path, text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            file: file.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// The rule-set files to load: the listed files, then each listed
+    /// directory's `*.toml` files in name order.
+    pub fn rule_set_paths(&self, base: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+        let mut paths: Vec<PathBuf> = self.rule_set_files.iter().map(|p| base.join(p)).collect();
+        for dir in &self.rule_set_dirs {
+            let dir = base.join(dir);
+            let entries = std::fs::read_dir(&dir).map_err(|source| ConfigError::Read {
+                path: dir.clone(),
+                source,
+            })?;
+            let mut found = Vec::new();
+            for entry in entries {
+                let entry = entry.map_err(|source| ConfigError::Read {
+                    path: dir.clone(),
+                    source,
+                })?;
+                let path = entry.path();
+                if path.extension().is_some_and(|e| e == "toml") {
+                    found.push(path);
+                }
+            }
+            found.sort();
+            paths.extend(found);
+        }
+        Ok(paths)
+    }
+
+    /// Validate into the runtime config. `file` is the config's path: errors
+    /// name it, and relative paths are resolved against its directory.
+    pub fn validate(self, file: &Path, rule_sets: Vec<RuleSet>) -> Result<Config, ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            file: file.to_owned(),
+            key: key.to_owned(),
+            message,
+        };
+        let base = file.parent().unwrap_or(Path::new("."));
+        let resolve = |p: &Path| base.join(p);
+
+        if self.rule_set_files.is_empty() && self.rule_set_dirs.is_empty() {
+            return Err(invalid(
+                "rule_set_files",
+                "expected at least one rule-set file or directory (`rule_set_dirs`)".into(),
+            ));
+        }
+        let ca_cert = resolve(&self.ca.cert);
+        let ca_key = resolve(&self.ca.key);
+        if ca_cert == ca_key {
+            return Err(invalid(
+                "ca.key",
+                "must be a different file from ca.cert".into(),
+            ));
+        }
+
+        let mut credentials = BTreeMap::new();
+        for (name, credential) in self.credentials {
+            let key = format!("credentials.{name}");
+            if !is_name(&name) {
+                return Err(invalid(&key, "a credential name is [A-Za-z0-9_-]+".into()));
+            }
+            let credential = match credential {
+                CredentialFile::GithubToken { token_file } => Credential::GithubToken {
+                    token_file: resolve(&token_file),
+                },
+                CredentialFile::GithubApp {
+                    app_id,
+                    private_key_file,
+                    installation_id,
+                } => Credential::GithubApp {
+                    app_id,
+                    private_key_file: resolve(&private_key_file),
+                    installation_id,
+                },
+                CredentialFile::FeishuApp {
+                    app_id,
+                    app_secret_file,
+                    base_url,
+                } => {
+                    check_https_origin(&base_url)
+                        .map_err(|m| invalid(&format!("{key}.base_url"), m))?;
+                    if app_id.is_empty() {
+                        return Err(invalid(
+                            &format!("{key}.app_id"),
+                            "expected the app id (cli_…)".into(),
+                        ));
+                    }
+                    Credential::FeishuApp {
+                        app_id,
+                        app_secret_file: resolve(&app_secret_file),
+                        base_url: base_url.trim_end_matches('/').to_owned(),
+                    }
+                }
+                CredentialFile::Bearer { key_file } => Credential::Bearer {
+                    key_file: resolve(&key_file),
+                },
+            };
+            credentials.insert(name, credential);
+        }
+
+        // Every rule of every loaded set must name a defined credential of a fitting kind.
+        for set in &rule_sets {
+            for rule in &set.rules {
+                let credential = credentials.get(&rule.credential).ok_or_else(|| {
+                    invalid(
+                        "credentials",
+                        format!(
+                            "rule set `{}` rule `{}` uses credential `{}`, which is not defined",
+                            set.name, rule.name, rule.credential
+                        ),
+                    )
+                })?;
+                if !credential.supports(rule.inject) {
+                    return Err(invalid(
+                        &format!("credentials.{}", rule.credential),
+                        format!(
+                            "rule set `{}` rule `{}` injects it as {}, which a {} credential cannot do",
+                            set.name,
+                            rule.name,
+                            rule.inject,
+                            credential.kind()
+                        ),
+                    ));
+                }
+            }
+        }
+        let rule_book = RuleBook::new(rule_sets)?;
+
+        let identity_socket_dir = resolve(&self.identity_socket_dir);
+        let mut identities = Vec::new();
+        let mut names = BTreeSet::new();
+        let mut sockets = BTreeSet::new();
+        for (i, raw) in self.identities.into_iter().enumerate() {
+            let key = |field: &str| format!("identity[{i}].{field}");
+            if !names.insert(raw.name.clone()) {
+                return Err(invalid(
+                    &key("name"),
+                    format!("`{}` is defined twice", raw.name),
+                ));
+            }
+            let socket = raw
+                .socket
+                .map(|s| resolve(&s))
+                .unwrap_or_else(|| identity_socket_dir.join(format!("{}.sock", raw.name)));
+            if !sockets.insert(socket.clone()) {
+                return Err(invalid(
+                    &key("socket"),
+                    format!("{} is used twice", socket.display()),
+                ));
+            }
+            let identity = check_identity(
+                &rule_book,
+                raw.name,
+                socket,
+                raw.rule_sets,
+                raw.tunnel_hosts,
+                raw.variables,
+            )
+            .map_err(|(field, message)| invalid(&key(field), message))?;
+            identities.push(identity);
+        }
+
+        let mut upstreams = BTreeMap::new();
+        for (host, raw) in self.upstream {
+            let key = format!("upstream.\"{host}\"");
+            check_host(&host).map_err(|m| invalid(&key, m))?;
+            let authority =
+                check_https_origin(&raw.url).map_err(|m| invalid(&format!("{key}.url"), m))?;
+            upstreams.insert(
+                host,
+                UpstreamOverride {
+                    authority,
+                    ca_file: raw.ca_file.map(|p| resolve(&p)),
+                },
+            );
+        }
+
+        Ok(Config {
+            ca_cert,
+            ca_key,
+            credentials,
+            rule_book,
+            identities,
+            upstreams,
+            audit_path: resolve(&self.audit.path),
+            admin_socket: self.admin.map(|a| resolve(&a.socket)),
+            identity_socket_dir,
+        })
+    }
+}
+
+/// Validate an identity (from the config or the admin API). On error,
+/// returns the offending field (`name`, `rule_sets`, `tunnel_hosts`,
+/// `variables`) and a message.
+pub fn check_identity(
+    rule_book: &RuleBook,
+    name: String,
+    socket: PathBuf,
+    rule_sets: Vec<String>,
+    tunnel_hosts: Vec<String>,
+    variables: Vars,
+) -> Result<Identity, (&'static str, String)> {
+    if !is_name(&name) || name.len() > 64 {
+        return Err((
+            "name",
+            format!("`{name}`: expected 1 to 64 characters of [A-Za-z0-9_-]"),
+        ));
+    }
+    if rule_sets.is_empty() && tunnel_hosts.is_empty() {
+        return Err((
+            "rule_sets",
+            "an identity needs at least one rule set or tunnel host".into(),
+        ));
+    }
+    rule_book
+        .check_identity(&rule_sets, &variables)
+        .map_err(|e| match e {
+            RuleError::UnknownRuleSet(_) => ("rule_sets", e.to_string()),
+            _ => ("variables", e.to_string()),
+        })?;
+    for host in &tunnel_hosts {
+        check_host(host).map_err(|m| ("tunnel_hosts", m))?;
+    }
+    Ok(Identity {
+        name,
+        socket,
+        rule_sets,
+        tunnel_hosts,
+        variables,
+    })
+}
+
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// A lowercase DNS name, not an IP literal.
+pub fn check_host(host: &str) -> Result<(), String> {
+    let labels_ok = host.split('.').all(|l| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    });
+    if host.is_empty() || host.len() > 253 || !labels_ok {
+        return Err(format!("`{host}`: expected a lowercase DNS name"));
+    }
+    if host.parse::<std::net::Ipv4Addr>().is_ok()
+        || host.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+    {
+        return Err(format!("`{host}`: expected a DNS name, not an IP address"));
+    }
+    Ok(())
+}
+
+/// `https://host[:port]` with nothing after it; returns `host:port`.
+fn check_https_origin(url: &str) -> Result<String, String> {
+    let uri: http::Uri = url.parse().map_err(|e| format!("`{url}`: {e}"))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(format!(
+            "`{url}`: expected an https:// URL (verification is never disabled)"
+        ));
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| format!("`{url}`: expected a host"))?;
+    if authority.as_str().contains('@') {
+        return Err(format!("`{url}`: credentials in the URL are not allowed"));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!("`{url}`: expected no path or query"));
+    }
+    Ok(format!(
+        "{}:{}",
+        authority.host(),
+        authority.port_u16().unwrap_or(443)
+    ))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,244 @@
+//! The shipped rule sets in `sandbox-profiles/rules/`: they load (which
+//! checks their examples), and the decisions the issue names hold for them.
+
+use super::*;
+
+pub(crate) const SHIPPED: &[(&str, &str)] = &[
+    (
+        "github-read.toml",
+        include_str!("../../../sandbox-profiles/rules/github-read.toml"),
+    ),
+    (
+        "github-worker.toml",
+        include_str!("../../../sandbox-profiles/rules/github-worker.toml"),
+    ),
+    (
+        "feishu-read.toml",
+        include_str!("../../../sandbox-profiles/rules/feishu-read.toml"),
+    ),
+    (
+        "feishu-send.toml",
+        include_str!("../../../sandbox-profiles/rules/feishu-send.toml"),
+    ),
+    (
+        "model-api.toml",
+        include_str!("../../../sandbox-profiles/rules/model-api.toml"),
+    ),
+];
+
+pub(crate) fn shipped_book() -> RuleBook {
+    RuleBook::new(
+        SHIPPED
+            .iter()
+            .map(|(name, text)| RuleSet::parse(name, text).unwrap()),
+    )
+    .unwrap()
+}
+
+#[test]
+fn shipped_sets_load_with_their_examples() {
+    let book = shipped_book();
+    let names: Vec<_> = book.names().collect();
+    assert_eq!(
+        names,
+        [
+            "feishu-read",
+            "feishu-send",
+            "github-read",
+            "github-worker",
+            "model-api"
+        ]
+    );
+    for (file, text) in SHIPPED {
+        let set = RuleSet::parse(file, text).unwrap();
+        assert!(
+            set.examples.iter().any(|(_, allow)| *allow),
+            "{file} has no allow example"
+        );
+        assert!(
+            set.examples.iter().any(|(_, allow)| !*allow),
+            "{file} has no deny example"
+        );
+        assert!(set.rules.iter().all(|r| !r.source.is_empty()));
+    }
+}
+
+fn decide(book: &RuleBook, sets: &[&str], line: &str) -> Decision {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    let vars = Vars::from([("repo".to_owned(), "octo-org/hello-world".to_owned())]);
+    book.check(&parse_example(line).unwrap(), &sets, &vars)
+}
+
+#[test]
+fn issue_negative_cases_are_denied_for_a_worker() {
+    let book = shipped_book();
+    let worker = ["github-worker", "feishu-send", "model-api"];
+    let denied = [
+        // other repositories, aliases
+        "GET api.github.com/repos/octo-org/other/issues/1",
+        "GET api.github.com/repos/mallory/hello-world/issues/1",
+        "POST api.github.com/repos/octo-org/hello-world-2/issues/1/comments",
+        "GET api.github.com/repositories/1296269",
+        "GET api.github.com/repositories/1296269/issues/1",
+        "POST api.github.com/repositories/1296269/pulls",
+        "POST github.com/octo-org/other.git/git-receive-pack",
+        "GET github.com/octo-org/other/info/refs?service=git-upload-pack",
+        // path tricks
+        "GET api.github.com/repos/octo-org/hello-world/./issues/1",
+        "GET api.github.com/repos/octo-org/hello-world/issues/1/../../../other/issues/1",
+        "GET api.github.com/repos/octo-org/hello-world//issues/1",
+        "GET api.github.com/repos/octo-org/hello-world%2fissues/1",
+        "GET api.github.com/repos/octo-org/hello-world%2Fissues/1",
+        "GET api.github.com/repos/octo-org/hello-world/%2e%2e/other/issues/1",
+        "GET api.github.com/repos/octo-org/hello-world/%2E%2E/other/issues/1",
+        "GET api.github.com/repos/octo-org/hello-world%5c..%5cother/issues/1",
+        "GET api.github.com/repos/octo-org/hello-world%5C..%5Cother/issues/1",
+        "GET api.github.com/repos/octo-org/hello-world\\..\\other/issues/1",
+        "GET api.github.com/repos/octo-org/hello-world/issues/1\t",
+        "GET api.github.com/repos/octo-org/hello-world/issues/1%00",
+        "GET api.github.com/repos/octo-org/hello-world/contents/%ff%fe",
+        "GET api.github.com/repos/octo-org/hello-world/contents/é",
+        // never: merge, auto-merge, admin, keys, tokens
+        "PUT api.github.com/repos/octo-org/hello-world/pulls/1/merge",
+        "DELETE api.github.com/repos/octo-org/hello-world",
+        "PATCH api.github.com/repos/octo-org/hello-world",
+        "POST api.github.com/repos/octo-org/hello-world/keys",
+        "GET api.github.com/repos/octo-org/hello-world/actions/secrets/public-key",
+        "POST api.github.com/app/installations/42/access_tokens",
+        "POST api.github.com/APP/installations/42/access_tokens",
+        "DELETE api.github.com/installation/token",
+        "POST api.github.com/applications/Iv1.x/token",
+        "POST open.feishu.cn/open-apis/auth/v3/tenant_access_token/internal",
+        "POST open.feishu.cn/open-apis/auth/v3/app_access_token/internal",
+        "GET evil.example/anything",
+    ];
+    for line in denied {
+        assert!(
+            matches!(decide(&book, &worker, line), Decision::Deny(_)),
+            "{line:?} was allowed"
+        );
+    }
+}
+
+#[test]
+fn a_worker_can_do_its_job_and_messages_are_marked() {
+    let book = shipped_book();
+    let worker = ["github-worker", "feishu-send", "model-api"];
+    let cases = [
+        (
+            "GET api.github.com/repos/Octo-Org/Hello-World/issues/3",
+            None,
+        ),
+        (
+            "GET github.com/octo-org/hello-world/info/refs?service=git-upload-pack",
+            None,
+        ),
+        ("POST github.com/octo-org/hello-world/git-upload-pack", None),
+        (
+            "GET github.com/octo-org/hello-world.git/info/refs?service=git-receive-pack",
+            None,
+        ),
+        (
+            "POST api.github.com/repos/octo-org/hello-world/pulls/4/requested_reviewers",
+            None,
+        ),
+        ("POST api.openai.com/v1/chat/completions", None),
+        (
+            "POST api.github.com/repos/octo-org/hello-world/issues/3/comments",
+            Some(("github_issue_comment", "octo-org/hello-world#3")),
+        ),
+        (
+            "PATCH api.github.com/repos/octo-org/hello-world/issues/comments/77",
+            Some((
+                "github_issue_comment_edit",
+                "octo-org/hello-world/issues/comments/77",
+            )),
+        ),
+        (
+            "POST api.github.com/repos/octo-org/hello-world/pulls",
+            Some(("github_pull_request", "octo-org/hello-world")),
+        ),
+        (
+            "PATCH api.github.com/repos/octo-org/hello-world/pulls/4",
+            Some(("github_pull_request_edit", "octo-org/hello-world#4")),
+        ),
+        (
+            "POST api.github.com/repos/octo-org/hello-world/pulls/4/comments/88/replies",
+            Some((
+                "github_review_comment_reply",
+                "octo-org/hello-world#4/comments/88",
+            )),
+        ),
+        (
+            "POST open.feishu.cn/open-apis/im/v1/messages?receive_id_type=chat_id",
+            Some(("feishu_message", "chat_id")),
+        ),
+        (
+            "POST open.feishu.cn/open-apis/im/v1/messages/om_1/reply",
+            Some(("feishu_reply", "om_1")),
+        ),
+    ];
+    for (line, message) in cases {
+        let Decision::Allow(a) = decide(&book, &worker, line) else {
+            panic!("{line} denied")
+        };
+        let got = a
+            .message
+            .as_ref()
+            .map(|m| (m.kind.as_str(), m.target.as_str()));
+        assert_eq!(got, message, "{line}");
+    }
+    let Decision::Allow(push) = decide(
+        &book,
+        &worker,
+        "POST github.com/octo-org/hello-world.git/git-receive-pack",
+    ) else {
+        panic!("push denied")
+    };
+    assert_eq!(push.inject, Injection::GitBasic);
+    let BodyCheck::ReceivePack(policy) = push.body else {
+        panic!("push without ref policy")
+    };
+    let main = crate::receive_pack::RefUpdate {
+        old: "1".repeat(40),
+        new: "2".repeat(40),
+        name: "refs/heads/main".into(),
+    };
+    assert!(crate::receive_pack::check(&[main], &policy).is_err());
+    let delete = crate::receive_pack::RefUpdate {
+        old: "1".repeat(40),
+        new: "0".repeat(40),
+        name: "refs/heads/gatehouse/x".into(),
+    };
+    assert!(crate::receive_pack::check(&[delete], &policy).is_err());
+}
+
+#[test]
+fn read_only_identities_cannot_write() {
+    let book = shipped_book();
+    for line in [
+        "POST api.github.com/repos/octo-org/hello-world/issues/3/comments",
+        "POST api.github.com/repos/octo-org/hello-world/pulls",
+        "POST github.com/octo-org/hello-world.git/git-receive-pack",
+        "GET github.com/octo-org/hello-world.git/info/refs?service=git-receive-pack",
+        "POST open.feishu.cn/open-apis/im/v1/messages?receive_id_type=chat_id",
+    ] {
+        assert!(
+            matches!(
+                decide(&book, &["github-read", "feishu-read"], line),
+                Decision::Deny(_)
+            ),
+            "{line}"
+        );
+    }
+    let Decision::Allow(a) = decide(&book, &["github-read"], "POST api.github.com/graphql") else {
+        panic!("graphql denied")
+    };
+    let BodyCheck::GraphQl(allow) = a.body else {
+        panic!("no graphql check")
+    };
+    let mutation = br#"{"query":"mutation { addComment(input: {subjectId: \"I_1\", body: \"hi\"}) { clientMutationId } }"}"#;
+    assert!(crate::graphql::check(mutation, &allow).is_err());
+    let read = br#"{"query":"query($o: String!, $n: String!) { repository(owner: $o, name: $n) { issue(number: 1) { title } } }","variables":{"o":"octo-org","n":"hello-world"}}"#;
+    assert!(crate::graphql::check(read, &allow).is_ok());
+}

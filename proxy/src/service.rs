@@ -1,0 +1,149 @@
+//! Assembles a running proxy from a validated [`Config`]: the CA, the
+//! upstream policy, the credentials, the audit writer, the static
+//! identities and the admin socket.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::admin::{self, AdminError};
+use crate::audit::{AuditError, AuditLog};
+use crate::ca::{CaError, CertificateAuthority};
+use crate::config::{Config, Credential};
+use crate::credentials::{CredentialError, CredentialSpec, Credentials};
+use crate::server::audit_writer::AuditWriter;
+use crate::server::{IdentityError, IdentitySpec, Proxy, ProxyParts};
+use crate::upstream::{UpstreamError, UpstreamOverride, Upstreams};
+
+/// GitHub's REST API, where App installation tokens are minted (an upstream
+/// override for `api.github.com` redirects it like any other call).
+const GITHUB_API: &str = "https://api.github.com";
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Ca(#[from] CaError),
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+    #[error(transparent)]
+    Audit(#[from] AuditError),
+    #[error("starting the audit writer: {0}")]
+    AuditThread(std::io::Error),
+    #[error("identity {name}: {source}")]
+    Identity {
+        name: String,
+        #[source]
+        source: IdentityError,
+    },
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+}
+
+/// A started proxy.
+pub struct Running {
+    pub proxy: Arc<Proxy>,
+    admin: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops serving: the admin socket closes and every identity is revoked
+    /// (sockets removed, connections cut).
+    pub async fn stop(self, config: &Config) {
+        if let Some(admin) = self.admin {
+            admin.abort();
+        }
+        if let Some(path) = &config.admin_socket {
+            let _ = std::fs::remove_file(path);
+        }
+        self.proxy.shutdown().await;
+    }
+}
+
+/// The credential specs of a config (paths only; secrets are read later).
+pub fn credential_specs(config: &Config) -> BTreeMap<String, CredentialSpec> {
+    config
+        .credentials
+        .iter()
+        .map(|(name, credential)| {
+            let spec = match credential {
+                Credential::GithubToken { token_file } => CredentialSpec::GithubToken {
+                    token_file: token_file.clone(),
+                },
+                Credential::Bearer { key_file } => CredentialSpec::Bearer {
+                    key_file: key_file.clone(),
+                },
+                Credential::FeishuApp {
+                    app_id,
+                    app_secret_file,
+                    base_url,
+                } => CredentialSpec::FeishuApp {
+                    app_id: app_id.clone(),
+                    app_secret_file: app_secret_file.clone(),
+                    base_url: base_url.clone(),
+                },
+                Credential::GithubApp {
+                    app_id,
+                    private_key_file,
+                    installation_id,
+                } => CredentialSpec::GithubApp {
+                    app_id: app_id.to_string(),
+                    private_key_file: private_key_file.clone(),
+                    installation_id: *installation_id,
+                    api_url: GITHUB_API.into(),
+                },
+            };
+            (name.clone(), spec)
+        })
+        .collect()
+}
+
+/// Starts the proxy described by `config` (inside a tokio runtime).
+pub fn start(config: &Config) -> Result<Running, StartError> {
+    let ca = CertificateAuthority::load_or_generate(&config.ca_cert, &config.ca_key)?;
+    let overrides: Vec<UpstreamOverride> = config
+        .upstreams
+        .iter()
+        .map(|(host, o)| UpstreamOverride {
+            host: host.clone(),
+            url: format!("https://{}", o.authority),
+            ca_file: o.ca_file.clone(),
+        })
+        .collect();
+    let upstreams = Upstreams::new(&overrides)?;
+    let credentials = Credentials::load(&credential_specs(config), &upstreams)?;
+    let audit =
+        AuditWriter::start(AuditLog::open(&config.audit_path)?).map_err(StartError::AuditThread)?;
+    let proxy = Proxy::new(ProxyParts {
+        ca: Arc::new(ca),
+        upstreams,
+        policy: Arc::new(config.rule_book.clone()),
+        credentials: Arc::new(credentials),
+        audit,
+        socket_dir: config.identity_socket_dir.clone(),
+    })
+    .map_err(|source| StartError::Identity {
+        name: "(identity socket dir)".into(),
+        source,
+    })?;
+    for identity in &config.identities {
+        proxy
+            .add_identity(IdentitySpec {
+                name: identity.name.clone(),
+                rule_sets: identity.rule_sets.clone(),
+                tunnel_hosts: identity.tunnel_hosts.clone(),
+                variables: identity.variables.clone(),
+                socket: Some(identity.socket.clone()),
+            })
+            .map_err(|source| StartError::Identity {
+                name: identity.name.clone(),
+                source,
+            })?;
+    }
+    let admin = match &config.admin_socket {
+        Some(path) => Some(admin::serve(proxy.clone(), path)?),
+        None => None,
+    };
+    Ok(Running { proxy, admin })
+}

@@ -1,0 +1,188 @@
+//! `gatehouse proxy --config` as a process: the admin API, a request through
+//! an identity created with it, revocation, shutdown, `gatehouse audit
+//! verify` on the log it wrote (intact, then tampered), and a scan of every
+//! log line for the secret.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod proxy_support;
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use gatehouse_emulators::{GithubEmulator, GithubOptions, RepoSpec};
+use proxy_support::{
+    admin_call as admin, random_token, read_head, read_until_closed, start_proxy_process, tls_over,
+};
+use serde_json::Value;
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn proxy_process_admin_api_audit_verify_and_no_secret_in_any_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let token = random_token("ghs_");
+    let github = GithubEmulator::start(
+        GithubOptions::new(d.join("git"))
+            .token(&token, "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    github
+        .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
+        .unwrap();
+    let mut proxy = start_proxy_process(d, &github, &token);
+    let log_path = proxy.log.clone();
+    let admin_sock = proxy.admin.clone();
+
+    // Files the proxy made are private to it.
+    assert_eq!(mode(&admin_sock), 0o600);
+    assert_eq!(mode(&d.join("ca.key")), 0o600);
+    assert_eq!(mode(&d.join("sockets")), 0o700);
+
+    // The admin API.
+    let new = r#"{"name":"tkt_cli","rule_sets":["test-worker"],"tunnel_hosts":[],"variables":{"repo":"acme/widgets"}}"#;
+    let (status, body) = admin(&admin_sock, "POST", "/identities", Some(new));
+    assert_eq!(status, 201, "{body}");
+    let created: Value = serde_json::from_str(&body).unwrap();
+    let socket = PathBuf::from(created["socket"].as_str().unwrap());
+    assert!(socket.is_absolute());
+    assert_eq!(mode(&socket), 0o666);
+    let (status, _) = admin(&admin_sock, "POST", "/identities", Some(new));
+    assert_eq!(status, 409);
+    for bad in [
+        r#"{"name":"tkt_x","rule_sets":["github-admin"],"variables":{"repo":"acme/widgets"}}"#,
+        r#"{"name":"tkt_x","rule_sets":["test-worker"],"variables":{}}"#,
+        r#"{"name":"tkt_x","rule_sets":["test-worker"],"variables":{"repo":"../etc"}}"#,
+        r#"{"name":"../x","rule_sets":["test-worker"],"variables":{"repo":"acme/widgets"}}"#,
+        r#"{"name":"tkt_x","rule_sets":["test-worker"],"variables":{"repo":"acme/widgets"},"admin":true}"#,
+    ] {
+        let (status, body) = admin(&admin_sock, "POST", "/identities", Some(bad));
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string());
+    }
+    let (status, body) = admin(&admin_sock, "GET", "/identities", None);
+    assert_eq!(status, 200);
+    let list: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["name"], "tkt_cli");
+
+    // A request through the new identity, with a client Authorization that
+    // must be replaced.
+    let mut s = UnixStream::connect(&socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\n\r\n"
+    )
+    .unwrap();
+    assert!(read_head(&mut s).starts_with("HTTP/1.1 200"));
+    let mut tls = tls_over(s, "api.github.com", &d.join("ca.pem"), true);
+    write!(
+        tls,
+        "GET /repos/acme/widgets/issues/1 HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: Bearer not-the-token\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let (_, answer) = read_until_closed(&mut tls);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let seen = github.requests();
+    assert_eq!(
+        seen.last().unwrap().authorization(),
+        Some(format!("Bearer {token}").as_str())
+    );
+
+    // Revocation through the admin API.
+    let (status, _) = admin(&admin_sock, "DELETE", "/identities/tkt_cli", None);
+    assert_eq!(status, 204);
+    assert!(!socket.exists());
+    let (status, _) = admin(&admin_sock, "DELETE", "/identities/tkt_cli", None);
+    assert_eq!(status, 404);
+
+    // Clean shutdown on SIGTERM.
+    let pid = proxy.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = proxy.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(!admin_sock.exists());
+
+    // The audit log verifies...
+    let audit = d.join("audit.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+        .args(["audit", "verify"])
+        .arg(&audit)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("chain intact"));
+
+    // ...and no line of it or of the proxy's debug log holds the secret.
+    let basic = {
+        use std::process::Command;
+        let out = Command::new("base64")
+            .arg("-w0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = out;
+        out.stdin
+            .take()
+            .unwrap()
+            .write_all(format!("x-access-token:{token}").as_bytes())
+            .unwrap();
+        String::from_utf8(out.wait_with_output().unwrap().stdout).unwrap()
+    };
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("gatehouse proxy ready"), "{log}");
+    for (name, text) in [
+        ("proxy log", &log),
+        ("audit log", &std::fs::read_to_string(&audit).unwrap()),
+    ] {
+        for (n, line) in text.lines().enumerate() {
+            assert!(
+                !line.contains(&token),
+                "{name} line {} holds the token",
+                n + 1
+            );
+            assert!(
+                !line.contains(&basic),
+                "{name} line {} holds the git credential",
+                n + 1
+            );
+        }
+    }
+
+    // A tampered line is found.
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 2, "{text}");
+    let tampered = text.replacen(
+        "/repos/acme/widgets/issues/1",
+        "/repos/acme/widgets/issues/2",
+        1,
+    );
+    assert_ne!(tampered, text);
+    std::fs::write(&audit, tampered).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+        .args(["audit", "verify"])
+        .arg(&audit)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line "), "{err}");
+}

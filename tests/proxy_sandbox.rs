@@ -1,0 +1,168 @@
+//! End to end: the real `git`, `gh` and `curl` inside `gatehouse sandbox
+//! run --proxy-socket … --ca-cert …`, through the proxy, against the GitHub
+//! emulator. Nothing in the sandbox may hold the token's bytes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod proxy_support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use proxy_support::Harness;
+
+const WORKER_USER: &str = "gatehouse-worker";
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+}
+
+fn id_of(flag: &str, user: &str) -> Option<u32> {
+    let out = Command::new("id").args([flag, user]).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
+        .flatten()
+}
+
+/// Runs `script` in a sandbox wired to the harness's identity socket.
+fn sandbox(h: &Harness, work: &Path, script: &str) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+        .args(["sandbox", "run", "--profile", "default", "--workdir"])
+        .arg(work)
+        .arg("--proxy-socket")
+        .arg(&h.socket)
+        .arg("--ca-cert")
+        .arg(&h.proxy_ca)
+        .args(["--env", "GH_PROMPT_DISABLED=1", "--env", "NO_COLOR=1"])
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const SCRIPT: &str = r#"
+set -u
+git config --global user.email worker@example.invalid
+git config --global user.name worker
+git config --global init.defaultBranch main
+echo "== clone"
+git clone -q https://github.com/acme/widgets.git w && echo CLONE_OK
+cd w
+echo change > change.txt && git add change.txt && git commit -qm change
+echo "== push gatehouse/x"
+git push origin HEAD:refs/heads/gatehouse/x 2>&1 && echo PUSH_BRANCH_OK
+echo "== push main"
+if git push origin HEAD:main 2>&1; then echo PUSH_MAIN_OK; else echo PUSH_MAIN_REFUSED; fi
+echo "== delete branch"
+if git push origin --delete gatehouse/x 2>&1; then echo DELETE_OK; else echo DELETE_REFUSED; fi
+echo "== gh read"
+gh api repos/acme/widgets/issues/1 && echo
+echo "== gh comment"
+gh api repos/acme/widgets/issues/1/comments -f body='posted from the sandbox' && echo
+echo "== curl denied"
+curl -sS https://api.github.com/repos/acme/secret-plans/issues/1; echo
+echo "== env"
+env
+cat /proc/self/environ | tr '\0' '\n'
+"#;
+
+#[test]
+fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
+    if !is_root() {
+        eprintln!("SKIPPING proxy_sandbox: the sandbox end-to-end test runs as root (CI does); here uid != 0");
+        return;
+    }
+    let Some(uid) = id_of("-u", WORKER_USER) else {
+        eprintln!("SKIPPING proxy_sandbox: user {WORKER_USER} does not exist (scripts/setup-debian creates it)");
+        return;
+    };
+    let gid = id_of("-g", WORKER_USER).unwrap();
+    let h = Harness::start();
+    let base = tempfile::Builder::new()
+        .prefix("gatehouse-proxy-e2e-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let work = base.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    std::os::unix::fs::chown(&work, Some(uid), Some(gid)).unwrap();
+
+    let (code, out, err) = sandbox(&h, &work, SCRIPT);
+    let all = format!("exit {code:?}\n--- stdout\n{out}\n--- stderr\n{err}");
+    assert!(out.contains("CLONE_OK"), "{all}");
+    assert!(out.contains("PUSH_BRANCH_OK"), "{all}");
+    assert!(out.contains("PUSH_MAIN_REFUSED"), "{all}");
+    assert!(!out.contains("PUSH_MAIN_OK"), "{all}");
+    // git shows why, next to the ref.
+    assert!(
+        out.contains("[remote rejected] HEAD -> main (gatehouse: "),
+        "{all}"
+    );
+    assert!(out.contains("remote: gatehouse: push refused"), "{all}");
+    assert!(
+        out.contains("DELETE_REFUSED") && !out.contains("DELETE_OK"),
+        "{all}"
+    );
+    assert!(out.contains("Widgets wobble"), "{all}");
+    assert!(out.contains("posted from the sandbox"), "{all}");
+    assert!(out.contains(r#""error":"gatehouse_denied""#), "{all}");
+
+    // The emulator saw the injected credential on git and REST calls, and
+    // the branch landed but main did not move.
+    let seen = h.github.requests();
+    assert!(
+        seen.iter().any(|r| r.path.ends_with("/git-receive-pack")
+            && r.authorization().is_some_and(|a| a.starts_with("Basic "))),
+        "{seen:?}"
+    );
+    let git_dir = h.github.repo_git_dir("acme/widgets").unwrap();
+    let branch = Command::new("git")
+        .arg("--git-dir")
+        .arg(&git_dir)
+        .args(["rev-parse", "--verify", "refs/heads/gatehouse/x"])
+        .output()
+        .unwrap();
+    assert!(branch.status.success(), "gatehouse/x was not pushed");
+    let main_log = Command::new("git")
+        .arg("--git-dir")
+        .arg(&git_dir)
+        .args(["log", "--format=%s", "main"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&main_log.stdout).contains("change"),
+        "main moved"
+    );
+
+    // The comment is in the audit log as a message.
+    let audit = h.audit_lines();
+    assert!(
+        audit
+            .iter()
+            .any(|l| l["message"]["kind"] == "github_issue_comment"
+                && l["message"]["target"] == "acme/widgets#1"),
+        "{audit:?}"
+    );
+
+    // Nothing the sandbox saw or wrote holds the token.
+    assert!(!all.contains(&h.token), "the sandbox saw the token");
+    let grep = Command::new("grep")
+        .args(["-r", "-l", "-F", &h.token])
+        .arg(&work)
+        .output()
+        .unwrap();
+    assert!(
+        grep.stdout.is_empty(),
+        "files in the work dir hold the token: {}",
+        String::from_utf8_lossy(&grep.stdout)
+    );
+}

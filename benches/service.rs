@@ -5,7 +5,10 @@
 //! Run: `cargo bench --bench service` (as root, or as a user who can build
 //! sandboxes). Prints, per N:
 //! - time-to-running: `POST /jobs` sent → `running` event received (the
-//!   `sandbox run` process spawned), median;
+//!   `sandbox run` process spawned), median; and the supervisor's own
+//!   `started_at − created_at` (ms resolution), which excludes the client
+//!   side (the benchmark process also hosts the proxy, so it competes for
+//!   the same CPUs as the jobs);
 //! - time-to-done: `POST /jobs` sent → `done` event received, median, and the
 //!   same command run directly with `gatehouse sandbox run` (the baseline,
 //!   N at once, measured in the same run) with the ratio;
@@ -54,8 +57,9 @@ fn job_body(ticket: &str, script: &str) -> serde_json::Value {
 }
 
 /// Submits `n` jobs at once and follows the event stream; returns, per job,
-/// the seconds from its POST to `running` and to its final state.
-async fn batch(svc: &Service, tag: &str, n: usize, script: &str) -> Vec<(f64, f64)> {
+/// the seconds from its POST to `running` and to its final state, and the
+/// supervisor's own record of created → started (ms).
+async fn batch(svc: &Service, tag: &str, n: usize, script: &str) -> Vec<(f64, f64, f64)> {
     let cursor = svc.call(Method::GET, "/events", None).await.json()["next"]
         .as_i64()
         .unwrap();
@@ -88,7 +92,11 @@ async fn batch(svc: &Service, tag: &str, n: usize, script: &str) -> Vec<(f64, f6
     let mut cursor = cursor;
     while ended.len() < n {
         let page = svc
-            .call(Method::GET, &format!("/events?after={cursor}&wait_ms=10000"), None)
+            .call(
+                Method::GET,
+                &format!("/events?after={cursor}&wait_ms=10000"),
+                None,
+            )
             .await
             .json();
         let now = Instant::now();
@@ -106,14 +114,20 @@ async fn batch(svc: &Service, tag: &str, n: usize, script: &str) -> Vec<(f64, f6
             }
         }
     }
-    sent.iter()
-        .map(|(id, t0)| {
-            let (t_end, state) = &ended[id];
-            assert_eq!(state, "done", "job {id} ended {state}");
-            let t_run = running[id];
-            ((t_run - *t0).as_secs_f64(), (*t_end - *t0).as_secs_f64())
-        })
-        .collect()
+    let mut out = vec![];
+    for (id, t0) in &sent {
+        let (t_end, state) = &ended[id];
+        assert_eq!(state, "done", "job {id} ended {state}");
+        let t_run = running[id];
+        let job = svc.job(id).await;
+        let server = job["started_at"].as_i64().unwrap() - job["created_at"].as_i64().unwrap();
+        out.push((
+            (t_run - *t0).as_secs_f64(),
+            (*t_end - *t0).as_secs_f64(),
+            server as f64,
+        ));
+    }
+    out
 }
 
 /// `n` direct `gatehouse sandbox run`s of the same command at once, through
@@ -175,12 +189,17 @@ fn nix_is_root() -> bool {
 /// Supervisor RSS growth per job while `n` jobs are live (each has made its
 /// request and waits on its inbox).
 async fn memory_per_job(svc: &Service, tag: &str, n: usize, idle_kib: u64) -> f64 {
-    let script = format!("{REQUEST} && gatehouse report --state working --summary up && gatehouse inbox --wait");
+    let script = format!(
+        "{REQUEST} && gatehouse report --state working --summary up && gatehouse inbox --wait"
+    );
     let mut ids = vec![];
     for i in 0..n {
         ids.push(
-            svc.submit(&format!("{tag}-{i}"), job_body(&format!("tkt_{tag}_{i}"), &script))
-                .await,
+            svc.submit(
+                &format!("{tag}-{i}"),
+                job_body(&format!("tkt_{tag}_{i}"), &script),
+            )
+            .await,
         );
     }
     for id in &ids {
@@ -193,8 +212,12 @@ async fn memory_per_job(svc: &Service, tag: &str, n: usize, idle_kib: u64) -> f6
     }
     let live_kib = rss_kib(svc.pid());
     for id in &ids {
-        svc.call(Method::POST, &format!("/jobs/{id}/inbox"), Some(json!({"text": "go"})))
-            .await;
+        svc.call(
+            Method::POST,
+            &format!("/jobs/{id}/inbox"),
+            Some(json!({"text": "go"})),
+        )
+        .await;
     }
     for id in &ids {
         assert_eq!(svc.wait_ended(id).await["state"], "done");
@@ -229,27 +252,36 @@ fn main() {
     let idle_kib = rss_kib(svc.pid());
     println!("supervisor idle RSS: {:.1} MiB", idle_kib as f64 / 1024.0);
     println!(
-        "{:>3} {:>8} {:>16} {:>14} {:>16} {:>8} {:>16}",
-        "N", "samples", "to-running ms", "to-done ms", "direct run ms", "ratio", "MiB per live job"
+        "{:>3} {:>8} {:>14} {:>20} {:>11} {:>14} {:>6} {:>17}",
+        "N",
+        "samples",
+        "to-running ms",
+        "(server-side, ms)",
+        "to-done ms",
+        "direct run ms",
+        "ratio",
+        "MiB per live job"
     );
     for (n, rounds) in [(1usize, 15usize), (10, 3), (50, 1)] {
         let mut ttr = vec![];
+        let mut server = vec![];
         let mut ttd = vec![];
         let mut base = vec![];
         for r in 0..rounds {
             let samples = h.rt.block_on(batch(&svc, &format!("n{n}r{r}"), n, REQUEST));
-            for (a, b) in samples {
+            for (a, b, c) in samples {
                 ttr.push(a * 1000.0);
                 ttd.push(b * 1000.0);
+                server.push(c);
             }
             base.extend(direct(&h, n).into_iter().map(|s| s * 1000.0));
         }
-        let mem = h
-            .rt
-            .block_on(memory_per_job(&svc, &format!("mem{n}"), n, idle_kib));
+        let mem =
+            h.rt.block_on(memory_per_job(&svc, &format!("mem{n}"), n, idle_kib));
         let (ttr, ttd, base) = (median(&mut ttr), median(&mut ttd), median(&mut base));
+        let server = median(&mut server);
         println!(
-            "{n:>3} {:>8} {ttr:>16.1} {ttd:>14.1} {base:>16.1} {:>8.2} {:>16.2}",
+            "{n:>3} {:>8} {ttr:>14.1} {server:>20.0} {ttd:>11.1} {base:>14.1} {:>6.2} {:>17.2}",
             n * rounds,
             ttd / base,
             mem / 1024.0

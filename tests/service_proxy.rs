@@ -3,6 +3,7 @@
 //! identity, makes allowed and denied calls with no credential in sight, and
 //! once the job ends its identity refuses everything — a kept socket path or
 //! a connection left open are both useless.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "proxy_support/mod.rs"]
 mod proxy_support;
@@ -49,10 +50,56 @@ fn a_job_identity_works_while_the_job_runs_and_never_after() {
         let _runtime = h.rt.enter();
         gatehouse_proxy::admin::serve(h.proxy.clone(), &admin).unwrap()
     };
+    scenario(&h.rt, &admin, &h.proxy_ca, &h.token, "tkt_proxy");
+    admin_task.abort();
+}
+
+/// The same against `gatehouse proxy --config` running as its own process.
+#[test]
+fn against_the_gatehouse_proxy_process() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let token = proxy_support::random_token("ghs_");
+    let github = gatehouse_emulators::GithubEmulator::start(
+        gatehouse_emulators::GithubOptions::new(dir.path().join("git"))
+            .token(&token, "gatehouse-test[bot]")
+            .repo(gatehouse_emulators::RepoSpec::new("acme", "widgets"))
+            .repo(gatehouse_emulators::RepoSpec::new("acme", "secret-plans")),
+    )
+    .unwrap();
+    github
+        .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
+        .unwrap();
+    let proxy = proxy_support::start_proxy_process(dir.path(), &github, &token);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    scenario(
+        &rt,
+        &proxy.admin,
+        &dir.path().join("ca.pem"),
+        &token,
+        "tkt_proxy_proc",
+    );
+    let log = std::fs::read_to_string(&proxy.log).unwrap();
+    assert!(
+        log.contains("tkt_proxy_proc"),
+        "the proxy never saw the job's identity"
+    );
+    assert!(!log.contains(&token), "the token is in the proxy's log");
+}
+
+/// A sandboxed job of `ticket` makes an allowed and a denied call through
+/// the proxy behind `admin`; afterwards its identity is gone for good.
+fn scenario(rt: &tokio::runtime::Runtime, admin: &Path, ca: &Path, token: &str, ticket: &str) {
     let svc = Service::start(Options {
         unsandboxed: false,
-        proxy_admin: Some(admin.clone()),
-        ca_cert: Some(h.proxy_ca.clone()),
+        proxy_admin: Some(admin.to_owned()),
+        ca_cert: Some(ca.to_owned()),
         ..Options::default()
     });
     let script = "curl -sS -o issue.json -w '%{http_code}' \
@@ -61,18 +108,18 @@ fn a_job_identity_works_while_the_job_runs_and_never_after() {
                       https://api.github.com/repos/acme/secret-plans/issues/1 > denied; \
                   env > env.txt; \
                   while [ ! -e go ]; do sleep 0.05; done";
-    let mut body = sh_job("tkt_proxy", script);
+    let mut body = sh_job(ticket, script);
     body["rule_sets"] = json!(["test-worker"]);
     body["variables"] = json!({"repo": "acme/widgets"});
-    let id = h.rt.block_on(svc.submit("k", body));
-    let work = svc.work_dir("tkt_proxy");
+    let id = rt.block_on(svc.submit("k", body));
+    let work = svc.work_dir(ticket);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while !work.join("env.txt").exists() {
         assert!(
             std::time::Instant::now() < deadline,
             "the job never got going"
         );
-        let state = h.rt.block_on(svc.job(&id))["state"].clone();
+        let state = rt.block_on(svc.job(&id))["state"].clone();
         assert!(
             state == "queued" || state == "running",
             "job ended early: {state}"
@@ -90,15 +137,15 @@ fn a_job_identity_works_while_the_job_runs_and_never_after() {
     assert_eq!(std::fs::read_to_string(work.join("denied")).unwrap(), "403");
 
     // The identity exists while the job runs, named after the ticket.
-    let listed =
-        h.rt.block_on(http::request(&admin, Method::GET, "/identities", &[], None))
-            .unwrap()
-            .json();
+    let listed = rt
+        .block_on(http::request(admin, Method::GET, "/identities", &[], None))
+        .unwrap()
+        .json();
     let entry = listed
         .as_array()
         .unwrap()
         .iter()
-        .find(|i| i["name"] == "tkt_proxy")
+        .find(|i| i["name"] == ticket)
         .cloned()
         .expect("no identity for the running job");
     assert_eq!(entry["variables"]["repo"], "acme/widgets");
@@ -109,19 +156,19 @@ fn a_job_identity_works_while_the_job_runs_and_never_after() {
         .unwrap();
 
     std::fs::write(work.join("go"), "").unwrap();
-    let end = h.rt.block_on(svc.wait_ended(&id));
+    let end = rt.block_on(svc.wait_ended(&id));
     assert_eq!(end["state"], "done", "{end}");
 
-    let listed =
-        h.rt.block_on(http::request(&admin, Method::GET, "/identities", &[], None))
-            .unwrap()
-            .json();
+    let listed = rt
+        .block_on(http::request(admin, Method::GET, "/identities", &[], None))
+        .unwrap()
+        .json();
     assert!(
         !listed
             .as_array()
             .unwrap()
             .iter()
-            .any(|i| i["name"] == "tkt_proxy"),
+            .any(|i| i["name"] == ticket),
         "identity outlived its job: {listed}"
     );
     assert!(
@@ -140,7 +187,7 @@ fn a_job_identity_works_while_the_job_runs_and_never_after() {
     );
 
     // No credential reached the worker or the supervisor's files.
-    let token = h.token.as_bytes();
+    let token = token.as_bytes();
     assert!(files_containing(&work, token).is_empty());
     assert!(files_containing(&svc.state_dir(), token).is_empty());
     let env = std::fs::read_to_string(work.join("env.txt")).unwrap();
@@ -148,5 +195,4 @@ fn a_job_identity_works_while_the_job_runs_and_never_after() {
         env.contains("HTTPS_PROXY=") || env.contains("https_proxy="),
         "{env}"
     );
-    admin_task.abort();
 }

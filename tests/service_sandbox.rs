@@ -251,3 +251,31 @@ async fn fifty_sandboxed_jobs_at_once() {
         .is_none());
     assert_eq!(mount_count(), mounts_before);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sandboxes_die_with_a_killed_supervisor() {
+    if !sandbox_available() {
+        return;
+    }
+    let mut svc = sandboxed(None);
+    let long = marker_sleep(5);
+    let id = svc
+        .submit("k", sh_job("tkt_sbx_orphan", &format!("sleep {long}")))
+        .await;
+    svc.wait_for(&id, |s| s == "running").await;
+    while processes_with(&format!("sleep {long}")).is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    svc.kill_9();
+    // Not waiting for a restart: the sandboxes go with their supervisor.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !processes_with(&format!("sleep {long}")).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a sandbox outlived its supervisor"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    svc.spawn();
+    assert_eq!(svc.job(&id).await["state"], "failed");
+}

@@ -32,6 +32,7 @@ pub struct Options {
     pub proxy_admin: Option<PathBuf>,
     pub ca_cert: Option<PathBuf>,
     pub profiles_dir: Option<PathBuf>,
+    pub api_socket_group: Option<String>,
 }
 
 impl Default for Options {
@@ -44,6 +45,7 @@ impl Default for Options {
             proxy_admin: None,
             ca_cert: None,
             profiles_dir: None,
+            api_socket_group: None,
         }
     }
 }
@@ -82,6 +84,10 @@ impl Service {
             opts.unsandboxed
         ));
         toml.push_str(&format!("profiles_dir = {profiles_dir:?}\n"));
+        if let Some(group) = &opts.api_socket_group {
+            // A top-level key: insert it before the first table.
+            toml.insert_str(0, &format!("api_socket_group = {group:?}\n"));
+        }
         if let Some(admin) = &opts.proxy_admin {
             toml.push_str(&format!("[proxy]\nadmin_socket = {admin:?}\n"));
             if let Some(ca) = &opts.ca_cert {
@@ -110,7 +116,10 @@ impl Service {
         let mut child = Command::new(gatehouse())
             .args(["supervisor", "--config"])
             .arg(&self.config)
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("GATEHOUSE_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

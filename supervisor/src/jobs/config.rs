@@ -34,6 +34,7 @@ pub enum ConfigError {
 struct RawConfig {
     state_dir: PathBuf,
     api_socket: PathBuf,
+    api_socket_group: Option<String>,
     prompts_dir: PathBuf,
     #[serde(default)]
     sandbox: RawSandbox,
@@ -112,6 +113,9 @@ pub struct ProxyConfig {
 pub struct Config {
     pub state_dir: PathBuf,
     pub api_socket: PathBuf,
+    /// A group whose members (the router's user) may use the job API: the
+    /// socket becomes 0660 and owned by that group. `None`: 0600.
+    pub api_socket_group: Option<String>,
     pub prompts_dir: PathBuf,
     pub gatehouse_bin: Option<PathBuf>,
     pub profiles_dir: Option<PathBuf>,
@@ -202,6 +206,7 @@ impl Config {
         Ok(Config {
             state_dir,
             api_socket: abs(raw.api_socket),
+            api_socket_group: raw.api_socket_group,
             prompts_dir: abs(raw.prompts_dir),
             gatehouse_bin: raw.sandbox.gatehouse_bin.map(abs),
             profiles_dir: raw.sandbox.profiles_dir.map(abs),

@@ -118,7 +118,15 @@ where
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // E.g. out of descriptors: back off instead of spinning.
+                        tracing::warn!("accept on a unix socket: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
                 let handler = handler.clone();
                 connections.spawn(async move {
                     let service = hyper::service::service_fn(move |req| {

@@ -31,12 +31,33 @@ pub mod store;
 pub use config::Config;
 pub use service::Supervisor;
 
-/// Binds the job API socket (mode 0600, its directory created if missing).
+/// Binds the job API socket, its directory created if missing: mode 0600,
+/// or 0660 owned by `api_socket_group` when one is configured.
 pub fn bind_api(config: &Config) -> std::io::Result<tokio::net::UnixListener> {
     if let Some(dir) = config.api_socket.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    http::bind(&config.api_socket, 0o600)
+    let Some(group) = &config.api_socket_group else {
+        return http::bind(&config.api_socket, 0o600);
+    };
+    let gid = nix::unistd::Group::from_name(group)
+        .ok()
+        .flatten()
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("api_socket_group: no group `{group}`"),
+            )
+        })?
+        .gid;
+    // Bound 0600 first, opened to the group only once it owns the socket.
+    let listener = http::bind(&config.api_socket, 0o600)?;
+    std::os::unix::fs::chown(&config.api_socket, None, Some(gid.as_raw()))?;
+    std::fs::set_permissions(
+        &config.api_socket,
+        std::os::unix::fs::PermissionsExt::from_mode(0o660),
+    )?;
+    Ok(listener)
 }
 
 /// Serves the job API on `listener` until the future is dropped.

@@ -57,10 +57,25 @@ pub fn signal_group(pgid: i32, leader_start: u64, signal: Signal) -> usize {
     members.len()
 }
 
-/// SIGKILLs the group until no live member is left (bounded wait).
+/// Whether any process is in group `pgid` at all. When none is, there is
+/// nothing to kill and no need to scan `/proc`; when some is (possibly an
+/// unrelated group that reuses the id), the precise scan decides.
+fn group_exists(pgid: i32) -> bool {
+    pgid > 0 && nix::sys::signal::killpg(Pid::from_raw(pgid), None).is_ok()
+}
+
+/// SIGKILLs the group until no live member is left (bounded wait). The
+/// `/proc` scans run on the blocking pool, off the async workers.
 pub async fn kill_group(pgid: i32, leader_start: u64) -> bool {
     for _ in 0..200 {
-        if signal_group(pgid, leader_start, Signal::SIGKILL) == 0 {
+        if !group_exists(pgid) {
+            return true;
+        }
+        let signalled =
+            tokio::task::spawn_blocking(move || signal_group(pgid, leader_start, Signal::SIGKILL))
+                .await
+                .unwrap_or(0);
+        if signalled == 0 {
             return true;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;

@@ -570,6 +570,7 @@ impl Inner {
         res: &mut Resources,
     ) -> Result<Ending, ServiceError> {
         let spec = &job.spec;
+        let t_begin = Instant::now();
         let mkdir = |dir: &Path| {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -600,6 +601,7 @@ impl Inner {
             job.id.clone(),
         )));
 
+        let t_prepared = Instant::now();
         let mut proxy_socket = None;
         if let Some(proxy) = &self.proxy {
             // Recorded before it exists, so a crash in between cannot leak it.
@@ -656,6 +658,7 @@ impl Inner {
             wall_time,
             command: &command,
         });
+        let t_identity = Instant::now();
         let mut cmd = tokio::process::Command::new(&launch.program);
         cmd.args(&launch.args)
             .env_clear()
@@ -669,6 +672,24 @@ impl Inner {
             .kill_on_drop(true);
         if let Some(cwd) = &launch.cwd {
             cmd.current_dir(cwd);
+        }
+        // The job dies with the supervisor: SIGKILL when its parent goes
+        // (`sandbox run` then takes its whole PID namespace down). The signal
+        // is tied to the forking thread; this runs on a tokio worker, which
+        // lives as long as the runtime (no `block_in_place` anywhere here).
+        let parent = std::process::id();
+        // SAFETY: runs in the child between fork and exec; it only makes
+        // two async-signal-safe system calls (prctl, getppid) and allocates
+        // nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+                // The parent may have died before the prctl: then go now.
+                if nix::unistd::getppid().as_raw() as u32 != parent {
+                    return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+                }
+                Ok(())
+            });
         }
         let mut child = cmd
             .spawn()
@@ -686,6 +707,13 @@ impl Inner {
                 .push(tokio::spawn(copy_capped(err, job.stderr_log.clone(), cap)));
         }
         self.transition(&job.id, JobEvent::Started, Some((pid, start)), None, None)?;
+        tracing::debug!(
+            job = %job.id,
+            prepare_us = (t_prepared - t_begin).as_micros() as u64,
+            identity_us = (t_identity - t_prepared).as_micros() as u64,
+            spawn_us = t_identity.elapsed().as_micros() as u64,
+            "job started"
+        );
 
         let stop = tokio::select! {
             biased;
@@ -702,12 +730,14 @@ impl Inner {
             _ = tokio::time::sleep_until(deadline) => StopReason::Deadline,
         };
         // SIGTERM to the whole group (the `sandbox run` process takes the
-        // sandbox down with it), SIGKILL after the grace period.
-        process::signal_group(pid, start, Signal::SIGTERM);
+        // sandbox down with it), SIGKILL after the grace period. The leader
+        // is not reaped yet, so its pid, the group id, cannot be anyone else's.
+        let group = nix::unistd::Pid::from_raw(pid);
+        let _ = nix::sys::signal::killpg(group, Signal::SIGTERM);
         let status = match tokio::time::timeout(self.config.cancel_grace, child.wait()).await {
             Ok(status) => status,
             Err(_) => {
-                process::signal_group(pid, start, Signal::SIGKILL);
+                let _ = nix::sys::signal::killpg(group, Signal::SIGKILL);
                 child.wait().await
             }
         }

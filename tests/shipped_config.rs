@@ -2,6 +2,7 @@
 //! shipped sandbox profile or by the example router policy exists in
 //! `sandbox-profiles/rules/`, and all shipped rule sets load (their examples
 //! checked) into one rule book.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -102,6 +102,11 @@ fn environment_holds_nothing_of_the_callers() {
             .unwrap();
         let r = Run::from(out);
         r.ok();
+        // /proc/1/cmdline names neither host paths nor arguments.
+        assert!(
+            !r.stdout.contains(&work),
+            "{mode:?}: host path visible: {r:#?}"
+        );
         assert!(
             !r.stdout.contains(&marker),
             "{mode:?}: caller env leaked: {r:#?}"

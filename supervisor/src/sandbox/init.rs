@@ -86,6 +86,7 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
         None => None,
     };
     sys::scrub_environment();
+    sys::scrub_cmdline(b"gatehouse-init");
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         fail(&errors, &format!("PR_SET_DUMPABLE: {e}"));
     }

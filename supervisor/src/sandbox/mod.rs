@@ -1,12 +1,16 @@
 //! Executes a [`Plan`]: the only part of the supervisor with `unsafe`.
 //!
 //! ```text
-//! gatehouse sandbox run (host)          init (pid 1, new user/mnt/pid/net/ipc/uts/cgroup ns)
-//!  open bind sources (O_PATH)            wait for maps ─ build root, pivot_root ─ lo up
-//!  cgroups ─ clone(namespaces) ───────►  relay listener ─ scrub env, non-dumpable
-//!  write uid/gid maps, add to cgroup ──► fork ──► worker: setsid, rlimits, drop caps,
-//!  wait: exit │ signal │ wall time        │        no_new_privs, Landlock, seccomp, exec
-//!  read setup errors (CLOEXEC pipe)      relay threads; reap; exit with worker status
+//! gatehouse sandbox run (host)             init (pid 1; new user/mnt/pid/net/ipc/uts ns)
+//!  check required protections, cgroups
+//!  clone(namespaces) ─────────────────────► wait
+//!  write uid/gid maps ── byte 1 ──────────► open bind sources, take worker uid,
+//!  attach init to cgroups (in parallel)     build root, pivot_root, lo up, relay
+//!                     ── byte 2 ──────────► listener, scrub env+argv, non-dumpable,
+//!  wait: exit | TERM/INT/HUP | wall time    cgroup ns, fork ──► worker: setsid,
+//!        | caller gone                      rlimits, drop caps, no_new_privs,
+//!  read setup errors (CLOEXEC pipe)         Landlock, seccomp, execve
+//!  remove cgroups                           relay threads; reap; exit with its status
 //! ```
 //!
 //! The host side never runs the command itself and never falls back: any

@@ -482,7 +482,6 @@ pub fn seccomp_denials() -> Vec<Denial> {
         always("pidfd_getfd", SYS_pidfd_getfd),
         always("lookup_dcookie", SYS_lookup_dcookie),
         always("vhangup", SYS_vhangup),
-        always("personality", SYS_personality),
         // glibc falls back to clone(2) only on ENOSYS; EPERM would break
         // pthread_create. clone3's flags live in memory, which seccomp
         // cannot inspect, so it goes entirely.

@@ -466,7 +466,6 @@ pub fn seccomp_denials() -> Vec<Denial> {
         always("io_uring_register", SYS_io_uring_register),
         always("userfaultfd", SYS_userfaultfd),
         always("open_by_handle_at", SYS_open_by_handle_at),
-        always("name_to_handle_at", SYS_name_to_handle_at),
         always("swapon", SYS_swapon),
         always("swapoff", SYS_swapoff),
         always("reboot", SYS_reboot),

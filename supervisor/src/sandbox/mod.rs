@@ -2,15 +2,16 @@
 //!
 //! ```text
 //! gatehouse sandbox run (host)             init (pid 1; new user/mnt/pid/net/ipc/uts ns)
-//!  check required protections, cgroups
-//!  clone(namespaces) ─────────────────────► wait
-//!  write uid/gid maps ── byte 1 ──────────► open bind sources, take worker uid,
-//!  attach init to cgroups (in parallel)     build root, pivot_root, lo up, relay
-//!                     ── byte 2 ──────────► listener, scrub env+argv, non-dumpable,
-//!  wait: exit | TERM/INT/HUP | wall time    cgroup ns, fork ──► worker: setsid,
-//!        | caller gone                      rlimits, drop caps, no_new_privs,
-//!  read setup errors (CLOEXEC pipe)         Landlock, seccomp, execve
-//!  remove cgroups                           relay threads; reap; exit with its status
+//!  check required protections, create
+//!  cgroups, open their join files
+//!  clone(namespaces) ─────────────────────► join cgroups (write 0 to each), wait
+//!  write uid/gid maps ── byte ────────────► open bind sources, take worker uid,
+//!  wait: exit | TERM/INT/HUP | wall time    build root, pivot_root, lo up, relay
+//!        | caller gone                      listener, scrub env+argv, non-dumpable,
+//!  read setup errors (CLOEXEC pipe)         cgroup ns, fork ──► worker: setsid,
+//!  remove cgroups                           rlimits, drop caps, no_new_privs,
+//!                                           Landlock, seccomp, execve
+//!                                           relay threads; reap; exit with its status
 //! ```
 //!
 //! The host side never runs the command itself and never falls back: any
@@ -184,7 +185,8 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     // Fds the caller leaked to us must not reach the worker.
     sys::mark_all_cloexec();
 
-    let cgroups = cgroup::prepare(&plan.limits, plan.require.cgroup_limits, std::process::id())?;
+    let (cgroups, joins) =
+        cgroup::prepare(&plan.limits, plan.require.cgroup_limits, std::process::id())?;
     let report = cgroups.report();
 
     let (sync_r, sync_w) = sys::pipe().map_err(SandboxError::sys("pipe"))?;
@@ -213,20 +215,19 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
             filters,
             sync: sync_r,
             errors: err_w,
+            joins,
             limits_by_cgroup: report.all_by_cgroup(),
         });
     }
     drop(sync_r);
     drop(err_w);
+    drop(joins);
 
     let started = Instant::now();
-    // Attaching to cgroups waits for RCU grace periods (milliseconds each):
-    // the init builds its root meanwhile and waits for the second byte only
-    // before it forks the worker.
+    // The init joins its cgroups itself (see `cgroup`), so the host side
+    // only maps ids and lets it go.
     let setup = sys::write_id_maps(child, &plan.identity)
         .map_err(SandboxError::sys("write uid/gid maps"))
-        .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")))
-        .and_then(|()| cgroups.add(child))
         .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")));
     if let Err(e) = setup {
         sys::kill_and_reap(child);

@@ -116,8 +116,8 @@ pub fn reset_signals() {
 
 /// clone(2) into new user, mount, PID, network, IPC and UTS namespaces with
 /// fork semantics (no new stack, no shared memory). Returns 0 in the child.
-/// The cgroup namespace is entered later by the child, once the host has
-/// moved it into its cgroups.
+/// The cgroup namespace is entered later by the child, once it has joined
+/// its cgroups.
 pub fn clone_namespaces() -> io::Result<i32> {
     let flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS

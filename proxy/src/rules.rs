@@ -1,12 +1,13 @@
 //! Rule sets and the decision for one request head.
 //!
 //! A rule set is a TOML file (`sandbox-profiles/rules/*.toml`) with a list of
-//! allow rules. [`RuleSet::parse`] validates it into runtime types and checks
-//! its `examples`; a [`RuleBook`] holds all loaded sets and answers
-//! [`RuleBook::check`] for a request of an identity: pure, no I/O.
+//! allow rules. [`RuleSet::parse`] validates it into runtime types;
+//! [`RuleBook::new`] resolves `extends` and checks every set's `examples`, then
+//! answers [`RuleBook::check`] for a request of an identity: pure, no I/O.
 //!
 //! Order of the decision: the path must be canonical ([`crate::path`]); token
-//! endpoints are never allowed, whatever a rule says; then the identity's rule
+//! endpoints are never allowed, whatever a rule says; the identity's rule sets
+//! must exist and its variables be bound; then the rules of the identity's
 //! sets are tried in order. When several rules match, the first one that
 //! marks a message wins, so a call that posts text to a person is always
 //! logged as a message; otherwise the first match wins. Anything no rule
@@ -167,10 +168,31 @@ struct RuleSetFile {
     variables: Vec<String>,
     #[serde(default, rename = "rule")]
     rules: Vec<RuleFile>,
+    /// The GitHub App permissions the rules need, e.g. `contents = "read"`;
+    /// installation tokens are scoped down to these.
+    #[serde(default)]
+    github_permissions: BTreeMap<String, Access>,
     #[serde(default)]
     example_variables: BTreeMap<String, String>,
     #[serde(default, rename = "example")]
     examples: Vec<ExampleFile>,
+}
+
+/// A GitHub App permission level; `write` includes `read`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    Read,
+    Write,
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Access::Read => "read",
+            Access::Write => "write",
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -222,12 +244,12 @@ pub struct Rule {
     pub query: BTreeMap<String, Vec<String>>,
     pub credential: String,
     pub inject: Injection,
-    message: Option<MessageFileRuntime>,
+    message: Option<MessageRule>,
     body: BodyRule,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct MessageFileRuntime {
+struct MessageRule {
     kind: String,
     target: String,
     target_body_pointer: Option<String>,
@@ -253,6 +275,8 @@ pub struct RuleSet {
     /// set is in a [`RuleBook`].
     pub extends: Vec<String>,
     pub rules: Vec<Rule>,
+    /// GitHub App permissions the rules need (including extended sets').
+    pub github_permissions: BTreeMap<String, Access>,
     /// Where the set came from (usually its file), for error messages.
     pub source_name: String,
     examples: Vec<(String, bool)>,
@@ -260,8 +284,9 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
-    /// Parse and validate a rule set, then check its examples.
-    /// `source_name` (usually the file path) is used in error messages.
+    /// Parse and validate a rule set; its examples are checked by
+    /// [`RuleBook::new`], once `extends` is resolved. `source_name` (usually
+    /// the file path) is used in error messages.
     pub fn parse(source_name: &str, text: &str) -> Result<Self, RuleError> {
         let file: RuleSetFile = toml::from_str(text).map_err(|e| RuleError::Syntax {
             source_name: source_name.to_owned(),
@@ -291,6 +316,16 @@ impl RuleSet {
                     .map_err(|(field, message)| invalid(key(&field), message))?,
             );
         }
+        if let Some(key) = file
+            .github_permissions
+            .keys()
+            .find(|k| k.is_empty() || !k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+        {
+            return Err(invalid(
+                format!("github_permissions.{key}"),
+                "expected a GitHub App permission name like `contents`".into(),
+            ));
+        }
         let mut examples = Vec::new();
         for (i, example) in file.examples.into_iter().enumerate() {
             let key = format!("example[{i}]");
@@ -318,6 +353,7 @@ impl RuleSet {
             variables,
             extends: file.extends,
             rules,
+            github_permissions: file.github_permissions,
             source_name: source_name.to_owned(),
             examples,
             example_variables: file.example_variables,
@@ -426,7 +462,7 @@ fn validate_rule(raw: RuleFile, variables: &BTreeSet<String>) -> Result<Rule, (S
             "POST /graphql needs a `graphql` section listing what it allows".into(),
         ));
     }
-    let message = raw.message.map(|m| MessageFileRuntime {
+    let message = raw.message.map(|m| MessageRule {
         kind: m.kind,
         target: m.target,
         target_body_pointer: m.target_body_pointer,
@@ -571,6 +607,13 @@ impl RuleBook {
             self.resolve(parent, given, stack)?;
             let parent = &self.sets[parent];
             resolved.variables.extend(parent.variables.iter().cloned());
+            for (permission, access) in &parent.github_permissions {
+                let entry = resolved
+                    .github_permissions
+                    .entry(permission.clone())
+                    .or_insert(*access);
+                *entry = (*entry).max(*access);
+            }
             resolved.rules.extend(parent.rules.iter().cloned());
         }
         stack.pop();
@@ -615,6 +658,19 @@ impl RuleBook {
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.sets.keys().map(String::as_str)
+    }
+
+    /// The GitHub App permissions an identity with `rule_sets` needs: the
+    /// union of the sets', the higher level winning. Unknown sets add nothing.
+    pub fn github_permissions(&self, rule_sets: &[String]) -> BTreeMap<String, Access> {
+        let mut permissions = BTreeMap::new();
+        for set in rule_sets.iter().filter_map(|name| self.sets.get(name)) {
+            for (permission, access) in &set.github_permissions {
+                let entry = permissions.entry(permission.clone()).or_insert(*access);
+                *entry = (*entry).max(*access);
+            }
+        }
+        permissions
     }
 
     /// Check that an identity's rule sets exist and its variables bind every
@@ -669,28 +725,35 @@ impl RuleBook {
             Ok(q) => q.unwrap_or_default(),
             Err(why) => return deny(why),
         };
-        let mut progress = Progress::Nothing;
+        let sets = || rule_sets.iter().filter_map(|name| self.sets.get(name));
+        // Only rules for this host and method can allow; try just those.
         let mut chosen: Option<(&RuleSet, &Rule, Captures)> = None;
-        'sets: for set in rule_sets.iter().filter_map(|name| self.sets.get(name)) {
-            for rule in &set.rules {
-                match match_rule(rule, head, &query, vars) {
-                    Ok(captures) => {
-                        let marked = rule.message.is_some();
-                        if chosen.is_none() || marked {
-                            chosen = Some((set, rule, captures));
-                        }
-                        if marked {
-                            break 'sets;
-                        }
+        'sets: for set in sets() {
+            let candidates = set.rules.iter().filter(|r| {
+                r.host.eq_ignore_ascii_case(head.host) && r.methods.iter().any(|m| m == head.method)
+            });
+            for rule in candidates {
+                if let Ok(captures) = match_rule(rule, head, &query, vars) {
+                    let marked = rule.message.is_some();
+                    if chosen.is_none() || marked {
+                        chosen = Some((set, rule, captures));
                     }
-                    Err(p) => progress = progress.max(p),
+                    if marked {
+                        break 'sets;
+                    }
                 }
             }
         }
-        match chosen {
-            Some((set, rule, captures)) => Decision::Allow(allowed(set, rule, captures, vars)),
-            None => deny(progress.reason(head)),
+        if let Some((set, rule, captures)) = chosen {
+            return Decision::Allow(allowed(set, rule, captures, vars));
         }
+        // Denied: find the closest miss for the reason.
+        let progress = sets()
+            .flat_map(|set| &set.rules)
+            .filter_map(|rule| match_rule(rule, head, &query, vars).err())
+            .max()
+            .unwrap_or(Progress::Nothing);
+        deny(progress.reason(head))
     }
 }
 

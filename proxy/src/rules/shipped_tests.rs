@@ -242,3 +242,55 @@ fn read_only_identities_cannot_write() {
     let read = br#"{"query":"query($o: String!, $n: String!) { repository(owner: $o, name: $n) { issue(number: 1) { title } } }","variables":{"o":"octo-org","n":"hello-world"}}"#;
     assert!(crate::graphql::check(read, &allow).is_ok());
 }
+
+proptest::proptest! {
+    /// Paths assembled from tricky pieces: whatever the worker set allows is
+    /// canonical and stays inside the identity's repository.
+    #[test]
+    fn allowed_paths_stay_in_the_repository(
+        pieces in proptest::collection::vec(proptest::prop_oneof![
+            proptest::strategy::Just("repos"), proptest::strategy::Just("octo-org"), proptest::strategy::Just("Hello-World"),
+            proptest::strategy::Just("other"), proptest::strategy::Just("issues"), proptest::strategy::Just("1"),
+            proptest::strategy::Just("comments"), proptest::strategy::Just(".."), proptest::strategy::Just("."),
+            proptest::strategy::Just("%2e%2e"), proptest::strategy::Just("%2F"), proptest::strategy::Just(""),
+            proptest::strategy::Just("repositories"), proptest::strategy::Just("pulls"), proptest::strategy::Just("\\"),
+        ], 1..8),
+        method in proptest::prop_oneof![proptest::strategy::Just("GET"), proptest::strategy::Just("POST"), proptest::strategy::Just("PATCH")],
+    ) {
+        let path = format!("/{}", pieces.join("/"));
+        let book = shipped_book();
+        let head = RequestHead { method, host: "api.github.com", path: &path, query: None };
+        let vars = Vars::from([("repo".to_owned(), "octo-org/hello-world".to_owned())]);
+        if let Decision::Allow(_) = book.check(&head, &["github-worker".to_owned()], &vars) {
+            proptest::prop_assert!(crate::path::check_canonical(path.as_bytes()).is_ok());
+            proptest::prop_assert!(path.to_ascii_lowercase().starts_with("/repos/octo-org/hello-world/"), "{}", path);
+        }
+    }
+}
+
+#[test]
+fn github_permissions_are_the_union_with_write_winning() {
+    let book = shipped_book();
+    let read = book.github_permissions(&["github-read".to_owned()]);
+    assert_eq!(read.get("contents"), Some(&Access::Read));
+    assert_eq!(read.get("pull_requests"), Some(&Access::Read));
+    let worker = book.github_permissions(&["github-worker".to_owned(), "feishu-send".to_owned()]);
+    assert_eq!(worker.get("contents"), Some(&Access::Write));
+    assert_eq!(worker.get("issues"), Some(&Access::Write));
+    assert_eq!(
+        worker.get("checks"),
+        Some(&Access::Read),
+        "inherited from github-read"
+    );
+    assert!(!worker.contains_key("administration"));
+    assert!(book
+        .github_permissions(&["feishu-send".to_owned()])
+        .is_empty());
+    let bad = SHIPPED[0]
+        .1
+        .replace("contents = \"read\"", "contents = \"admin\"");
+    assert!(RuleSet::parse("github-read.toml", &bad)
+        .unwrap_err()
+        .to_string()
+        .contains("unknown variant `admin`"));
+}

@@ -1,0 +1,50 @@
+//! Arbitrary request heads against a rule set: the decision never panics, and
+//! an allowed path is always canonical and never a token endpoint.
+#![no_main]
+
+use gatehouse_proxy::path::{check_canonical, Vars};
+use gatehouse_proxy::rules::{Decision, RequestHead, RuleBook, RuleSet};
+use libfuzzer_sys::fuzz_target;
+use std::sync::OnceLock;
+
+const WORKER: &str = include_str!("../../sandbox-profiles/rules/github-worker.toml");
+const READ: &str = include_str!("../../sandbox-profiles/rules/github-read.toml");
+
+fn book() -> &'static RuleBook {
+    static BOOK: OnceLock<RuleBook> = OnceLock::new();
+    BOOK.get_or_init(|| {
+        let sets = [
+            RuleSet::parse("github-read.toml", READ).unwrap(),
+            RuleSet::parse("github-worker.toml", WORKER).unwrap(),
+        ];
+        RuleBook::new(sets).unwrap()
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    // method \n host \n path [\n query]
+    let mut parts = text.splitn(4, '\n');
+    let (Some(method), Some(host), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+        return;
+    };
+    let head = RequestHead {
+        method,
+        host,
+        path,
+        query: parts.next(),
+    };
+    let vars = Vars::from([("repo".to_owned(), "octo/hello".to_owned())]);
+    if let Decision::Allow(_) = book().check(&head, &["github-worker".to_owned()], &vars) {
+        assert!(check_canonical(path.as_bytes()).is_ok());
+        let lower = path.to_ascii_lowercase();
+        assert!(!lower.starts_with("/app/") && !lower.starts_with("/open-apis/auth/"));
+        assert!(
+            lower.starts_with("/repos/octo/hello")
+                || lower.starts_with("/octo/hello")
+                || lower == "/graphql"
+        );
+    }
+});

@@ -1,0 +1,137 @@
+//! Cost of one rule decision on the shipped `github-worker` set, against a
+//! baseline every request pays anyway: the SHA-256 of a 1 KiB audit line.
+//!
+//! Run: `cargo bench -p gatehouse-proxy --bench rules`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use gatehouse_proxy::path::Vars;
+use gatehouse_proxy::rules::{Decision, RequestHead, RuleBook, RuleSet};
+use sha2::{Digest, Sha256};
+
+const SETS: &[(&str, &str)] = &[
+    (
+        "github-read.toml",
+        include_str!("../../sandbox-profiles/rules/github-read.toml"),
+    ),
+    (
+        "github-worker.toml",
+        include_str!("../../sandbox-profiles/rules/github-worker.toml"),
+    ),
+    (
+        "feishu-send.toml",
+        include_str!("../../sandbox-profiles/rules/feishu-send.toml"),
+    ),
+    (
+        "model-api.toml",
+        include_str!("../../sandbox-profiles/rules/model-api.toml"),
+    ),
+];
+
+/// Median time per call of `f`, over `rounds` rounds of `batch` calls.
+fn median(rounds: usize, batch: u32, mut f: impl FnMut()) -> Duration {
+    let mut samples: Vec<Duration> = (0..rounds)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..batch {
+                f();
+            }
+            start.elapsed() / batch
+        })
+        .collect();
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn main() {
+    let sets: Vec<RuleSet> = SETS
+        .iter()
+        .map(|(name, text)| RuleSet::parse(name, text).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let book = RuleBook::new(sets).unwrap_or_else(|e| panic!("{e}"));
+    let identity = vec![
+        "github-worker".to_owned(),
+        "feishu-send".to_owned(),
+        "model-api".to_owned(),
+    ];
+    let vars = Vars::from([("repo".to_owned(), "octo-org/hello-world".to_owned())]);
+
+    let line = vec![b'x'; 1024];
+    let baseline = median(51, 2000, || {
+        black_box(Sha256::digest(black_box(&line)));
+    });
+    println!(
+        "baseline: SHA-256 of 1 KiB            {:>8.2} µs",
+        baseline.as_secs_f64() * 1e6
+    );
+
+    let cases = [
+        (
+            "allowed GET (issue comments)",
+            "GET",
+            "api.github.com",
+            "/repos/octo-org/hello-world/issues/12/comments",
+            Some("per_page=100"),
+            true,
+        ),
+        (
+            "allowed POST, message-marked",
+            "POST",
+            "api.github.com",
+            "/repos/octo-org/hello-world/issues/12/comments",
+            None,
+            true,
+        ),
+        (
+            "allowed git push",
+            "POST",
+            "github.com",
+            "/octo-org/hello-world.git/git-receive-pack",
+            None,
+            true,
+        ),
+        (
+            "denied: other repository",
+            "GET",
+            "api.github.com",
+            "/repos/octo-org/other/issues/12/comments",
+            None,
+            false,
+        ),
+        (
+            "denied: path trick",
+            "GET",
+            "api.github.com",
+            "/repos/octo-org/hello-world/%2e%2e/x",
+            None,
+            false,
+        ),
+        (
+            "denied: unknown host",
+            "GET",
+            "example.com",
+            "/",
+            None,
+            false,
+        ),
+    ];
+    for (label, method, host, path, query, expect_allow) in cases {
+        let head = RequestHead {
+            method,
+            host,
+            path,
+            query,
+        };
+        let allowed = matches!(book.check(&head, &identity, &vars), Decision::Allow(_));
+        assert_eq!(allowed, expect_allow, "{label}");
+        let cost = median(51, 2000, || {
+            black_box(book.check(black_box(&head), &identity, &vars));
+        });
+        println!(
+            "{label:<36} {:>8.2} µs  = {:>5.2}x baseline",
+            cost.as_secs_f64() * 1e6,
+            cost.as_secs_f64() / baseline.as_secs_f64()
+        );
+    }
+}

@@ -21,9 +21,13 @@ fn unique_sleep() -> String {
 }
 
 fn wait_until_gone(needle: &str) -> Vec<u32> {
+    wait_until_empty(|| host_processes_with(needle))
+}
+
+fn wait_until_empty(find: impl Fn() -> Vec<u32>) -> Vec<u32> {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
-        let left = host_processes_with(needle);
+        let left = find();
         if left.is_empty() || Instant::now() > deadline {
             return left;
         }
@@ -198,6 +202,55 @@ fn termination_signals_kill_the_sandbox_and_exit_128_plus_n() {
             let left = wait_until_gone(&secs);
             assert!(left.is_empty(), "{mode:?} SIG{sig}: survived: {left:?}");
         }
+    }
+}
+
+#[test]
+fn the_sandbox_dies_when_the_caller_of_sandbox_run_dies() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let secs = unique_sleep();
+        let work = s.work.to_str().unwrap().to_string();
+        let script = format!(
+            "(setsid sleep {secs} </dev/null >/dev/null 2>&1 &); touch /work/started; sleep {secs}"
+        );
+        let inner = s.command(&[
+            "sandbox",
+            "run",
+            "--profile",
+            "default",
+            "--workdir",
+            &work,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]);
+        // A caller that starts `sandbox run` in the background and waits.
+        let mut caller = std::process::Command::new("sh");
+        caller
+            .args(["-c", "\"$@\" & wait", "caller"])
+            .arg(inner.get_program())
+            .args(inner.get_args());
+        let mut caller = caller
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !s.work.join("started").exists() {
+            assert!(Instant::now() < deadline, "sandbox did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        signal(caller.id(), "KILL");
+        let _ = caller.wait();
+        let left = wait_until_gone(&secs);
+        assert!(
+            left.is_empty(),
+            "{mode:?}: survived the caller's death: {left:?}"
+        );
+        let runs = wait_until_empty(|| host_processes_with_all(&["sandbox run", &secs]));
+        assert!(runs.is_empty(), "{mode:?}: sandbox run survived: {runs:?}");
     }
 }
 

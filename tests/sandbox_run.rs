@@ -299,3 +299,34 @@ fn doctor_reports_one_line_per_feature() {
         );
     }
 }
+
+#[test]
+fn a_work_dir_inside_the_workers_private_directory_binds() {
+    use std::os::unix::fs::PermissionsExt;
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let private = s.path("private");
+        let work = private.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        s.give_to_worker(&work);
+        s.give_to_worker(&private);
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let w = work.to_str().unwrap();
+        let args = [
+            "sandbox",
+            "run",
+            "--profile",
+            "default",
+            "--workdir",
+            w,
+            "--",
+            "sh",
+            "-c",
+            "echo inside > f; cat f",
+        ];
+        let r = Run::from(s.command(&args).output().unwrap());
+        r.ok();
+        assert_eq!(r.stdout, "inside\n", "{mode:?}");
+        assert_eq!(std::fs::read_to_string(work.join("f")).unwrap(), "inside\n");
+    }
+}

@@ -30,6 +30,18 @@ pub enum Commands {
 pub enum SandboxCommand {
     /// Run a command in a fresh sandbox built from a profile
     Run(Box<RunArgs>),
+    /// Measure sandbox start-up against bubblewrap and fork/exec (build with --release)
+    Bench {
+        /// Measured runs per contender
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
+        /// Unmeasured runs per contender first
+        #[arg(long, default_value_t = 10)]
+        warmup: usize,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -88,6 +100,11 @@ impl Commands {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self {
             Commands::Sandbox(SandboxCommand::Run(args)) => Ok(run_sandbox(*args)),
+            Commands::Sandbox(SandboxCommand::Bench {
+                iterations,
+                warmup,
+                json,
+            }) => bench(iterations, warmup, json),
             Commands::Doctor { json } => doctor(json),
             Commands::Profile(ProfileCommand::Check {
                 profile,
@@ -160,6 +177,9 @@ fn run_sandbox(args: RunArgs) -> ExitCode {
             }
             match &outcome {
                 Outcome::SetupFailed(msg) => eprintln!("gatehouse sandbox: {msg}"),
+                Outcome::ParentGone => {
+                    eprintln!("gatehouse sandbox: the caller died; the sandbox was killed")
+                }
                 Outcome::WallTime(d) => eprintln!(
                     "gatehouse sandbox: wall time of {}s exceeded; the sandbox was killed",
                     d.as_secs()
@@ -251,4 +271,148 @@ fn ca_bundle(path: &Path) -> anyhow::Result<String> {
     }
     let system = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
     Ok(format!("{}\n{}", system.trim_end(), ca))
+}
+
+fn bench(iterations: usize, warmup: usize, json: bool) -> anyhow::Result<ExitCode> {
+    use gatehouse_supervisor::bench::{self as b, Contender};
+    let scratch = std::env::temp_dir().join(format!("gatehouse-bench-{}", std::process::id()));
+    let work = scratch.join("work");
+    std::fs::create_dir_all(&work).context("creating the bench work dir")?;
+    let result = (|| -> anyhow::Result<ExitCode> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o777))?;
+        // The relay connects only when the worker does; /bin/true never does.
+        let sock = scratch.join("proxy.sock");
+        let _proxy = std::os::unix::net::UnixListener::bind(&sock)?;
+        let profile = load_profile("default", None)?;
+        let exe = std::env::current_exe()?;
+        let w = work.display().to_string();
+        let unlimited = scratch.join("default-without-cgroup-limits.toml");
+        std::fs::write(&unlimited, b::without_cgroup_limits(&profile))?;
+        let unlimited = unlimited.display().to_string();
+        let gatehouse_args = |relay: bool, profile: &str| {
+            let mut a: Vec<String> = [
+                "sandbox",
+                "run",
+                "--profile",
+                profile,
+                "--quiet",
+                "--workdir",
+                &w,
+            ]
+            .map(String::from)
+            .to_vec();
+            if relay {
+                a.extend(["--proxy-socket".to_string(), sock.display().to_string()]);
+            }
+            a.extend(["--".to_string(), "/bin/true".to_string()]);
+            a
+        };
+        let mut bwrap = b::bwrap_args(&profile, &work);
+        bwrap.push("/bin/true".into());
+        let contenders = [
+            Contender {
+                name: "fork/exec",
+                program: "/bin/true".into(),
+                args: vec![],
+            },
+            Contender {
+                name: "bwrap",
+                program: "bwrap".into(),
+                args: bwrap,
+            },
+            Contender {
+                name: "gatehouse",
+                program: exe.clone(),
+                args: gatehouse_args(true, "default"),
+            },
+            Contender {
+                name: "gatehouse-no-relay",
+                program: exe.clone(),
+                args: gatehouse_args(false, "default"),
+            },
+            Contender {
+                name: "gatehouse-no-cgroups",
+                program: exe,
+                args: gatehouse_args(true, &unlimited),
+            },
+        ];
+        let samples = b::measure(&contenders, iterations, warmup)?;
+        let summaries: Vec<b::Summary> = samples.iter().filter_map(|s| b::summarize(s)).collect();
+        // Idle cost: the host-side waiter and everything below it.
+        let mut idle = Vec::new();
+        for c in &contenders[1..3] {
+            let mut child = c.spawn_idle()?;
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let host = b::memory_of(child.id());
+            let inside: b::Memory = b::children_of(child.id())
+                .into_iter()
+                .map(b::memory_of)
+                .fold(b::Memory::default(), |a, m| a + m);
+            let _ = child.kill();
+            let _ = child.wait();
+            idle.push((c.name, host, inside));
+        }
+        let baseline = |name: &str| {
+            contenders
+                .iter()
+                .position(|c| c.name == name)
+                .map(|i| summaries[i].median_ms)
+                .unwrap_or(f64::NAN)
+        };
+        if json {
+            let rows: Vec<serde_json::Value> = contenders
+                .iter()
+                .zip(&summaries)
+                .map(|(c, s)| {
+                    serde_json::json!({"name": c.name, "summary": s,
+                    "vs_bwrap": s.median_ms / baseline("bwrap"),
+                    "vs_fork_exec": s.median_ms / baseline("fork/exec")})
+                })
+                .collect();
+            let mem: Vec<serde_json::Value> = idle
+                .iter()
+                .map(|(n, h, i)| serde_json::json!({"name": n, "host_side": h, "sandbox_side": i}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                "iterations": iterations, "start_up": rows, "idle_memory": mem}))?
+            );
+        } else {
+            println!(
+                "start-up of /bin/true, {iterations} runs each, interleaved ({warmup} warm-up)"
+            );
+            println!(
+                "{:<20} {:>10} {:>10} {:>10} {:>9} {:>11}",
+                "", "median ms", "p95 ms", "min ms", "vs bwrap", "vs fork/exec"
+            );
+            for (c, s) in contenders.iter().zip(&summaries) {
+                println!(
+                    "{:<20} {:>10.2} {:>10.2} {:>10.2} {:>8.2}x {:>10.1}x",
+                    c.name,
+                    s.median_ms,
+                    s.p95_ms,
+                    s.min_ms,
+                    s.median_ms / baseline("bwrap"),
+                    s.median_ms / baseline("fork/exec")
+                );
+            }
+            println!("idle memory (sleep 5), KiB          RSS       PSS");
+            for (name, host, inside) in &idle {
+                println!(
+                    "{name:<20} host side   {:>9} {:>9}",
+                    host.rss_kib, host.pss_kib
+                );
+                println!(
+                    "{name:<20} in sandbox  {:>9} {:>9}",
+                    inside.rss_kib, inside.pss_kib
+                );
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
 }

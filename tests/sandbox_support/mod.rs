@@ -219,7 +219,25 @@ impl Run {
     }
 }
 
-/// Host processes whose command line contains `needle`.
+/// Host processes whose command line contains every one of `needles`.
+pub fn host_processes_with_all(needles: &[&str]) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if needles.iter().all(|n| cmd.contains(n)) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// Host processes whose command line contains `needle`, other than shells
+/// (and `sandbox run`) that merely carry it in a script.
 pub fn host_processes_with(needle: &str) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {

@@ -150,6 +150,28 @@ fn write(path: &Path, value: &str) -> Result<(), SandboxError> {
         .map_err(|e| SandboxError::Cgroup(format!("write {value:?} to {}: {e}", path.display())))
 }
 
+/// Removes empty cgroups left by runs that were killed outright (SIGKILL
+/// gives `sandbox run` no chance to clean up). A cgroup whose creator still
+/// runs is left alone; one with members cannot be removed anyway.
+fn sweep_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("gatehouse-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
 pub(crate) fn prepare(
     limits: &Limits,
     require_cgroup: bool,
@@ -192,6 +214,9 @@ impl Cgroups {
     }
 
     fn mkdir(&mut self, dir: PathBuf) -> Result<PathBuf, SandboxError> {
+        if let Some(parent) = dir.parent() {
+            sweep_stale(parent);
+        }
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -254,12 +279,25 @@ impl Cgroups {
         Ok(())
     }
 
-    /// Moves `pid` (the init, before it runs anything) into every cgroup.
+    /// Moves `pid` (the init, before it forks the worker) into every
+    /// cgroup. In parallel: concurrent attaches can share a grace period.
     pub fn add(&self, pid: i32) -> Result<(), SandboxError> {
-        for d in &self.dirs {
-            write(&d.join("cgroup.procs"), &pid.to_string())?;
-        }
-        Ok(())
+        let pid = pid.to_string();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .dirs
+                .iter()
+                .map(|d| {
+                    let pid = &pid;
+                    s.spawn(move || write(&d.join("cgroup.procs"), pid))
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(SandboxError::Cgroup("attach thread panicked".to_string()))
+                })
+            })
+        })
     }
 
     /// Removes the cgroups. The init's death has killed every member, but

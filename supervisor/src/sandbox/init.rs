@@ -44,13 +44,20 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     }
     let errors = setup.errors;
     let plan = setup.plan;
-    let sources = match super::open_sources(plan) {
-        Ok(s) => s,
-        Err(e) => fail(&errors, &e.to_string()),
-    };
+    let first: Vec<_> = plan.mounts.iter().map(super::open_source).collect();
     if let Err(msg) = become_root(plan) {
         fail(&errors, &msg);
     }
+    let sources: Vec<Source> = match plan
+        .mounts
+        .iter()
+        .zip(first)
+        .map(|(step, opened)| opened.or_else(|_| super::open_source(step)))
+        .collect()
+    {
+        Ok(s) => s,
+        Err(e) => fail(&errors, &e.to_string()),
+    };
     // Changing credentials clears the parent-death signal: set it again,
     // then make sure the parent did not die in between (it holds the sync
     // pipe open for as long as it waits for us).
@@ -58,7 +65,6 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     if sys::peer_gone(&setup.sync) {
         sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
     }
-    drop(setup.sync);
     if let Err(msg) = build_root(plan, &sources) {
         fail(&errors, &format!("building the sandbox root: {msg}"));
     }
@@ -84,6 +90,15 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
         fail(&errors, &format!("PR_SET_DUMPABLE: {e}"));
     }
 
+    // The host side is attaching us to the cgroups; the worker must be
+    // forked inside them, and our cgroup namespace rooted there.
+    if !sys::read_byte(&setup.sync) {
+        sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
+    }
+    drop(setup.sync);
+    if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP) {
+        fail(&errors, &format!("unshare(CLONE_NEWCGROUP): {e}"));
+    }
     let worker_pid = match sys::fork() {
         Ok(0) => {
             drop(listener);
@@ -110,11 +125,7 @@ fn become_root(plan: &Plan) -> Result<(), String> {
     nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
         .map_err(|e| format!("setresgid(0): {e}"))?;
     nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
-        .map_err(|e| format!("setresuid(0): {e}"))?;
-    // Entered now, after the host moved us into our cgroups, so the
-    // worker's cgroup root is its own.
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
-        .map_err(|e| format!("unshare(CLONE_NEWCGROUP): {e}"))
+        .map_err(|e| format!("setresuid(0): {e}"))
 }
 
 fn drop_privileges() -> Result<(), caps::errors::CapsError> {

@@ -39,6 +39,9 @@ pub const EXIT_WALL_TIME: u8 = 124;
 pub const EXIT_NOT_FOUND: u8 = 127;
 pub const EXIT_NOT_EXECUTABLE: u8 = 126;
 
+/// How often the host side checks that its parent is still alive.
+const PARENT_CHECK: Duration = Duration::from_millis(250);
+
 /// Why a sandbox could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -82,6 +85,8 @@ pub enum Outcome {
     WallTime(Duration),
     /// Something between clone and execve failed; the message says what.
     SetupFailed(String),
+    /// The process that started `sandbox run` died; the sandbox was killed.
+    ParentGone,
 }
 
 impl Outcome {
@@ -91,6 +96,7 @@ impl Outcome {
             Outcome::Signalled(n) => 128u8.saturating_add(*n as u8),
             Outcome::WallTime(_) => EXIT_WALL_TIME,
             Outcome::SetupFailed(_) => EXIT_SANDBOX_FAILED,
+            Outcome::ParentGone => 128 + libc::SIGHUP as u8,
         }
     }
 }
@@ -110,44 +116,40 @@ pub(crate) enum Source {
     Absent,
 }
 
-/// Opened by the init right after clone, before it takes the worker's uid:
-/// an fd opened in the host's mount namespace could not be bound in ours.
-pub(crate) fn open_sources(plan: &Plan) -> Result<Vec<Source>, SandboxError> {
-    plan.mounts
-        .iter()
-        .map(|step| {
-            let (host, optional, follow) = match step {
-                MountStep::BindReadOnly {
-                    host,
-                    optional,
-                    inside,
-                    ..
-                } => (host, *optional, host != inside),
-                MountStep::BindWritable { host, .. } => (host, false, true),
-                _ => return Ok(Source::Absent),
-            };
-            match std::fs::symlink_metadata(host) {
-                Ok(m) if m.file_type().is_symlink() && !follow => {
-                    let target =
-                        std::fs::read_link(host).map_err(|source| SandboxError::Source {
-                            path: host.clone(),
-                            source,
-                        })?;
-                    return Ok(Source::Symlink(target));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && optional => {
-                    return Ok(Source::Absent)
-                }
-                _ => {}
-            }
-            let fd = sys::open_path(host).map_err(|source| SandboxError::Source {
-                path: host.clone(),
-                source,
-            })?;
-            let is_dir = sys::is_dir(&fd);
-            Ok(Source::Fd { fd, is_dir })
-        })
-        .collect()
+/// Opens one bind source. The init calls this right after clone (an fd
+/// opened in the host's mount namespace could not be bound in ours): first
+/// as the caller (a root caller can then traverse root-only directories),
+/// and again for what failed once it has the worker's uid (which can
+/// traverse the worker's own private directories).
+pub(crate) fn open_source(step: &MountStep) -> Result<Source, SandboxError> {
+    let (host, optional, follow) = match step {
+        MountStep::BindReadOnly {
+            host,
+            optional,
+            inside,
+            ..
+        } => (host, *optional, host != inside),
+        MountStep::BindWritable { host, .. } => (host, false, true),
+        _ => return Ok(Source::Absent),
+    };
+    let source_err = |source| SandboxError::Source {
+        path: host.clone(),
+        source,
+    };
+    match std::fs::symlink_metadata(host) {
+        Ok(m) if m.file_type().is_symlink() && !follow => {
+            return Ok(Source::Symlink(
+                std::fs::read_link(host).map_err(source_err)?,
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && optional => {
+            return Ok(Source::Absent)
+        }
+        _ => {}
+    }
+    let fd = sys::open_path(host).map_err(source_err)?;
+    let is_dir = sys::is_dir(&fd);
+    Ok(Source::Fd { fd, is_dir })
 }
 
 /// Refuses to start when the profile requires something the kernel lacks.
@@ -171,6 +173,7 @@ fn check_required(plan: &Plan, facts: &probe::QuickFacts) -> Result<(), SandboxE
 
 /// Runs the plan to completion. `Err` means nothing was started.
 pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
+    let parent = nix::unistd::getppid().as_raw();
     let facts = probe::quick();
     check_required(plan, &facts)?;
     let filters = seccomp::compile(&plan.seccomp)?;
@@ -213,17 +216,30 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     drop(err_w);
 
     let started = Instant::now();
+    // Attaching to cgroups waits for RCU grace periods (milliseconds each):
+    // the init builds its root meanwhile and waits for the second byte only
+    // before it forks the worker.
     let setup = sys::write_id_maps(child, &plan.identity)
         .map_err(SandboxError::sys("write uid/gid maps"))
+        .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")))
         .and_then(|()| cgroups.add(child))
         .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")));
     if let Err(e) = setup {
         sys::kill_and_reap(child);
+        // The init may have failed first and said why; that beats EPIPE.
+        let mut init_error = String::new();
+        let _ = std::fs::File::from(err_r).read_to_string(&mut init_error);
         cgroups.remove();
         let _ = sys::restore_signals(&old_mask);
+        if !init_error.is_empty() {
+            return Ok((
+                Outcome::SetupFailed(init_error.trim_end().to_string()),
+                report,
+            ));
+        }
         return Err(e);
     }
-    let outcome = wait(child, plan.wall_time, started);
+    let outcome = wait(child, plan.wall_time, started, parent);
     drop(sync_w);
     let mut setup_error = String::new();
     let _ = std::fs::File::from(err_r).read_to_string(&mut setup_error);
@@ -239,17 +255,26 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
 
 /// Waits for the init (and so the whole sandbox) to end, killing it on a
 /// termination signal or when the wall time runs out.
-fn wait(child: i32, wall_time: Option<Duration>, started: Instant) -> Outcome {
+///
+/// The caller's death is noticed by polling: a parent-death signal would
+/// fire when the *thread* that spawned us exits, which in a threaded caller
+/// (a tokio blocking pool) happens while the caller lives on.
+fn wait(child: i32, wall_time: Option<Duration>, started: Instant, parent: i32) -> Outcome {
     loop {
         let remaining = wall_time.map(|w| w.saturating_sub(started.elapsed()));
         if remaining == Some(Duration::ZERO) {
             sys::kill_and_reap(child);
             return Outcome::WallTime(wall_time.unwrap_or_default());
         }
-        match sys::wait_signal(remaining) {
+        let nap = remaining.map_or(PARENT_CHECK, |r| r.min(PARENT_CHECK));
+        match sys::wait_signal(Some(nap)) {
             sys::Woken::Child | sys::Woken::Timeout => {
                 if let Some(status) = sys::try_reap(child) {
                     return Outcome::Exited(status);
+                }
+                if nix::unistd::getppid().as_raw() != parent {
+                    sys::kill_and_reap(child);
+                    return Outcome::ParentGone;
                 }
             }
             sys::Woken::Terminate(sig) => {

@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -352,13 +352,6 @@ pub fn lock_securebits() -> io::Result<()> {
 /// Raw fd number, for `/proc/self/fd/N` bind sources.
 pub fn raw(fd: &OwnedFd) -> i32 {
     fd.as_raw_fd()
-}
-
-/// Takes ownership of an inherited fd number.
-#[allow(dead_code)]
-pub fn owned(fd: i32) -> OwnedFd {
-    // SAFETY: only called with fds this process opened and owns.
-    unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
 /// Exits at once: no atexit handlers, no flushing of buffers shared with

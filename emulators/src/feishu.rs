@@ -833,4 +833,44 @@ mod tests {
             assert_eq!(check_content(&body).is_ok(), ok, "{body}");
         }
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// A reused token always belongs to the app and has more than
+            /// 30 minutes left; wrong secrets never get a token.
+            #[test]
+            fn grants_respect_expiry_and_credentials(
+                expiries in proptest::collection::vec(0u64..20_000, 0..6),
+                now in 0u64..20_000,
+                right_secret in any::<bool>(),
+            ) {
+                let issued: Vec<IssuedToken> = expiries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| IssuedToken {
+                        token: format!("t-{i}"),
+                        app_id: if i % 2 == 0 { "cli_a".into() } else { "cli_b".into() },
+                        expires_at: *e,
+                    })
+                    .collect();
+                let secret = if right_secret { "secret" } else { "nope" };
+                match grant_token(&super::apps(), &issued, "cli_a", secret, now) {
+                    TokenGrant::Reuse(token) => {
+                        prop_assert!(right_secret);
+                        prop_assert_eq!(token.app_id.as_str(), "cli_a");
+                        prop_assert!(token.expires_at > now + REISSUE_BELOW_SECS);
+                    }
+                    TokenGrant::Issue => prop_assert!(right_secret),
+                    TokenGrant::Refuse { .. } => prop_assert!(!right_secret),
+                }
+                for token in &issued {
+                    let authenticated = authenticate(&issued, &token.token, now).is_some();
+                    prop_assert_eq!(authenticated, token.expires_at > now);
+                }
+            }
+        }
+    }
 }

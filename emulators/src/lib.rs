@@ -31,7 +31,7 @@ pub use feishu::{
 };
 pub use github::{
     Comment, CommentKind, GithubEmulator, GithubError, GithubHandle, GithubOptions, GithubToken,
-    RepoSpec,
+    RepoSpec, GIT_USER,
 };
 pub use record::RecordedRequest;
 pub use server::ServeError;

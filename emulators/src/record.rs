@@ -11,6 +11,10 @@ use std::sync::Mutex;
 /// How many body bytes a record keeps; the rest is counted, not kept.
 pub const BODY_RECORD_LIMIT: usize = 64 * 1024;
 
+/// How many records an emulator keeps; older ones are dropped first, so a
+/// long-running emulator (demo, benchmark) does not grow without bound.
+pub const MAX_RECORDS: usize = 100_000;
+
 /// One request as the emulator received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedRequest {
@@ -74,22 +78,33 @@ pub(crate) struct Recorder {
 
 #[derive(Debug, Default)]
 struct Log {
-    requests: Vec<RecordedRequest>,
-    /// How many records `clear` dropped, so indices stay stable.
+    requests: std::collections::VecDeque<RecordedRequest>,
+    /// How many records were dropped (cleared or beyond [`MAX_RECORDS`]),
+    /// so indices stay stable.
     cleared: usize,
+}
+
+impl Log {
+    fn push(&mut self, request: RecordedRequest) -> usize {
+        if self.requests.len() == MAX_RECORDS {
+            self.requests.pop_front();
+            self.cleared += 1;
+        }
+        self.requests.push_back(request);
+        self.cleared + self.requests.len() - 1
+    }
 }
 
 impl Recorder {
     pub(crate) fn push(&self, request: RecordedRequest) {
-        lock(&self.log).requests.push(request);
+        trace(&request);
+        lock(&self.log).push(request);
     }
 
     /// Push a record that will be completed later (streamed git bodies);
     /// returns its index for [`Recorder::update`].
     pub(crate) fn push_pending(&self, request: RecordedRequest) -> usize {
-        let mut log = lock(&self.log);
-        log.requests.push(request);
-        log.cleared + log.requests.len() - 1
+        lock(&self.log).push(request)
     }
 
     /// Complete a pending record; a no-op if it was cleared meanwhile.
@@ -99,12 +114,16 @@ impl Recorder {
             return;
         };
         if let Some(record) = log.requests.get_mut(position) {
+            let answered = record.status != 0;
             change(record);
+            if !answered && record.status != 0 {
+                trace(record);
+            }
         }
     }
 
     pub(crate) fn snapshot(&self) -> Vec<RecordedRequest> {
-        lock(&self.log).requests.clone()
+        lock(&self.log).requests.iter().cloned().collect()
     }
 
     pub(crate) fn clear(&self) {
@@ -112,6 +131,19 @@ impl Recorder {
         log.cleared += log.requests.len();
         log.requests.clear();
     }
+}
+
+/// One log line per answered request, without headers or body (they may
+/// hold credentials): the binary prints these for demos and scripts.
+fn trace(request: &RecordedRequest) {
+    tracing::info!(
+        method = %request.method,
+        host = request.host.as_deref().unwrap_or("-"),
+        path = %request.path,
+        status = request.status,
+        created_id = request.created_id.as_deref().unwrap_or("-"),
+        "request"
+    );
 }
 
 /// Lock a mutex, recovering the data if a handler panicked while holding it:
@@ -187,6 +219,23 @@ mod tests {
         let records = recorder.snapshot();
         assert_eq!(records.len(), 1);
         assert_eq!(records[0].status, 200);
+    }
+
+    #[test]
+    fn keeps_only_the_newest_records() {
+        let recorder = Recorder::default();
+        let blank = || record_head(&http::Request::new(()).into_parts().0);
+        let first = recorder.push_pending(blank());
+        for _ in 0..MAX_RECORDS {
+            recorder.push(blank());
+        }
+        recorder.update(first, |r| r.status = 500);
+        let records = recorder.snapshot();
+        assert_eq!(records.len(), MAX_RECORDS);
+        assert!(records.iter().all(|r| r.status == 0));
+        let last = recorder.push_pending(blank());
+        recorder.update(last, |r| r.status = 201);
+        assert_eq!(recorder.snapshot().last().map(|r| r.status), Some(201));
     }
 
     #[test]

@@ -76,4 +76,33 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn encode(text: &str) -> String {
+            text.bytes()
+                .map(|b| match b {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                        (b as char).to_string()
+                    }
+                    _ => format!("%{b:02X}"),
+                })
+                .collect()
+        }
+
+        proptest! {
+            #[test]
+            fn decoding_inverts_encoding(key in "\\PC{0,20}", value in "\\PC{0,40}") {
+                let query = format!("{}={}", encode(&key), encode(&value));
+                prop_assert_eq!(parse_query(&query), vec![(key, value)]);
+            }
+
+            #[test]
+            fn parse_query_never_panics(query in "\\PC*") {
+                let _ = parse_query(&query);
+            }
+        }
+    }
 }

@@ -12,7 +12,7 @@ fn spawn(args: &[&str]) -> (Child, Value) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gatehouse-emulator"))
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -23,15 +23,16 @@ fn spawn(args: &[&str]) -> (Child, Value) {
     (child, ready)
 }
 
-/// SIGTERM by pid, then require a clean exit.
-fn stop(mut child: Child) {
+/// SIGTERM by pid, require a clean exit, return what it logged.
+fn stop(child: Child) -> String {
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    let exit = child.wait().unwrap();
-    assert!(exit.success(), "{exit:?}");
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{:?}", output.status);
+    String::from_utf8(output.stderr).unwrap()
 }
 
 fn curl(ca: &str, host: &str, port: &str, header: &str, path: &str, data: Option<&str>) -> String {
@@ -104,7 +105,15 @@ fn github_binary_serves_seeded_issue_with_token_from_file() {
     );
     assert!(refused.contains("Bad credentials"));
     assert!(dir.path().join("git/acme/widgets.git/HEAD").exists());
-    stop(child);
+    let log = stop(child);
+    assert!(
+        log.contains("/repos/acme/widgets/issues/1") && log.contains("status=401"),
+        "{log}"
+    );
+    assert!(
+        !log.contains(&token),
+        "the log must not carry credentials: {log}"
+    );
 }
 
 #[test]
@@ -140,11 +149,16 @@ fn feishu_binary_issues_tokens_for_secret_from_file() {
     );
     let answer: Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(answer["code"], 0, "{answer}");
-    assert!(answer["tenant_access_token"]
-        .as_str()
-        .unwrap()
-        .starts_with("t-"));
-    stop(child);
+    let tenant_token = answer["tenant_access_token"].as_str().unwrap();
+    assert!(tenant_token.starts_with("t-"));
+    let log = stop(child);
+    assert!(log.contains("tenant_access_token/internal"), "{log}");
+    for secret in ["generated-secret-for-test", tenant_token] {
+        assert!(
+            !log.contains(secret),
+            "the log must not carry credentials: {log}"
+        );
+    }
 }
 
 #[test]

@@ -223,12 +223,7 @@ fn tls_is_refused_without_the_test_ca_and_valid_for_all_hosts() {
     assert!(!wrong_name.status.success());
 
     let auth = ["-H", "Authorization: Bearer ghs_test_valid_token"];
-    for host in [
-        "api.github.com",
-        "github.com",
-        "localhost",
-        "open.feishu.cn",
-    ] {
+    for host in ["api.github.com", "localhost", "127.0.0.1"] {
         let user = curl(&emulator, &ca, host, &auth, "/user");
         assert_eq!(user.status, 200, "{host}");
         assert_eq!(user.json()["login"], "gatehouse-test[bot]");
@@ -236,6 +231,11 @@ fn tls_is_refused_without_the_test_ca_and_valid_for_all_hosts() {
             .headers
             .to_ascii_lowercase()
             .contains("x-ratelimit-remaining"));
+    }
+    // Every name in the certificate verifies; hosts answer only their own paths.
+    for host in ["github.com", "open.feishu.cn", "open.larksuite.com"] {
+        let other = curl(&emulator, &ca, host, &auth, "/user");
+        assert_eq!(other.status, 404, "{host}");
     }
 }
 
@@ -432,4 +432,88 @@ fn polling_with_etag_gets_304_until_something_changes() {
     );
     assert_eq!(changed.status, 200);
     assert_eq!(changed.json()[0]["body"], "New info");
+}
+
+#[test]
+fn serves_on_ipv6_loopback() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("SKIPPED serves_on_ipv6_loopback: this machine has no IPv6 loopback (::1)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = GithubOptions::new(dir.path().join("git")).token("ghs_v6", "v6[bot]");
+    options.listen = "[::1]:0".parse().unwrap();
+    let emulator = GithubEmulator::start(options).unwrap();
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    let output = Command::new("curl")
+        .args(["-sS", "-g", "--cacert"])
+        .arg(&ca)
+        .args(["-H", "Authorization: token ghs_v6"])
+        .arg(format!("{}/user", emulator.base_url()))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let user: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(user["login"], "v6[bot]");
+    assert_eq!(emulator.requests()[0].host.as_deref(), Some("::1"));
+}
+
+#[test]
+fn concurrent_comments_get_distinct_ids_and_are_all_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    let ids: Vec<u64> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|worker| {
+                let (emulator, ca) = (&emulator, &ca);
+                scope.spawn(move || {
+                    (0..4)
+                        .map(|i| {
+                            let body = format!(r#"{{"body":"w{worker} c{i}"}}"#);
+                            let args = [
+                                "-H",
+                                "Authorization: token ghs_test_valid_token",
+                                "-X",
+                                "POST",
+                                "--data",
+                                body.as_str(),
+                            ];
+                            let created = curl(
+                                emulator,
+                                ca,
+                                "api.github.com",
+                                &args,
+                                "/repos/acme/widgets/issues/1/comments",
+                            );
+                            assert_eq!(created.status, 201);
+                            created.json()["id"].as_u64().unwrap()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    let unique: std::collections::BTreeSet<_> = ids.iter().collect();
+    assert_eq!(unique.len(), 32);
+    assert_eq!(emulator.comments().len(), 32);
+    let recorded: std::collections::BTreeSet<_> = emulator
+        .requests()
+        .into_iter()
+        .filter_map(|r| r.created_id)
+        .collect();
+    assert_eq!(recorded.len(), 32);
 }

@@ -137,3 +137,131 @@ fn gh_reads_issues_and_comments_via_rest_and_graphql() {
     assert!(!refused.status.success());
     assert_eq!(emulator.comments().len(), 2);
 }
+
+#[test]
+fn gh_opens_a_pull_request_from_a_pushed_branch() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git"))
+            .token(TOKEN, "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    emulator.write_ca_pem(&dir.path().join("ca.pem")).unwrap();
+    let port = emulator.addr().port();
+    let repo = format!("localhost:{port}/acme/widgets");
+
+    // Without the branch on the server, gh cannot open the pull request.
+    let refused = gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &[
+            "pr",
+            "create",
+            "-R",
+            &repo,
+            "--head",
+            "gatehouse/x",
+            "--base",
+            "main",
+            "--title",
+            "t",
+            "--body",
+            "b",
+        ],
+    );
+    assert!(!refused.status.success());
+
+    // Put a branch in the bare repository directly (git plumbing, no network).
+    let bare = emulator.repo_git_dir("acme/widgets").unwrap();
+    let status = Command::new("git")
+        .arg("--git-dir")
+        .arg(&bare)
+        .args(["branch", "gatehouse/x", "main"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let url = stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &[
+            "pr",
+            "create",
+            "-R",
+            &repo,
+            "--head",
+            "gatehouse/x",
+            "--base",
+            "main",
+            "--title",
+            "Fix the crash",
+            "--body",
+            "Fixes #1",
+        ],
+    ));
+    assert_eq!(url.trim(), "https://github.com/acme/widgets/pull/1");
+    let view = stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &["pr", "view", "1", "-R", &repo],
+    ));
+    assert!(
+        view.contains("Fix the crash") && view.contains("Fixes #1"),
+        "{view}"
+    );
+
+    let created = emulator
+        .requests()
+        .into_iter()
+        .find(|r| r.body_text().contains("createPullRequest") && r.created_id.is_some())
+        .expect("the createPullRequest mutation was recorded with its id");
+    assert_eq!(
+        created.authorization(),
+        Some(format!("token {TOKEN}").as_str())
+    );
+}
+
+#[test]
+fn gh_paginates_through_link_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git"))
+            .token(TOKEN, "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    emulator.write_ca_pem(&dir.path().join("ca.pem")).unwrap();
+    emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    for i in 0..7 {
+        emulator
+            .add_issue_comment("acme/widgets", 1, &format!("comment {i}"), "alice")
+            .unwrap();
+    }
+    let all = stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &[
+            "api",
+            "--paginate",
+            "repos/acme/widgets/issues/1/comments?per_page=3",
+            "--jq",
+            ".[].body",
+        ],
+    ));
+    let bodies: Vec<&str> = all.lines().collect();
+    assert_eq!(bodies.len(), 7, "{all}");
+    assert_eq!(bodies[6], "comment 6");
+    let pages = emulator
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/issues/1/comments"))
+        .count();
+    assert_eq!(pages, 3);
+}

@@ -238,7 +238,13 @@ fn git_without_credentials_gets_basic_challenge() {
     let port = emulator.addr().port();
     let url =
         format!("https://github.com:{port}/acme/widgets.git/info/refs?service=git-upload-pack");
-    for auth in [None, Some("x-access-token:ghs_wrong"), Some(":")] {
+    let wrong_user = format!("someone:{TOKEN}");
+    for auth in [
+        None,
+        Some("x-access-token:ghs_wrong"),
+        Some(":"),
+        Some(wrong_user.as_str()),
+    ] {
         let mut command = Command::new("curl");
         command
             .args(["-sS", "-D", "-", "-o", "/dev/null", "--cacert"])

@@ -86,6 +86,15 @@ fn read_secret(path: &Path) -> anyhow::Result<String> {
 
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    // One line per request on stderr (never headers or bodies); RUST_LOG overrides.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
     // Keep the handle alive until a signal arrives; dropping it stops the server.
     let (ready, _guard): (serde_json::Value, Box<dyn std::any::Any>) = match cli.emulator {
         Emulator::Github {

@@ -103,6 +103,9 @@ pub(crate) async fn serve(
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("GIT_PROJECT_ROOT", request.project_root)
         .env("GIT_HTTP_EXPORT_ALL", "1")
+        // http-backend spools fetch negotiations in its own memory, 10 MB by
+        // default; large histories need more.
+        .env("GIT_HTTP_MAX_REQUEST_BUFFER", "256M")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("HOME", request.project_root)
         // Pushing needs http.receivepack; the bare repositories are ours.

@@ -32,8 +32,18 @@ pub(crate) struct GraphqlAnswer {
     pub created_id: Option<String>,
 }
 
+/// Looks up the commit a branch of a repository (by id) points at; the
+/// caller reads it from the bare repository.
+pub(crate) type BranchHead<'a> = &'a dyn Fn(u64, &str) -> Option<String>;
+
 /// Execute the JSON request `body` as `login`.
-pub(crate) fn execute(model: &mut Model, login: &str, now: u64, body: &[u8]) -> GraphqlAnswer {
+pub(crate) fn execute(
+    model: &mut Model,
+    login: &str,
+    now: u64,
+    body: &[u8],
+    branch_head: BranchHead<'_>,
+) -> GraphqlAnswer {
     let bad = |message: &str| GraphqlAnswer {
         body: json!({"message": message, "documentation_url": "https://docs.github.com/graphql"}),
         status: 400,
@@ -73,6 +83,7 @@ pub(crate) fn execute(model: &mut Model, login: &str, now: u64, body: &[u8]) -> 
         fragments: BTreeMap::new(),
         errors: Vec::new(),
         created_id: None,
+        branch_head,
     };
     let mut operations = Vec::new();
     for definition in &document.definitions {
@@ -193,10 +204,8 @@ enum Node {
     Connection(Vec<Node>),
     Edge(Box<Node>, usize),
     PageInfo(usize),
-    AddCommentPayload {
-        comment: Box<Node>,
-        subject: Box<Node>,
-    },
+    /// A mutation's result type and its fields.
+    Payload(&'static str, Vec<(&'static str, Node)>),
     /// Plain data whose sub-fields are looked up by name.
     Json(Value),
 }
@@ -220,6 +229,7 @@ const OBJECT_TYPES: &[&str] = &[
     "IssueComment",
     "PageInfo",
     "AddCommentPayload",
+    "CreatePullRequestPayload",
 ];
 
 struct Executor<'m, 'd> {
@@ -230,6 +240,7 @@ struct Executor<'m, 'd> {
     fragments: BTreeMap<String, &'d graphql_parser::query::FragmentDefinition<'d, String>>,
     errors: Vec<Value>,
     created_id: Option<String>,
+    branch_head: BranchHead<'m>,
 }
 
 impl<'d> Executor<'_, 'd> {
@@ -248,7 +259,7 @@ impl<'d> Executor<'_, 'd> {
             Node::Connection(_) => "Connection".into(),
             Node::Edge(..) => "Edge".into(),
             Node::PageInfo(_) => "PageInfo".into(),
-            Node::AddCommentPayload { .. } => "AddCommentPayload".into(),
+            Node::Payload(typename, _) => (*typename).into(),
             Node::Json(_) => "Object".into(),
         }
     }
@@ -391,6 +402,7 @@ impl<'d> Executor<'_, 'd> {
             },
             Node::Mutation => match field {
                 "addComment" => self.add_comment(args, path),
+                "createPullRequest" => self.create_pull_request(args, path),
                 other => {
                     self.error(
                         path,
@@ -461,8 +473,23 @@ impl<'d> Executor<'_, 'd> {
                             .iter()
                             .filter(|i| i.repo_id == *repo_id && i.pull.is_some() == pulls)
                             .filter(|i| {
-                                let state = if i.open { "OPEN" } else { "CLOSED" };
+                                let state = match (&i.pull, i.open) {
+                                    (Some(p), false) if p.merged => "MERGED",
+                                    (_, true) => "OPEN",
+                                    (_, false) => "CLOSED",
+                                };
                                 states.is_empty() || states.iter().any(|s| s == state)
+                            })
+                            .filter(|i| {
+                                let matches = |arg: &str, value: Option<&String>| match args
+                                    .get(arg)
+                                    .and_then(Value::as_str)
+                                {
+                                    Some(wanted) => value.is_some_and(|v| v == wanted),
+                                    None => true,
+                                };
+                                matches("headRefName", i.pull.as_ref().map(|p| &p.head))
+                                    && matches("baseRefName", i.pull.as_ref().map(|p| &p.base))
                             })
                             .map(|i| Node::Issue(*repo_id, i.number))
                             .collect();
@@ -592,12 +619,9 @@ impl<'d> Executor<'_, 'd> {
                 }),
                 _ => leaf(Value::Null),
             },
-            Node::AddCommentPayload { comment, subject } => match field {
-                "commentEdge" => Resolved::Object(Node::Edge(comment.clone(), 0)),
-                "subject" => Resolved::Object((**subject).clone()),
-                "timelineEdge" => Resolved::Object(Node::Edge(comment.clone(), 0)),
-                "clientMutationId" => leaf(Value::Null),
-                _ => leaf(Value::Null),
+            Node::Payload(_, fields) => match fields.iter().find(|(name, _)| *name == field) {
+                Some((_, node)) => Resolved::Object(node.clone()),
+                None => leaf(Value::Null),
             },
             Node::Json(value) => match value.get(field) {
                 Some(Value::Object(_)) => Resolved::Object(Node::Json(value[field].clone())),
@@ -683,10 +707,69 @@ impl<'d> Executor<'_, 'd> {
             issue.updated_at = self.now;
         }
         self.created_id = Some(id.to_string());
-        Resolved::Object(Node::AddCommentPayload {
-            comment: Box::new(Node::IssueComment(repo_id, id)),
-            subject: Box::new(Node::Issue(repo_id, number)),
-        })
+        let comment = Node::IssueComment(repo_id, id);
+        Resolved::Object(Node::Payload(
+            "AddCommentPayload",
+            vec![
+                ("commentEdge", Node::Edge(Box::new(comment.clone()), 0)),
+                ("timelineEdge", Node::Edge(Box::new(comment), 0)),
+                ("subject", Node::Issue(repo_id, number)),
+            ],
+        ))
+    }
+}
+
+impl Executor<'_, '_> {
+    /// `createPullRequest(input: {repositoryId, headRefName, baseRefName, title, body, draft})`;
+    /// both branches must exist in the bare repository.
+    fn create_pull_request(&mut self, args: &Map<String, Value>, path: &[Value]) -> Resolved {
+        let input = args.get("input").cloned().unwrap_or(Value::Null);
+        let text = |name: &str| {
+            input
+                .get(name)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let repository_id = text("repositoryId");
+        let Some(Node::Repository(repo_id)) = self.node_by_id(&repository_id) else {
+            self.error(
+                path,
+                "NOT_FOUND",
+                format!("Could not resolve to a node with the global id of '{repository_id}'"),
+            );
+            return Resolved::Leaf(Value::Null);
+        };
+        let (head, base, title) = (text("headRefName"), text("baseRefName"), text("title"));
+        // An `owner:branch` head names the branch in this repository.
+        let head = head.rsplit(':').next().unwrap_or(&head).to_owned();
+        let head_sha = (self.branch_head)(repo_id, &head);
+        let base_exists = (self.branch_head)(repo_id, &base).is_some();
+        let (Some(head_sha), true, false) = (head_sha, base_exists, title.is_empty()) else {
+            self.error(path, "UNPROCESSABLE", format!("Head sha can't be blank, Base sha can't be blank, or Title can't be blank (head {head}, base {base})"));
+            return Resolved::Leaf(Value::Null);
+        };
+        let pull = super::model::PullInfo {
+            head,
+            head_sha,
+            base,
+            draft: input.get("draft").and_then(Value::as_bool).unwrap_or(false),
+            merged: false,
+            requested_reviewers: Vec::new(),
+        };
+        let number = self.model.add_issue(
+            repo_id,
+            &title,
+            &text("body"),
+            self.login,
+            Some(pull),
+            self.now,
+        );
+        self.created_id = self.model.issue(repo_id, number).map(|i| i.id.to_string());
+        Resolved::Object(Node::Payload(
+            "CreatePullRequestPayload",
+            vec![("pullRequest", Node::Issue(repo_id, number))],
+        ))
     }
 }
 
@@ -719,11 +802,15 @@ mod tests {
     }
 
     fn run(model: &mut Model, request: Value) -> GraphqlAnswer {
+        let heads = |_repo: u64, branch: &str| {
+            matches!(branch, "main" | "gatehouse/x").then(|| "a".repeat(40))
+        };
         execute(
             model,
             "bot[bot]",
             1_700_000_000,
             request.to_string().as_bytes(),
+            &heads,
         )
     }
 
@@ -780,6 +867,57 @@ mod tests {
             format!("https://github.com/acme/widgets/issues/1#issuecomment-{id}")
         );
         assert_eq!(model.comments.len(), 1);
+    }
+
+    #[test]
+    fn create_pull_request_needs_existing_branches_and_is_found_by_head() {
+        let mut model = model();
+        let repo = run(
+            &mut model,
+            json!({"query": "{ repository(owner:\"acme\", name:\"widgets\") { id } }"}),
+        );
+        let repo_id = repo.body["data"]["repository"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mutation = "mutation P($input: CreatePullRequestInput!) { createPullRequest(input: $input) { pullRequest { number url headRefName state } } }";
+        let missing = run(
+            &mut model,
+            json!({
+                "query": mutation,
+                "variables": {"input": {"repositoryId": repo_id, "headRefName": "gatehouse/nope", "baseRefName": "main", "title": "t"}},
+            }),
+        );
+        assert!(missing.body["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Head sha"));
+        assert!(missing.created_id.is_none());
+        let created = run(
+            &mut model,
+            json!({
+                "query": mutation,
+                "variables": {"input": {"repositoryId": repo_id, "headRefName": "gatehouse/x", "baseRefName": "main", "title": "Fix", "body": "Fixes #1"}},
+            }),
+        );
+        let pull = &created.body["data"]["createPullRequest"]["pullRequest"];
+        assert_eq!(pull["number"], 2, "issues and pulls share numbers");
+        assert_eq!(pull["url"], "https://github.com/acme/widgets/pull/2");
+        assert_eq!(pull["state"], "OPEN");
+        assert!(created.created_id.is_some());
+        for (head, count) in [("gatehouse/x", 1), ("other", 0)] {
+            let found = run(
+                &mut model,
+                json!({
+                    "query": "query($h: String) { repository(owner:\"acme\", name:\"widgets\") { pullRequests(headRefName: $h, states: [OPEN], first: 5) { totalCount } } }",
+                    "variables": {"h": head},
+                }),
+            );
+            assert_eq!(
+                found.body["data"]["repository"]["pullRequests"]["totalCount"], count,
+                "{head}"
+            );
+        }
     }
 
     #[test]

@@ -32,6 +32,9 @@ use crate::time::unix_now;
 use crate::util::{parse_query, random_hex};
 use model::{Job, Model, PullInfo};
 
+/// The Basic-auth user name git requests must carry with the token.
+pub const GIT_USER: &str = "x-access-token";
+
 /// Largest REST or GraphQL body accepted (git bodies stream and have no limit).
 const MAX_API_BODY: usize = 16 * 1024 * 1024;
 
@@ -193,6 +196,7 @@ impl GithubEmulator {
             tokens: options.tokens,
             root_dir: options.root_dir,
             logs_base_url: options.logs_base_url.trim_end_matches('/').to_owned(),
+            logs_host: url_host(&options.logs_base_url),
             logs_signature: random_hex(16),
         });
         let server = Server::start(
@@ -419,6 +423,7 @@ struct GithubState {
     tokens: Vec<GithubToken>,
     root_dir: PathBuf,
     logs_base_url: String,
+    logs_host: String,
     logs_signature: String,
 }
 
@@ -428,20 +433,46 @@ enum Target {
     Rest,
     Git(git::GitPath),
     JobLogs,
+    /// A host this emulator serves, but not at this path (e.g. REST on github.com).
+    NotFound,
 }
 
-/// Dispatch on Host, falling back to the path for IP literals and localhost.
-fn classify(host: Option<&str>, path: &str) -> Target {
-    if path.starts_with("/_logs/") {
-        return Target::JobLogs;
-    }
+/// Dispatch on Host as GitHub's hosts do; IP literals, `localhost` and a
+/// missing Host fall back to the path, so tests can connect by address.
+fn classify(host: Option<&str>, path: &str, logs_host: &str) -> Target {
+    let is_logs = path.starts_with("/_logs/");
+    let git = git::git_path(path);
     match host {
         Some("api.github.com" | "uploads.github.com") => Target::Rest,
-        _ => match git::git_path(path) {
-            Some(git_path) => Target::Git(git_path),
-            None => Target::Rest,
-        },
+        Some("github.com") => git.map_or(Target::NotFound, Target::Git),
+        Some(h) if h == logs_host => {
+            if is_logs {
+                Target::JobLogs
+            } else {
+                Target::NotFound
+            }
+        }
+        Some(h) if h == "localhost" || h.parse::<std::net::IpAddr>().is_ok() => {
+            by_path(is_logs, git)
+        }
+        None => by_path(is_logs, git),
+        Some(_) => Target::NotFound,
     }
+}
+
+fn by_path(is_logs: bool, git: Option<git::GitPath>) -> Target {
+    match (is_logs, git) {
+        (true, _) => Target::JobLogs,
+        (false, Some(git)) => Target::Git(git),
+        (false, None) => Target::Rest,
+    }
+}
+
+/// The host name of a base URL such as `https://host[:port]/…`.
+fn url_host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    crate::record::strip_port(authority).to_ascii_lowercase()
 }
 
 /// A parsed `Authorization` header.
@@ -494,7 +525,7 @@ impl GithubState {
     async fn dispatch(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         let (parts, body) = request.into_parts();
         let mut record = record_head(&parts);
-        let target = classify(record.host.as_deref(), &record.path);
+        let target = classify(record.host.as_deref(), &record.path, &self.logs_host);
         let credential = parts
             .headers
             .get(http::header::AUTHORIZATION)
@@ -502,10 +533,14 @@ impl GithubState {
             .and_then(parse_authorization);
         let response = match target {
             Target::JobLogs => self.job_logs(&record),
+            Target::NotFound => plain(StatusCode::NOT_FOUND, "Not Found"),
             Target::Git(git_path) => {
                 let user = match credential {
+                    // GitHub wants `x-access-token` as the user for app
+                    // installation tokens; requiring it catches a proxy that
+                    // injects the token in the wrong form.
                     Some(Credential::Basic { user, password })
-                        if self.login_for(&password).is_some() =>
+                        if user == GIT_USER && self.login_for(&password).is_some() =>
                     {
                         Some(user)
                     }
@@ -588,6 +623,11 @@ impl GithubState {
         }
         record.status = reply.status.as_u16();
         record.created_id = reply.created_id.clone();
+        let (host, path, query) = (
+            record.header("host").map(str::to_owned),
+            record.path.clone(),
+            record.query.clone(),
+        );
         self.recorder.push(record);
         let mut builder = Response::builder()
             .status(reply.status)
@@ -602,6 +642,12 @@ impl GithubState {
         }
         if let Some(etag) = &etag {
             builder = builder.header(http::header::ETAG, etag);
+        }
+        if let Some(page) = reply.next_page {
+            builder = builder.header(
+                http::header::LINK,
+                next_link(host.as_deref(), &path, query.as_deref(), page),
+            );
         }
         let body = if not_modified || body.is_empty() {
             Bytes::new()
@@ -648,13 +694,29 @@ impl GithubState {
             if parts.method != Method::POST {
                 return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
             }
-            let mut model = lock(&self.model);
-            let answer = graphql::execute(&mut model, login, unix_now(), body);
+            let root_dir = self.root_dir.clone();
+            let repos: Vec<(u64, String, String)> = lock(&self.model)
+                .repos
+                .iter()
+                .map(|r| (r.id, r.owner.clone(), r.name.clone()))
+                .collect();
+            // Reading a branch runs git; only createPullRequest asks, once per branch.
+            let branch_head = move |repo_id: u64, branch: &str| {
+                let (_, owner, name) = repos.iter().find(|(id, _, _)| *id == repo_id)?;
+                let git_dir = root_dir.join(owner).join(format!("{name}.git"));
+                rev_parse_blocking(&git_dir, branch)
+            };
+            // The executor may run git (blocking) while holding the model lock.
+            let answer = tokio::task::block_in_place(|| {
+                let mut model = lock(&self.model);
+                graphql::execute(&mut model, login, unix_now(), body, &branch_head)
+            });
             return rest::Reply {
                 status: StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_REQUEST),
                 body: answer.body,
                 created_id: answer.created_id,
                 location: None,
+                next_page: None,
             };
         }
         let query = parse_query(parts.uri.query().unwrap_or(""));
@@ -760,6 +822,21 @@ impl Handler for GithubState {
     fn handle(self: Arc<Self>, request: Request<Incoming>) -> HandlerFuture {
         Box::pin(self.dispatch(request))
     }
+}
+
+/// `Link: <https://HOST/PATH?…&page=N>; rel="next"` for a list, on the host
+/// the client asked (api.github.com on GitHub; `localhost:PORT` for gh in
+/// Enterprise mode).
+fn next_link(host: Option<&str>, path: &str, query: Option<&str>, page: usize) -> String {
+    let mut pairs: Vec<String> = query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty() && !pair.starts_with("page="))
+        .map(str::to_owned)
+        .collect();
+    pairs.push(format!("page={page}"));
+    let base = host.map_or_else(|| model::API_BASE.to_owned(), |h| format!("https://{h}"));
+    format!("<{base}{path}?{}>; rel=\"next\"", pairs.join("&"))
 }
 
 /// GitHub's answer to git without valid credentials.
@@ -871,29 +948,39 @@ mod tests {
     #[test]
     fn classifies_by_host_then_path() {
         let git = |path| Target::Git(git::git_path(path).unwrap());
+        let logs = "pipelines.actions.githubusercontent.com";
         for (host, path, expected) in [
             (Some("api.github.com"), "/repos/o/r", Target::Rest),
             (Some("api.github.com"), "/o/r.git/info/refs", Target::Rest),
+            (Some("api.github.com"), "/_logs/jobs/1", Target::Rest),
             (
                 Some("github.com"),
                 "/o/r.git/info/refs",
                 git("/o/r.git/info/refs"),
             ),
+            (Some("github.com"), "/repos/o/r", Target::NotFound),
             (
                 Some("127.0.0.1"),
                 "/o/r.git/git-receive-pack",
                 git("/o/r.git/git-receive-pack"),
             ),
             (Some("127.0.0.1"), "/repos/o/r/issues", Target::Rest),
+            (Some("::1"), "/repos/o/r/issues", Target::Rest),
+            (Some("localhost"), "/_logs/jobs/1", Target::JobLogs),
             (None, "/_logs/jobs/1", Target::JobLogs),
-            (
-                Some("pipelines.actions.githubusercontent.com"),
-                "/_logs/jobs/1",
-                Target::JobLogs,
-            ),
+            (Some(logs), "/_logs/jobs/1", Target::JobLogs),
+            (Some(logs), "/repos/o/r", Target::NotFound),
+            (Some("open.feishu.cn"), "/user", Target::NotFound),
         ] {
-            assert_eq!(classify(host, path), expected, "{host:?} {path}");
+            assert_eq!(classify(host, path, logs), expected, "{host:?} {path}");
         }
+    }
+
+    #[test]
+    fn url_host_strips_scheme_port_and_path() {
+        assert_eq!(url_host("https://Logs.Example:8443/x"), "logs.example");
+        assert_eq!(url_host("https://[::1]:1/"), "::1");
+        assert_eq!(url_host("logs.example"), "logs.example");
     }
 
     #[test]

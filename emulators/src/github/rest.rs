@@ -17,6 +17,7 @@ pub(crate) enum Route {
     Issue(RepoPath, u64),
     IssueComments(RepoPath, u64),
     RepoIssueComments(RepoPath),
+    RepoPullComments(RepoPath),
     IssueComment(RepoPath, u64),
     Pulls(RepoPath),
     Pull(RepoPath, u64),
@@ -66,6 +67,7 @@ pub(crate) fn route(path: &str) -> Option<Route> {
                 ["issues", n] => Route::Issue(repo, number(n)?),
                 ["issues", n, "comments"] => Route::IssueComments(repo, number(n)?),
                 ["pulls"] => Route::Pulls(repo),
+                ["pulls", "comments"] => Route::RepoPullComments(repo),
                 ["pulls", n] => Route::Pull(repo, number(n)?),
                 ["pulls", n, "comments"] => Route::PullComments(repo, number(n)?),
                 ["pulls", n, "comments", id, "replies"] => {
@@ -121,6 +123,8 @@ pub(crate) struct Reply {
     pub created_id: Option<String>,
     /// For redirects.
     pub location: Option<String>,
+    /// For a list with more items: the next `page`, for the `Link` header.
+    pub next_page: Option<usize>,
 }
 
 impl Reply {
@@ -130,6 +134,7 @@ impl Reply {
             body,
             created_id: None,
             location: None,
+            next_page: None,
         }
     }
 
@@ -139,6 +144,7 @@ impl Reply {
             body,
             created_id: Some(id.to_string()),
             location: None,
+            next_page: None,
         }
     }
 
@@ -153,6 +159,7 @@ impl Reply {
             }),
             created_id: None,
             location: None,
+            next_page: None,
         }
     }
 
@@ -191,8 +198,9 @@ fn query_param<'q>(query: &'q [(String, String)], name: &str) -> Option<&'q str>
         .map(|(_, v)| v.as_str())
 }
 
-/// Apply `per_page` (default 30, at most 100) and `page` (from 1).
-fn paginate(items: Vec<Value>, query: &[(String, String)]) -> Value {
+/// Apply `per_page` (default 30, at most 100) and `page` (from 1); say
+/// which page comes next, as GitHub's `Link: <…>; rel="next"` does.
+fn paginated(items: Vec<Value>, query: &[(String, String)]) -> Reply {
     let per_page = query_param(query, "per_page")
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(30)
@@ -201,13 +209,16 @@ fn paginate(items: Vec<Value>, query: &[(String, String)]) -> Value {
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(1)
         .max(1);
-    Value::Array(
+    let more = items.len() > page.saturating_mul(per_page);
+    let mut reply = Reply::ok(Value::Array(
         items
             .into_iter()
-            .skip((page - 1) * per_page)
+            .skip((page - 1).saturating_mul(per_page))
             .take(per_page)
             .collect(),
-    )
+    ));
+    reply.next_page = more.then_some(page + 1);
+    reply
 }
 
 fn body_json(body: &[u8]) -> Result<Value, Reply> {
@@ -274,7 +285,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .collect();
             issues.sort_by_key(|i| std::cmp::Reverse(i.number));
             let items = issues.into_iter().map(|i| model.issue_json(i)).collect();
-            Ok(Reply::ok(paginate(items, call.query)))
+            Ok(paginated(items, call.query))
         }
         Route::Issues(path) if post => {
             let id = repo_id(model, path)?;
@@ -312,7 +323,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 })
                 .map(|c| model.comment_json(c))
                 .collect();
-            Ok(Reply::ok(paginate(items, call.query)))
+            Ok(paginated(items, call.query))
         }
         Route::IssueComments(path, number) if post => {
             let id = repo_id(model, path)?;
@@ -339,18 +350,22 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .ok_or_else(Reply::not_found)?;
             Ok(Reply::created(model.comment_json(stored), comment_id))
         }
-        Route::RepoIssueComments(path) if get => {
+        Route::RepoIssueComments(path) | Route::RepoPullComments(path) if get => {
             let id = repo_id(model, path)?;
+            let kind = match call.route {
+                Route::RepoPullComments(_) => CommentKind::Review,
+                _ => CommentKind::Issue,
+            };
             // `since` filters on updated_at; GitHub's timestamps sort as text.
             let since = query_param(call.query, "since").unwrap_or("");
             let items = model
                 .comments
                 .iter()
-                .filter(|c| c.comment.kind == CommentKind::Issue && c.repo_id == id)
+                .filter(|c| c.comment.kind == kind && c.repo_id == id)
                 .map(|c| model.comment_json(c))
                 .filter(|v| v["updated_at"].as_str().unwrap_or("") >= since)
                 .collect();
-            Ok(Reply::ok(paginate(items, call.query)))
+            Ok(paginated(items, call.query))
         }
         Route::IssueComment(path, comment_id) if get => {
             let id = repo_id(model, path)?;
@@ -394,7 +409,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .collect();
             pulls.sort_by_key(|i| std::cmp::Reverse(i.number));
             let items = pulls.into_iter().map(|i| model.pull_json(i)).collect();
-            Ok(Reply::ok(paginate(items, call.query)))
+            Ok(paginated(items, call.query))
         }
         Route::Pulls(path) if post => {
             let id = repo_id(model, path)?;
@@ -455,7 +470,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 })
                 .map(|c| model.comment_json(c))
                 .collect();
-            Ok(Reply::ok(paginate(items, call.query)))
+            Ok(paginated(items, call.query))
         }
         Route::PullComments(path, number) if post => {
             let id = repo_id(model, path)?;
@@ -507,7 +522,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .filter(|r| r.repo_id == id && r.number == *number)
                 .map(|r| model.review_json(r))
                 .collect();
-            Ok(Reply::ok(paginate(items, call.query)))
+            Ok(paginated(items, call.query))
         }
         Route::PullReviews(path, number) if post => {
             let id = repo_id(model, path)?;
@@ -660,6 +675,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 status: StatusCode::FOUND,
                 body: Value::Null,
                 created_id: None,
+                next_page: None,
                 location: Some(format!(
                     "{}/_logs/jobs/{job_id}?sig={}",
                     call.logs_base_url,
@@ -761,6 +777,10 @@ mod tests {
             (
                 "/repos/o/r/issues/comments",
                 Some(Route::RepoIssueComments(r())),
+            ),
+            (
+                "/repos/o/r/pulls/comments",
+                Some(Route::RepoPullComments(r())),
             ),
             (
                 "/repos/o/r/issues/comments/99",
@@ -873,6 +893,33 @@ mod tests {
     }
 
     #[test]
+    fn pagination_reports_the_next_page() {
+        let items: Vec<Value> = (0..5).map(|i| json!(i)).collect();
+        let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        for (query, expected, next) in [
+            (q(&[("per_page", "2")]), json!([0, 1]), Some(2)),
+            (
+                q(&[("per_page", "2"), ("page", "2")]),
+                json!([2, 3]),
+                Some(3),
+            ),
+            (q(&[("per_page", "2"), ("page", "3")]), json!([4]), None),
+            (q(&[("per_page", "2"), ("page", "9")]), json!([]), None),
+            (q(&[]), json!([0, 1, 2, 3, 4]), None),
+            (q(&[("per_page", "0"), ("page", "0")]), json!([0]), Some(2)),
+        ] {
+            let reply = paginated(items.clone(), &query);
+            assert_eq!(reply.body, expected, "{query:?}");
+            assert_eq!(reply.next_page, next, "{query:?}");
+        }
+    }
+
+    #[test]
     fn review_comment_replies_only_to_top_level() {
         let mut model = Model::new();
         let repo_id = model.add_repo("o", "r", "main");
@@ -916,5 +963,41 @@ mod tests {
             ),
         );
         assert_eq!(nested.status, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn route_never_panics(path in "\\PC*") {
+                let _ = route(&path);
+                let _ = repository_alias(&path);
+            }
+
+            #[test]
+            fn valid_names_and_numbers_route_to_comments(
+                owner in "[A-Za-z0-9][A-Za-z0-9-]{0,20}",
+                name in "[A-Za-z0-9_.-]{1,20}",
+                number in 0u64..u64::MAX,
+            ) {
+                prop_assume!(name != "." && name != "..");
+                let expected = RepoPath { owner: owner.clone(), name: name.clone() };
+                prop_assert_eq!(
+                    route(&format!("/repos/{owner}/{name}/issues/{number}/comments")),
+                    Some(Route::IssueComments(expected, number))
+                );
+            }
+
+            #[test]
+            fn names_with_other_characters_never_route(
+                owner in "[A-Za-z0-9]{1,8}",
+                bad in "[^A-Za-z0-9_./-]",
+            ) {
+                let path = format!("/repos/{owner}{bad}/r/issues");
+                prop_assert_eq!(route(&path), None);
+            }
+        }
     }
 }

@@ -485,12 +485,13 @@ pub fn start_proxy_process(dir: &Path, github: &GithubHandle, token: &str) -> Pr
     use std::os::unix::fs::PermissionsExt;
     github.write_ca_pem(&dir.join("upstream-ca.pem")).unwrap();
     std::fs::write(dir.join("rules.toml"), TEST_RULES).unwrap();
-    std::fs::write(dir.join("github.token"), token).unwrap();
-    std::fs::set_permissions(
-        dir.join("github.token"),
-        std::fs::Permissions::from_mode(0o600),
-    )
-    .unwrap();
+    for (file, secret) in [
+        ("github.token", token.to_string()),
+        ("feishu.secret", random_token("")),
+    ] {
+        std::fs::write(dir.join(file), secret).unwrap();
+        std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let authority = github.addr().to_string();
     let config = format!(
         r#"

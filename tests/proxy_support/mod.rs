@@ -137,6 +137,8 @@ pub struct Harness {
 
 pub const IDENTITY: &str = "tkt_test";
 pub const FEISHU_APP: &str = "cli_gatehouse_test";
+/// A tunnel-only host (routed to the GitHub emulator by an override).
+pub const TUNNEL_HOST: &str = "registry.example.test";
 pub const REPO: &str = "acme/widgets";
 
 impl Harness {
@@ -176,6 +178,7 @@ impl Harness {
             "api.github.com",
             "github.com",
             "pipelines.actions.githubusercontent.com",
+            TUNNEL_HOST,
         ]
         .into_iter()
         .map(|host| UpstreamOverride {
@@ -325,7 +328,7 @@ pub fn identity(name: &str) -> IdentitySpec {
     IdentitySpec {
         name: name.into(),
         rule_sets: vec!["test-worker".into()],
-        tunnel_hosts: vec![],
+        tunnel_hosts: vec![TUNNEL_HOST.into(), "github.com".into()],
         variables: BTreeMap::from([("repo".to_string(), REPO.to_string())]),
         socket: None,
     }

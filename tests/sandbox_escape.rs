@@ -102,6 +102,11 @@ fn environment_holds_nothing_of_the_callers() {
             .unwrap();
         let r = Run::from(out);
         r.ok();
+        // /proc/1/cmdline names neither host paths nor arguments.
+        assert!(
+            !r.stdout.contains(&work),
+            "{mode:?}: host path visible: {r:#?}"
+        );
         assert!(
             !r.stdout.contains(&marker),
             "{mode:?}: caller env leaked: {r:#?}"
@@ -482,6 +487,30 @@ fn no_network_but_the_relay() {
                 host_sock.accept().is_err(),
                 "{mode:?}: host pathname socket got a connection"
             );
+        }
+    }
+}
+
+#[test]
+fn no_host_side_file_reaches_the_worker() {
+    // The host side opens the cgroups' join files (as root, which the
+    // kernel checks a write against); none may be inherited by the worker.
+    // `ls` lists the shell's fds from outside it (the shell holds no pipe
+    // of its own meanwhile).
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let r = s.sh("ls -l /proc/$$/fd/; echo done");
+        assert!(r.stdout.contains("done"), "{mode:?}: {r:#?}");
+        let fds: Vec<&str> = r.stdout.lines().filter(|l| l.contains(" -> ")).collect();
+        assert!(fds.len() >= 3, "{mode:?}: fds not listed: {r:#?}");
+        for line in fds {
+            let (left, target) = line.split_once(" -> ").unwrap();
+            let fd = left.rsplit(' ').next().unwrap();
+            assert!(
+                ["0", "1", "2"].contains(&fd),
+                "{mode:?}: the worker holds fd {fd} -> {target}"
+            );
+            assert!(!target.contains("cgroup"), "{mode:?}: {line}");
         }
     }
 }

@@ -177,8 +177,9 @@ fn start_sleeper(s: &Scratch, secs: &str) -> std::process::Child {
 }
 
 fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
+    // The shell's builtin kill: no dependency on procps.
+    let ok = std::process::Command::new("sh")
+        .args(["-c", &format!("kill -{sig} {pid}")])
         .status()
         .unwrap()
         .success();
@@ -269,4 +270,27 @@ fn the_sandbox_dies_with_its_parent() {
         let left = wait_until_gone(&secs);
         assert!(left.is_empty(), "{mode:?}: survived its parent: {left:?}");
     }
+}
+
+#[test]
+fn the_cpu_limit_throttles_a_busy_loop() {
+    if !is_root() {
+        eprintln!("SKIPPING cpu limit test: cpu is limited only through cgroups, which need root");
+        return;
+    }
+    let s = Scratch::new(Mode::Root);
+    let p = s.profile("cpu", "extends = \"default\"\n[limits]\ncpu_percent = 20\n");
+    // Spin for 1.5 s of wall time and report the CPU time obtained.
+    let r = s.sh_with(
+        p.to_str().unwrap(),
+        &[],
+        "python3 -c 'import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass\nprint(time.process_time())'",
+    );
+    r.ok();
+    let cpu: f64 = r.stdout.trim().parse().unwrap();
+    // 20% of 1.5 s is 0.3 s; allow for the scheduler's period granularity.
+    assert!(
+        cpu < 0.75,
+        "got {cpu} s of CPU in 1.5 s with cpu_percent = 20"
+    );
 }

@@ -330,3 +330,48 @@ fn a_work_dir_inside_the_workers_private_directory_binds() {
         assert_eq!(std::fs::read_to_string(work.join("f")).unwrap(), "inside\n");
     }
 }
+
+#[test]
+fn named_profiles_come_from_the_profiles_dir_and_can_name_the_command() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new(modes()[0]);
+    let dir = s.path("profiles");
+    std::fs::create_dir_all(dir.join("teams")).unwrap();
+    std::fs::write(
+        dir.join("teams/qa.toml"),
+        "extends = \"default\"\n[env.set]\nTEAM = \"qa\"\n[worker]\ncommand = [\"sh\", \"-c\", \"echo team=$TEAM\"]\n",
+    )
+    .unwrap();
+    for p in [dir.clone(), dir.join("teams")] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let work = s.work.to_str().unwrap();
+    let d = dir.to_str().unwrap();
+    let args = [
+        "sandbox",
+        "run",
+        "--profiles-dir",
+        d,
+        "--profile",
+        "teams/qa",
+        "--workdir",
+        work,
+    ];
+    let r = Run::from(s.command(&args).output().unwrap());
+    r.ok();
+    assert_eq!(r.stdout, "team=qa\n", "{r:#?}");
+    // Without a command anywhere, it refuses to start.
+    let args = [
+        "sandbox",
+        "run",
+        "--profiles-dir",
+        d,
+        "--profile",
+        "default",
+        "--workdir",
+        work,
+    ];
+    let r = Run::from(s.command(&args).output().unwrap());
+    assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{r:#?}");
+    assert!(r.stderr.contains("no command"), "{r:#?}");
+}

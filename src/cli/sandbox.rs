@@ -382,7 +382,7 @@ fn bench(iterations: usize, warmup: usize, json: bool) -> anyhow::Result<ExitCod
             );
         } else {
             println!(
-                "start-up of /bin/true, {iterations} runs each, interleaved ({warmup} warm-up)"
+                "start-up of /bin/true, {iterations} runs each, interleaved in shuffled order ({warmup} warm-up)"
             );
             println!(
                 "{:<20} {:>10} {:>10} {:>10} {:>9} {:>11}",

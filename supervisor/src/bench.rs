@@ -205,23 +205,47 @@ impl Contender {
     }
 }
 
-/// Runs every contender `iterations` times, interleaved so that load
-/// changes on a shared machine hit all of them alike.
+/// Runs every contender `iterations` times, interleaved in a shuffled
+/// order each round: load changes on a shared machine then hit all of them
+/// alike, and none always runs right after the same other one (a
+/// sandbox's teardown leaves kernel work that slows whatever comes next).
 pub fn measure(
     contenders: &[Contender],
     iterations: usize,
     warmup: usize,
 ) -> Result<Vec<Vec<Duration>>, BenchError> {
     let mut samples = vec![Vec::with_capacity(iterations); contenders.len()];
+    let mut order: Vec<usize> = (0..contenders.len()).collect();
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     for i in 0..warmup + iterations {
-        for (c, s) in contenders.iter().zip(samples.iter_mut()) {
-            let took = c.once()?;
+        rng.shuffle(&mut order);
+        for &c in &order {
+            let took = contenders[c].once()?;
             if i >= warmup {
-                s.push(took);
+                samples[c].push(took);
             }
         }
     }
     Ok(samples)
+}
+
+/// A tiny deterministic PRNG: the order only needs to vary, not be secret.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn shuffle(&mut self, v: &mut [usize]) {
+        for i in (1..v.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            v.swap(i, j);
+        }
+    }
 }
 
 /// Resident and proportional set size of one process, in KiB.
@@ -298,6 +322,21 @@ mod tests {
             (p.limits.memory_mib, p.limits.pids, p.limits.cpu_percent),
             (None, None, None)
         );
+    }
+
+    #[test]
+    fn shuffles_are_permutations_and_vary() {
+        let mut rng = XorShift(1);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..50 {
+            let mut v: Vec<usize> = (0..5).collect();
+            rng.shuffle(&mut v);
+            let mut sorted = v.clone();
+            sorted.sort();
+            assert_eq!(sorted, [0, 1, 2, 3, 4]);
+            seen.insert(v);
+        }
+        assert!(seen.len() > 10, "only {} orders", seen.len());
     }
 
     #[test]

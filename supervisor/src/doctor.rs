@@ -28,6 +28,8 @@ pub struct KernelFacts {
     pub cgroup2_path: Option<String>,
     /// We may create cgroups in v2.
     pub cgroup2_writable: bool,
+    /// The v2 hierarchy is mounted with `favordynmods`.
+    pub cgroup2_favordynmods: bool,
     /// v1 controllers (memory, pids, cpu) we may create cgroups in.
     pub cgroup1_writable: Vec<String>,
     pub pidfd: bool,
@@ -144,11 +146,23 @@ pub fn assess(f: &KernelFacts) -> Vec<Check> {
         .clone()
         .unwrap_or_else(|| "not mounted".to_string());
     if v2_has_all && f.cgroup2_writable {
+        // A whole process joining a v2 cgroup takes the global threadgroup
+        // lock, which waits for an RCU grace period per run unless the
+        // hierarchy favours dynamic changes. (v1 joins per thread, without it.)
+        let advice = if f.cgroup2_favordynmods {
+            String::new()
+        } else {
+            format!(
+                ". Each sandbox start waits for an RCU grace period (milliseconds) to join its cgroup; \
+                 to avoid that (Linux >= 6.0; fork/exit get slightly dearer host-wide, and from Linux 6.18 \
+                 the faster per-process lock stays on until reboot): mount -o remount,favordynmods {v2_where}"
+            )
+        };
         push(
             "cgroups",
             Status::Ok,
             format!(
-                "v2 at {v2_where} with memory, pids, cpu, writable: limits enforced by cgroup v2"
+                "v2 at {v2_where} with memory, pids, cpu, writable: limits enforced by cgroup v2{advice}"
             ),
         );
     } else if v1_has_all {
@@ -259,6 +273,35 @@ mod tests {
             change(&mut f);
             assert_eq!(status(&assess(&f), feature), *want, "{feature} with {f:?}");
         }
+    }
+
+    #[test]
+    fn a_v2_host_without_favordynmods_gets_the_remount_command() {
+        let mut f = good();
+        f.cgroup1_writable.clear();
+        f.cgroup2_controllers = vec!["cpu".into(), "memory".into(), "pids".into()];
+        f.cgroup2_path = Some("/sys/fs/cgroup".into());
+        f.cgroup2_writable = true;
+        let detail = |f: &KernelFacts| {
+            assess(f)
+                .into_iter()
+                .find(|c| c.feature == "cgroups")
+                .unwrap()
+                .detail
+        };
+        assert!(
+            detail(&f).ends_with("mount -o remount,favordynmods /sys/fs/cgroup"),
+            "{}",
+            detail(&f)
+        );
+        f.cgroup2_favordynmods = true;
+        assert!(!detail(&f).contains("favordynmods"), "{}", detail(&f));
+        // v1 hosts join per thread, which needs no such setting.
+        assert!(
+            !detail(&good()).contains("favordynmods"),
+            "{}",
+            detail(&good())
+        );
     }
 
     #[test]

@@ -466,7 +466,6 @@ pub fn seccomp_denials() -> Vec<Denial> {
         always("io_uring_register", SYS_io_uring_register),
         always("userfaultfd", SYS_userfaultfd),
         always("open_by_handle_at", SYS_open_by_handle_at),
-        always("name_to_handle_at", SYS_name_to_handle_at),
         always("swapon", SYS_swapon),
         always("swapoff", SYS_swapoff),
         always("reboot", SYS_reboot),
@@ -482,7 +481,6 @@ pub fn seccomp_denials() -> Vec<Denial> {
         always("pidfd_getfd", SYS_pidfd_getfd),
         always("lookup_dcookie", SYS_lookup_dcookie),
         always("vhangup", SYS_vhangup),
-        always("personality", SYS_personality),
         // glibc falls back to clone(2) only on ENOSYS; EPERM would break
         // pthread_create. clone3's flags live in memory, which seccomp
         // cannot inspect, so it goes entirely.

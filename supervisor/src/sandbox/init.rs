@@ -20,6 +20,8 @@ pub(crate) struct Setup<'a> {
     pub filters: Vec<BpfProgram>,
     pub sync: OwnedFd,
     pub errors: OwnedFd,
+    /// This run's cgroups, to join before anything else happens.
+    pub joins: Vec<super::cgroup::Join>,
     pub limits_by_cgroup: bool,
 }
 
@@ -39,6 +41,13 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     // Die with `sandbox run`. If it already died before this line, the sync
     // pipe reads EOF below and we exit.
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    // Single-threaded here: joining moves the whole init, cheaply (see
+    // `cgroup`), and the limits count everything from now on.
+    for join in setup.joins {
+        if let Err(msg) = join.join_self() {
+            fail(&setup.errors, &format!("limits: {msg}"));
+        }
+    }
     if !sys::read_byte(&setup.sync) {
         sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
     }
@@ -86,15 +95,12 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
         None => None,
     };
     sys::scrub_environment();
+    sys::scrub_cmdline(b"gatehouse-init");
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         fail(&errors, &format!("PR_SET_DUMPABLE: {e}"));
     }
 
-    // The host side is attaching us to the cgroups; the worker must be
-    // forked inside them, and our cgroup namespace rooted there.
-    if !sys::read_byte(&setup.sync) {
-        sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
-    }
+    // Our cgroup namespace is rooted in the cgroups we joined.
     drop(setup.sync);
     if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP) {
         fail(&errors, &format!("unshare(CLONE_NEWCGROUP): {e}"));

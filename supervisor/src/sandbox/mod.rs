@@ -1,12 +1,17 @@
 //! Executes a [`Plan`]: the only part of the supervisor with `unsafe`.
 //!
 //! ```text
-//! gatehouse sandbox run (host)          init (pid 1, new user/mnt/pid/net/ipc/uts/cgroup ns)
-//!  open bind sources (O_PATH)            wait for maps ─ build root, pivot_root ─ lo up
-//!  cgroups ─ clone(namespaces) ───────►  relay listener ─ scrub env, non-dumpable
-//!  write uid/gid maps, add to cgroup ──► fork ──► worker: setsid, rlimits, drop caps,
-//!  wait: exit │ signal │ wall time        │        no_new_privs, Landlock, seccomp, exec
-//!  read setup errors (CLOEXEC pipe)      relay threads; reap; exit with worker status
+//! gatehouse sandbox run (host)             init (pid 1; new user/mnt/pid/net/ipc/uts ns)
+//!  check required protections, create
+//!  cgroups, open their join files
+//!  clone(namespaces) ─────────────────────► join cgroups (write 0 to each), wait
+//!  write uid/gid maps ── byte ────────────► open bind sources, take worker uid,
+//!  wait: exit | TERM/INT/HUP | wall time    build root, pivot_root, lo up, relay
+//!        | caller gone                      listener, scrub env+argv, non-dumpable,
+//!  read setup errors (CLOEXEC pipe)         cgroup ns, fork ──► worker: setsid,
+//!  remove cgroups                           rlimits, drop caps, no_new_privs,
+//!                                           Landlock, seccomp, execve
+//!                                           relay threads; reap; exit with its status
 //! ```
 //!
 //! The host side never runs the command itself and never falls back: any
@@ -180,7 +185,8 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     // Fds the caller leaked to us must not reach the worker.
     sys::mark_all_cloexec();
 
-    let cgroups = cgroup::prepare(&plan.limits, plan.require.cgroup_limits, std::process::id())?;
+    let (cgroups, joins) =
+        cgroup::prepare(&plan.limits, plan.require.cgroup_limits, std::process::id())?;
     let report = cgroups.report();
 
     let (sync_r, sync_w) = sys::pipe().map_err(SandboxError::sys("pipe"))?;
@@ -209,20 +215,19 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
             filters,
             sync: sync_r,
             errors: err_w,
+            joins,
             limits_by_cgroup: report.all_by_cgroup(),
         });
     }
     drop(sync_r);
     drop(err_w);
+    drop(joins);
 
     let started = Instant::now();
-    // Attaching to cgroups waits for RCU grace periods (milliseconds each):
-    // the init builds its root meanwhile and waits for the second byte only
-    // before it forks the worker.
+    // The init joins its cgroups itself (see `cgroup`), so the host side
+    // only maps ids and lets it go.
     let setup = sys::write_id_maps(child, &plan.identity)
         .map_err(SandboxError::sys("write uid/gid maps"))
-        .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")))
-        .and_then(|()| cgroups.add(child))
         .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")));
     if let Err(e) = setup {
         sys::kill_and_reap(child);

@@ -1,7 +1,7 @@
 //! Probes the kernel for `gatehouse doctor` and for the fail-closed checks
 //! of `sandbox run`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::doctor::KernelFacts;
 
@@ -56,6 +56,18 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
         let mut f = l.split_whitespace();
         let (_, at, fstype) = (f.next()?, f.next()?, f.next()?);
         (fstype == "cgroup2").then(|| PathBuf::from(at))
+    })
+}
+
+/// Whether the cgroup2 mount at `at` has the `favordynmods` option.
+fn mounted_favoring_dynmods(at: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3
+            && f[2] == "cgroup2"
+            && Path::new(f[1]) == at
+            && f[3].split(',').any(|o| o == "favordynmods")
     })
 }
 
@@ -131,6 +143,9 @@ pub fn kernel_facts() -> KernelFacts {
         landlock_abi: landlock_abi(),
         seccomp_filter: seccomp_filter_available(),
         cgroup2_writable: cgroup2_path.as_deref().is_some_and(writable),
+        cgroup2_favordynmods: cgroup2_path
+            .as_deref()
+            .is_some_and(mounted_favoring_dynmods),
         cgroup2_path: cgroup2_path.map(|p| p.display().to_string()),
         cgroup2_controllers,
         cgroup1_writable,

@@ -116,8 +116,8 @@ pub fn reset_signals() {
 
 /// clone(2) into new user, mount, PID, network, IPC and UTS namespaces with
 /// fork semantics (no new stack, no shared memory). Returns 0 in the child.
-/// The cgroup namespace is entered later by the child, once the host has
-/// moved it into its cgroups.
+/// The cgroup namespace is entered later by the child, once it has joined
+/// its cgroups.
 pub fn clone_namespaces() -> io::Result<i32> {
     let flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
@@ -309,6 +309,39 @@ pub fn scrub_environment() {
         if !environ.is_null() {
             *environ = std::ptr::null_mut();
         }
+    }
+}
+
+/// Overwrites this process's command line in place with `name`, so
+/// `/proc/1/cmdline` inside the sandbox shows neither host paths nor
+/// `--env` values. The region is found in `/proc/self/stat`
+/// (`arg_start`, `arg_end`); nothing of it is used after this.
+pub fn scrub_cmdline(name: &[u8]) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    // Fields after the parenthesised command name start at field 3.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<usize>().ok());
+    let (Some(start), Some(end)) = (field(48), field(49)) else {
+        return;
+    };
+    if end <= start || end - start > 1 << 20 {
+        return;
+    }
+    let keep = name.len().min(end - start - 1);
+    // SAFETY: [arg_start, arg_end) is this process's own argument area on
+    // its stack, mapped and writable for the life of the process; the kernel
+    // reports it for exactly this process. We write within it, and end it
+    // with NUL bytes so every C string that pointed into it stays
+    // terminated.
+    unsafe {
+        let base = start as *mut u8;
+        std::ptr::write_bytes(base, 0, end - start);
+        std::ptr::copy_nonoverlapping(name.as_ptr(), base, keep);
     }
 }
 

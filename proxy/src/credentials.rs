@@ -29,7 +29,7 @@ const REFRESH_MARGIN: Duration = Duration::from_secs(300);
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialError {
     /// A secret file could not be read.
-    #[error("credential {name}: reading {path}: {source}")]
+    #[error("credential {name}: reading {path}")]
     Read {
         name: String,
         path: PathBuf,

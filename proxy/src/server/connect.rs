@@ -141,7 +141,7 @@ async fn connect(
         let upstream = match proxy.upstreams.connect_tcp(&host, 443).await {
             Ok(s) => s,
             Err(error) => {
-                let reason = format!("tunnel refused: {error}");
+                let reason = format!("tunnel refused: {}", super::with_causes(&error));
                 return forward::deny_connect(
                     &proxy,
                     &identity,
@@ -206,7 +206,10 @@ async fn intercept(
         };
         let config = match proxy.ca.server_config(&host) {
             Ok(c) => c,
-            Err(error) => return tracing::error!(%error, "minting a leaf certificate"),
+            Err(error) => {
+                let error = super::with_causes(&error);
+                return tracing::error!(%error, "minting a leaf certificate");
+            }
         };
         let tls = match TlsAcceptor::from(config)
             .accept(TokioIo::new(upgraded))

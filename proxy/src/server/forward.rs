@@ -391,6 +391,7 @@ pub(super) async fn handle(
     {
         Ok(value) => value,
         Err(error) => {
+            let error = redact_text(&proxy, &super::with_causes(&error));
             tracing::error!(%error, "credential unavailable");
             return Ok(upstream_failed(
                 &proxy,

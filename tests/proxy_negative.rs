@@ -8,7 +8,7 @@ mod proxy_support;
 
 use std::io::Write;
 
-use proxy_support::{read_all, read_head, read_until_closed, Harness, IDENTITY};
+use proxy_support::{read_all, read_head, read_until_closed, Harness, IDENTITY, TUNNEL_HOST};
 use serde_json::Value;
 
 const ISSUE: &str = "/repos/acme/widgets/issues/1";
@@ -116,6 +116,47 @@ fn connect_to_a_host_no_rule_names_is_refused() {
 #[test]
 fn connect_to_a_lookalike_host_is_refused() {
     assert_connect_denied("api.github.com.evil.example:443");
+}
+
+#[test]
+fn tunnel_hosts_are_spliced_without_any_credential() {
+    let h = Harness::start();
+    let mut s = h.raw();
+    write!(
+        s,
+        "CONNECT {TUNNEL_HOST}:443 HTTP/1.1\r\nHost: {TUNNEL_HOST}:443\r\n\r\n"
+    )
+    .unwrap();
+    assert!(read_head(&mut s).starts_with("HTTP/1.1 200"));
+    // End-to-end TLS with the upstream itself (its own CA, its own name):
+    // the proxy only moves bytes.
+    let upstream_ca = h.dir.path().join("upstream-ca.pem");
+    let mut tls = proxy_support::tls_over(s, "api.github.com", &upstream_ca, true);
+    write!(
+        tls,
+        "GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let (_, answer) = read_until_closed(&mut tls);
+    assert!(
+        answer.starts_with("HTTP/1.1 401"),
+        "no credential may be added: {answer}"
+    );
+    let seen = h.github.requests();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].authorization().is_none());
+}
+
+#[test]
+fn a_host_both_named_by_rules_and_listed_as_tunnel_is_intercepted() {
+    let h = Harness::start();
+    // github.com is in the identity's tunnel_hosts too; a rule names it, so
+    // the proxy intercepts (its leaf verifies against the proxy CA).
+    let mut tls = h.tunnel("github.com", "github.com");
+    write!(tls, "GET /acme/secret-plans.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: github.com\r\nConnection: close\r\n\r\n").unwrap();
+    let (_, answer) = read_until_closed(&mut tls);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(h.github.requests().is_empty());
 }
 
 // === target confusion inside the tunnel ===

@@ -23,7 +23,7 @@ use serde_json::json;
 use tokio::net::UnixListener;
 
 use crate::body::{self, ProxyBody};
-use crate::server::{IdentityError, IdentitySpec, Proxy};
+use crate::server::{with_causes, IdentityError, IdentitySpec, Proxy};
 
 /// Largest admin request body.
 const ADMIN_BODY_LIMIT: usize = 64 * 1024;
@@ -32,7 +32,7 @@ const ADMIN_BODY_LIMIT: usize = 64 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
     /// The socket could not be created or restricted to its owner.
-    #[error("admin socket {path}: {source}")]
+    #[error("admin socket {path}")]
     Socket {
         path: PathBuf,
         #[source]
@@ -145,7 +145,9 @@ async fn create(proxy: &Arc<Proxy>, req: Request<Incoming>) -> Response<ProxyBod
             json!({"name": new.name, "socket": socket}),
         ),
         Err(e @ IdentityError::Exists(_)) => error(StatusCode::CONFLICT, e),
-        Err(e @ IdentityError::Socket { .. }) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e @ IdentityError::Socket { .. }) => {
+            error(StatusCode::INTERNAL_SERVER_ERROR, with_causes(&e))
+        }
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }
 }

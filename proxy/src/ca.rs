@@ -21,7 +21,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 #[derive(Debug, thiserror::Error)]
 pub enum CaError {
     /// Reading or writing a CA file failed.
-    #[error("CA file {path}: {source}")]
+    #[error("CA file {path}")]
     Io {
         path: PathBuf,
         #[source]
@@ -39,7 +39,7 @@ pub enum CaError {
     #[error("CA certificate or key: {0}")]
     Cert(#[from] rcgen::Error),
     /// The minted leaf was refused by rustls.
-    #[error("TLS configuration for {host}: {source}")]
+    #[error("TLS configuration for {host}")]
     Tls {
         host: String,
         #[source]

@@ -29,7 +29,7 @@ const REFRESH_MARGIN: Duration = Duration::from_secs(300);
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialError {
     /// A secret file could not be read.
-    #[error("credential {name}: reading {path}: {source}")]
+    #[error("credential {name}: reading {path}")]
     Read {
         name: String,
         path: PathBuf,
@@ -517,5 +517,169 @@ mod tests {
         let specs = BTreeMap::from([("m".to_string(), CredentialSpec::Bearer { key_file: file })]);
         let err = Credentials::load(&specs, &Upstreams::new(&[]).unwrap()).unwrap_err();
         assert!(matches!(err, CredentialError::Empty { .. }), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod github_app_tests {
+    use super::*;
+    use std::sync::Mutex as StdMutex;
+
+    use http_body_util::BodyExt;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    use crate::ca::CertificateAuthority;
+    use crate::upstream::UpstreamOverride;
+
+    type Seen = Arc<StdMutex<Vec<(String, String, serde_json::Value)>>>;
+
+    /// A stand-in for GitHub's access_tokens endpoint over TLS, recording
+    /// (path, authorization, body) of each call.
+    async fn fake_github(ca: &CertificateAuthority, seen: Seen) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(ca.server_config("api.github.com").unwrap());
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let tls = acceptor.accept(tcp).await.unwrap();
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let seen = seen.clone();
+                        async move {
+                            let path = req.uri().path().to_string();
+                            let auth = req
+                                .headers()
+                                .get("authorization")
+                                .map(|v| v.to_str().unwrap().to_string())
+                                .unwrap_or_default();
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                            let n = {
+                                let mut seen = seen.lock().unwrap();
+                                seen.push((path, auth, body));
+                                seen.len()
+                            };
+                            let answer = serde_json::json!({
+                                "token": format!("ghs_minted{n}"),
+                                "expires_at": "2099-01-01T00:00:00Z",
+                            });
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                http_body_util::Full::new(Bytes::from(answer.to_string())),
+                            ))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn github_app_tokens_are_minted_scoped_signed_and_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let key_file = dir.path().join("app.pem");
+        let status = std::process::Command::new("openssl")
+            .args(["genrsa", "-traditional", "-out"])
+            .arg(&key_file)
+            .arg("2048")
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "openssl genrsa failed");
+        let ca = CertificateAuthority::load_or_generate(
+            &dir.path().join("ca.pem"),
+            &dir.path().join("ca.key"),
+        )
+        .unwrap();
+        let seen: Seen = Arc::default();
+        let addr = fake_github(&ca, seen.clone()).await;
+        let upstreams = Upstreams::new(&[UpstreamOverride {
+            host: "api.github.com".into(),
+            url: format!("https://{addr}"),
+            ca_file: Some(dir.path().join("ca.pem")),
+        }])
+        .unwrap();
+        let specs = BTreeMap::from([(
+            "app".to_string(),
+            CredentialSpec::GithubApp {
+                app_id: "12345".into(),
+                private_key_file: key_file.clone(),
+                installation_id: 777,
+                api_url: "https://api.github.com".into(),
+            },
+        )]);
+        let creds = Credentials::load(&specs, &upstreams).unwrap();
+        let perms = BTreeMap::from([
+            ("contents".to_string(), "write".to_string()),
+            ("issues".to_string(), "write".to_string()),
+        ]);
+        let first = creds
+            .authorization("app", Injection::Bearer, Some("acme/widgets"), &perms)
+            .await
+            .unwrap();
+        assert_eq!(first.to_str().unwrap(), "Bearer ghs_minted1");
+        let again = creds
+            .authorization("app", Injection::GitBasic, Some("acme/widgets"), &perms)
+            .await
+            .unwrap();
+        let basic = base64::engine::general_purpose::STANDARD.encode("x-access-token:ghs_minted1");
+        assert_eq!(
+            again.to_str().unwrap(),
+            format!("Basic {basic}"),
+            "cached per repo"
+        );
+        creds
+            .authorization("app", Injection::Bearer, Some("acme/other"), &perms)
+            .await
+            .unwrap();
+        let err = creds
+            .authorization("app", Injection::Bearer, None, &perms)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CredentialError::NoRepo { .. }));
+
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2, "one mint per repo: {seen:?}");
+        let (path, auth, body) = &seen[0];
+        assert_eq!(path, "/app/installations/777/access_tokens");
+        assert_eq!(body["repositories"], serde_json::json!(["widgets"]));
+        assert_eq!(
+            body["permissions"],
+            serde_json::json!({"contents": "write", "issues": "write"})
+        );
+        assert_eq!(seen[1].2["repositories"], serde_json::json!(["other"]));
+        // The JWT is RS256, issued by the App, and verifies with its key.
+        let jwt = auth.strip_prefix("Bearer ").unwrap();
+        let parts: Vec<&str> = jwt.split('.').collect();
+        assert_eq!(parts.len(), 3);
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let header: serde_json::Value =
+            serde_json::from_slice(&b64.decode(parts[0]).unwrap()).unwrap();
+        assert_eq!(header["alg"], "RS256");
+        let claims: serde_json::Value =
+            serde_json::from_slice(&b64.decode(parts[1]).unwrap()).unwrap();
+        assert_eq!(claims["iss"], "12345");
+        assert_eq!(
+            claims["exp"].as_u64().unwrap() - claims["iat"].as_u64().unwrap(),
+            600
+        );
+        let key = rsa_key(&std::fs::read_to_string(&key_file).unwrap()).unwrap();
+        ring::signature::UnparsedPublicKey::new(
+            &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+            key.public().as_ref(),
+        )
+        .verify(
+            format!("{}.{}", parts[0], parts[1]).as_bytes(),
+            &b64.decode(parts[2]).unwrap(),
+        )
+        .unwrap();
+        // Minted tokens are redacted like any other secret.
+        assert!(creds.held_secrets().contains(&b"ghs_minted1".to_vec()));
     }
 }

@@ -36,7 +36,7 @@ use crate::body::ProxyBody;
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     /// Name resolution failed.
-    #[error("resolving {host}: {source}")]
+    #[error("resolving {host}")]
     Resolve {
         host: String,
         #[source]
@@ -49,7 +49,7 @@ pub enum UpstreamError {
     #[error("{host} resolves to non-public address {addr}; refused (only an explicit upstream override may point at one)")]
     NonPublic { host: String, addr: IpAddr },
     /// TCP or TLS connection failed.
-    #[error("connecting to {host} ({addr}): {source}")]
+    #[error("connecting to {host} ({addr})")]
     Connect {
         host: String,
         addr: SocketAddr,

@@ -137,6 +137,8 @@ pub struct Harness {
 
 pub const IDENTITY: &str = "tkt_test";
 pub const FEISHU_APP: &str = "cli_gatehouse_test";
+/// A tunnel-only host (routed to the GitHub emulator by an override).
+pub const TUNNEL_HOST: &str = "registry.example.test";
 pub const REPO: &str = "acme/widgets";
 
 impl Harness {
@@ -176,6 +178,7 @@ impl Harness {
             "api.github.com",
             "github.com",
             "pipelines.actions.githubusercontent.com",
+            TUNNEL_HOST,
         ]
         .into_iter()
         .map(|host| UpstreamOverride {
@@ -325,7 +328,7 @@ pub fn identity(name: &str) -> IdentitySpec {
     IdentitySpec {
         name: name.into(),
         rule_sets: vec!["test-worker".into()],
-        tunnel_hosts: vec![],
+        tunnel_hosts: vec![TUNNEL_HOST.into(), "github.com".into()],
         variables: BTreeMap::from([("repo".to_string(), REPO.to_string())]),
         socket: None,
     }
@@ -485,12 +488,13 @@ pub fn start_proxy_process(dir: &Path, github: &GithubHandle, token: &str) -> Pr
     use std::os::unix::fs::PermissionsExt;
     github.write_ca_pem(&dir.join("upstream-ca.pem")).unwrap();
     std::fs::write(dir.join("rules.toml"), TEST_RULES).unwrap();
-    std::fs::write(dir.join("github.token"), token).unwrap();
-    std::fs::set_permissions(
-        dir.join("github.token"),
-        std::fs::Permissions::from_mode(0o600),
-    )
-    .unwrap();
+    for (file, secret) in [
+        ("github.token", token.to_string()),
+        ("feishu.secret", random_token("")),
+    ] {
+        std::fs::write(dir.join(file), secret).unwrap();
+        std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let authority = github.addr().to_string();
     let config = format!(
         r#"

@@ -132,13 +132,16 @@ async fn connect(
     if host == "localhost" || host.ends_with(".localhost") {
         return refuse("CONNECT to the local machine is refused");
     }
-    if identity.tunnel_hosts.contains(&host) {
+    // A host some rule names is always intercepted, even if it is also
+    // listed as a tunnel host: splicing it would bypass the rules and the log.
+    let intercepted = proxy.policy.names_host(&host, &identity.scope.rule_sets);
+    if !intercepted && identity.tunnel_hosts.contains(&host) {
         // Connect first, so a refused upstream (non-public address, nothing
         // listening) is a clear answer rather than a 200 and a closed tunnel.
         let upstream = match proxy.upstreams.connect_tcp(&host, 443).await {
             Ok(s) => s,
             Err(error) => {
-                let reason = format!("tunnel refused: {error}");
+                let reason = format!("tunnel refused: {}", super::with_causes(&error));
                 return forward::deny_connect(
                     &proxy,
                     &identity,
@@ -153,7 +156,7 @@ async fn connect(
         tokio::spawn(splice(identity, upgrade, upstream));
         return established();
     }
-    if !proxy.policy.names_host(&host, &identity.scope.rule_sets) {
+    if !intercepted {
         return refuse(
             "no rule of this identity's rule sets names this host, and it is not a tunnel host",
         );
@@ -203,7 +206,10 @@ async fn intercept(
         };
         let config = match proxy.ca.server_config(&host) {
             Ok(c) => c,
-            Err(error) => return tracing::error!(%error, "minting a leaf certificate"),
+            Err(error) => {
+                let error = super::with_causes(&error);
+                return tracing::error!(%error, "minting a leaf certificate");
+            }
         };
         let tls = match TlsAcceptor::from(config)
             .accept(TokioIo::new(upgraded))

@@ -27,6 +27,9 @@ use crate::redact::{redact_all, Redactor};
 /// Largest body buffered to hash a message or to find the created id.
 const MESSAGE_BODY_LIMIT: usize = 1 << 20;
 
+/// Answers up to this size with a declared length are sent in one piece.
+const SMALL_BODY: usize = 64 * 1024;
+
 /// Request headers never forwarded: credentials the client may carry,
 /// forwarding metadata, and hop-by-hop headers.
 const DROPPED_REQUEST_HEADERS: &[&str] = &[
@@ -388,6 +391,7 @@ pub(super) async fn handle(
     {
         Ok(value) => value,
         Err(error) => {
+            let error = redact_text(&proxy, &super::with_causes(&error));
             tracing::error!(%error, "credential unavailable");
             return Ok(upstream_failed(
                 &proxy,
@@ -462,6 +466,11 @@ pub(super) async fn handle(
 
     let status = response.status();
     let (mut resp_parts, resp_body) = response.into_parts();
+    let declared_len = resp_parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
     let secrets = proxy.credentials.held_secrets();
     strip_response_headers(&mut resp_parts.headers, &secrets);
     let redactor = Redactor::shared(secrets.clone());
@@ -494,6 +503,29 @@ pub(super) async fn handle(
         let mut resp = Response::from_parts(resp_parts, body::full(redacted));
         resp.headers_mut().remove(header::CONTENT_LENGTH);
         return Ok(resp);
+    }
+
+    // Small answers of known length (most API calls) are read whole and
+    // sent with their length: one write to the client instead of a chunked
+    // stream and its terminator.
+    let bodiless = parts.method == Method::HEAD || matches!(status.as_u16(), 204 | 304);
+    if !bodiless && declared_len.is_some_and(|n| n <= SMALL_BODY) {
+        let bytes = match http_body_util::Limited::new(resp_body, SMALL_BODY)
+            .collect()
+            .await
+        {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => {
+                completion.record(502, 0, None, Some("response unreadable".into()));
+                return Ok(upstream_failed(
+                    &proxy,
+                    "the upstream answer could not be read",
+                ));
+            }
+        };
+        let redacted = Bytes::from(redact_all(&secrets, &bytes));
+        completion.record(status.as_u16(), redacted.len() as u64, None, None);
+        return Ok(Response::from_parts(resp_parts, body::full(redacted)));
     }
 
     let on_end = Box::new(move |bytes: u64, completed: bool| {

@@ -58,7 +58,7 @@ pub enum IdentityError {
     #[error("variable {name:?}: {why}")]
     BadVariable { name: String, why: String },
     /// The socket could not be created.
-    #[error("identity socket {path}: {source}")]
+    #[error("identity socket {path}")]
     Socket {
         path: PathBuf,
         #[source]
@@ -257,6 +257,19 @@ impl Proxy {
             .check_identity(&spec.rule_sets, &spec.variables)
             .map_err(IdentityError::Rules)
     }
+}
+
+/// An error with its causes, `a: b: c` (error types here keep their cause
+/// out of their own message, so that `anyhow`'s chain shows it once).
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// Checks an identity's name, tunnel hosts and variable shapes (pure).

@@ -142,7 +142,17 @@ impl Policy for RuleBook {
                 reason: denial.reason,
                 rule_sets_tried: denial.rule_sets_tried,
             }),
-            Decision::Allow(allowed) => Ok(grant_of(allowed)),
+            Decision::Allow(allowed) => {
+                let mut grant = grant_of(allowed);
+                // What a minted installation token may do: the identity's
+                // rule sets' permissions, nothing more.
+                grant.permissions = self
+                    .github_permissions(&scope.rule_sets)
+                    .into_iter()
+                    .map(|(permission, access)| (permission, access.to_string()))
+                    .collect();
+                Ok(grant)
+            }
         }
     }
 

@@ -166,3 +166,109 @@ fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
         String::from_utf8_lossy(&grep.stdout)
     );
 }
+
+const TEST_USER: &str = "gatehouse-test";
+
+fn chown_r(path: &Path, user: &str) {
+    let ok = Command::new("chown")
+        .args(["-R", &format!("{user}:{user}")])
+        .arg(path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "chown {}", path.display());
+}
+
+/// Rootless: the proxy and the sandbox both run as the unprivileged test
+/// user (as they do under one user without root); the identity socket lives
+/// in that user's private directory and reaches the worker by bind mount.
+#[test]
+fn rootless_git_and_curl_through_a_proxy_run_by_the_same_user() {
+    if !is_root() {
+        eprintln!("SKIPPING rootless proxy_sandbox variant: it switches to {TEST_USER}, which needs root; CI runs it");
+        return;
+    }
+    if id_of("-u", TEST_USER).is_none() {
+        eprintln!("SKIPPING rootless proxy_sandbox variant: user {TEST_USER} does not exist (scripts/setup-debian creates it)");
+        return;
+    }
+    let base = tempfile::Builder::new()
+        .prefix("gatehouse-proxy-rootless-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The build directory may not be reachable by the test user.
+    let bin = base.path().join("gatehouse");
+    std::fs::copy(env!("CARGO_BIN_EXE_gatehouse"), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let as_user = || {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid",
+            TEST_USER,
+            "--regid",
+            TEST_USER,
+            "--clear-groups",
+            "--",
+        ])
+        .arg(&bin);
+        c
+    };
+    let token = proxy_support::random_token("ghs_");
+    let github = gatehouse_emulators::GithubEmulator::start(
+        gatehouse_emulators::GithubOptions::new(base.path().join("git"))
+            .token(&token, "gatehouse-test[bot]")
+            .repo(gatehouse_emulators::RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    let pdir = base.path().join("proxy");
+    std::fs::create_dir(&pdir).unwrap();
+    let proxy = proxy_support::start_proxy_process_with(&pdir, &github, &token, as_user(), |d| {
+        chown_r(d, TEST_USER);
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    });
+    let (status, body) = proxy_support::admin_call(
+        &proxy.admin,
+        "POST",
+        "/identities",
+        Some(
+            r#"{"name":"tkt_rootless","rule_sets":["test-worker"],"variables":{"repo":"acme/widgets"}}"#,
+        ),
+    );
+    assert_eq!(status, 201, "{body}");
+    let socket: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let work = base.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    chown_r(&work, TEST_USER);
+    let script = r#"
+git config --global user.email worker@example.invalid
+git config --global user.name worker
+git clone -q https://github.com/acme/widgets.git w && echo CLONE_OK
+cd w && echo c > c.txt && git add c.txt && git commit -qm c
+git push -q origin HEAD:refs/heads/gatehouse/rootless 2>&1 && echo PUSH_BRANCH_OK
+curl -sS https://api.github.com/repos/acme/secret-plans/issues/1; echo
+"#;
+    let out = as_user()
+        .args(["sandbox", "run", "--profile", "default", "--workdir"])
+        .arg(&work)
+        .arg("--proxy-socket")
+        .arg(socket["socket"].as_str().unwrap())
+        .arg("--ca-cert")
+        .arg(pdir.join("ca.pem"))
+        .args(["--", "sh", "-c", script])
+        .current_dir(base.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let all = format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("CLONE_OK"), "{all}");
+    assert!(all.contains("PUSH_BRANCH_OK"), "{all}");
+    assert!(all.contains(r#""error":"gatehouse_denied""#), "{all}");
+    assert!(!all.contains(&token), "the sandbox saw the token");
+    drop(proxy);
+}

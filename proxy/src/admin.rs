@@ -57,8 +57,13 @@ pub fn serve(proxy: Arc<Proxy>, path: &Path) -> Result<tokio::task::JoinHandle<(
         path: path.to_path_buf(),
         source,
     };
-    if path.exists() {
-        std::fs::remove_file(path).map_err(err)?;
+    // A stale socket from an earlier run is replaced; anything else at the
+    // path is left alone (binding then fails with a clear error).
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if meta.file_type().is_socket() {
+            std::fs::remove_file(path).map_err(err)?;
+        }
     }
     let listener = UnixListener::bind(path).map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;

@@ -485,6 +485,19 @@ impl Drop for ProxyProcess {
 /// Writes a config into `dir` (rules, token file, overrides for the
 /// emulator's hosts) and starts `gatehouse proxy` on it, logging at debug.
 pub fn start_proxy_process(dir: &Path, github: &GithubHandle, token: &str) -> ProxyProcess {
+    let command = std::process::Command::new(env!("CARGO_BIN_EXE_gatehouse"));
+    start_proxy_process_with(dir, github, token, command, |_| {})
+}
+
+/// As [`start_proxy_process`], with the command to run (`gatehouse` or a
+/// wrapper that changes user) and a hook run on `dir` once its files exist.
+pub fn start_proxy_process_with(
+    dir: &Path,
+    github: &GithubHandle,
+    token: &str,
+    mut command: std::process::Command,
+    prepare: impl FnOnce(&Path),
+) -> ProxyProcess {
     use std::os::unix::fs::PermissionsExt;
     github.write_ca_pem(&dir.join("upstream-ca.pem")).unwrap();
     std::fs::write(dir.join("rules.toml"), TEST_RULES).unwrap();
@@ -532,7 +545,8 @@ ca_file = "upstream-ca.pem"
     );
     std::fs::write(dir.join("proxy.toml"), config).unwrap();
     let log = dir.join("proxy.log");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+    prepare(dir);
+    let child = command
         .args(["proxy", "--config"])
         .arg(dir.join("proxy.toml"))
         .env("RUST_LOG", "debug")

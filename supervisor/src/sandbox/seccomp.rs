@@ -15,9 +15,11 @@
 //! bodies: argument rules of one syscall, strongest errno first -> ALLOW
 //! ```
 //!
-//! So an unlisted number costs ~log2(runs) jumps to emulate, and only the
-//! few syscalls that test arguments (clone, unshare, socket, socketpair,
-//! ioctl) have bodies.
+//! So an unlisted number costs ~log2(runs) jumps to emulate; only the few
+//! syscalls that test arguments (clone, unshare, socket, socketpair, ioctl)
+//! have bodies, shared when equal, with the namespace flags tested by one
+//! JSET and the socket families by ranges: ~150 instructions in all, and
+//! the kernel's convert/JIT cost grows with the length.
 //!
 //! Semantics are those of the former stack of filters (one per errno): when
 //! several denials of one syscall match with different errnos, the kernel
@@ -38,7 +40,9 @@ const BPF_LD_W_ABS: u16 = 0x20;
 const BPF_AND_K: u16 = 0x54;
 const BPF_JA: u16 = 0x05;
 const BPF_JEQ_K: u16 = 0x15;
+const BPF_JGT_K: u16 = 0x25;
 const BPF_JGE_K: u16 = 0x35;
+const BPF_JSET_K: u16 = 0x45;
 const BPF_RET_K: u16 = 0x06;
 pub const RET_ALLOW: u32 = 0x7fff_0000;
 pub const RET_KILL_PROCESS: u32 = 0x8000_0000;
@@ -250,36 +254,130 @@ fn short_jump(distance: usize) -> Result<u8, SandboxError> {
         .map_err(|_| SandboxError::Seccomp(format!("jump of {distance} exceeds 255")))
 }
 
-/// Each rule: all conditions hold -> its errno; any fails -> the next rule;
-/// after the last rule, ALLOW.
-fn emit_body(body: &Body, out: &mut Vec<sock_filter>) -> Result<(), SandboxError> {
+/// A rule as tests on 32-bit words of the arguments, simplified where
+/// consecutive rules with one errno test one word alike (the namespace
+/// flags, the socket families), so that they cost a few instructions.
+#[derive(Debug, PartialEq)]
+enum Test {
+    /// `word & bits != 0`: single-bit `(word & bit) == bit` rules, merged.
+    AnyBit { offset: u32, bits: u32 },
+    /// `word` is one of `values`: full-mask equality rules, merged.
+    OneOf { offset: u32, values: Vec<u32> },
+    /// Every `(word & mask) == value` holds (none: always).
+    All(Vec<(u32, u32, u32)>),
+}
+
+fn simplify(body: &Body) -> Vec<(i32, Test)> {
+    let mut out: Vec<(i32, Test)> = Vec::new();
     for (errno, conditions) in body {
-        // One `(arg word & mask) == value` test per 32-bit half that matters.
-        let mut tests = Vec::new();
+        // One `(word & mask) == value` test per 32-bit half that matters.
+        let mut words = Vec::new();
         for m in conditions {
             let low = ARGS_OFFSET + 8 * u32::from(m.index);
-            tests.push((low, m.mask as u32, m.value as u32));
+            words.push((low, m.mask as u32, m.value as u32));
             if !m.dword {
-                tests.push((low + 4, (m.mask >> 32) as u32, (m.value >> 32) as u32));
+                words.push((low + 4, (m.mask >> 32) as u32, (m.value >> 32) as u32));
             }
         }
-        if tests.iter().any(|&(_, mask, value)| value & !mask != 0) {
+        if words.iter().any(|&(_, mask, value)| value & !mask != 0) {
             continue; // can never hold
         }
-        let mut rule = Vec::new();
-        let mut misses = Vec::new();
-        for (offset, mask, value) in tests.into_iter().filter(|t| t.1 != 0) {
-            rule.push(ins(BPF_LD_W_ABS, 0, 0, offset));
-            if mask != u32::MAX {
-                rule.push(ins(BPF_AND_K, 0, 0, mask));
+        words.retain(|&(_, mask, _)| mask != 0); // 0 == 0 always holds
+        let test = match words[..] {
+            [(offset, mask, value)] if mask == value && mask.count_ones() == 1 => {
+                Test::AnyBit { offset, bits: mask }
             }
-            misses.push(rule.len());
-            rule.push(ins(BPF_JEQ_K, 0, 0, value));
+            [(offset, u32::MAX, value)] => Test::OneOf {
+                offset,
+                values: vec![value],
+            },
+            _ => Test::All(words),
+        };
+        match (out.last_mut(), test) {
+            (
+                Some((e, Test::AnyBit { offset, bits })),
+                Test::AnyBit {
+                    offset: o,
+                    bits: more,
+                },
+            ) if *e == *errno && *offset == o => *bits |= more,
+            (
+                Some((e, Test::OneOf { offset, values })),
+                Test::OneOf {
+                    offset: o,
+                    values: more,
+                },
+            ) if *e == *errno && *offset == o => values.extend(more),
+            (_, test) => out.push((*errno, test)),
         }
-        rule.push(ret(errno_ret(*errno)));
+    }
+    out
+}
+
+/// Inclusive ranges covering exactly `values`.
+fn ranges(values: &[u32]) -> Vec<(u32, u32)> {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for v in sorted {
+        match out.last_mut() {
+            Some(last) if last.1.checked_add(1) == Some(v) => last.1 = v,
+            _ => out.push((v, v)),
+        }
+    }
+    out
+}
+
+/// Each rule: its test holds -> its errno; else the next rule; after the
+/// last rule, ALLOW.
+fn emit_body(body: &Body, out: &mut Vec<sock_filter>) -> Result<(), SandboxError> {
+    for (errno, test) in simplify(body) {
+        let mut rule = Vec::new();
+        // Compares whose false branch skips the rule, and ones whose true
+        // (`jt`) or false (`jf`) branch goes to the rule's return.
+        let (mut misses, mut hits_jt, mut hits_jf) = (Vec::new(), Vec::new(), Vec::new());
+        match test {
+            Test::AnyBit { offset, bits } => {
+                rule.push(ins(BPF_LD_W_ABS, 0, 0, offset));
+                misses.push(rule.len());
+                rule.push(ins(BPF_JSET_K, 0, 0, bits));
+            }
+            Test::OneOf { offset, values } => {
+                rule.push(ins(BPF_LD_W_ABS, 0, 0, offset));
+                for (lo, hi) in ranges(&values) {
+                    if lo == hi {
+                        hits_jt.push(rule.len());
+                        rule.push(ins(BPF_JEQ_K, 0, 0, lo));
+                    } else {
+                        rule.push(ins(BPF_JGE_K, 0, 1, lo));
+                        hits_jf.push(rule.len());
+                        rule.push(ins(BPF_JGT_K, 0, 0, hi));
+                    }
+                }
+                rule.push(ins(BPF_JA, 0, 0, 1));
+            }
+            Test::All(words) => {
+                for (offset, mask, value) in words {
+                    rule.push(ins(BPF_LD_W_ABS, 0, 0, offset));
+                    if mask != u32::MAX {
+                        rule.push(ins(BPF_AND_K, 0, 0, mask));
+                    }
+                    misses.push(rule.len());
+                    rule.push(ins(BPF_JEQ_K, 0, 0, value));
+                }
+            }
+        }
+        rule.push(ret(errno_ret(errno)));
         let len = rule.len();
         for at in misses {
             rule[at].jf = short_jump(len - at - 1)?;
+        }
+        for at in hits_jt {
+            rule[at].jt = short_jump(len - at - 2)?;
+        }
+        for at in hits_jf {
+            rule[at].jf = short_jump(len - at - 2)?;
         }
         out.extend(rule);
     }

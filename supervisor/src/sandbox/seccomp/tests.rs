@@ -426,3 +426,27 @@ proptest! {
         prop_assert_eq!(decide(&programs(), libc::SYS_ioctl, [0, req, 0, 0, 0, 0]), errno(libc::EPERM));
     }
 }
+#[test]
+fn ranges_cover_exactly_the_values() {
+    type Case<'a> = (&'a [u32], &'a [(u32, u32)]);
+    let cases: &[Case] = &[
+        (&[], &[]),
+        (&[5], &[(5, 5)]),
+        (&[3, 1, 2, 2], &[(1, 3)]),
+        (&[0, 3, 4, 9], &[(0, 0), (3, 4), (9, 9)]),
+        (
+            &[u32::MAX, u32::MAX - 1, 0],
+            &[(0, 0), (u32::MAX - 1, u32::MAX)],
+        ),
+    ];
+    for (values, want) in cases {
+        assert_eq!(ranges(values), *want, "{values:?}");
+    }
+}
+
+#[test]
+fn the_default_filter_is_small() {
+    // Namespace flags become one JSET, socket families three ranges.
+    let len = programs()[0].len();
+    assert!(len < 200, "{len} instructions");
+}

@@ -240,10 +240,21 @@ fn search(
         }
         _ => {
             let mid = runs.len() / 2;
-            let at = out.len();
-            out.push(ins(BPF_JGE_K, 0, 0, runs[mid].0));
-            search(&runs[..mid], out, jumps)?;
-            out[at].jt = short_jump(out.len() - at - 1)?;
+            let (mut left, mut left_jumps) = (Vec::new(), Vec::new());
+            search(&runs[..mid], &mut left, &mut left_jumps)?;
+            let first_right = runs[mid].0;
+            match u8::try_from(left.len()) {
+                Ok(skip) => out.push(ins(BPF_JGE_K, skip, 0, first_right)),
+                // Too far for a conditional jump (long deny lists): go
+                // through an unconditional one.
+                Err(_) => {
+                    out.push(ins(BPF_JGE_K, 0, 1, first_right));
+                    out.push(ins(BPF_JA, 0, 0, left.len() as u32));
+                }
+            }
+            let base = out.len();
+            jumps.extend(left_jumps.into_iter().map(|(at, b)| (base + at, b)));
+            out.extend(left);
             search(&runs[mid..], out, jumps)
         }
     }

@@ -427,6 +427,60 @@ proptest! {
     }
 }
 #[test]
+fn a_long_deny_list_decides_alike() {
+    // Hundreds of scattered numbers put the search's branches beyond a
+    // conditional jump's reach (255), so long jumps are needed.
+    let denials: Vec<Denial> = (0..1200)
+        .step_by(3)
+        .map(|nr| Denial {
+            name: "spread",
+            nr,
+            errno: if nr % 2 == 0 {
+                libc::EPERM
+            } else {
+                libc::EACCES
+            },
+            when: if nr % 5 == 0 {
+                vec![ArgMatch {
+                    index: 2,
+                    dword: true,
+                    mask: 0xff,
+                    value: 7,
+                }]
+            } else {
+                vec![]
+            },
+        })
+        .collect();
+    let plan = SeccompPlan {
+        denials,
+        required: true,
+    };
+    let new = vec![compile(&plan).unwrap()];
+    let long_branch =
+        |w: &[sock_filter]| w[0].code == BPF_JGE_K && w[0].jf == 1 && w[1].code == BPF_JA;
+    assert!(
+        new[0].windows(2).any(long_branch),
+        "no long branch exercised"
+    );
+    let old = linear_reference(&plan);
+    for nr in 0..1300 {
+        for a2 in [0, 7, 0x107, 8] {
+            let d = Data {
+                nr,
+                arch: AUDIT_ARCH_X86_64,
+                args: [0, 0, a2, 0, 0, 0],
+            };
+            assert_eq!(
+                decide_on(&new, &d),
+                decide_on(&old, &d),
+                "nr {nr} arg2 {a2:#x}"
+            );
+        }
+    }
+}
+
+#[test]
 fn ranges_cover_exactly_the_values() {
     type Case<'a> = (&'a [u32], &'a [(u32, u32)]);
     let cases: &[Case] = &[

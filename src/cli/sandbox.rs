@@ -41,6 +41,10 @@ pub enum SandboxCommand {
         /// Print JSON instead of a table
         #[arg(long)]
         json: bool,
+        /// Also time another gatehouse binary (e.g. an older build) as the
+        /// contender "gatehouse-against", for before/after in one run
+        #[arg(long, value_name = "BINARY")]
+        against: Option<PathBuf>,
     },
 }
 
@@ -104,7 +108,8 @@ impl Commands {
                 iterations,
                 warmup,
                 json,
-            }) => bench(iterations, warmup, json),
+                against,
+            }) => bench(iterations, warmup, json, against),
             Commands::Doctor { json } => doctor(json),
             Commands::Profile(ProfileCommand::Check {
                 profile,
@@ -273,7 +278,12 @@ fn ca_bundle(path: &Path) -> anyhow::Result<String> {
     Ok(format!("{}\n{}", system.trim_end(), ca))
 }
 
-fn bench(iterations: usize, warmup: usize, json: bool) -> anyhow::Result<ExitCode> {
+fn bench(
+    iterations: usize,
+    warmup: usize,
+    json: bool,
+    against: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
     use gatehouse_supervisor::bench::{self as b, Contender};
     let scratch = std::env::temp_dir().join(format!("gatehouse-bench-{}", std::process::id()));
     let work = scratch.join("work");
@@ -311,7 +321,7 @@ fn bench(iterations: usize, warmup: usize, json: bool) -> anyhow::Result<ExitCod
         };
         let mut bwrap = b::bwrap_args(&profile, &work);
         bwrap.push("/bin/true".into());
-        let contenders = [
+        let mut contenders = vec![
             Contender {
                 name: "fork/exec",
                 program: "/bin/true".into(),
@@ -338,6 +348,13 @@ fn bench(iterations: usize, warmup: usize, json: bool) -> anyhow::Result<ExitCod
                 args: gatehouse_args(true, &unlimited),
             },
         ];
+        if let Some(other) = against {
+            contenders.push(Contender {
+                name: "gatehouse-against",
+                program: other,
+                args: gatehouse_args(true, "default"),
+            });
+        }
         let samples = b::measure(&contenders, iterations, warmup)?;
         let summaries: Vec<b::Summary> = samples.iter().filter_map(|s| b::summarize(s)).collect();
         // Idle cost: the host-side waiter and everything below it.

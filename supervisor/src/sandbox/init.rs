@@ -17,7 +17,7 @@ use crate::plan::{MountStep, Plan};
 
 pub(crate) struct Setup<'a> {
     pub plan: &'a Plan,
-    pub filters: Vec<BpfProgram>,
+    pub filter: BpfProgram,
     pub sync: OwnedFd,
     pub errors: OwnedFd,
     /// This run's cgroups, to join before anything else happens.
@@ -108,7 +108,7 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     let worker_pid = match sys::fork() {
         Ok(0) => {
             drop(listener);
-            worker::main(plan, &setup.filters, &errors, setup.limits_by_cgroup)
+            worker::main(plan, &setup.filter, &errors, setup.limits_by_cgroup)
         }
         Ok(pid) => pid,
         Err(e) => fail(&errors, &format!("fork worker: {e}")),

@@ -181,7 +181,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     let parent = nix::unistd::getppid().as_raw();
     let facts = probe::quick();
     check_required(plan, &facts)?;
-    let filters = seccomp::compile(&plan.seccomp)?;
+    let filter = seccomp::compile(&plan.seccomp)?;
     // Fds the caller leaked to us must not reach the worker.
     sys::mark_all_cloexec();
 
@@ -212,7 +212,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
         drop(err_r);
         init::main(init::Setup {
             plan,
-            filters,
+            filter,
             sync: sync_r,
             errors: err_w,
             joins,

@@ -23,17 +23,17 @@ const LANDLOCK_ABI: ABI = ABI::V7;
 
 pub(crate) fn main(
     plan: &Plan,
-    filters: &[BpfProgram],
+    filter: &BpfProgram,
     errors: &OwnedFd,
     limits_by_cgroup: bool,
 ) -> ! {
-    if let Err(msg) = harden(plan, filters, limits_by_cgroup) {
+    if let Err(msg) = harden(plan, filter, limits_by_cgroup) {
         fail(errors, &msg);
     }
     exec(plan)
 }
 
-fn harden(plan: &Plan, filters: &[BpfProgram], limits_by_cgroup: bool) -> Result<(), String> {
+fn harden(plan: &Plan, filter: &BpfProgram, limits_by_cgroup: bool) -> Result<(), String> {
     nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
     sys::reset_signals();
     set_rlimits(plan, limits_by_cgroup)?;
@@ -51,9 +51,7 @@ fn harden(plan: &Plan, filters: &[BpfProgram], limits_by_cgroup: bool) -> Result
     std::env::set_current_dir(&plan.cwd)
         .map_err(|e| format!("chdir {}: {e}", plan.cwd.display()))?;
     apply_landlock(&plan.landlock)?;
-    for filter in filters {
-        seccompiler::apply_filter(filter).map_err(|e| format!("installing seccomp filter: {e}"))?;
-    }
+    seccompiler::apply_filter(filter).map_err(|e| format!("installing seccomp filter: {e}"))?;
     Ok(())
 }
 

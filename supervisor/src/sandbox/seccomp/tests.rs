@@ -1,10 +1,15 @@
-//! The compiled filters, run through a small classic-BPF interpreter over
-//! `struct seccomp_data`, so decisions are checked without installing them.
+//! The compiled filter, run through a small classic-BPF interpreter over
+//! `struct seccomp_data`, so decisions are checked without installing them;
+//! and proven to decide like the former stack of seccompiler filters.
 
 use proptest::prelude::*;
+use seccompiler::{
+    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    TargetArch,
+};
 
 use super::*;
-use crate::plan::{seccomp_denials, SeccompPlan};
+use crate::plan::{seccomp_denials, Denial, SeccompPlan};
 
 struct Data {
     nr: u32,
@@ -51,26 +56,92 @@ fn run(prog: &[sock_filter], d: &Data) -> u32 {
     }
 }
 
-/// The kernel runs every filter and keeps the most severe action.
+/// The kernel runs every filter, newest first, and keeps the most severe
+/// action; among equally severe ones, the first it saw (the newest).
+fn decide_on(programs: &[BpfProgram], d: &Data) -> u32 {
+    programs
+        .iter()
+        .rev()
+        .map(|p| run(p, d))
+        .min_by_key(|r| (r & 0xffff_0000) as i32)
+        .unwrap()
+}
+
 fn decide(programs: &[BpfProgram], nr: i64, args: [u64; 6]) -> u32 {
     let d = Data {
         nr: nr as u32,
         arch: AUDIT_ARCH_X86_64,
         args,
     };
-    programs
-        .iter()
-        .map(|p| run(p, &d))
-        .min_by_key(|r| (r & 0xffff_0000) as i32)
-        .unwrap()
+    decide_on(programs, &d)
+}
+
+fn default_plan() -> SeccompPlan {
+    SeccompPlan {
+        denials: seccomp_denials(),
+        required: true,
+    }
 }
 
 fn programs() -> Vec<BpfProgram> {
-    compile(&SeccompPlan {
-        denials: seccomp_denials(),
-        required: true,
-    })
-    .unwrap()
+    vec![compile(&default_plan()).unwrap()]
+}
+
+/// The former compiler, kept as the reference: the x32/arch filter, then
+/// one seccompiler filter (linear chains) per errno, installed in
+/// ascending errno order.
+fn linear_reference(plan: &SeccompPlan) -> Vec<BpfProgram> {
+    let mut by_errno: BTreeMap<i32, BTreeMap<i64, Vec<SeccompRule>>> = BTreeMap::new();
+    let always: std::collections::BTreeSet<(i32, i64)> = plan
+        .denials
+        .iter()
+        .filter(|d| d.when.is_empty())
+        .map(|d| (d.errno, d.nr))
+        .collect();
+    for d in &plan.denials {
+        let rules = by_errno
+            .entry(d.errno)
+            .or_default()
+            .entry(d.nr)
+            .or_default();
+        if always.contains(&(d.errno, d.nr)) {
+            continue;
+        }
+        let conditions = d
+            .when
+            .iter()
+            .map(|m| {
+                let len = if m.dword {
+                    SeccompCmpArgLen::Dword
+                } else {
+                    SeccompCmpArgLen::Qword
+                };
+                SeccompCondition::new(m.index, len, SeccompCmpOp::MaskedEq(m.mask), m.value)
+                    .unwrap()
+            })
+            .collect();
+        rules.push(SeccompRule::new(conditions).unwrap());
+    }
+    let mut programs = vec![vec![
+        ins(BPF_LD_W_ABS, 0, 0, 4),
+        ins(BPF_JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+        ins(BPF_RET_K, 0, 0, RET_KILL_PROCESS),
+        ins(BPF_LD_W_ABS, 0, 0, 0),
+        ins(BPF_JGE_K, 1, 0, X32_SYSCALL_BIT),
+        ins(BPF_RET_K, 0, 0, RET_ALLOW),
+        ins(BPF_RET_K, 0, 0, RET_ERRNO | libc::ENOSYS as u32),
+    ]];
+    for (errno, rules) in by_errno {
+        let filter = SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(errno as u32),
+            TargetArch::x86_64,
+        )
+        .unwrap();
+        programs.push(BpfProgram::try_from(filter).unwrap());
+    }
+    programs
 }
 
 fn errno(e: i32) -> u32 {
@@ -151,7 +222,7 @@ fn a_foreign_architecture_is_killed() {
         arch: 0x4000_0003, // i386
         args: [0; 6],
     };
-    assert_eq!(run(&arch_filter(), &d), RET_KILL_PROCESS);
+    assert_eq!(run(&programs()[0], &d), RET_KILL_PROCESS);
 }
 
 #[test]
@@ -161,7 +232,182 @@ fn programs_fit_the_kernel_limit() {
     }
 }
 
+/// Counts the instructions the kernel's install-time emulation walks for a
+/// number before it reaches a return (`None` once it would load an
+/// argument, where the emulation gives up).
+fn emulated_steps(prog: &[sock_filter], nr: u32) -> Option<usize> {
+    let (mut acc, mut pc, mut steps) = (0u32, 0usize, 0usize);
+    loop {
+        let i = &prog[pc];
+        pc += 1;
+        steps += 1;
+        let jump = |cond: bool| if cond { i.jt as usize } else { i.jf as usize };
+        match i.code {
+            0x20 if i.k == 0 => acc = nr,
+            0x20 if i.k == 4 => acc = AUDIT_ARCH_X86_64,
+            0x20 => return None,
+            0x05 => pc += i.k as usize,
+            0x15 => pc += jump(acc == i.k),
+            0x35 => pc += jump(acc >= i.k),
+            0x06 => return Some(steps),
+            code => panic!("the kernel's emulation does not take opcode {code:#x}"),
+        }
+    }
+}
+
+#[test]
+fn every_syscall_number_is_decided_in_a_few_steps() {
+    let new = &programs()[0];
+    let old = linear_reference(&default_plan());
+    let worst = |p: &[sock_filter]| {
+        (0..1024)
+            .filter_map(|nr| emulated_steps(p, nr))
+            .max()
+            .unwrap()
+    };
+    let new_worst = worst(new);
+    assert!(new_worst <= 16, "{new_worst} steps");
+    // The former chain took far longer for the numbers it allowed.
+    assert!(
+        worst(&old[1]) > 4 * new_worst,
+        "{} vs {new_worst}",
+        worst(&old[1])
+    );
+}
+
+#[test]
+fn same_decisions_as_the_linear_filters_for_every_number() {
+    let (new, old) = (programs(), linear_reference(&default_plan()));
+    let arg_sets = interesting_args();
+    for nr in (0..1024u32).chain((0..1024).map(|n| n | X32_SYSCALL_BIT)) {
+        for args in &arg_sets {
+            let d = Data {
+                nr,
+                arch: AUDIT_ARCH_X86_64,
+                args: *args,
+            };
+            assert_eq!(
+                decide_on(&new, &d),
+                decide_on(&old, &d),
+                "nr {nr} args {args:x?}"
+            );
+        }
+    }
+}
+
+/// Argument values on both sides of every rule's boundary.
+fn interesting_args() -> Vec<[u64; 6]> {
+    let mut a0: Vec<u64> = (0..70).collect();
+    a0.extend((0..64).map(|b| 1u64 << b));
+    a0.extend([libc::SIGCHLD as u64, 0x3d0f00, u64::MAX, 0xdead_0000_0002]);
+    let a1 = [
+        0,
+        libc::TIOCSTI,
+        libc::TIOCLINUX,
+        libc::TCGETS,
+        libc::TIOCSTI | 1 << 40,
+    ];
+    a0.iter()
+        .flat_map(|&x| a1.iter().map(move |&y| [x, y, 0, 0, 0, 0]))
+        .collect()
+}
+
+/// A syscall number near the listed ones, or anything.
+fn any_nr() -> impl Strategy<Value = u32> {
+    let listed: Vec<u32> = seccomp_denials().iter().map(|d| d.nr as u32).collect();
+    prop_oneof![
+        (prop::sample::select(listed), -1i64..=1).prop_map(|(nr, d)| (i64::from(nr) + d) as u32),
+        0u32..1024,
+        any::<u32>(),
+    ]
+}
+
+/// Arguments near the rules' values, with random bits around them.
+fn any_arg() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        0u64..80,
+        (any::<u32>(), 0u64..70).prop_map(|(h, l)| (u64::from(h) << 32) | l),
+        (0u32..64).prop_map(|b| 1u64 << b),
+        (any::<u64>(), 0u32..64).prop_map(|(x, b)| x | 1 << b),
+        (
+            any::<u32>(),
+            prop::sample::select(vec![libc::TIOCSTI, libc::TIOCLINUX, libc::TCGETS])
+        )
+            .prop_map(|(h, r)| (u64::from(h) << 32) | r),
+        any::<u64>(),
+    ]
+}
+
+/// A random plan: few syscall numbers so denials collide, errnos that
+/// conflict, conditions of both widths (some that can never hold).
+fn any_plan() -> impl Strategy<Value = SeccompPlan> {
+    let cond = (0u8..3, any::<bool>(), any::<u64>(), any::<u64>(), 0u8..4).prop_map(
+        |(index, dword, mask, value, kind)| {
+            let (mask, value) = match kind {
+                0 => (mask, value & mask),
+                1 => (mask, value), // usually impossible
+                2 => (u64::MAX, value % 8),
+                _ => (1 << (mask % 64), 1 << (mask % 64)),
+            };
+            let (mask, value) = if dword {
+                (mask & 0xffff_ffff, value & 0xffff_ffff)
+            } else {
+                (mask, value)
+            };
+            ArgMatch {
+                index,
+                dword,
+                mask,
+                value,
+            }
+        },
+    );
+    let denial = (
+        0i64..12,
+        prop::sample::select(vec![1, 13, 38, 97]),
+        prop::collection::vec(cond, 0..3),
+    )
+        .prop_map(|(nr, errno, when)| Denial {
+            name: "random",
+            nr,
+            errno,
+            when,
+        });
+    prop::collection::vec(denial, 0..12).prop_map(|denials| SeccompPlan {
+        denials,
+        required: true,
+    })
+}
+
 proptest! {
+    /// The new program and the former filters decide alike on the default
+    /// plan, for any number and arguments, on x86-64 and elsewhere.
+    #[test]
+    fn same_decisions_as_the_linear_filters(
+        nr in any_nr(),
+        args in prop::array::uniform6(any_arg()),
+        foreign in prop::sample::select(vec![None, Some(0x4000_0003u32), Some(0xC000_00B7)]),
+    ) {
+        let d = Data { nr, arch: foreign.unwrap_or(AUDIT_ARCH_X86_64), args };
+        let (new, old) = (programs(), linear_reference(&default_plan()));
+        prop_assert_eq!(decide_on(&new, &d), decide_on(&old, &d));
+    }
+
+    /// The same for random plans, where denials of one syscall overlap and
+    /// disagree on the errno.
+    #[test]
+    fn same_decisions_for_random_plans(
+        plan in any_plan(),
+        probes in prop::collection::vec((0u32..14, prop::array::uniform6(any_arg())), 32),
+    ) {
+        let new = vec![compile(&plan).unwrap()];
+        let old = linear_reference(&plan);
+        for (nr, args) in probes {
+            let d = Data { nr, arch: AUDIT_ARCH_X86_64, args };
+            prop_assert_eq!(decide_on(&new, &d), decide_on(&old, &d), "nr {} args {:x?}", nr, args);
+        }
+    }
+
     /// Any clone flags with a namespace bit are denied, whatever else is set.
     #[test]
     fn clone_with_any_namespace_flag_is_denied(other in any::<u64>(), pick in 0usize..8) {
@@ -179,4 +425,82 @@ proptest! {
         let req = (u64::from(high) << 32) | libc::TIOCSTI;
         prop_assert_eq!(decide(&programs(), libc::SYS_ioctl, [0, req, 0, 0, 0, 0]), errno(libc::EPERM));
     }
+}
+#[test]
+fn a_long_deny_list_decides_alike() {
+    // Hundreds of scattered numbers put the search's branches beyond a
+    // conditional jump's reach (255), so long jumps are needed.
+    let denials: Vec<Denial> = (0..1200)
+        .step_by(3)
+        .map(|nr| Denial {
+            name: "spread",
+            nr,
+            errno: if nr % 2 == 0 {
+                libc::EPERM
+            } else {
+                libc::EACCES
+            },
+            when: if nr % 5 == 0 {
+                vec![ArgMatch {
+                    index: 2,
+                    dword: true,
+                    mask: 0xff,
+                    value: 7,
+                }]
+            } else {
+                vec![]
+            },
+        })
+        .collect();
+    let plan = SeccompPlan {
+        denials,
+        required: true,
+    };
+    let new = vec![compile(&plan).unwrap()];
+    let long_branch =
+        |w: &[sock_filter]| w[0].code == BPF_JGE_K && w[0].jf == 1 && w[1].code == BPF_JA;
+    assert!(
+        new[0].windows(2).any(long_branch),
+        "no long branch exercised"
+    );
+    let old = linear_reference(&plan);
+    for nr in 0..1300 {
+        for a2 in [0, 7, 0x107, 8] {
+            let d = Data {
+                nr,
+                arch: AUDIT_ARCH_X86_64,
+                args: [0, 0, a2, 0, 0, 0],
+            };
+            assert_eq!(
+                decide_on(&new, &d),
+                decide_on(&old, &d),
+                "nr {nr} arg2 {a2:#x}"
+            );
+        }
+    }
+}
+
+#[test]
+fn ranges_cover_exactly_the_values() {
+    type Case<'a> = (&'a [u32], &'a [(u32, u32)]);
+    let cases: &[Case] = &[
+        (&[], &[]),
+        (&[5], &[(5, 5)]),
+        (&[3, 1, 2, 2], &[(1, 3)]),
+        (&[0, 3, 4, 9], &[(0, 0), (3, 4), (9, 9)]),
+        (
+            &[u32::MAX, u32::MAX - 1, 0],
+            &[(0, 0), (u32::MAX - 1, u32::MAX)],
+        ),
+    ];
+    for (values, want) in cases {
+        assert_eq!(ranges(values), *want, "{values:?}");
+    }
+}
+
+#[test]
+fn the_default_filter_is_small() {
+    // Namespace flags become one JSET, socket families three ranges.
+    let len = programs()[0].len();
+    assert!(len < 200, "{len} instructions");
 }

@@ -375,3 +375,36 @@ fn named_profiles_come_from_the_profiles_dir_and_can_name_the_command() {
     assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{r:#?}");
     assert!(r.stderr.contains("no command"), "{r:#?}");
 }
+
+#[test]
+fn a_work_dir_the_worker_user_cannot_enter_fails_closed_with_a_hint() {
+    use std::os::unix::fs::PermissionsExt;
+    if !modes().contains(&Mode::Root) {
+        return;
+    }
+    let s = Scratch::new(Mode::Root);
+    // Root's own private directory: the worker (gatehouse-worker) may not enter it.
+    let private = s.path("root-only");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = s
+        .command(&[
+            "sandbox",
+            "run",
+            "--profile",
+            "default",
+            "--workdir",
+            private.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "echo should-not-run",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let r = Run::from(out);
+    assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{r:#?}");
+    assert!(r.stderr.contains("--worker-user"), "{r:#?}");
+    assert!(!r.stdout.contains("should-not-run"));
+}

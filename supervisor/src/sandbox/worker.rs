@@ -48,8 +48,18 @@ fn harden(plan: &Plan, filter: &BpfProgram, limits_by_cgroup: bool) -> Result<()
         caps::clear(None, set).map_err(|e| format!("dropping {set:?} capabilities: {e}"))?;
     }
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
-    std::env::set_current_dir(&plan.cwd)
-        .map_err(|e| format!("chdir {}: {e}", plan.cwd.display()))?;
+    std::env::set_current_dir(&plan.cwd).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            // The common mistake: root runs the sandbox on a directory only
+            // root may enter, but the worker is `--worker-user`, not root.
+            " (the worker's host user cannot enter the work dir: when started by root \
+                 the worker runs as --worker-user, default gatehouse-worker; make the \
+                 work dir readable and writable by it, e.g. with chown)"
+        } else {
+            ""
+        };
+        format!("chdir {}: {e}{hint}", plan.cwd.display())
+    })?;
     apply_landlock(&plan.landlock)?;
     seccompiler::apply_filter(filter).map_err(|e| format!("installing seccomp filter: {e}"))?;
     Ok(())

@@ -3,7 +3,8 @@
 //! decision.
 //!
 //! Run: `cargo bench -p gatehouse-router --bench decisions`
-//! (optionally `-- --triggers N --threads M`).
+//! (optionally `-- --triggers N --threads M`; `-- --router-only` runs just
+//! the router at sync=Normal, for profiling).
 //!
 //! Prints, for each configuration, decisions per second and the p50/p99
 //! latency per decision, and ratios against two baselines measured in the
@@ -246,6 +247,25 @@ fn main() {
     // The slow full-sync runs replay a tenth of the triggers.
     let full_n = (count / 10).max(1);
 
+    if std::env::args().any(|a| a == "--router-only") {
+        // For profiling: the router at sync=Normal and nothing else.
+        let mut run = router(&policy, &inputs, Durability::Normal, dir.path());
+        let (p99, p999, max) = (
+            run.percentile(0.99),
+            run.percentile(0.999),
+            run.percentile(1.0),
+        );
+        println!(
+            "{}: {:.0} decisions/s, p99 {:.1} µs, p99.9 {:.1} µs, max {:.1} µs, {:.0} decisions/cpu-s",
+            run.name,
+            run.per_second(),
+            p99.as_secs_f64() * 1e6,
+            p999.as_secs_f64() * 1e6,
+            max.as_secs_f64() * 1e6,
+            run.per_cpu_second()
+        );
+        return;
+    }
     let mut runs = vec![
         pure(&policy, &inputs),
         bare_sqlite(count, Durability::Normal, dir.path()),

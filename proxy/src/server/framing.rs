@@ -19,7 +19,7 @@ use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 
 /// What hyper is given instead of a refused head: not a valid method
 /// token, so hyper answers 400 Bad Request and closes the connection.
-const POISON: &[u8] = b"\x00\r\n\r\n";
+pub const POISON: &[u8] = b"\x00\r\n\r\n";
 
 /// Heads longer than this are passed to hyper unchecked, which refuses
 /// them (431) against its own, smaller limit.

@@ -196,6 +196,70 @@ async fn latencies(targets: &[&Target], n: usize) -> Vec<Latency> {
         .collect()
 }
 
+/// Throughput and the contender's CPU time per request (`cpu` reads its
+/// CPU clock ticks so far): the second figure is what a shared machine
+/// distorts least.
+struct Measured {
+    rate: f64,
+    cpu_us_per_request: f64,
+}
+
+async fn measure(target: &Target, clients: usize, secs: u64, cpu: impl Fn() -> u64) -> Measured {
+    let (before, started) = (cpu(), Instant::now());
+    let rate = throughput(target, clients, secs).await;
+    let requests = rate * started.elapsed().as_secs_f64();
+    let ticks = cpu().saturating_sub(before) as f64;
+    Measured {
+        rate,
+        cpu_us_per_request: ticks * 1e6 / clock_ticks_per_sec() / requests,
+    }
+}
+
+/// `/proc` reports CPU time in USER_HZ ticks, 100 per second on Linux.
+fn clock_ticks_per_sec() -> f64 {
+    100.0
+}
+
+/// utime + stime from a `/proc/.../stat` line (fields 14 and 15).
+fn stat_ticks(stat: &str) -> u64 {
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
+}
+
+/// CPU ticks of this process's threads whose name starts with a prefix
+/// (the proxy's runtime workers and its audit writer).
+fn thread_ticks(prefixes: &[&str]) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if prefixes.iter().any(|p| comm.starts_with(p)) {
+            total +=
+                stat_ticks(&std::fs::read_to_string(task.path().join("stat")).unwrap_or_default());
+        }
+    }
+    total
+}
+
+/// CPU ticks of a process and its children (nginx's master and workers).
+fn process_tree_ticks(pid: u32) -> u64 {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    stat_ticks(&own)
+        + children
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .map(process_tree_ticks)
+            .sum::<u64>()
+}
+
 async fn throughput(target: &Target, clients: usize, secs: u64) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let mut senders = Vec::new();
@@ -373,7 +437,8 @@ fn main() {
 
     // The proxy, on its own runtime (as in `gatehouse proxy`).
     let proxy_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(env_or("BENCH_PROXY_WORKERS", 2) as usize)
+        .thread_name("bench-proxy")
         .enable_all()
         .build()
         .unwrap();
@@ -439,6 +504,7 @@ fn main() {
 
     let client_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name("bench-client")
         .enable_all()
         .build()
         .unwrap();
@@ -461,16 +527,23 @@ fn main() {
         // rounds and report the median of each, and of the per-round ratio.
         let rounds = env_or("BENCH_ROUNDS", 3) as usize;
         println!("throughput, 32 concurrent keep-alive clients, {rounds} interleaved rounds of {secs} s each:");
+        let nginx_pid = nginx.0.id();
         let (mut d_tp, mut n_tp, mut p_tp, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut n_cpu, mut p_cpu) = (Vec::new(), Vec::new());
         for round in 1..=rounds {
             let d = throughput(&direct, 32, secs).await;
-            let n = throughput(&via_nginx, 32, secs).await;
-            let p = throughput(&via_proxy, 32, secs).await;
-            println!("  round {round}: direct {d:>7.0}  nginx {n:>7.0}  proxy {p:>7.0} req/s  proxy/nginx {:.2}×", p / n);
+            let n = measure(&via_nginx, 32, secs, || process_tree_ticks(nginx_pid)).await;
+            let p = measure(&via_proxy, 32, secs, || thread_ticks(&["bench-proxy", "gatehouse-audit"])).await;
+            println!(
+                "  round {round}: direct {d:>7.0}  nginx {:>7.0}  proxy {:>7.0} req/s  proxy/nginx {:.2}×   CPU per request: nginx {:.1} µs, proxy {:.1} µs",
+                n.rate, p.rate, p.rate / n.rate, n.cpu_us_per_request, p.cpu_us_per_request
+            );
             d_tp.push(d);
-            n_tp.push(n);
-            p_tp.push(p);
-            ratio.push(p / n);
+            n_tp.push(n.rate);
+            p_tp.push(p.rate);
+            ratio.push(p.rate / n.rate);
+            n_cpu.push(n.cpu_us_per_request);
+            p_cpu.push(p.cpu_us_per_request);
         }
         let median = |v: &mut Vec<f64>| {
             v.sort_by(|a, b| a.total_cmp(b));
@@ -479,6 +552,8 @@ fn main() {
         let (d, n, p, r) = (median(&mut d_tp), median(&mut n_tp), median(&mut p_tp), median(&mut ratio));
         println!("  median: direct {d:.0} req/s, nginx {n:.0} req/s, proxy {p:.0} req/s");
         println!("  proxy/nginx = {r:.2}× (median of rounds)   proxy/direct = {:.2}×   nginx/direct = {:.2}×", p / d, n / d);
+        let (nc, pc) = (median(&mut n_cpu), median(&mut p_cpu));
+        println!("  CPU per request (median): nginx {nc:.1} µs, proxy {pc:.1} µs (incl. audit writer); nginx/proxy = {:.2}×", nc / pc);
     });
     drop(nginx);
     proxy_rt.block_on(proxy.shutdown());

@@ -22,7 +22,7 @@ use super::{Identity, Proxy};
 use crate::audit::{rfc3339_utc, CompletionRecord, MessageRecord, Outcome, Record, RequestRecord};
 use crate::body::{self, CountingBody, PrefixedBody, ProxyBody, RedactingBody};
 use crate::receive_pack;
-use crate::redact::{redact_all, Redactor};
+use crate::redact::{contains_secret, redact_all, redact_body, Redactor};
 
 /// Largest body buffered to hash a message or to find the created id.
 const MESSAGE_BODY_LIMIT: usize = 1 << 20;
@@ -473,7 +473,6 @@ pub(super) async fn handle(
         .and_then(|v| v.parse::<usize>().ok());
     let secrets = proxy.credentials.held_secrets();
     strip_response_headers(&mut resp_parts.headers, &secrets);
-    let redactor = Redactor::shared(secrets.clone());
 
     if let Some(message) = &grant.message {
         // Message answers are small JSON: read them whole to log the id of
@@ -498,7 +497,7 @@ pub(super) async fn handle(
                 Value::String(s) => s,
                 other => other.to_string(),
             });
-        let redacted = Bytes::from(redact_all(&secrets, &bytes));
+        let redacted = redact_body(&secrets, bytes);
         completion.record(status.as_u16(), redacted.len() as u64, created, None);
         let mut resp = Response::from_parts(resp_parts, body::full(redacted));
         resp.headers_mut().remove(header::CONTENT_LENGTH);
@@ -523,7 +522,7 @@ pub(super) async fn handle(
                 ));
             }
         };
-        let redacted = Bytes::from(redact_all(&secrets, &bytes));
+        let redacted = redact_body(&secrets, bytes);
         completion.record(status.as_u16(), redacted.len() as u64, None, None);
         return Ok(Response::from_parts(resp_parts, body::full(redacted)));
     }
@@ -532,6 +531,7 @@ pub(super) async fn handle(
         let error = (!completed).then(|| "the response body did not complete".to_string());
         completion.record(status.as_u16(), bytes, None, error);
     });
+    let redactor = Redactor::shared(secrets);
     let body = body::boxed(RedactingBody::new(resp_body, redactor, on_end));
     Ok(Response::from_parts(resp_parts, body))
 }
@@ -613,11 +613,7 @@ fn strip_response_headers(headers: &mut HeaderMap, secrets: &[Vec<u8>]) {
     }
     let leaking: Vec<HeaderName> = headers
         .iter()
-        .filter(|(_, v)| {
-            secrets
-                .iter()
-                .any(|s| v.as_bytes().windows(s.len()).any(|w| w == &s[..]))
-        })
+        .filter(|(_, v)| contains_secret(secrets, v.as_bytes()))
         .map(|(n, _)| n.clone())
         .collect();
     for name in leaking {

@@ -3,7 +3,6 @@
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
-use std::path::Path;
 
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
@@ -120,7 +119,8 @@ fn apply_landlock(plan: &LandlockPlan) -> Result<(), String> {
             continue; // absent on this host, so nothing to grant
         };
         let mut bits = fs_access(*access);
-        if !Path::new(path).is_dir() {
+        // fstat on the fd just opened, not a second walk of the path.
+        if !is_dir(&fd) {
             bits &= AccessFs::from_file(LANDLOCK_ABI);
         }
         ruleset = ruleset
@@ -137,6 +137,15 @@ fn apply_landlock(plan: &LandlockPlan) -> Result<(), String> {
         return Err("required protection missing: Landlock is not enforced by this kernel. Run `gatehouse doctor`; use a profile with require.landlock = false only if you accept that".to_string());
     }
     Ok(())
+}
+
+/// Whether `fd` is a directory; an fd that cannot be stat'ed counts as a
+/// file, which grants fewer rights.
+fn is_dir(fd: &PathFd) -> bool {
+    use nix::sys::stat::{fstat, SFlag};
+    fstat(fd).is_ok_and(|st| {
+        SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR
+    })
 }
 
 /// execve through the sandbox's PATH, like a shell: 127 when not found,

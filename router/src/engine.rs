@@ -221,7 +221,7 @@ impl<J: Judge> Router<J> {
                 at: now,
                 input,
             };
-            let latest = tx.read().latest_ticket(&thread.id)?;
+            let latest = tx.latest_ticket(&thread.id)?;
             let route = route_trigger(&trigger, policy, judge, latest.as_ref());
             let trigger_id = trigger.id.clone();
             tx.insert_trigger(&TriggerRecord {

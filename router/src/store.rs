@@ -222,6 +222,46 @@ pub struct Store {
     /// `PRAGMA data_version` when the clock was last loaded; it changes when
     /// another connection commits, and then the clock is reloaded.
     data_version: i64,
+    cache: Cache,
+}
+
+/// What the decision path would otherwise read back at every decision.
+///
+/// Threads never change once stored, so an entry stays true for good. A
+/// thread's latest ticket changes only through writes: this store's own
+/// (which update the cache in the same transaction) or another
+/// connection's, which change `PRAGMA data_version` and empty the cache
+/// before the next decision reads it. A rolled-back transaction empties it
+/// too, so nothing it wrote survives here.
+#[derive(Default)]
+struct Cache {
+    threads: std::collections::HashMap<String, ThreadRecord>,
+    latest: std::collections::HashMap<ThreadId, Option<Ticket>>,
+}
+
+/// Past this many entries a map is emptied rather than grown: the cache
+/// only saves reads, so forgetting is always correct.
+const CACHE_ENTRIES: usize = 1 << 16;
+
+impl Cache {
+    fn clear(&mut self) {
+        self.threads.clear();
+        self.latest.clear();
+    }
+
+    fn remember_thread(&mut self, t: &ThreadRecord) {
+        if self.threads.len() >= CACHE_ENTRIES {
+            self.threads.clear();
+        }
+        self.threads.insert(t.key.clone(), t.clone());
+    }
+
+    fn remember_latest(&mut self, thread: &ThreadId, ticket: Option<&Ticket>) {
+        if self.latest.len() >= CACHE_ENTRIES {
+            self.latest.clear();
+        }
+        self.latest.insert(thread.clone(), ticket.cloned());
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -272,6 +312,7 @@ impl Store {
             conn,
             clock,
             data_version,
+            cache: Cache::default(),
         })
     }
 
@@ -284,32 +325,40 @@ impl Store {
             conn,
             clock,
             data_version,
+            cache,
             ..
         } = self;
         let saved = (clock.clone(), *data_version);
         let result = (|| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(StoreError::from)?;
+            // BEGIN and COMMIT are prepared once and kept (rusqlite's
+            // `Transaction` prepares them again at every decision).
+            let tx = Open::begin(conn).map_err(StoreError::from)?;
             // Holding the write lock: if another connection committed since
             // the clock was loaded, its ids are in the tables; resume after them.
-            let version: i64 = tx
+            let version: i64 = conn
                 .prepare_cached("PRAGMA data_version")
                 .and_then(|mut s| s.query_row([], |r| r.get(0)))
                 .map_err(StoreError::from)?;
             if version != *data_version {
-                *clock = IdClock::from_rows(clock_rows(&tx)?);
+                *clock = IdClock::from_rows(clock_rows(conn)?);
                 *data_version = version;
+                cache.clear();
             }
-            let mut wrapped = Tx { tx, clock };
+            let mut wrapped = Tx {
+                tx: conn,
+                clock,
+                cache,
+            };
             let value = f(&mut wrapped)?;
-            wrapped.tx.commit().map_err(StoreError::from)?;
+            tx.commit().map_err(StoreError::from)?;
             Ok(value)
         })();
         if result.is_err() {
             // Ids issued in a rolled-back transaction were never stored; the
-            // clock goes back to what the database holds.
+            // clock goes back to what the database holds, and the cache
+            // forgets what the transaction wrote.
             (*clock, *data_version) = saved;
+            cache.clear();
         }
         result
     }
@@ -317,6 +366,36 @@ impl Store {
     /// Read-only access outside a decision.
     pub fn read(&self) -> Reader<'_> {
         Reader { conn: &self.conn }
+    }
+}
+
+/// An open `BEGIN IMMEDIATE` transaction; rolled back when dropped
+/// uncommitted (an error or a panic in the decision).
+struct Open<'c> {
+    conn: &'c Connection,
+    done: bool,
+}
+
+impl<'c> Open<'c> {
+    fn begin(conn: &'c Connection) -> rusqlite::Result<Self> {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Self { conn, done: false })
+    }
+
+    fn commit(mut self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        if !self.done && !self.conn.is_autocommit() {
+            if let Err(e) = self.conn.execute_batch("ROLLBACK") {
+                tracing::warn!("rolling back a failed decision: {e}");
+            }
+        }
     }
 }
 
@@ -836,13 +915,14 @@ fn parse_cursor(c: &str) -> Result<String> {
 
 /// One decision's transaction.
 pub struct Tx<'c> {
-    tx: rusqlite::Transaction<'c>,
+    tx: &'c Connection,
     clock: &'c mut IdClock,
+    cache: &'c mut Cache,
 }
 
 impl Tx<'_> {
     pub fn read(&self) -> Reader<'_> {
-        Reader { conn: &self.tx }
+        Reader { conn: self.tx }
     }
 
     /// Issues a new id. The caller stores it in this transaction; that is
@@ -853,18 +933,36 @@ impl Tx<'_> {
 
     /// The thread with this key, created if new.
     pub fn ensure_thread(&mut self, key: &str, now: u64) -> Result<ThreadRecord> {
+        if let Some(t) = self.cache.threads.get(key) {
+            return Ok(t.clone());
+        }
         if let Some(t) = self.read().thread_by_key(key)? {
+            self.cache.remember_thread(&t);
             return Ok(t);
         }
         let id: ThreadId = self.issue(now)?;
         self.tx
             .prepare_cached("INSERT INTO threads (id, key, created_at) VALUES (?1, ?2, ?3)")?
             .execute(params![id.as_str(), key, sql_u64(now)])?;
-        Ok(ThreadRecord {
+        let t = ThreadRecord {
             id,
             key: key.to_owned(),
             created_at: now,
-        })
+        };
+        self.cache.remember_thread(&t);
+        // A new thread has no ticket yet.
+        self.cache.remember_latest(&t.id, None);
+        Ok(t)
+    }
+
+    /// The thread's most recent ticket (see [`Reader::latest_ticket`]).
+    pub fn latest_ticket(&mut self, thread: &ThreadId) -> Result<Option<Ticket>> {
+        if let Some(t) = self.cache.latest.get(thread) {
+            return Ok(t.clone());
+        }
+        let t = self.read().latest_ticket(thread)?;
+        self.cache.remember_latest(thread, t.as_ref());
+        Ok(t)
     }
 
     /// Creates a thread with a given id; for tests that build tickets by hand.
@@ -929,6 +1027,8 @@ impl Tx<'_> {
                 sql_u64(t.opened_at),
                 sql_u64(t.updated_at),
             ])?;
+        // Ticket ids grow, so the new ticket is its thread's latest.
+        self.cache.remember_latest(&t.thread, Some(t));
         Ok(())
     }
 
@@ -951,6 +1051,8 @@ impl Tx<'_> {
         if n == 0 {
             return Err(not_found("ticket", t.id.as_str()));
         }
+        // Read back from the table when next needed.
+        self.cache.latest.remove(&t.thread);
         Ok(())
     }
 

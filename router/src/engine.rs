@@ -13,7 +13,7 @@ use crate::id::{ReplyId, ThreadId, TicketId, TriggerId};
 use crate::policy::{Policy, PolicyVersion};
 use crate::reply::{check_note, check_reply, Purpose, Refusal, ReplyAttempt, TriggerRecord};
 use crate::route::{route_trigger, NoTicket, TicketAction};
-use crate::store::{text_sha256, InboxItem, ReplyRecord, ReplyTarget, Store, StoreError, Tx};
+use crate::store::{text_sha256, ReplyRecord, ReplyTarget, Store, StoreError, Tx};
 use crate::ticket::{
     apply_report, end_ticket, EndRefusal, EndRequester, Mandate, Outcome, Report, ReportRefusal,
     RevalidationFailure, Ticket, TicketState,
@@ -224,18 +224,11 @@ impl<J: Judge> Router<J> {
             let latest = tx.latest_ticket(&thread.id)?;
             let route = route_trigger(&trigger, policy, judge, latest.as_ref());
             let trigger_id = trigger.id.clone();
-            tx.insert_trigger(&TriggerRecord {
-                trigger,
-                thread: thread.id.clone(),
-                admission: route.admission.clone(),
-            })?;
-            let inbox = InboxItem::Trigger(trigger_id.clone());
+            // The ticket is written first: the trigger's row names the ticket
+            // whose inbox it went to.
             let ticket = match route.ticket {
                 TicketAction::None { why } => TicketOutcome::None { why },
-                TicketAction::PassThrough { ticket } => {
-                    tx.push_inbox(&ticket, &inbox, now)?;
-                    TicketOutcome::PassThrough { ticket }
-                }
+                TicketAction::PassThrough { ticket } => TicketOutcome::PassThrough { ticket },
                 TicketAction::Open { mandate } => {
                     let ticket = Ticket {
                         id: tx.issue(now)?,
@@ -249,7 +242,6 @@ impl<J: Judge> Router<J> {
                         updated_at: now,
                     };
                     tx.insert_ticket(&ticket)?;
-                    tx.push_inbox(&ticket.id, &inbox, now)?;
                     TicketOutcome::Opened {
                         ticket: ticket.id,
                         mandate: ticket.mandate,
@@ -264,13 +256,26 @@ impl<J: Judge> Router<J> {
                     t.mandate = mandate.clone();
                     t.updated_at = now;
                     tx.update_ticket(&t)?;
-                    tx.push_inbox(&ticket, &inbox, now)?;
                     TicketOutcome::Resumed { ticket, mandate }
                 }
                 TicketAction::StaysEnded { ticket, reason } => {
                     TicketOutcome::StaysEnded { ticket, reason }
                 }
             };
+            let inbox = match &ticket {
+                TicketOutcome::PassThrough { ticket }
+                | TicketOutcome::Opened { ticket, .. }
+                | TicketOutcome::Resumed { ticket, .. } => Some(ticket),
+                TicketOutcome::None { .. } | TicketOutcome::StaysEnded { .. } => None,
+            };
+            tx.insert_trigger(
+                &TriggerRecord {
+                    trigger,
+                    thread: thread.id.clone(),
+                    admission: route.admission.clone(),
+                },
+                inbox,
+            )?;
             let decision = Decision::Trigger(Box::new(TriggerDecision {
                 trigger: trigger_id,
                 thread: thread.id,
@@ -417,7 +422,7 @@ impl<J: Judge> Router<J> {
             } else {
                 match check_note(&text, &limits) {
                     Ok(()) => {
-                        tx.push_inbox(&ticket.id, &InboxItem::Note(text.clone()), now)?;
+                        tx.push_note(&ticket.id, &text, now)?;
                         allowed(NoteAccepted {
                             words: count_words(&text),
                         })

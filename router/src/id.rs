@@ -142,9 +142,19 @@ impl IdClock {
             Some(&(last_ms, _)) => (last_ms + 1, 0),
         };
         self.last.insert(K::PREFIX.to_owned(), (ms, seq));
-        // 12 hex digits hold milliseconds until the year 10889.
-        K::from_issued(format!("{}_{ms:012x}{seq:06x}", K::PREFIX))
+        K::from_issued(format_id(K::PREFIX, ms, seq))
     }
+
+    /// The last id issued of kind `K`, if any.
+    pub fn last_issued<K: IdKind>(&self) -> Option<K> {
+        self.last(K::PREFIX)
+            .map(|(ms, seq)| K::from_issued(format_id(K::PREFIX, ms, seq)))
+    }
+}
+
+fn format_id(prefix: &str, ms: u64, seq: u32) -> String {
+    // 12 hex digits hold milliseconds until the year 10889.
+    format!("{prefix}_{ms:012x}{seq:06x}")
 }
 
 #[cfg(test)]

@@ -78,7 +78,8 @@ pub enum Durability {
 }
 
 /// Migrations, in order; `PRAGMA user_version` counts those applied.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE payloads (
     id INTEGER PRIMARY KEY,
     sha256 TEXT NOT NULL,
@@ -159,7 +160,32 @@ CREATE TABLE policies (
     loaded_at INTEGER NOT NULL,
     body TEXT NOT NULL
 ) STRICT;
-"#];
+"#,
+    // 2: a trigger's row names the ticket whose inbox it went to, instead of
+    // an inbox row and its index entry (two fewer B-tree pages written per
+    // pass-through). Notes keep a table of their own; each records the last
+    // trigger id issued before it, which places it among the triggers.
+    r#"
+ALTER TABLE triggers ADD COLUMN ticket_id TEXT REFERENCES tickets(id);
+UPDATE triggers SET ticket_id = inbox.ticket_id
+    FROM inbox WHERE inbox.trigger_id = triggers.id;
+CREATE TABLE notes (
+    seq INTEGER PRIMARY KEY,
+    ticket_id TEXT NOT NULL REFERENCES tickets(id),
+    after_trigger TEXT NOT NULL,
+    body TEXT NOT NULL,
+    at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX notes_by_ticket ON notes(ticket_id, seq);
+INSERT INTO notes (seq, ticket_id, after_trigger, body, at)
+    SELECT seq, ticket_id,
+           coalesce((SELECT max(earlier.trigger_id) FROM inbox earlier
+                     WHERE earlier.ticket_id = inbox.ticket_id AND earlier.seq < inbox.seq), ''),
+           note, at
+    FROM inbox WHERE note IS NOT NULL;
+DROP TABLE inbox;
+"#,
+];
 
 /// A thread as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -796,9 +822,15 @@ impl Reader<'_> {
     }
 
     /// The ticket's inbox: triggers passed through and notes, oldest first.
+    /// A note comes after the triggers up to its `after_trigger` and before
+    /// later ones; notes after the same trigger keep their order.
     pub fn inbox(&self, ticket: &TicketId) -> Result<Vec<InboxItem>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT trigger_id, note FROM inbox WHERE ticket_id = ?1 ORDER BY seq",
+            "SELECT id, NULL, id AS pos, 0 AS n FROM triggers
+               WHERE thread_id = (SELECT thread_id FROM tickets WHERE id = ?1) AND ticket_id = ?1
+             UNION ALL
+             SELECT NULL, body, after_trigger, seq FROM notes WHERE ticket_id = ?1
+             ORDER BY pos, n",
         )?;
         let rows = stmt
             .query_map([ticket.as_str()], |r| {
@@ -979,8 +1011,13 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Stores a trigger: its content once in `payloads`, its hot row with a summary.
-    pub fn insert_trigger(&mut self, record: &TriggerRecord) -> Result<()> {
+    /// Stores a trigger: its content once in `payloads`, its hot row with a
+    /// summary and, when it went to a ticket's inbox, that ticket.
+    pub fn insert_trigger(
+        &mut self,
+        record: &TriggerRecord,
+        inbox: Option<&TicketId>,
+    ) -> Result<()> {
         let body = to_json(&record.trigger.input);
         let hash = hex::encode(Sha256::digest(body.as_bytes()));
         self.tx
@@ -991,8 +1028,8 @@ impl Tx<'_> {
         self.tx
             .prepare_cached(
                 "INSERT INTO triggers (id, thread_id, at, source, kind, sender_id, message_id,
-                                       admission, summary, payload)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                                       admission, summary, payload, ticket_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?
             .execute(params![
                 record.trigger.id.as_str(),
@@ -1005,6 +1042,7 @@ impl Tx<'_> {
                 to_json(&record.admission),
                 summarize(&input.text),
                 payload,
+                inbox.map(TicketId::as_str),
             ])?;
         Ok(())
     }
@@ -1070,16 +1108,20 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn push_inbox(&mut self, ticket: &TicketId, item: &InboxItem, at: u64) -> Result<()> {
-        let (trigger, note) = match item {
-            InboxItem::Trigger(t) => (Some(t.as_str()), None),
-            InboxItem::Note(n) => (None, Some(n.as_str())),
-        };
+    /// A note to the ticket's worker, placed in its inbox after every
+    /// trigger issued so far (later triggers get larger ids).
+    pub fn push_note(&mut self, ticket: &TicketId, note: &str, at: u64) -> Result<()> {
+        let after = self.clock.last_issued::<TriggerId>();
         self.tx
             .prepare_cached(
-                "INSERT INTO inbox (ticket_id, trigger_id, note, at) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO notes (ticket_id, after_trigger, body, at) VALUES (?1, ?2, ?3, ?4)",
             )?
-            .execute(params![ticket.as_str(), trigger, note, sql_u64(at)])?;
+            .execute(params![
+                ticket.as_str(),
+                after.as_ref().map_or("", TriggerId::as_str),
+                note,
+                sql_u64(at)
+            ])?;
         Ok(())
     }
 

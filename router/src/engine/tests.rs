@@ -5,6 +5,7 @@ use crate::eval::{RulesOnlyJudge, Verdict as RuleVerdict};
 use crate::fixtures::*;
 use crate::gate::{IgnoreReason, Via};
 use crate::policy::tests::{base, BASE};
+use crate::store::InboxItem;
 use crate::ticket::ReportState;
 use crate::trigger::{ChatKind, TriggerKind};
 

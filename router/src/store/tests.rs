@@ -357,3 +357,95 @@ fn two_writers_on_one_database_never_issue_the_same_id() {
         assert!(pair[0] < pair[1], "{issued:?}");
     }
 }
+
+#[test]
+fn a_version_1_inbox_moves_to_trigger_rows_and_notes_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(MIGRATIONS[0]).unwrap();
+    conn.pragma_update(None, "user_version", 1).unwrap();
+    conn.execute_batch(
+        r#"
+        INSERT INTO threads VALUES ('thr_000000000001000000', 'gh:acme/widgets#1', 1);
+        INSERT INTO tickets VALUES ('tkt_000000000001000000', 'thr_000000000001000000',
+            'gh:acme/widgets#1', 'open', NULL, '{}', NULL, 1, 1);
+        INSERT INTO payloads VALUES (1, 'h', '{}'), (2, 'h', '{}'), (3, 'h', '{}');
+        INSERT INTO triggers VALUES
+            ('trg_000000000001000000', 'thr_000000000001000000', 1, 'github', 'issue_comment',
+             '1', 'm1', '"x"', 's', 1),
+            ('trg_000000000002000000', 'thr_000000000001000000', 2, 'github', 'issue_comment',
+             '1', 'm2', '"x"', 's', 2),
+            ('trg_000000000003000000', 'thr_000000000001000000', 3, 'github', 'issue_comment',
+             '1', 'm3', '"x"', 's', 3);
+        INSERT INTO inbox (seq, ticket_id, trigger_id, note, at) VALUES
+            (1, 'tkt_000000000001000000', NULL, 'before any trigger', 1),
+            (2, 'tkt_000000000001000000', 'trg_000000000001000000', NULL, 1),
+            (3, 'tkt_000000000001000000', NULL, 'after the first', 1),
+            (4, 'tkt_000000000001000000', NULL, 'also after the first', 1),
+            (5, 'tkt_000000000001000000', 'trg_000000000003000000', NULL, 3);
+        "#,
+    )
+    .unwrap();
+    drop(conn);
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    let ticket = TicketId::parse("tkt_000000000001000000").unwrap();
+    let trigger = |s: &str| InboxItem::Trigger(TriggerId::parse(s).unwrap());
+    let note = |s: &str| InboxItem::Note(s.to_owned());
+    let mut expected = vec![
+        note("before any trigger"),
+        trigger("trg_000000000001000000"),
+        note("after the first"),
+        note("also after the first"),
+        trigger("trg_000000000003000000"),
+    ];
+    assert_eq!(store.read().inbox(&ticket).unwrap(), expected);
+    // A note written now comes after every trigger so far.
+    store
+        .transaction(|tx| tx.push_note(&ticket, "new", 4))
+        .unwrap();
+    expected.push(note("new"));
+    assert_eq!(store.read().inbox(&ticket).unwrap(), expected);
+}
+
+#[test]
+fn a_ticket_opened_by_another_connection_is_seen_by_the_next_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let open = || {
+        Router::new(
+            Store::open(&path, Durability::Normal).unwrap(),
+            base(),
+            RulesOnlyJudge,
+            1,
+        )
+        .unwrap()
+    };
+    let (mut a, mut b) = (open(), open());
+    let thread = "gh:acme/widgets#1";
+    // `a` reads the thread (no ticket yet) and remembers it.
+    let d = a.on_trigger(comment(thread, "just a comment"), 2).unwrap();
+    let Decision::Trigger(td) = &d else { panic!() };
+    assert!(matches!(
+        td.ticket,
+        crate::engine::TicketOutcome::None { .. }
+    ));
+    // `b` opens a ticket on it.
+    let ask = addressed(comment(thread, "please"), mention("gatehouse-bot"));
+    let d = b.on_trigger(ask.clone(), 3).unwrap();
+    let Decision::Trigger(td) = &d else { panic!() };
+    let crate::engine::TicketOutcome::Opened { ticket, .. } = &td.ticket else {
+        panic!("{d:?}")
+    };
+    // `a` must pass the next request through to that ticket, not open a
+    // second one (the unique index would refuse it).
+    let d = a.on_trigger(ask, 4).unwrap();
+    let Decision::Trigger(td) = &d else { panic!() };
+    assert_eq!(
+        td.ticket,
+        crate::engine::TicketOutcome::PassThrough {
+            ticket: ticket.clone()
+        }
+    );
+    assert_eq!(a.store().read().inbox(ticket).unwrap().len(), 2);
+}

@@ -263,6 +263,9 @@ pub struct Store {
 struct Cache {
     threads: std::collections::HashMap<String, ThreadRecord>,
     latest: std::collections::HashMap<ThreadId, Option<Ticket>>,
+    /// Set while a transaction runs; still set at the next one when the
+    /// last one unwound (a panic), whose writes were rolled back.
+    in_transaction: bool,
 }
 
 /// Past this many entries a map is emptied rather than grown: the cache
@@ -358,6 +361,9 @@ impl Store {
         let result = (|| {
             // BEGIN and COMMIT are prepared once and kept (rusqlite's
             // `Transaction` prepares them again at every decision).
+            if std::mem::replace(&mut cache.in_transaction, true) {
+                cache.clear();
+            }
             let tx = Open::begin(conn).map_err(StoreError::from)?;
             // Holding the write lock: if another connection committed since
             // the clock was loaded, its ids are in the tables; resume after them.
@@ -379,6 +385,7 @@ impl Store {
             tx.commit().map_err(StoreError::from)?;
             Ok(value)
         })();
+        cache.in_transaction = false;
         if result.is_err() {
             // Ids issued in a rolled-back transaction were never stored; the
             // clock goes back to what the database holds, and the cache

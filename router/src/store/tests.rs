@@ -449,3 +449,21 @@ fn a_ticket_opened_by_another_connection_is_seen_by_the_next_decision() {
     );
     assert_eq!(a.store().read().inbox(ticket).unwrap().len(), 2);
 }
+
+#[test]
+fn a_panic_in_a_decision_rolls_back_and_leaves_nothing_cached() {
+    let mut store = Store::open_in_memory().unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _: Result<()> = store.transaction(|tx| {
+            tx.ensure_thread("gh:acme/widgets#1", 10)?;
+            panic!("in the middle of a decision");
+        });
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(store.count("threads"), 0);
+    // The thread is written again, not taken from a cache of a rolled-back write.
+    store
+        .transaction(|tx| tx.ensure_thread("gh:acme/widgets#1", 11).map(drop))
+        .unwrap();
+    assert_eq!(store.count("threads"), 1);
+}

@@ -1,9 +1,10 @@
 //! The durable store: SQLite (bundled) in WAL mode.
 //!
 //! Every decision is one transaction ([`Store::transaction`]): the id clock,
-//! the trigger, the ticket change, the inbox entry, the reply log entry and
-//! the decision record commit together or not at all, so a crash (kill -9
-//! included) leaves either the whole decision or none of it.
+//! the trigger (with the ticket whose inbox it joins), the ticket change, a
+//! note, the reply log entry and the decision record commit together or not
+//! at all, so a crash (kill -9 included) leaves either the whole decision or
+//! none of it.
 //!
 //! Contracts:
 //! - ids never change and are never reused: every issued id is stored in the
@@ -327,7 +328,7 @@ impl Store {
         // decision path. A WAL only restarts after a checkpoint that no
         // writer overlapped, so under sustained load this autocheckpoint
         // (every 16 384 frames, 64 MiB) finishes the copy and the database
-        // fsync in the writer: about one decision in 2 700 waits for it.
+        // fsync in the writer: about one decision in 3 000 waits for it.
         // The page cache stays at SQLite's default (2 MiB): every commit
         // scans the cache's hash table (pcache1 truncate), and a 16 MiB cache
         // cost about 10% more CPU per decision in the benchmark.

@@ -360,11 +360,12 @@ impl Store {
         } = self;
         let saved = (clock.clone(), *data_version);
         let result = (|| {
-            // BEGIN and COMMIT are prepared once and kept (rusqlite's
-            // `Transaction` prepares them again at every decision).
             if std::mem::replace(&mut cache.in_transaction, true) {
+                // The last transaction unwound; what it cached was rolled back.
                 cache.clear();
             }
+            // BEGIN and COMMIT are prepared once and kept (rusqlite's
+            // `Transaction` prepares them again at every decision).
             let tx = Open::begin(conn).map_err(StoreError::from)?;
             // Holding the write lock: if another connection committed since
             // the clock was loaded, its ids are in the tables; resume after them.

@@ -58,6 +58,61 @@ pub fn read_byte(fd: &OwnedFd) -> bool {
     }
 }
 
+/// Sends `data` and `fds` in one message on a unix stream socket.
+pub fn send_with_fds(sock: &OwnedFd, data: &[u8], fds: &[std::os::fd::RawFd]) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let iov = [io::IoSlice::new(data)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+    loop {
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None) {
+            Ok(n) if n == data.len() => return Ok(()),
+            Ok(_) => return Err(io::Error::new(io::ErrorKind::WriteZero, "short send")),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(io(e)),
+        }
+    }
+}
+
+/// Receives one message sent by [`send_with_fds`] (at most 4 KiB and 8
+/// descriptors); `None` at end of file (the sender is gone).
+pub fn recv_with_fds(sock: &OwnedFd) -> io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::FromRawFd;
+    let mut buf = vec![0u8; 4096];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 8]);
+    loop {
+        let mut iov = [io::IoSliceMut::new(&mut buf)];
+        let msg = match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => m,
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(io(e)),
+        };
+        let mut fds = Vec::new();
+        for c in msg.cmsgs().map_err(io)? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: SCM_RIGHTS installed these descriptors in this
+                // process just now; nothing else owns them.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        let n = msg.bytes;
+        if n == 0 && fds.is_empty() {
+            return Ok(None);
+        }
+        buf.truncate(n);
+        return Ok(Some((buf, fds)));
+    }
+}
+
 /// Whether the write end of a pipe has been closed (its holder is dead).
 pub fn peer_gone(fd: &OwnedFd) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};

@@ -123,13 +123,12 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP) {
         fail(&errors, &format!("unshare(CLONE_NEWCGROUP): {e}"));
     }
-    let worker_pid = match sys::fork() {
-        Ok(0) => {
-            drop(listener);
-            worker::main(plan, &setup.filter, &errors, limits_by_cgroup)
-        }
+    // The listener is close-on-exec, so the worker does not keep it.
+    let worker_pid = match sys::spawn_sharing_memory(&mut || {
+        worker::main(plan, &setup.filter, &errors, limits_by_cgroup)
+    }) {
         Ok(pid) => pid,
-        Err(e) => fail(&errors, &format!("fork worker: {e}")),
+        Err(e) => fail(&errors, &format!("starting the worker: {e}")),
     };
     drop(errors);
     // The init needs no privilege from here on.

@@ -198,9 +198,18 @@ fn rootless_git_and_curl_through_a_proxy_run_by_the_same_user() {
         .unwrap();
     std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // The build directory may not be reachable by the test user.
+    // Both binaries: `gatehouse proxy` runs in `gatehouse-services` next to it.
     let bin = base.path().join("gatehouse");
-    std::fs::copy(env!("CARGO_BIN_EXE_gatehouse"), &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (from, to) in [
+        (env!("CARGO_BIN_EXE_gatehouse"), bin.clone()),
+        (
+            env!("CARGO_BIN_EXE_gatehouse-services"),
+            base.path().join("gatehouse-services"),
+        ),
+    ] {
+        std::fs::copy(from, &to).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     let as_user = || {
         let mut c = Command::new("setpriv");
         c.args([

@@ -171,6 +171,40 @@ fn the_worker_never_runs_as_host_root() {
 }
 
 #[test]
+fn the_workers_hardening_is_its_own_not_pid_1s() {
+    // The worker starts sharing pid 1's memory (CLONE_VM | CLONE_VFORK) and
+    // then confines itself: the seccomp filter must be the worker's alone,
+    // and both must have dropped every capability.
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let r = s.sh("grep -E '^(Seccomp|CapEff|NoNewPrivs):' /proc/1/status /proc/self/status");
+        r.ok();
+        let field = |who: &str, name: &str| -> String {
+            r.stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("/proc/{who}/status:{name}:")))
+                .unwrap_or_else(|| panic!("{mode:?}: no {name} of {who} in {r:#?}"))
+                .trim()
+                .to_string()
+        };
+        assert_eq!(
+            field("self", "Seccomp"),
+            "2",
+            "{mode:?}: the worker is filtered"
+        );
+        assert_eq!(
+            field("1", "Seccomp"),
+            "0",
+            "{mode:?}: pid 1 got the worker's filter"
+        );
+        for who in ["self", "1"] {
+            assert_eq!(field(who, "CapEff"), "0000000000000000", "{mode:?} {who}");
+            assert_eq!(field(who, "NoNewPrivs"), "1", "{mode:?} {who}");
+        }
+    }
+}
+
+#[test]
 fn ca_bundle_and_control_socket_are_provided() {
     for mode in modes() {
         let s = Scratch::new(mode);

@@ -5,3 +5,4 @@ pub mod proxy;
 pub mod router;
 pub mod sandbox;
 pub mod supervisor;
+pub mod worker;

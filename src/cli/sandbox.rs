@@ -296,7 +296,7 @@ fn bench(
         let sock = scratch.join("proxy.sock");
         let _proxy = std::os::unix::net::UnixListener::bind(&sock)?;
         let profile = load_profile("default", None)?;
-        let exe = std::env::current_exe()?;
+        let exe = crate::binaries::sibling(crate::binaries::LAUNCHER)?;
         let w = work.display().to_string();
         let unlimited = scratch.join("default-without-cgroup-limits.toml");
         std::fs::write(&unlimited, b::without_cgroup_limits(&profile))?;

@@ -1,5 +1,4 @@
-//! `gatehouse supervisor` (the job API service), and the two commands a
-//! worker runs inside its sandbox: `gatehouse report` and `gatehouse inbox`.
+//! `gatehouse supervisor`: the job API service.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Subcommand;
-use gatehouse_supervisor::jobs::{self, control, launcher, report};
+use gatehouse_supervisor::jobs;
 
 #[derive(Subcommand)]
 pub enum Commands {
@@ -17,82 +16,12 @@ pub enum Commands {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Inside a sandbox: report on your job (the control socket is your identity)
-    Report {
-        /// Where the work is
-        #[arg(long, value_parser = ["working", "ready", "blocked"])]
-        state: String,
-        /// One line saying what was done or what is in the way
-        #[arg(long)]
-        summary: String,
-        /// A question for a human, word for word as they should read it
-        #[arg(long)]
-        question: Option<String>,
-        /// The trigger id (`trg_…`) of the human message this report answers
-        #[arg(long)]
-        answers: Option<String>,
-        /// A link to show (e.g. the pull request); repeatable
-        #[arg(long = "link")]
-        links: Vec<String>,
-    },
-    /// Inside a sandbox: print messages sent to your job, one JSON object a line
-    Inbox {
-        /// Block until at least one message arrives
-        #[arg(long)]
-        wait: bool,
-    },
-}
-
-fn control_socket() -> PathBuf {
-    std::env::var_os(launcher::CONTROL_SOCKET_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(launcher::SANDBOX_CONTROL_SOCKET))
-}
-
-fn current_thread() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
 }
 
 impl Commands {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self {
             Commands::Supervisor { config } => run_supervisor(config),
-            Commands::Report {
-                state,
-                summary,
-                question,
-                answers,
-                links,
-            } => {
-                let report = report::Report {
-                    state: report::ReportState::parse(&state)
-                        .context("--state must be working, ready or blocked")?,
-                    summary,
-                    question,
-                    answers,
-                    links,
-                };
-                report.validate()?;
-                let socket = control_socket();
-                let answer = current_thread()?
-                    .block_on(control::send_report(&socket, &report))
-                    .context("sending the report")?;
-                println!("report recorded: {answer}");
-                Ok(ExitCode::SUCCESS)
-            }
-            Commands::Inbox { wait } => {
-                let socket = control_socket();
-                let messages = current_thread()?
-                    .block_on(control::read_inbox(&socket, wait))
-                    .context("reading the inbox")?;
-                for m in &messages {
-                    println!("{m}");
-                }
-                Ok(ExitCode::SUCCESS)
-            }
         }
     }
 }
@@ -106,7 +35,12 @@ fn run_supervisor(config_path: PathBuf) -> anyhow::Result<ExitCode> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
-    let config = jobs::Config::load(&config_path)?;
+    let mut config = jobs::Config::load(&config_path)?;
+    if config.gatehouse_bin.is_none() {
+        // Jobs start through `gatehouse sandbox run`, which lives in the small
+        // `gatehouse` binary installed next to this one.
+        config.gatehouse_bin = Some(crate::binaries::sibling(crate::binaries::LAUNCHER)?);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

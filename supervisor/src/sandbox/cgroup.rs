@@ -153,6 +153,15 @@ impl Join {
         Ok(Join { fd, file })
     }
 
+    /// The open file and its path, to hand to the init.
+    pub fn into_parts(self) -> (OwnedFd, PathBuf) {
+        (self.fd, self.file)
+    }
+
+    pub fn from_parts(fd: OwnedFd, file: PathBuf) -> Join {
+        Join { fd, file }
+    }
+
     /// Moves the calling thread into the cgroup and closes the file. Called
     /// by the init while it is single-threaded, so the whole process moves.
     pub fn join_self(self) -> Result<(), String> {
@@ -165,6 +174,56 @@ impl Join {
             Err(e) => Err(format!("joining {}: {e}", self.file.display())),
         }
     }
+}
+
+/// What the host side sends the init once the cgroups exist: one byte
+/// saying whether every limit is a cgroup's (else the worker sets rlimits),
+/// then the join files' paths, one a line, in the order of the descriptors
+/// that travel with it (the paths are for error messages).
+pub(crate) fn encode_handover(by_cgroup: bool, joins: Vec<Join>) -> (Vec<u8>, Vec<OwnedFd>) {
+    let mut data = vec![u8::from(by_cgroup)];
+    let mut fds = Vec::with_capacity(joins.len());
+    for (i, j) in joins.into_iter().enumerate() {
+        let (fd, file) = j.into_parts();
+        if i > 0 {
+            data.push(b'\n');
+        }
+        data.extend_from_slice(file.as_os_str().as_encoded_bytes());
+        fds.push(fd);
+    }
+    (data, fds)
+}
+
+/// The init's side of [`encode_handover`].
+pub(crate) fn decode_handover(data: &[u8], fds: Vec<OwnedFd>) -> Result<(bool, Vec<Join>), String> {
+    let (&flag, paths) = data.split_first().ok_or("empty cgroup hand-over")?;
+    let by_cgroup = match flag {
+        0 => false,
+        1 => true,
+        other => return Err(format!("bad cgroup hand-over flag {other}")),
+    };
+    let paths: Vec<PathBuf> = if paths.is_empty() {
+        Vec::new()
+    } else {
+        paths
+            .split(|b| *b == b'\n')
+            .map(|p| PathBuf::from(String::from_utf8_lossy(p).into_owned()))
+            .collect()
+    };
+    if paths.len() != fds.len() {
+        return Err(format!(
+            "cgroup hand-over names {} files but carries {} descriptors",
+            paths.len(),
+            fds.len()
+        ));
+    }
+    Ok((
+        by_cgroup,
+        fds.into_iter()
+            .zip(paths)
+            .map(|(fd, file)| Join::from_parts(fd, file))
+            .collect(),
+    ))
 }
 
 pub(crate) fn probe_facts() -> CgroupFacts {
@@ -227,28 +286,33 @@ fn sweep_stale(parent: &Path) {
     }
 }
 
+/// Which mechanism this run's limits will use; fails closed when cgroups
+/// are required and none can be had. Cheap: reads what the host offers.
+pub(crate) fn choose_here(limits: &Limits, require_cgroup: bool) -> Result<Choice, SandboxError> {
+    choose(limits, require_cgroup, &probe_facts()).map_err(|what| SandboxError::Missing {
+        what,
+        fix: "Run the supervisor as root, or delegate a cgroup v2 subtree with memory, pids and cpu to this user".to_string(),
+    })
+}
+
 /// Creates this run's cgroups with their limits and opens their join files.
 pub(crate) fn prepare(
+    choice: &Choice,
     limits: &Limits,
     require_cgroup: bool,
     id: u32,
 ) -> Result<(Cgroups, Vec<Join>), SandboxError> {
-    let facts = probe_facts();
-    let choice = choose(limits, require_cgroup, &facts).map_err(|what| SandboxError::Missing {
-        what,
-        fix: "Run the supervisor as root, or delegate a cgroup v2 subtree with memory, pids and cpu to this user".to_string(),
-    })?;
     let name = format!("gatehouse-{id}");
     let mut cg = Cgroups {
         dirs: Vec::new(),
-        report: report_for(&choice, limits),
+        report: report_for(choice, limits),
     };
-    let result = match &choice {
+    let result = match choice {
         Choice::Rlimits => Ok(()),
         Choice::V2(root) => cg.create_v2(root, &name, limits),
         Choice::V1(dirs) => cg.create_v1(dirs, &name, limits),
     }
-    .and_then(|()| match join_file(&choice) {
+    .and_then(|()| match join_file(choice) {
         Some(file) => cg.dirs.iter().map(|d| Join::open(d.join(file))).collect(),
         None => Ok(Vec::new()),
     });
@@ -412,6 +476,39 @@ mod tests {
         assert!(!r.all_by_cgroup());
         let r = report_for(&Choice::V1(v1()), &limits());
         assert!(r.all_by_cgroup());
+    }
+
+    #[test]
+    fn handover_round_trips_and_refuses_a_mismatch() {
+        let dev_null = |_| -> OwnedFd { std::fs::File::open("/dev/null").unwrap().into() };
+        let joins: Vec<Join> = [
+            "/sys/fs/cgroup/memory/g-1/tasks",
+            "/sys/fs/cgroup/pids/g-1/tasks",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Join::from_parts(dev_null(i), PathBuf::from(p)))
+        .collect();
+        let (data, fds) = encode_handover(true, joins);
+        let (by_cgroup, back) = decode_handover(&data, fds).unwrap();
+        assert!(by_cgroup);
+        let files: Vec<PathBuf> = back.into_iter().map(|j| j.into_parts().1).collect();
+        assert_eq!(
+            files,
+            [
+                PathBuf::from("/sys/fs/cgroup/memory/g-1/tasks"),
+                PathBuf::from("/sys/fs/cgroup/pids/g-1/tasks")
+            ]
+        );
+
+        let (data, fds) = encode_handover(false, Vec::new());
+        let (by_cgroup, back) = decode_handover(&data, fds).unwrap();
+        assert!(!by_cgroup && back.is_empty());
+
+        assert!(decode_handover(&[], Vec::new()).is_err());
+        assert!(decode_handover(&[2], Vec::new()).is_err());
+        assert!(decode_handover(b"\x01/a/tasks", Vec::new()).is_err());
+        assert!(decode_handover(&[1], vec![dev_null(0)]).is_err());
     }
 
     #[test]

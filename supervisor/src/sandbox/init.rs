@@ -8,7 +8,13 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
-use nix::sys::wait::{waitpid, WaitStatus};
+use std::net::TcpListener;
+use std::os::fd::AsFd;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{Gid, Pid, Uid};
 use seccompiler::BpfProgram;
 
@@ -20,9 +26,8 @@ pub(crate) struct Setup<'a> {
     pub filter: BpfProgram,
     pub sync: OwnedFd,
     pub errors: OwnedFd,
-    /// This run's cgroups, to join before anything else happens.
-    pub joins: Vec<super::cgroup::Join>,
-    pub limits_by_cgroup: bool,
+    /// Where the host side hands over this run's cgroups (see `run`).
+    pub cgroups: OwnedFd,
 }
 
 /// Where the new root is assembled, on a tmpfs that becomes `/` first.
@@ -41,13 +46,6 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     // Die with `sandbox run`. If it already died before this line, the sync
     // pipe reads EOF below and we exit.
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-    // Single-threaded here: joining moves the whole init, cheaply (see
-    // `cgroup`), and the limits count everything from now on.
-    for join in setup.joins {
-        if let Err(msg) = join.join_self() {
-            fail(&setup.errors, &format!("limits: {msg}"));
-        }
-    }
     if !sys::read_byte(&setup.sync) {
         sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
     }
@@ -100,26 +98,46 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
         fail(&errors, &format!("PR_SET_DUMPABLE: {e}"));
     }
 
+    // The host side has created this run's cgroups meanwhile. Still
+    // single-threaded: joining moves the whole init, cheaply (see `cgroup`),
+    // and the limits count everything from here on, the worker included.
+    let limits_by_cgroup = match sys::recv_with_fds(&setup.cgroups) {
+        Ok(Some((data, fds))) => match super::cgroup::decode_handover(&data, fds) {
+            Ok((by_cgroup, joins)) => {
+                for join in joins {
+                    if let Err(msg) = join.join_self() {
+                        fail(&errors, &format!("limits: {msg}"));
+                    }
+                }
+                by_cgroup
+            }
+            Err(msg) => fail(&errors, &format!("limits: {msg}")),
+        },
+        // The host side failed to create them and says why itself.
+        Ok(None) => sys::exit_now(i32::from(EXIT_SANDBOX_FAILED)),
+        Err(e) => fail(&errors, &format!("limits: receiving the cgroups: {e}")),
+    };
+    drop(setup.cgroups);
     // Our cgroup namespace is rooted in the cgroups we joined.
     drop(setup.sync);
     if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP) {
         fail(&errors, &format!("unshare(CLONE_NEWCGROUP): {e}"));
     }
-    let worker_pid = match sys::fork() {
-        Ok(0) => {
-            drop(listener);
-            worker::main(plan, &setup.filter, &errors, setup.limits_by_cgroup)
-        }
+    // The listener is close-on-exec, so the worker does not keep it.
+    let worker_pid = match sys::spawn_sharing_memory(&mut || {
+        worker::main(plan, &setup.filter, &errors, limits_by_cgroup)
+    }) {
         Ok(pid) => pid,
-        Err(e) => fail(&errors, &format!("fork worker: {e}")),
+        Err(e) => fail(&errors, &format!("starting the worker: {e}")),
     };
     drop(errors);
     // The init needs no privilege from here on.
     let _ = drop_privileges();
-    if let (Some(listener), Some(target)) = (listener, plan.relay.clone()) {
-        super::relay::spawn(listener, target);
-    }
-    reap_until(worker_pid)
+    let relay = match (listener, &plan.relay) {
+        (Some(listener), Some(target)) => Some((listener, target.as_path())),
+        _ => None,
+    };
+    reap_until(worker_pid, relay)
 }
 
 /// Takes the worker's identity inside the namespace (uid/gid 0, mapped to
@@ -144,16 +162,56 @@ fn drop_privileges() -> Result<(), caps::errors::CapsError> {
     Ok(())
 }
 
-fn reap_until(worker: i32) -> ! {
+/// Reaps every child (pid 1 inherits the namespace's orphans) until the
+/// worker exits, then exits with its status, which kills whatever else still
+/// runs in the PID namespace. With a relay, the same thread also accepts the
+/// relay's connections.
+fn reap_until(worker: i32, relay: Option<(TcpListener, &Path)>) -> ! {
+    let Some((listener, target)) = relay else {
+        loop {
+            reap(worker, None);
+        }
+    };
+    // SIGCHLD has been blocked since before the clone (the host side blocks
+    // it and the mask is inherited), so no exit is missed between the fork
+    // and here: it stays pending until this descriptor reads it.
+    let chld = match SignalFd::with_flags(&SigSet::from(Signal::SIGCHLD), SfdFlags::SFD_NONBLOCK) {
+        Ok(fd) => fd,
+        Err(_) => sys::exit_now(i32::from(EXIT_SANDBOX_FAILED)),
+    };
     loop {
-        match waitpid(Pid::from_raw(-1), None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid.as_raw() == worker => sys::exit_now(code),
-            Ok(WaitStatus::Signaled(pid, sig, _)) if pid.as_raw() == worker => {
-                sys::exit_now(128 + sig as i32)
-            }
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+        while let Ok(Some(_)) = chld.read_signal() {}
+        while reap(worker, Some(WaitPidFlag::WNOHANG)) {}
+        let mut fds = [
+            PollFd::new(chld.as_fd(), PollFlags::POLLIN),
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(_) => sys::exit_now(i32::from(EXIT_SANDBOX_FAILED)),
         }
+        if fds[1]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLIN))
+        {
+            super::relay::accept_waiting(&listener, target);
+        }
+    }
+}
+
+/// Waits for one child; exits with the worker's status when it is the one.
+/// Returns whether a child was reaped.
+fn reap(worker: i32, flags: Option<WaitPidFlag>) -> bool {
+    match waitpid(Pid::from_raw(-1), flags) {
+        Ok(WaitStatus::Exited(pid, code)) if pid.as_raw() == worker => sys::exit_now(code),
+        Ok(WaitStatus::Signaled(pid, sig, _)) if pid.as_raw() == worker => {
+            sys::exit_now(128 + sig as i32)
+        }
+        Ok(WaitStatus::StillAlive) => false,
+        Ok(_) | Err(nix::errno::Errno::EINTR) => true,
+        // ECHILD: the worker is gone and was not seen; cannot happen while
+        // it runs, so this is a failure, not a hang.
+        Err(_) => sys::exit_now(i32::from(EXIT_SANDBOX_FAILED)),
     }
 }
 

@@ -182,68 +182,88 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     let facts = probe::quick();
     check_required(plan, &facts)?;
     let filter = seccomp::compile(&plan.seccomp)?;
+    let limits = cgroup::choose_here(&plan.limits, plan.require.cgroup_limits)?;
     // Fds the caller leaked to us must not reach the worker.
     sys::mark_all_cloexec();
 
-    let (cgroups, joins) =
-        cgroup::prepare(&plan.limits, plan.require.cgroup_limits, std::process::id())?;
-    let report = cgroups.report();
-
     let (sync_r, sync_w) = sys::pipe().map_err(SandboxError::sys("pipe"))?;
     let (err_r, err_w) = sys::pipe().map_err(SandboxError::sys("pipe"))?;
+    let (cg_host, cg_init) =
+        std::os::unix::net::UnixStream::pair().map_err(SandboxError::sys("socketpair"))?;
+    let (cg_host, cg_init) = (OwnedFd::from(cg_host), OwnedFd::from(cg_init));
     let old_mask = sys::block_signals().map_err(SandboxError::sys("sigprocmask"))?;
 
-    let child = sys::clone_namespaces().map_err(|e| {
-        let _ = sys::restore_signals(&old_mask);
-        SandboxError::Sys {
-            what: "clone into new user, mount, pid, net, ipc and uts namespaces (see `gatehouse doctor`)",
-            source: e,
-        }
-    });
-    let child = match child {
+    let child = match sys::clone_namespaces() {
         Ok(pid) => pid,
         Err(e) => {
-            cgroups.remove();
-            return Err(e);
+            let _ = sys::restore_signals(&old_mask);
+            return Err(SandboxError::Sys {
+                what: "clone into new user, mount, pid, net, ipc and uts namespaces (see `gatehouse doctor`)",
+                source: e,
+            });
         }
     };
     if child == 0 {
         drop(sync_w);
         drop(err_r);
+        drop(cg_host);
         init::main(init::Setup {
             plan,
             filter,
             sync: sync_r,
             errors: err_w,
-            joins,
-            limits_by_cgroup: report.all_by_cgroup(),
+            cgroups: cg_init,
         });
     }
     drop(sync_r);
     drop(err_w);
-    drop(joins);
+    drop(cg_init);
 
     let started = Instant::now();
     // The init joins its cgroups itself (see `cgroup`), so the host side
-    // only maps ids and lets it go.
-    let setup = sys::write_id_maps(child, &plan.identity)
+    // only writes the id maps and releases it. It creates the cgroups while
+    // the init builds the sandbox's root, and hands them over before the
+    // init forks the worker: nothing of the worker runs outside its limits.
+    let released = sys::write_id_maps(child, &plan.identity)
         .map_err(SandboxError::sys("write uid/gid maps"))
         .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")));
-    if let Err(e) = setup {
-        sys::kill_and_reap(child);
-        // The init may have failed first and said why; that beats EPIPE.
-        let mut init_error = String::new();
-        let _ = std::fs::File::from(err_r).read_to_string(&mut init_error);
-        cgroups.remove();
-        let _ = sys::restore_signals(&old_mask);
-        if !init_error.is_empty() {
-            return Ok((
-                Outcome::SetupFailed(init_error.trim_end().to_string()),
-                report,
-            ));
+    let mut created = None;
+    let handed_over = released.and_then(|()| {
+        let (cgroups, joins) = cgroup::prepare(
+            &limits,
+            &plan.limits,
+            plan.require.cgroup_limits,
+            std::process::id(),
+        )?;
+        let (data, fds) = cgroup::encode_handover(cgroups.report().all_by_cgroup(), joins);
+        created = Some(cgroups);
+        let raw: Vec<_> = fds.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+        sys::send_with_fds(&cg_host, &data, &raw)
+            .map_err(SandboxError::sys("handing the cgroups to the init"))
+    });
+    drop(cg_host);
+    let cgroups = match (handed_over, created) {
+        (Ok(()), Some(cgroups)) => cgroups,
+        (result, created) => {
+            sys::kill_and_reap(child);
+            if let Some(c) = &created {
+                c.remove();
+            }
+            let mut init_error = String::new();
+            let _ = std::fs::File::from(err_r).read_to_string(&mut init_error);
+            let _ = sys::restore_signals(&old_mask);
+            if !init_error.is_empty() {
+                return Ok((
+                    Outcome::SetupFailed(init_error.trim_end().to_string()),
+                    cgroup::report_for(&limits, &plan.limits),
+                ));
+            }
+            return Err(result
+                .err()
+                .unwrap_or(SandboxError::Cgroup("cgroups were not created".to_string())));
         }
-        return Err(e);
-    }
+    };
+    let report = cgroups.report();
     let outcome = wait(child, plan.wall_time, started, parent);
     drop(sync_w);
     let mut setup_error = String::new();

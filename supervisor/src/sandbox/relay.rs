@@ -2,11 +2,15 @@
 //! forwards each TCP connection, byte for byte, to the proxy's unix socket
 //! bound in at /run/gatehouse/proxy.sock. The proxy learns the ticket from
 //! which socket the connection arrives on; the relay adds nothing.
+//!
+//! The sandbox's pid 1 accepts in the same loop that reaps its children (see
+//! `init::reap_until`), so a sandbox whose worker never connects starts no
+//! thread at all; each accepted connection gets its own.
 
 use std::io;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::thread;
 
 use crate::plan::RELAY_PORT;
@@ -14,23 +18,25 @@ use crate::plan::RELAY_PORT;
 /// Small stacks: a relay thread only copies bytes.
 const STACK: usize = 64 * 1024;
 
+/// The listening socket, non-blocking: pid 1 accepts only when `poll` says
+/// a connection is waiting, and never blocks in `accept`.
 pub(crate) fn listen() -> io::Result<TcpListener> {
-    TcpListener::bind(("127.0.0.1", RELAY_PORT))
+    let listener = TcpListener::bind(("127.0.0.1", RELAY_PORT))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }
 
-pub(crate) fn spawn(listener: TcpListener, target: PathBuf) {
-    let _ = thread::Builder::new()
-        .name("relay".into())
-        .stack_size(STACK)
-        .spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let target = target.clone();
-                let _ = thread::Builder::new()
-                    .stack_size(STACK)
-                    .spawn(move || forward(conn, &target));
-            }
-        });
+/// Accepts every connection waiting on `listener` and forwards each one in
+/// a thread of its own.
+pub(crate) fn accept_waiting(listener: &TcpListener, target: &Path) {
+    // Accepted sockets are blocking (accept4 does not inherit O_NONBLOCK).
+    while let Ok((conn, _)) = listener.accept() {
+        let target = target.to_path_buf();
+        let _ = thread::Builder::new()
+            .name("relay".into())
+            .stack_size(STACK)
+            .spawn(move || forward(conn, &target));
+    }
 }
 
 fn forward(tcp: TcpStream, target: &PathBuf) {

@@ -58,6 +58,61 @@ pub fn read_byte(fd: &OwnedFd) -> bool {
     }
 }
 
+/// Sends `data` and `fds` in one message on a unix stream socket.
+pub fn send_with_fds(sock: &OwnedFd, data: &[u8], fds: &[std::os::fd::RawFd]) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let iov = [io::IoSlice::new(data)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+    loop {
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None) {
+            Ok(n) if n == data.len() => return Ok(()),
+            Ok(_) => return Err(io::Error::new(io::ErrorKind::WriteZero, "short send")),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(io(e)),
+        }
+    }
+}
+
+/// Receives one message sent by [`send_with_fds`] (at most 4 KiB and 8
+/// descriptors); `None` at end of file (the sender is gone).
+pub fn recv_with_fds(sock: &OwnedFd) -> io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::FromRawFd;
+    let mut buf = vec![0u8; 4096];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 8]);
+    loop {
+        let mut iov = [io::IoSliceMut::new(&mut buf)];
+        let msg = match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => m,
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(io(e)),
+        };
+        let mut fds = Vec::new();
+        for c in msg.cmsgs().map_err(io)? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: SCM_RIGHTS installed these descriptors in this
+                // process just now; nothing else owns them.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        let n = msg.bytes;
+        if n == 0 && fds.is_empty() {
+            return Ok(None);
+        }
+        buf.truncate(n);
+        return Ok(Some((buf, fds)));
+    }
+}
+
 /// Whether the write end of a pipe has been closed (its holder is dead).
 pub fn peer_gone(fd: &OwnedFd) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -346,6 +401,38 @@ pub fn scrub_cmdline(name: &[u8]) {
 }
 
 /// fork(2); `Ok(0)` in the child.
+/// Stack for [`spawn_sharing_memory`]'s child: the worker's set-up before
+/// `execve` is shallow (Landlock, seccomp, capabilities).
+const SHARED_CHILD_STACK: usize = 256 * 1024;
+
+/// Starts `child` in a new process that shares this process's memory until
+/// it calls `execve` or exits, as `posix_spawn` does (`CLONE_VM |
+/// CLONE_VFORK`): no page tables are copied and no page is copied on write.
+/// Each such copy is a page fault, and on a virtual machine a page fault
+/// costs microseconds. This process is suspended until the child has called
+/// `execve` or exited. Returns the child's pid; the child gets its own
+/// descriptor table, signal dispositions and credentials, so what it
+/// changes there (Landlock, seccomp, capabilities) stays its own.
+///
+/// `child` must end in `execve` or `_exit` and never return, and must not
+/// drop or move anything this process still uses: it runs on this process's
+/// heap while this process is stopped.
+pub fn spawn_sharing_memory(
+    child: &mut dyn FnMut() -> std::convert::Infallible,
+) -> io::Result<i32> {
+    let mut stack = vec![0u8; SHARED_CHILD_STACK];
+    let cb: nix::sched::CloneCb = Box::new(|| match child() {});
+    let flags = nix::sched::CloneFlags::CLONE_VM | nix::sched::CloneFlags::CLONE_VFORK;
+    // SAFETY: the init is single-threaded here (relay threads start only
+    // when a connection arrives, after this), so no lock in the shared heap
+    // can be held by another thread. The child runs on its own stack, never
+    // returns (it execs or _exits), and this process stays suspended until
+    // then, so the two never run on the shared memory at the same time.
+    let pid =
+        unsafe { nix::sched::clone(cb, &mut stack, flags, Some(libc::SIGCHLD)) }.map_err(io)?;
+    Ok(pid.as_raw())
+}
+
 pub fn fork() -> io::Result<i32> {
     // SAFETY: the caller (the init) is single-threaded when it forks the
     // worker; the relay threads start only afterwards.

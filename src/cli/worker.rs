@@ -1,0 +1,91 @@
+//! The two commands a worker runs inside its sandbox: `gatehouse report` and
+//! `gatehouse inbox`. They are part of the small `gatehouse` binary, which is
+//! the one bound into a sandbox.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use gatehouse_supervisor::jobs::{control, launcher, report};
+
+#[derive(Subcommand)]
+pub enum Commands {
+    /// Inside a sandbox: report on your job (the control socket is your identity)
+    Report {
+        /// Where the work is
+        #[arg(long, value_parser = ["working", "ready", "blocked"])]
+        state: String,
+        /// One line saying what was done or what is in the way
+        #[arg(long)]
+        summary: String,
+        /// A question for a human, word for word as they should read it
+        #[arg(long)]
+        question: Option<String>,
+        /// The trigger id (`trg_…`) of the human message this report answers
+        #[arg(long)]
+        answers: Option<String>,
+        /// A link to show (e.g. the pull request); repeatable
+        #[arg(long = "link")]
+        links: Vec<String>,
+    },
+    /// Inside a sandbox: print messages sent to your job, one JSON object a line
+    Inbox {
+        /// Block until at least one message arrives
+        #[arg(long)]
+        wait: bool,
+    },
+}
+
+fn control_socket() -> PathBuf {
+    std::env::var_os(launcher::CONTROL_SOCKET_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(launcher::SANDBOX_CONTROL_SOCKET))
+}
+
+fn current_thread() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+impl Commands {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            Commands::Report {
+                state,
+                summary,
+                question,
+                answers,
+                links,
+            } => {
+                let report = report::Report {
+                    state: report::ReportState::parse(&state)
+                        .context("--state must be working, ready or blocked")?,
+                    summary,
+                    question,
+                    answers,
+                    links,
+                };
+                report.validate()?;
+                let socket = control_socket();
+                let answer = current_thread()?
+                    .block_on(control::send_report(&socket, &report))
+                    .context("sending the report")?;
+                println!("report recorded: {answer}");
+                Ok(ExitCode::SUCCESS)
+            }
+            Commands::Inbox { wait } => {
+                let socket = control_socket();
+                let messages = current_thread()?
+                    .block_on(control::read_inbox(&socket, wait))
+                    .context("reading the inbox")?;
+                for m in &messages {
+                    println!("{m}");
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! `gatehouse-services`: every gatehouse command. It only parses arguments and
+//! hands each subcommand to the library crate that owns the concern. Users run
+//! it through `gatehouse`, which hands over every command it does not run
+//! itself (see `src/lib.rs`).
+//!
+//! No async runtime is started here: `sandbox run` forks into namespaces and
+//! must do so while the process is still single-threaded. Subcommands that
+//! need tokio build their own runtime.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use gatehouse::cli;
+
+/// Hand AI coding agents real work on GitHub and Feishu without handing them keys.
+#[derive(Parser)]
+#[command(name = "gatehouse", bin_name = "gatehouse", version, about, long_about = None)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    #[command(flatten)]
+    Sandbox(cli::sandbox::Commands),
+    #[command(flatten)]
+    Proxy(cli::proxy::Commands),
+    #[command(flatten)]
+    Router(cli::router::Commands),
+    #[command(flatten)]
+    Supervisor(cli::supervisor::Commands),
+    #[command(flatten)]
+    Worker(cli::worker::Commands),
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let outcome = match args.command {
+        Command::Sandbox(c) => c.run(),
+        Command::Proxy(c) => c.run(),
+        Command::Router(c) => c.run(),
+        Command::Supervisor(c) => c.run(),
+        Command::Worker(c) => c.run(),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gatehouse: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

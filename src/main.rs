@@ -46,13 +46,7 @@ fn main() -> ExitCode {
         Command::Sandbox(c) => c.run(),
         Command::Worker(c) => c.run(),
     };
-    match outcome {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("gatehouse: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    cli::exit_code(outcome)
 }
 
 /// The launcher's own commands, and `--version` (both binaries are built

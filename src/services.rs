@@ -43,11 +43,5 @@ fn main() -> ExitCode {
         Command::Supervisor(c) => c.run(),
         Command::Worker(c) => c.run(),
     };
-    match outcome {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("gatehouse: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    cli::exit_code(outcome)
 }

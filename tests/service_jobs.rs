@@ -381,6 +381,50 @@ async fn report_and_inbox_round_trip() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_inbox_message_is_not_lost_when_printing_it_fails() {
+    // At least once: `gatehouse inbox` acknowledges only what it printed.
+    let svc = Service::start(Options::default());
+    let script = "gatehouse report --state working --summary 'starting'; \
+                  gatehouse inbox --wait > /dev/full 2> full.err && exit 91; \
+                  gatehouse inbox > got.jsonl || exit 92; \
+                  gatehouse inbox > again.jsonl || exit 93; \
+                  gatehouse report --state ready --summary done";
+    let id = svc.submit("k", sh_job("tkt_full", script)).await;
+    loop {
+        if !svc.job(&id).await["latest_report"].is_null() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let resp = svc
+        .call(
+            Method::POST,
+            &format!("/jobs/{id}/inbox"),
+            Some(json!({"text": "rebase on main"})),
+        )
+        .await;
+    assert_eq!(resp.status, StatusCode::CREATED);
+    let seq = resp.json()["seq"].as_i64().unwrap();
+    let end = svc.wait_ended(&id).await;
+    assert_eq!(end["state"], "done", "{end}");
+    let work = svc.work_dir("tkt_full");
+    let err = std::fs::read_to_string(work.join("full.err")).unwrap();
+    assert!(err.contains("printing the inbox"), "{err}");
+    let got = std::fs::read_to_string(work.join("got.jsonl")).unwrap();
+    let msg: Value = serde_json::from_str(got.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (msg["text"].as_str(), msg["seq"].as_i64()),
+        (Some("rebase on main"), Some(seq))
+    );
+    assert_eq!(got.lines().count(), 1, "{got}");
+    let again = std::fs::read_to_string(work.join("again.jsonl")).unwrap();
+    assert!(
+        again.is_empty(),
+        "acknowledged messages came again: {again}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn invalid_reports_are_refused() {
     let svc = Service::start(Options::default());
     let long = "x".repeat(301);

@@ -2,6 +2,7 @@
 //! `gatehouse inbox`. They are part of the small `gatehouse` binary, which is
 //! the one bound into a sandbox.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -29,7 +30,9 @@ pub enum Commands {
         #[arg(long = "link")]
         links: Vec<String>,
     },
-    /// Inside a sandbox: print messages sent to your job, one JSON object a line
+    /// Inside a sandbox: print messages sent to your job, one JSON object a
+    /// line; each is acknowledged once printed, and comes again (same `seq`)
+    /// if printing or acknowledging failed
     Inbox {
         /// Block until at least one message arrives
         #[arg(long)]
@@ -77,12 +80,22 @@ impl Commands {
                 Ok(ExitCode::SUCCESS)
             }
             Commands::Inbox { wait } => {
+                // At least once: acknowledged only once printed, so a
+                // message is never lost, and may come twice (same `seq`).
                 let socket = control_socket();
-                let messages = current_thread()?
+                let runtime = current_thread()?;
+                let messages = runtime
                     .block_on(control::read_inbox(&socket, wait))
                     .context("reading the inbox")?;
+                let mut out = std::io::stdout().lock();
                 for m in &messages {
-                    println!("{m}");
+                    writeln!(out, "{m}").context("printing the inbox")?;
+                }
+                out.flush().context("printing the inbox")?;
+                if let Some(last) = messages.iter().filter_map(|m| m["seq"].as_i64()).max() {
+                    runtime
+                        .block_on(control::ack_inbox(&socket, last))
+                        .context("acknowledging the inbox")?;
                 }
                 Ok(ExitCode::SUCCESS)
             }

@@ -3,7 +3,9 @@
 //! arrives on it concerns this one job, and no request can name another.
 //!
 //! - `POST /report` `{state, summary, question?, answers?, links?}` → 201
-//! - `GET /inbox[?wait=1]` → 200 `{messages: [{seq, at, text, trigger?}]}`
+//! - `GET /inbox[?wait=1]` → 200 `{messages: [{seq, at, text, trigger?}]}`,
+//!   every message not acknowledged yet (at-least-once delivery)
+//! - `POST /inbox/ack` `{through: seq}` → 200 `{acknowledged: n}`
 
 use std::path::Path;
 
@@ -17,6 +19,14 @@ use super::report::Report;
 use super::service::{ServiceError, Supervisor};
 
 const MAX_REPORT_BODY: usize = 32 * 1024;
+const MAX_ACK_BODY: usize = 1024;
+
+/// `POST /inbox/ack`: the worker has every message up to `through`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Ack {
+    through: i64,
+}
 
 pub async fn serve(listener: UnixListener, supervisor: Supervisor, job_id: String) {
     super::http::serve(listener, move |req| {
@@ -54,22 +64,38 @@ async fn handle(supervisor: &Supervisor, job_id: &str, req: Request<Incoming>) -
                 .uri
                 .query()
                 .is_some_and(|q| q.split('&').any(|kv| kv == "wait=1" || kv == "wait=true"));
-            match supervisor.take_inbox(job_id, wait).await {
+            match supervisor.read_inbox(job_id, wait).await {
                 Ok(messages) => json_response(StatusCode::OK, &json!({"messages": messages})),
                 Err(e) => {
                     error_response(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
                 }
             }
         }
-        (_, "/report" | "/inbox") => error_response(
+        (&Method::POST, "/inbox/ack") => {
+            let bytes = match read_body(body, MAX_ACK_BODY).await {
+                Ok(b) => b,
+                Err(resp) => return *resp,
+            };
+            let ack: Ack = match parse_json(&bytes) {
+                Ok(a) => a,
+                Err(resp) => return *resp,
+            };
+            match supervisor.ack_inbox(job_id, ack.through) {
+                Ok(n) => json_response(StatusCode::OK, &json!({"acknowledged": n})),
+                Err(e) => {
+                    error_response(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+                }
+            }
+        }
+        (_, "/report" | "/inbox" | "/inbox/ack") => error_response(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
-            "use POST /report or GET /inbox",
+            "use POST /report, GET /inbox or POST /inbox/ack",
         ),
         _ => error_response(
             StatusCode::NOT_FOUND,
             "not_found",
-            "the control socket serves POST /report and GET /inbox",
+            "the control socket serves POST /report, GET /inbox and POST /inbox/ack",
         ),
     }
 }
@@ -105,7 +131,19 @@ pub async fn send_report(socket: &Path, report: &Report) -> Result<Value, Contro
     Ok(json)
 }
 
-/// `gatehouse inbox`: fetches the messages not yet read.
+/// `gatehouse inbox`, after printing: acknowledges every message up to
+/// `through`, so they are not sent again.
+pub async fn ack_inbox(socket: &Path, through: i64) -> Result<Value, ControlError> {
+    let body = serde_json::to_vec(&json!({ "through": through })).unwrap_or_default();
+    let resp = request(socket, Method::POST, "/inbox/ack", &[], Some(body)).await?;
+    let json = resp.json();
+    if resp.status != StatusCode::OK {
+        return Err(refused(resp.status, &json));
+    }
+    Ok(json)
+}
+
+/// `gatehouse inbox`: fetches the messages not acknowledged yet.
 pub async fn read_inbox(socket: &Path, wait: bool) -> Result<Vec<Value>, ControlError> {
     let path = if wait { "/inbox?wait=1" } else { "/inbox" };
     let resp = request(socket, Method::GET, path, &[], None).await?;

@@ -362,20 +362,20 @@ impl Supervisor {
         Ok(stored.id)
     }
 
-    /// Undelivered inbox messages of job `id`; with `wait`, blocks until
-    /// there is at least one.
-    pub async fn take_inbox(
+    /// Inbox messages of job `id` not acknowledged yet; with `wait`, blocks
+    /// until there is at least one.
+    pub async fn read_inbox(
         &self,
         id: &str,
         wait: bool,
     ) -> Result<Vec<StoredMessage>, ServiceError> {
         let mut rx = match self.inner.lock_live().get(id) {
             Some(live) => live.inbox.subscribe(),
-            None => return Ok(self.inner.store.take_inbox(id)?),
+            None => return Ok(self.inner.store.pending_inbox(id)?),
         };
         loop {
             rx.borrow_and_update();
-            let messages = self.inner.store.take_inbox(id)?;
+            let messages = self.inner.store.pending_inbox(id)?;
             if !messages.is_empty() || !wait {
                 return Ok(messages);
             }
@@ -383,6 +383,11 @@ impl Supervisor {
                 return Ok(vec![]);
             }
         }
+    }
+
+    /// The worker has the messages of job `id` up to `through`.
+    pub fn ack_inbox(&self, id: &str, through: i64) -> Result<usize, ServiceError> {
+        Ok(self.inner.store.ack_inbox(id, through)?)
     }
 
     /// Cancels every live job and waits (at most `timeout`) until all ended.

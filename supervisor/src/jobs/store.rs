@@ -524,40 +524,40 @@ impl Store {
         Ok(conn.last_insert_rowid())
     }
 
-    /// The messages not yet handed to the worker, oldest first; they are
-    /// marked delivered in the same transaction.
-    pub fn take_inbox(&self, job_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
+    /// The messages the worker has not acknowledged yet, oldest first. They
+    /// stay until [`Store::ack_inbox`]: delivery is at least once, so a
+    /// response lost on the way to the worker loses nothing.
+    pub fn pending_inbox(&self, job_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
+        let conn = self.conn();
         let mut out = vec![];
-        {
-            let mut stmt = tx.prepare(
-                "SELECT seq, at, body FROM inbox WHERE job_id = ?1 AND delivered = 0 ORDER BY seq",
-            )?;
-            let rows = stmt.query_map([job_id], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
+        let mut stmt = conn.prepare_cached(
+            "SELECT seq, at, body FROM inbox WHERE job_id = ?1 AND delivered = 0 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map([job_id], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
+        for row in rows {
+            let (seq, at, body) = row?;
+            let message = serde_json::from_str(&body).map_err(|_| StoreError::Corrupt {
+                what: "inbox message",
+                job_id: job_id.into(),
             })?;
-            for row in rows {
-                let (seq, at, body) = row?;
-                let message = serde_json::from_str(&body).map_err(|_| StoreError::Corrupt {
-                    what: "inbox message",
-                    job_id: job_id.into(),
-                })?;
-                out.push(StoredMessage { seq, at, message });
-            }
+            out.push(StoredMessage { seq, at, message });
         }
-        if let Some(last) = out.last() {
-            tx.execute(
-                "UPDATE inbox SET delivered = 1 WHERE job_id = ?1 AND seq <= ?2",
-                params![job_id, last.seq],
-            )?;
-        }
-        tx.commit()?;
         Ok(out)
+    }
+
+    /// Marks job `job_id`'s messages up to `through` delivered; returns how
+    /// many were still pending. Another job's messages are never touched.
+    pub fn ack_inbox(&self, job_id: &str, through: i64) -> Result<usize, StoreError> {
+        Ok(self.conn().execute(
+            "UPDATE inbox SET delivered = 1 WHERE job_id = ?1 AND seq <= ?2 AND delivered = 0",
+            params![job_id, through],
+        )?)
     }
 
     /// Events with a sequence number above `after`, in order, at most `limit`.
@@ -733,11 +733,26 @@ mod tests {
             text: "hi".into(),
             trigger: None,
         };
-        store.push_inbox("job_1", &m, 7).unwrap();
-        store.push_inbox("job_1", &m, 8).unwrap();
-        assert_eq!(store.take_inbox("job_1").unwrap().len(), 2);
-        assert!(store.take_inbox("job_1").unwrap().is_empty());
-        store.push_inbox("job_1", &m, 9).unwrap();
-        assert_eq!(store.take_inbox("job_1").unwrap()[0].at, 9);
+        let first = store.push_inbox("job_1", &m, 7).unwrap();
+        let second = store.push_inbox("job_1", &m, 8).unwrap();
+        // Read, not yet acknowledged: read again (at least once).
+        assert_eq!(store.pending_inbox("job_1").unwrap().len(), 2);
+        assert_eq!(store.pending_inbox("job_1").unwrap().len(), 2);
+        // Acknowledging the first leaves the second.
+        assert_eq!(store.ack_inbox("job_1", first).unwrap(), 1);
+        let left = store.pending_inbox("job_1").unwrap();
+        assert_eq!((left.len(), left[0].seq), (1, second));
+        assert_eq!(store.ack_inbox("job_1", second).unwrap(), 1);
+        assert!(store.pending_inbox("job_1").unwrap().is_empty());
+        assert_eq!(store.ack_inbox("job_1", second).unwrap(), 0);
+        // Another job's acknowledgement never touches this job's messages.
+        insert(&store, "k2", "h2", "job_2", &spec("tkt_b"));
+        let third = store.push_inbox("job_1", &m, 9).unwrap();
+        assert_eq!(store.ack_inbox("job_2", third).unwrap(), 0);
+        assert_eq!(store.pending_inbox("job_1").unwrap()[0].at, 9);
+        // Survives reopening until acknowledged.
+        drop(store);
+        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        assert_eq!(store.pending_inbox("job_1").unwrap()[0].seq, third);
     }
 }

@@ -103,15 +103,14 @@ mod tests {
 
     #[test]
     fn launcher_commands_are_exactly_the_ones_it_parses() {
-        let parsed: Vec<String> = Args::command()
+        let mut parsed: Vec<String> = Args::command()
             .get_subcommands()
             .map(|c| c.get_name().to_string())
             .collect();
-        let mut parsed_sorted = parsed.clone();
-        parsed_sorted.sort();
+        parsed.sort();
         let mut listed: Vec<String> = LAUNCHER_COMMANDS.iter().map(|s| s.to_string()).collect();
         listed.sort();
-        assert_eq!(parsed_sorted, listed);
+        assert_eq!(parsed, listed);
     }
 
     #[test]

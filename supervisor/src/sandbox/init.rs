@@ -3,14 +3,12 @@
 //! other process of the PID namespace).
 
 use std::io::Write;
-use std::os::fd::OwnedFd;
+use std::net::TcpListener;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
-use std::net::TcpListener;
-use std::os::fd::AsFd;
-
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};

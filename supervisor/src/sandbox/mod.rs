@@ -223,7 +223,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     // The init joins its cgroups itself (see `cgroup`), so the host side
     // only writes the id maps and releases it. It creates the cgroups while
     // the init builds the sandbox's root, and hands them over before the
-    // init forks the worker: nothing of the worker runs outside its limits.
+    // init starts the worker: nothing of the worker runs outside its limits.
     let released = sys::write_id_maps(child, &plan.identity)
         .map_err(SandboxError::sys("write uid/gid maps"))
         .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")));
@@ -237,8 +237,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
         )?;
         let (data, fds) = cgroup::encode_handover(cgroups.report().all_by_cgroup(), joins);
         created = Some(cgroups);
-        let raw: Vec<_> = fds.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
-        sys::send_with_fds(&cg_host, &data, &raw)
+        sys::send_with_fds(&cg_host, &data, &fds)
             .map_err(SandboxError::sys("handing the cgroups to the init"))
     });
     drop(cg_host);
@@ -249,6 +248,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
             if let Some(c) = &created {
                 c.remove();
             }
+            // The init may have failed first and said why; that beats EPIPE.
             let mut init_error = String::new();
             let _ = std::fs::File::from(err_r).read_to_string(&mut init_error);
             let _ = sys::restore_signals(&old_mask);
@@ -260,7 +260,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
             }
             return Err(result
                 .err()
-                .unwrap_or(SandboxError::Cgroup("cgroups were not created".to_string())));
+                .unwrap_or_else(|| SandboxError::Cgroup("cgroups were not created".to_string())));
         }
     };
     let report = cgroups.report();

@@ -59,10 +59,11 @@ pub fn read_byte(fd: &OwnedFd) -> bool {
 }
 
 /// Sends `data` and `fds` in one message on a unix stream socket.
-pub fn send_with_fds(sock: &OwnedFd, data: &[u8], fds: &[std::os::fd::RawFd]) -> io::Result<()> {
+pub fn send_with_fds(sock: &OwnedFd, data: &[u8], fds: &[OwnedFd]) -> io::Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     let iov = [io::IoSlice::new(data)];
-    let cmsg = [ControlMessage::ScmRights(fds)];
+    let raw: Vec<_> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let cmsg = [ControlMessage::ScmRights(&raw)];
     let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
     loop {
         match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None) {
@@ -400,7 +401,6 @@ pub fn scrub_cmdline(name: &[u8]) {
     }
 }
 
-/// fork(2); `Ok(0)` in the child.
 /// Stack for [`spawn_sharing_memory`]'s child: the worker's set-up before
 /// `execve` is shallow (Landlock, seccomp, capabilities).
 const SHARED_CHILD_STACK: usize = 256 * 1024;
@@ -433,9 +433,10 @@ pub fn spawn_sharing_memory(
     Ok(pid.as_raw())
 }
 
+/// fork(2); `Ok(0)` in the child.
 pub fn fork() -> io::Result<i32> {
-    // SAFETY: the caller (the init) is single-threaded when it forks the
-    // worker; the relay threads start only afterwards.
+    // SAFETY: the only caller (`probe`) is single-threaded when it forks, and
+    // the child only makes system calls and exits.
     match unsafe { nix::unistd::fork() }.map_err(io)? {
         nix::unistd::ForkResult::Child => Ok(0),
         nix::unistd::ForkResult::Parent { child } => Ok(child.as_raw()),

@@ -174,10 +174,15 @@ fn the_worker_never_runs_as_host_root() {
 fn the_workers_hardening_is_its_own_not_pid_1s() {
     // The worker starts sharing pid 1's memory (CLONE_VM | CLONE_VFORK) and
     // then confines itself: the seccomp filter must be the worker's alone,
-    // and both must have dropped every capability.
+    // and both must have dropped every capability. Pid 1 drops its own once
+    // the worker has started (its last step sets no_new_privs), so the
+    // script waits for that, at most a second, rather than race it.
     for mode in modes() {
         let s = Scratch::new(mode);
-        let r = s.sh("grep -E '^(Seccomp|CapEff|NoNewPrivs):' /proc/1/status /proc/self/status");
+        let r = s.sh(
+            "for i in $(seq 100); do grep -q '^NoNewPrivs:.*1' /proc/1/status && break; sleep 0.01; done; \
+             grep -E '^(Seccomp|CapEff|NoNewPrivs):' /proc/1/status /proc/self/status",
+        );
         r.ok();
         let field = |who: &str, name: &str| -> String {
             r.stdout

@@ -263,8 +263,58 @@ proptest::proptest! {
         let vars = Vars::from([("repo".to_owned(), "octo-org/hello-world".to_owned())]);
         if let Decision::Allow(_) = book.check(&head, &["github-worker".to_owned()], &vars) {
             proptest::prop_assert!(crate::path::check_canonical(path.as_bytes()).is_ok());
-            proptest::prop_assert!(path.to_ascii_lowercase().starts_with("/repos/octo-org/hello-world/"), "{}", path);
+            proptest::prop_assert!(in_the_repository(&path), "{}", path);
         }
+    }
+}
+
+/// The repository itself (`GET /repos/{repo}`, its metadata) or anything
+/// below it; `/repos/octo-org/hello-world-2` is another repository.
+fn in_the_repository(path: &str) -> bool {
+    let p = path.to_ascii_lowercase();
+    p == "/repos/octo-org/hello-world" || p.starts_with("/repos/octo-org/hello-world/")
+}
+
+#[test]
+fn the_repository_root_is_allowed_and_stays_in_the_repository() {
+    // Found by the property above: the repository's own metadata is allowed.
+    let book = shipped_book();
+    let vars = Vars::from([("repo".to_owned(), "octo-org/hello-world".to_owned())]);
+    for path in ["/repos/octo-org/Hello-World", "/repos/octo-org/hello-world"] {
+        let head = RequestHead {
+            method: "GET",
+            host: "api.github.com",
+            path,
+            query: None,
+        };
+        assert!(
+            matches!(
+                book.check(&head, &["github-worker".to_owned()], &vars),
+                Decision::Allow(_)
+            ),
+            "{path}"
+        );
+        assert!(in_the_repository(path), "{path}");
+    }
+    for path in [
+        "/repos/octo-org/hello-world-2",
+        "/repos/octo-org/other",
+        "/repos/octo-org",
+    ] {
+        assert!(!in_the_repository(path), "{path}");
+        let head = RequestHead {
+            method: "GET",
+            host: "api.github.com",
+            path,
+            query: None,
+        };
+        assert!(
+            matches!(
+                book.check(&head, &["github-worker".to_owned()], &vars),
+                Decision::Deny(_)
+            ),
+            "{path}"
+        );
     }
 }
 

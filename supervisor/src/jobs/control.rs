@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 use tokio::net::UnixListener;
 
+use super::codec::{to_json_bytes, CodecError};
 use super::http::{error_response, json_response, parse_json, read_body, request, Body, HttpError};
 use super::report::Report;
 use super::service::{ServiceError, Supervisor};
@@ -108,6 +109,9 @@ pub enum ControlError {
     /// the supervisor refused the request
     #[error("the supervisor refused ({status}): {message}")]
     Refused { status: u16, message: String },
+    /// the request could not be encoded
+    #[error(transparent)]
+    Codec(#[from] CodecError),
 }
 
 fn refused(status: StatusCode, body: &Value) -> ControlError {
@@ -122,7 +126,7 @@ fn refused(status: StatusCode, body: &Value) -> ControlError {
 
 /// `gatehouse report`: sends a report over `socket`.
 pub async fn send_report(socket: &Path, report: &Report) -> Result<Value, ControlError> {
-    let body = serde_json::to_vec(report).unwrap_or_default();
+    let body = to_json_bytes("report", report)?;
     let resp = request(socket, Method::POST, "/report", &[], Some(body)).await?;
     let json = resp.json();
     if resp.status != StatusCode::CREATED {
@@ -134,7 +138,7 @@ pub async fn send_report(socket: &Path, report: &Report) -> Result<Value, Contro
 /// `gatehouse inbox`, after printing: acknowledges every message up to
 /// `through`, so they are not sent again.
 pub async fn ack_inbox(socket: &Path, through: i64) -> Result<Value, ControlError> {
-    let body = serde_json::to_vec(&json!({ "through": through })).unwrap_or_default();
+    let body = to_json_bytes("acknowledgement", &json!({ "through": through }))?;
     let resp = request(socket, Method::POST, "/inbox/ack", &[], Some(body)).await?;
     let json = resp.json();
     if resp.status != StatusCode::OK {

@@ -15,6 +15,7 @@
 //! at the edges. See `SERVICE.md` for the contract.
 
 pub mod api;
+pub mod codec;
 pub mod config;
 pub mod control;
 pub mod http;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use http::{Method, StatusCode};
 use serde::Serialize;
 
+use super::codec::{to_json_bytes, CodecError};
 use super::http::{request, HttpError};
 
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +25,9 @@ pub enum ProxyAdminError {
     /// the proxy answered something this client does not understand
     #[error("proxy admin answered {what} without a usable `socket`")]
     Malformed { what: String },
+    /// the request could not be encoded
+    #[error(transparent)]
+    Codec(#[from] CodecError),
 }
 
 #[derive(Serialize)]
@@ -43,7 +47,7 @@ impl ProxyAdmin {
     /// of the same name left over from a crash is revoked and created anew:
     /// the supervisor is the only party that creates ticket identities.
     pub async fn create(&self, identity: &NewIdentity<'_>) -> Result<PathBuf, ProxyAdminError> {
-        let body = serde_json::to_vec(identity).unwrap_or_default();
+        let body = to_json_bytes("new identity", identity)?;
         for attempt in 0..2 {
             let resp = request(
                 &self.admin_socket,

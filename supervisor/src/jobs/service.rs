@@ -19,6 +19,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::codec::CodecError;
 use super::config::{Config, LauncherKind};
 use super::launcher::{exit_parts, LaunchRequest, Launcher, SandboxLauncher, UnsandboxedLauncher};
 use super::process;
@@ -72,6 +73,9 @@ pub enum ServiceError {
     /// a prompt template is broken
     #[error(transparent)]
     Prompt(#[from] PromptError),
+    /// the request could not be encoded for its idempotency hash
+    #[error(transparent)]
+    Codec(#[from] CodecError),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServiceError {
@@ -205,7 +209,7 @@ impl Supervisor {
         request: JobRequest,
     ) -> Result<(JobRecord, bool), ServiceError> {
         let inner = &self.inner;
-        let hash = request.canonical_hash();
+        let hash = request.canonical_hash()?;
         let spec = request.validate(&inner.config.spec_limits())?;
         let source = crate::profile::DirSource {
             dirs: match &inner.config.profiles_dir {

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::codec::{to_json_bytes, CodecError};
+
 /// What the router sends to start a job. Unknown fields are refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -178,10 +180,9 @@ impl JobRequest {
 
     /// SHA-256 (hex) of the request re-serialised in a fixed field order, so
     /// that whitespace or key order never make "the same body" differ.
-    pub fn canonical_hash(&self) -> String {
-        // Serialising a struct with a BTreeMap cannot fail.
-        let bytes = serde_json::to_vec(self).unwrap_or_default();
-        hex::encode(Sha256::digest(bytes))
+    pub fn canonical_hash(&self) -> Result<String, CodecError> {
+        let bytes = to_json_bytes("job request", self)?;
+        Ok(hex::encode(Sha256::digest(bytes)))
     }
 }
 
@@ -335,9 +336,9 @@ mod tests {
             r#"{ "variables":{"b":"2","a":"1"}, "task":"t","profile":"p","team":"c","ticket":"tkt_1" }"#,
         )
         .unwrap();
-        assert_eq!(a.canonical_hash(), b.canonical_hash());
+        assert_eq!(a.canonical_hash().unwrap(), b.canonical_hash().unwrap());
         let mut c = a.clone();
         c.task = "u".into();
-        assert_ne!(a.canonical_hash(), c.canonical_hash());
+        assert_ne!(a.canonical_hash().unwrap(), c.canonical_hash().unwrap());
     }
 }

@@ -20,14 +20,18 @@ pub mod config;
 pub mod control;
 pub mod http;
 pub mod launcher;
+pub mod logs;
 pub mod process;
 pub mod prompts;
 pub mod proxy_admin;
 pub mod report;
+pub mod runner;
 pub mod service;
 pub mod spec;
 pub mod state;
 pub mod store;
+pub mod worker_env;
+pub mod workspace;
 
 pub use config::Config;
 pub use service::Supervisor;

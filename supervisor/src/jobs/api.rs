@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 
@@ -31,46 +31,7 @@ pub async fn handle(supervisor: Supervisor, req: Request<Incoming>) -> Response<
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let method = parts.method.clone();
     match (method, segments.as_slice()) {
-        (Method::POST, ["jobs"]) => {
-            let Some(key) = parts
-                .headers
-                .get("idempotency-key")
-                .and_then(|v| v.to_str().ok())
-                .filter(|k| !k.is_empty() && k.len() <= 200)
-            else {
-                return error_response(
-                    StatusCode::BAD_REQUEST,
-                    "missing_idempotency_key",
-                    "POST /jobs needs an Idempotency-Key header (1-200 visible characters)",
-                );
-            };
-            let key = key.to_owned();
-            let bytes = match read_body(body, MAX_JOB_BODY).await {
-                Ok(b) => b,
-                Err(resp) => return *resp,
-            };
-            let request: JobRequest = match parse_json(&bytes) {
-                Ok(r) => r,
-                Err(resp) => return *resp,
-            };
-            match supervisor.submit(&key, request) {
-                Ok((job, created)) => {
-                    let mut resp = json_response(
-                        StatusCode::ACCEPTED,
-                        &json!({"job_id": job.id, "state": job.state}),
-                    );
-                    if let Ok(loc) = HeaderValue::from_str(&format!("/jobs/{}", job.id)) {
-                        resp.headers_mut().insert(http::header::LOCATION, loc);
-                    }
-                    if !created {
-                        resp.headers_mut()
-                            .insert("idempotent-replayed", HeaderValue::from_static("true"));
-                    }
-                    resp
-                }
-                Err(e) => service_error(e),
-            }
-        }
+        (Method::POST, ["jobs"]) => submit(&supervisor, &parts.headers, body).await,
         (Method::GET, ["jobs", id]) => match supervisor.job(id) {
             Ok(view) => json_response(StatusCode::OK, &view),
             Err(e) => service_error(e),
@@ -86,33 +47,8 @@ pub async fn handle(supervisor: Supervisor, req: Request<Incoming>) -> Response<
             ),
             Err(e) => service_error(e),
         },
-        (Method::POST, ["jobs", id, "inbox"]) => {
-            let bytes = match read_body(body, 64 * 1024).await {
-                Ok(b) => b,
-                Err(resp) => return *resp,
-            };
-            let message: InboxMessage = match parse_json(&bytes) {
-                Ok(m) => m,
-                Err(resp) => return *resp,
-            };
-            match supervisor.push_inbox(id, &message) {
-                Ok(seq) => json_response(StatusCode::CREATED, &json!({"seq": seq})),
-                Err(e) => service_error(e),
-            }
-        }
-        (Method::GET, ["events"]) => {
-            let (after, wait) = match events_query(parts.uri.query().unwrap_or("")) {
-                Ok(q) => q,
-                Err(msg) => return error_response(StatusCode::BAD_REQUEST, "invalid_query", msg),
-            };
-            match supervisor.events(after, EVENTS_PAGE, wait).await {
-                Ok(events) => {
-                    let next = events.last().map(|e| e.seq).unwrap_or(after);
-                    json_response(StatusCode::OK, &json!({"events": events, "next": next}))
-                }
-                Err(e) => service_error(e),
-            }
-        }
+        (Method::POST, ["jobs", id, "inbox"]) => push_inbox(&supervisor, id, body).await,
+        (Method::GET, ["events"]) => events(&supervisor, parts.uri.query().unwrap_or("")).await,
         (_, ["jobs"] | ["jobs", _] | ["jobs", _, "result" | "inbox"] | ["events"]) => {
             error_response(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -125,6 +61,78 @@ pub async fn handle(supervisor: Supervisor, req: Request<Incoming>) -> Response<
             "not_found",
             format!("no route {path}"),
         ),
+    }
+}
+
+/// `POST /jobs`.
+async fn submit(supervisor: &Supervisor, headers: &HeaderMap, body: Incoming) -> Response<Body> {
+    let Some(key) = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.is_empty() && k.len() <= 200)
+    else {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "missing_idempotency_key",
+            "POST /jobs needs an Idempotency-Key header (1-200 visible characters)",
+        );
+    };
+    let key = key.to_owned();
+    let bytes = match read_body(body, MAX_JOB_BODY).await {
+        Ok(b) => b,
+        Err(resp) => return *resp,
+    };
+    let request: JobRequest = match parse_json(&bytes) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    match supervisor.submit(&key, request) {
+        Ok((job, created)) => {
+            let mut resp = json_response(
+                StatusCode::ACCEPTED,
+                &json!({"job_id": job.id, "state": job.state}),
+            );
+            if let Ok(loc) = HeaderValue::from_str(&format!("/jobs/{}", job.id)) {
+                resp.headers_mut().insert(http::header::LOCATION, loc);
+            }
+            if !created {
+                resp.headers_mut()
+                    .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            }
+            resp
+        }
+        Err(e) => service_error(e),
+    }
+}
+
+/// `POST /jobs/{id}/inbox`.
+async fn push_inbox(supervisor: &Supervisor, id: &str, body: Incoming) -> Response<Body> {
+    let bytes = match read_body(body, 64 * 1024).await {
+        Ok(b) => b,
+        Err(resp) => return *resp,
+    };
+    let message: InboxMessage = match parse_json(&bytes) {
+        Ok(m) => m,
+        Err(resp) => return *resp,
+    };
+    match supervisor.push_inbox(id, &message) {
+        Ok(seq) => json_response(StatusCode::CREATED, &json!({"seq": seq})),
+        Err(e) => service_error(e),
+    }
+}
+
+/// `GET /events?after=N&wait_ms=M`.
+async fn events(supervisor: &Supervisor, query: &str) -> Response<Body> {
+    let (after, wait) = match events_query(query) {
+        Ok(q) => q,
+        Err(msg) => return error_response(StatusCode::BAD_REQUEST, "invalid_query", msg),
+    };
+    match supervisor.events(after, EVENTS_PAGE, wait).await {
+        Ok(events) => {
+            let next = events.last().map(|e| e.seq).unwrap_or(after);
+            json_response(StatusCode::OK, &json!({"events": events, "next": next}))
+        }
+        Err(e) => service_error(e),
     }
 }
 

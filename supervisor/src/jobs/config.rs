@@ -162,38 +162,8 @@ impl Config {
             ));
         }
         let l = raw.limits;
-        if l.max_running_jobs == 0 || l.max_running_jobs > 4096 {
-            return Err(invalid("limits.max_running_jobs", "1 to 4096"));
-        }
-        if l.max_deadline_secs == 0 {
-            return Err(invalid("limits.max_deadline_secs", "at least 1"));
-        }
-        if l.default_deadline_secs == 0 || l.default_deadline_secs > l.max_deadline_secs {
-            return Err(invalid(
-                "limits.default_deadline_secs",
-                "1 to limits.max_deadline_secs",
-            ));
-        }
-        if l.log_cap_bytes < 1024 {
-            return Err(invalid("limits.log_cap_bytes", "at least 1024"));
-        }
-        if l.cancel_grace_ms > 600_000 {
-            return Err(invalid("limits.cancel_grace_ms", "at most 600000"));
-        }
-        if l.max_task_bytes == 0 || l.max_task_bytes > 1 << 20 {
-            return Err(invalid("limits.max_task_bytes", "1 to 1048576"));
-        }
-        for key in raw.sandbox.env.keys() {
-            let ok = !key.is_empty()
-                && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                && !key.starts_with("GATEHOUSE_");
-            if !ok {
-                return Err(invalid(
-                    "sandbox.env",
-                    "variable names of [A-Za-z0-9_], not starting with GATEHOUSE_",
-                ));
-            }
-        }
+        check_limits(&l).map_err(|(key, expected)| invalid(key, expected))?;
+        check_sandbox_env(&raw.sandbox.env).map_err(|(key, expected)| invalid(key, expected))?;
         let state_dir = abs(raw.state_dir);
         // A unix socket path is at most 107 bytes; the per-job control
         // sockets live under the state dir.
@@ -238,6 +208,51 @@ impl Config {
             proxy_configured: self.proxy.is_some(),
         }
     }
+}
+
+/// A key and what it should hold.
+type Refusal = (&'static str, &'static str);
+
+/// `[limits]`: every bound in its range and consistent with the others.
+fn check_limits(l: &RawLimits) -> Result<(), Refusal> {
+    if l.max_running_jobs == 0 || l.max_running_jobs > 4096 {
+        return Err(("limits.max_running_jobs", "1 to 4096"));
+    }
+    if l.max_deadline_secs == 0 {
+        return Err(("limits.max_deadline_secs", "at least 1"));
+    }
+    if l.default_deadline_secs == 0 || l.default_deadline_secs > l.max_deadline_secs {
+        return Err((
+            "limits.default_deadline_secs",
+            "1 to limits.max_deadline_secs",
+        ));
+    }
+    if l.log_cap_bytes < 1024 {
+        return Err(("limits.log_cap_bytes", "at least 1024"));
+    }
+    if l.cancel_grace_ms > 600_000 {
+        return Err(("limits.cancel_grace_ms", "at most 600000"));
+    }
+    if l.max_task_bytes == 0 || l.max_task_bytes > 1 << 20 {
+        return Err(("limits.max_task_bytes", "1 to 1048576"));
+    }
+    Ok(())
+}
+
+/// `[sandbox] env`: plain names, none in gatehouse's own `GATEHOUSE_` space.
+fn check_sandbox_env(env: &BTreeMap<String, String>) -> Result<(), Refusal> {
+    for key in env.keys() {
+        let ok = !key.is_empty()
+            && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !key.starts_with("GATEHOUSE_");
+        if !ok {
+            return Err((
+                "sandbox.env",
+                "variable names of [A-Za-z0-9_], not starting with GATEHOUSE_",
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -301,6 +316,64 @@ mod tests {
             let err = parse(&text).unwrap_err().to_string();
             assert!(err.contains("/etc/g/supervisor.toml"), "{err}");
             assert!(err.contains(key), "{key}: {err}");
+        }
+    }
+
+    /// A change to the default limits, and the key it must be refused under.
+    type LimitCase = (fn(&mut RawLimits), &'static str);
+
+    #[test]
+    fn limits_table() {
+        assert_eq!(check_limits(&RawLimits::default()), Ok(()));
+        let cases: [LimitCase; 8] = [
+            (|l| l.max_running_jobs = 0, "limits.max_running_jobs"),
+            (|l| l.max_running_jobs = 4097, "limits.max_running_jobs"),
+            (|l| l.max_deadline_secs = 0, "limits.max_deadline_secs"),
+            (
+                |l| l.default_deadline_secs = 0,
+                "limits.default_deadline_secs",
+            ),
+            (
+                |l| l.default_deadline_secs = l.max_deadline_secs + 1,
+                "limits.default_deadline_secs",
+            ),
+            (|l| l.log_cap_bytes = 1023, "limits.log_cap_bytes"),
+            (|l| l.cancel_grace_ms = 600_001, "limits.cancel_grace_ms"),
+            (
+                |l| l.max_task_bytes = (1 << 20) + 1,
+                "limits.max_task_bytes",
+            ),
+        ];
+        for (change, key) in cases {
+            let mut l = RawLimits::default();
+            change(&mut l);
+            assert_eq!(check_limits(&l).map_err(|(k, _)| k), Err(key));
+        }
+        let edges = RawLimits {
+            max_running_jobs: 4096,
+            default_deadline_secs: 1,
+            max_deadline_secs: 1,
+            log_cap_bytes: 1024,
+            cancel_grace_ms: 600_000,
+            max_task_bytes: 1 << 20,
+        };
+        assert_eq!(check_limits(&edges), Ok(()));
+    }
+
+    #[test]
+    fn sandbox_env_table() {
+        let cases = [
+            ("LANG", true),
+            ("CI_2", true),
+            ("", false),
+            ("A-B", false),
+            ("A B", false),
+            ("GATEHOUSE_JOB", false),
+            ("GATEHOUSE_", false),
+        ];
+        for (name, ok) in cases {
+            let env = BTreeMap::from([(name.to_string(), "v".to_string())]);
+            assert_eq!(check_sandbox_env(&env).is_ok(), ok, "{name:?}");
         }
     }
 }

@@ -1,13 +1,17 @@
 use proptest::prelude::*;
 
+use super::schema::MIGRATIONS;
 use super::*;
 use crate::engine::{Decision, Router};
 use crate::eval::RulesOnlyJudge;
 use crate::fixtures::*;
+use crate::gate::Admission;
 use crate::gate::Via;
+use crate::id::{ThreadId, TicketId, TriggerId};
 use crate::policy::tests::base;
+use crate::reply::Purpose;
 use crate::ticket::tests::{mandate, ticket_with};
-use crate::trigger::TriggerKind;
+use crate::trigger::{Source, TriggerInput, TriggerKind};
 
 impl Store {
     fn count(&self, table: &str) -> i64 {

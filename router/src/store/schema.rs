@@ -1,0 +1,161 @@
+//! The schema: migrations in order, and where the id clock resumes.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::{Result, StoreError};
+use crate::id::{ReplyId, ThreadId, TicketId, TriggerId};
+
+/// Migrations, in order; `PRAGMA user_version` counts those applied.
+pub(super) const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE payloads (
+    id INTEGER PRIMARY KEY,
+    sha256 TEXT NOT NULL,
+    body TEXT NOT NULL
+) STRICT;
+CREATE TABLE threads (
+    id TEXT PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL
+) STRICT;
+CREATE TABLE triggers (
+    id TEXT PRIMARY KEY,
+    thread_id TEXT NOT NULL REFERENCES threads(id),
+    at INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    sender_id TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    admission TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    payload INTEGER NOT NULL REFERENCES payloads(id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX triggers_by_thread ON triggers(thread_id, id);
+CREATE TABLE tickets (
+    id TEXT PRIMARY KEY,
+    thread_id TEXT NOT NULL REFERENCES threads(id),
+    thread_key TEXT NOT NULL,
+    state TEXT NOT NULL,
+    outcome TEXT,
+    mandate TEXT NOT NULL,
+    latest_report TEXT,
+    opened_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX one_live_ticket_per_thread ON tickets(thread_id) WHERE state <> 'ended';
+CREATE INDEX tickets_by_thread ON tickets(thread_id, id);
+CREATE TABLE reports (
+    seq INTEGER PRIMARY KEY,
+    ticket_id TEXT NOT NULL REFERENCES tickets(id),
+    at INTEGER NOT NULL,
+    answers TEXT,
+    body TEXT NOT NULL
+) STRICT;
+CREATE INDEX reports_answering ON reports(ticket_id, answers) WHERE answers IS NOT NULL;
+CREATE TABLE inbox (
+    seq INTEGER PRIMARY KEY,
+    ticket_id TEXT NOT NULL REFERENCES tickets(id),
+    trigger_id TEXT REFERENCES triggers(id),
+    note TEXT,
+    at INTEGER NOT NULL,
+    CHECK ((trigger_id IS NULL) <> (note IS NULL))
+) STRICT;
+CREATE INDEX inbox_by_ticket ON inbox(ticket_id, seq);
+CREATE TABLE replies (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    ticket_id TEXT NOT NULL REFERENCES tickets(id),
+    thread_key TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    target_trigger TEXT NOT NULL REFERENCES triggers(id),
+    platform TEXT NOT NULL,
+    target_message TEXT NOT NULL,
+    text TEXT NOT NULL,
+    text_sha256 TEXT NOT NULL,
+    words INTEGER NOT NULL,
+    at INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX ack_once ON replies(target_trigger) WHERE purpose = 'ack';
+CREATE UNIQUE INDEX answer_once ON replies(target_trigger) WHERE purpose = 'answer';
+CREATE TABLE decisions (
+    seq INTEGER PRIMARY KEY,
+    at INTEGER NOT NULL,
+    body TEXT NOT NULL
+) STRICT;
+CREATE TABLE policies (
+    seq INTEGER PRIMARY KEY,
+    version TEXT NOT NULL,
+    loaded_at INTEGER NOT NULL,
+    body TEXT NOT NULL
+) STRICT;
+"#,
+    // 2: a trigger's row names the ticket whose inbox it went to, instead of
+    // an inbox row and its index entry (two fewer B-tree pages written per
+    // pass-through). Notes keep a table of their own; each records the last
+    // trigger id issued before it, which places it among the triggers.
+    r#"
+ALTER TABLE triggers ADD COLUMN ticket_id TEXT REFERENCES tickets(id);
+UPDATE triggers SET ticket_id = inbox.ticket_id
+    FROM inbox WHERE inbox.trigger_id = triggers.id;
+CREATE TABLE notes (
+    seq INTEGER PRIMARY KEY,
+    ticket_id TEXT NOT NULL REFERENCES tickets(id),
+    after_trigger TEXT NOT NULL,
+    body TEXT NOT NULL,
+    at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX notes_by_ticket ON notes(ticket_id, seq);
+INSERT INTO notes (seq, ticket_id, after_trigger, body, at)
+    SELECT seq, ticket_id,
+           coalesce((SELECT max(earlier.trigger_id) FROM inbox earlier
+                     WHERE earlier.ticket_id = inbox.ticket_id AND earlier.seq < inbox.seq), ''),
+           note, at
+    FROM inbox WHERE note IS NOT NULL;
+DROP TABLE inbox;
+"#,
+];
+
+pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
+    let known = i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX);
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current > known {
+        return Err(StoreError::SchemaTooNew {
+            found: current,
+            known,
+        });
+    }
+    for (i, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(current).unwrap_or(0))
+    {
+        tx.execute_batch(sql)?;
+        tx.pragma_update(
+            None,
+            "user_version",
+            i64::try_from(i + 1).unwrap_or(i64::MAX),
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// The largest stored id of each kind, where the id clock resumes.
+pub(super) fn clock_rows(conn: &Connection) -> Result<Vec<(String, u64, u32)>> {
+    let mut rows = Vec::new();
+    for (prefix, table) in [
+        (TriggerId::PREFIX, "triggers"),
+        (ThreadId::PREFIX, "threads"),
+        (TicketId::PREFIX, "tickets"),
+        (ReplyId::PREFIX, "replies"),
+    ] {
+        let max: Option<String> = conn
+            .prepare_cached(&format!("SELECT max(id) FROM {table}"))?
+            .query_row([], |r| r.get(0))?;
+        if let Some((ms, seq)) = max.as_deref().and_then(crate::id::position) {
+            rows.push((prefix.to_owned(), ms, seq));
+        }
+    }
+    Ok(rows)
+}

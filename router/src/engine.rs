@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::eval::{Evaluation, Judge};
 use crate::gate::{Admission, Author};
 use crate::id::{ReplyId, ThreadId, TicketId, TriggerId};
+use crate::json;
 use crate::policy::{Policy, PolicyVersion};
 use crate::reply::{check_note, check_reply, Purpose, Refusal, ReplyAttempt, TriggerRecord};
 use crate::route::{route_trigger, NoTicket, TicketAction};
@@ -198,7 +199,7 @@ impl<J: Judge> Router<J> {
         let decision = Decision::Policy {
             version: policy.version().clone(),
         };
-        let body = serde_json::to_string(&policy).unwrap_or_default();
+        let body = json::encode("policy", &policy).map_err(StoreError::from)?;
         self.store.transaction(|tx| {
             tx.insert_policy(policy.version(), now, &body)?;
             record(tx, now, &decision).map_err(EngineError::from)
@@ -441,12 +442,12 @@ impl<J: Judge> Router<J> {
 }
 
 fn record(tx: &mut Tx<'_>, now: u64, decision: &Decision) -> Result<(), StoreError> {
-    let body = serde_json::to_string(decision).unwrap_or_default();
+    let body = json::encode("decision", decision)?;
     tx.insert_decision(now, &body)
 }
 
 fn record_policy(store: &mut Store, policy: &Policy, now: u64) -> Result<(), EngineError> {
-    let body = serde_json::to_string(policy).unwrap_or_default();
+    let body = json::encode("policy", policy).map_err(StoreError::from)?;
     store.transaction(|tx| {
         tx.insert_policy(policy.version(), now, &body)
             .map_err(EngineError::from)

@@ -22,6 +22,7 @@ pub mod engine;
 pub mod eval;
 pub mod gate;
 pub mod id;
+pub mod json;
 pub mod policy;
 pub mod replay;
 pub mod reply;

@@ -36,6 +36,12 @@ pub enum PolicyError {
         key: String,
         expected: String,
     },
+    /// The validated policy does not encode, so it has no version.
+    #[error("{file}: {source}")]
+    Encode {
+        file: String,
+        source: crate::json::EncodeError,
+    },
 }
 
 // === The file ===
@@ -666,19 +672,20 @@ impl PolicyFile {
             rules,
             limits,
         };
-        policy.version = version_of(&policy);
+        policy.version = version_of(&policy).map_err(|source| PolicyError::Encode {
+            file: file.to_owned(),
+            source,
+        })?;
         Ok(policy)
     }
 }
 
-fn version_of(policy: &Policy) -> PolicyVersion {
-    // Serialising plain structs, vectors, strings and BTreeMaps cannot fail;
-    // an empty body would still give a (useless but stable) hash.
-    let canonical = serde_json::to_vec(policy).unwrap_or_default();
-    PolicyVersion(format!(
+fn version_of(policy: &Policy) -> Result<PolicyVersion, crate::json::EncodeError> {
+    let canonical = crate::json::encode_bytes("policy", policy)?;
+    Ok(PolicyVersion(format!(
         "sha256:{}",
         hex::encode(Sha256::digest(&canonical))
-    ))
+    )))
 }
 
 fn accounts(

@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use crate::engine::{Decision, EngineError, ReportInput, Router, TicketOutcome};
 use crate::eval::Judge;
 use crate::id::{TicketId, TriggerId};
+use crate::json::{self, EncodeError};
 use crate::policy::{Policy, PolicyError};
 use crate::reply::{Purpose, ReplyAttempt};
 use crate::store::StoreError;
@@ -34,6 +35,8 @@ pub enum ReplayError {
     Write(std::io::Error),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
 }
 
 /// What a replay did.
@@ -117,27 +120,29 @@ pub fn replay<J: Judge>(
             continue;
         }
         let rejected = |error: String| {
-            serde_json::to_string(&RejectedLine {
-                line: number,
-                kind: "rejected",
-                error,
-            })
-            .unwrap_or_default()
+            json::encode(
+                "rejected line",
+                &RejectedLine {
+                    line: number,
+                    kind: "rejected",
+                    error,
+                },
+            )
         };
         let text = match run_line(router, &line, base_dir, &mut labels) {
             Ok(decision) => {
                 summary.decisions += 1;
                 // `line` first, then the decision's own fields in their order.
-                let body = serde_json::to_string(&decision).unwrap_or_default();
+                let body = json::encode("decision", &decision)?;
                 format!("{{\"line\":{number},{}", body.get(1..).unwrap_or("}"))
             }
             Err(Rejected::Input(error)) => {
                 summary.rejected += 1;
-                rejected(error)
+                rejected(error)?
             }
             Err(Rejected::Engine(EngineError::Store(e @ StoreError::NotFound { .. }))) => {
                 summary.rejected += 1;
-                rejected(e.to_string())
+                rejected(e.to_string())?
             }
             Err(Rejected::Engine(e)) => return Err(e.into()),
         };

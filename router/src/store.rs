@@ -71,6 +71,9 @@ pub enum StoreError {
         what: &'static str,
         source: serde_json::Error,
     },
+    /// A record does not encode; nothing of the decision was stored.
+    #[error(transparent)]
+    Encode(#[from] crate::json::EncodeError),
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// The background checkpoint thread could not start.

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Result, StoreError, ThreadRecord};
 use crate::id::{ThreadId, TicketId, TriggerId};
+use crate::json;
 use crate::ticket::{Outcome, Ticket, TicketState};
 
 pub(super) fn sql_u64(v: u64) -> i64 {
@@ -16,9 +17,8 @@ pub(super) fn from_sql_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-pub(super) fn to_json<T: Serialize>(v: &T) -> String {
-    // The types stored here are plain data whose serialisation cannot fail.
-    serde_json::to_string(v).unwrap_or_default()
+pub(super) fn to_json<T: Serialize>(what: &'static str, v: &T) -> Result<String> {
+    Ok(json::encode(what, v)?)
 }
 
 pub(super) fn from_json<T: for<'de> Deserialize<'de>>(what: &'static str, s: &str) -> Result<T> {
@@ -26,11 +26,8 @@ pub(super) fn from_json<T: for<'de> Deserialize<'de>>(what: &'static str, s: &st
 }
 
 /// Enum values stored as their serde names.
-pub(super) fn enum_str<T: Serialize>(v: &T) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => String::new(),
-    }
+pub(super) fn enum_str<T: Serialize>(what: &'static str, v: &T) -> Result<String> {
+    Ok(json::encode_name(what, v)?)
 }
 
 pub(super) fn enum_from<T: for<'de> Deserialize<'de>>(what: &'static str, s: &str) -> Result<T> {

@@ -10,6 +10,7 @@ use super::{
     InboxItem, Page, ReplyRecord, ReplyTarget, Result, StoreError, ThreadRecord, TriggerSummary,
 };
 use crate::id::{ReplyId, ThreadId, TicketId, TriggerId};
+use crate::json;
 use crate::policy::PolicyVersion;
 use crate::reply::{ReplyHistory, TriggerRecord};
 use crate::ticket::Ticket;
@@ -265,7 +266,7 @@ impl Reader<'_> {
     pub fn export_replies(&self, out: &mut dyn Write) -> Result<usize, ExportError> {
         let replies = self.replies()?;
         for r in &replies {
-            let mut line = serde_json::to_vec(r).unwrap_or_default();
+            let mut line = json::encode_bytes("reply record", r)?;
             line.push(b'\n');
             out.write_all(&line).map_err(ExportError::Write)?;
         }
@@ -327,6 +328,8 @@ impl Reader<'_> {
 pub enum ExportError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Encode(#[from] json::EncodeError),
     #[error("cannot write the export: {0}")]
     Write(std::io::Error),
 }

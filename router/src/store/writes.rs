@@ -88,7 +88,7 @@ impl Tx<'_> {
         record: &TriggerRecord,
         inbox: Option<&TicketId>,
     ) -> Result<()> {
-        let body = to_json(&record.trigger.input);
+        let body = to_json("trigger payload", &record.trigger.input)?;
         let hash = hex::encode(Sha256::digest(body.as_bytes()));
         self.tx
             .prepare_cached("INSERT INTO payloads (sha256, body) VALUES (?1, ?2)")?
@@ -105,11 +105,11 @@ impl Tx<'_> {
                 record.trigger.id.as_str(),
                 record.thread.as_str(),
                 sql_u64(record.trigger.at),
-                enum_str(&input.source),
-                enum_str(&input.kind),
+                enum_str("source", &input.source)?,
+                enum_str("kind", &input.kind)?,
                 input.sender.id,
                 input.message_id,
-                to_json(&record.admission),
+                to_json("admission", &record.admission)?,
                 summarize(&input.text),
                 payload,
                 inbox.map(TicketId::as_str),
@@ -129,9 +129,14 @@ impl Tx<'_> {
                 t.thread.as_str(),
                 t.thread_key,
                 t.state.as_str(),
-                t.outcome.map(|o| enum_str(&o)),
-                to_json(&t.mandate),
-                t.latest_report.as_ref().map(to_json),
+                t.outcome
+                    .map(|o| enum_str("ticket outcome", &o))
+                    .transpose()?,
+                to_json("mandate", &t.mandate)?,
+                t.latest_report
+                    .as_ref()
+                    .map(|r| to_json("report", r))
+                    .transpose()?,
                 sql_u64(t.opened_at),
                 sql_u64(t.updated_at),
             ])?;
@@ -151,9 +156,14 @@ impl Tx<'_> {
             .execute(params![
                 t.id.as_str(),
                 t.state.as_str(),
-                t.outcome.map(|o| enum_str(&o)),
-                to_json(&t.mandate),
-                t.latest_report.as_ref().map(to_json),
+                t.outcome
+                    .map(|o| enum_str("ticket outcome", &o))
+                    .transpose()?,
+                to_json("mandate", &t.mandate)?,
+                t.latest_report
+                    .as_ref()
+                    .map(|r| to_json("report", r))
+                    .transpose()?,
                 sql_u64(t.updated_at),
             ])?;
         if n == 0 {
@@ -173,7 +183,7 @@ impl Tx<'_> {
                 ticket.as_str(),
                 sql_u64(at),
                 report.answers.as_ref().map(|a| a.as_str()),
-                to_json(report),
+                to_json("report", report)?,
             ])?;
         Ok(())
     }
@@ -209,7 +219,7 @@ impl Tx<'_> {
                 r.thread_key,
                 r.purpose.as_str(),
                 r.target.trigger.as_str(),
-                enum_str(&r.target.platform),
+                enum_str("platform", &r.target.platform)?,
                 r.target.message_id,
                 text,
                 r.text_sha256,

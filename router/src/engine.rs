@@ -97,34 +97,36 @@ pub enum Decision {
     Report {
         ticket: TicketId,
         #[serde(flatten)]
-        result: Verdict<ReportRefusal, ReportAccepted>,
+        result: Checked<ReportRefusal, ReportAccepted>,
     },
     Reply {
         ticket: TicketId,
         purpose: Purpose,
         #[serde(flatten)]
-        result: Verdict<Refusal, ReplyRecord>,
+        result: Checked<Refusal, ReplyRecord>,
     },
     End {
         ticket: TicketId,
         outcome: Outcome,
         #[serde(flatten)]
-        result: Verdict<EndRefusal, Ended>,
+        result: Checked<EndRefusal, Ended>,
     },
     Note {
         ticket: TicketId,
         #[serde(flatten)]
-        result: Verdict<Refusal, NoteAccepted>,
+        result: Checked<Refusal, NoteAccepted>,
     },
     Policy {
         version: PolicyVersion,
     },
 }
 
-/// Allowed (with details) or refused (with the reason).
+/// A checked request (a report, a reply, an end, a note): allowed (with
+/// details) or refused (with the reason). Not to be confused with a rule's
+/// [`Verdict`](crate::eval::Verdict) in eval.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum Verdict<R, A> {
+pub enum Checked<R, A> {
     Allowed { allowed: Accepted<A> },
     Refused { refused: Refused<R> },
 }
@@ -133,14 +135,14 @@ pub enum Verdict<R, A> {
 #[serde(transparent)]
 pub struct Accepted<A>(pub A);
 
-fn allowed<R, A>(a: A) -> Verdict<R, A> {
-    Verdict::Allowed {
+fn allowed<R, A>(a: A) -> Checked<R, A> {
+    Checked::Allowed {
         allowed: Accepted(a),
     }
 }
 
-fn refused<R: std::fmt::Display, A>(r: R) -> Verdict<R, A> {
-    Verdict::Refused {
+fn refused<R: std::fmt::Display, A>(r: R) -> Checked<R, A> {
+    Checked::Refused {
         refused: Refused::new(r),
     }
 }

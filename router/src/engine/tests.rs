@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::eval::{RulesOnlyJudge, Verdict as RuleVerdict};
+use crate::eval::{RulesOnlyJudge, Verdict};
 use crate::fixtures::*;
 use crate::gate::{IgnoreReason, Via};
 use crate::policy::tests::{base, BASE};
@@ -64,10 +64,10 @@ fn report(ticket: &TicketId, state: ReportState) -> ReportInput {
 
 fn is_allowed(d: &Decision) -> bool {
     match d {
-        Decision::Reply { result, .. } => matches!(result, Verdict::Allowed { .. }),
-        Decision::Report { result, .. } => matches!(result, Verdict::Allowed { .. }),
-        Decision::End { result, .. } => matches!(result, Verdict::Allowed { .. }),
-        Decision::Note { result, .. } => matches!(result, Verdict::Allowed { .. }),
+        Decision::Reply { result, .. } => matches!(result, Checked::Allowed { .. }),
+        Decision::Report { result, .. } => matches!(result, Checked::Allowed { .. }),
+        Decision::End { result, .. } => matches!(result, Checked::Allowed { .. }),
+        Decision::Note { result, .. } => matches!(result, Checked::Allowed { .. }),
         other => panic!("{other:?}"),
     }
 }
@@ -207,7 +207,7 @@ fn candidates_are_evaluated_by_mode() {
     );
     assert!(matches!(
         trig(&d).eval.as_ref().unwrap().outcomes[1].verdict,
-        RuleVerdict::Off
+        Verdict::Off
     ));
 }
 

@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use gatehouse_supervisor::bench::BenchOptions;
+use gatehouse_supervisor::ca_bundle;
 use gatehouse_supervisor::doctor::{self, Status};
 use gatehouse_supervisor::plan::{Plan, RunRequest};
 use gatehouse_supervisor::profile::{self, DirSource, Profile};
@@ -238,7 +240,12 @@ fn prepare(args: RunArgs) -> anyhow::Result<Plan> {
         .as_deref()
         .map(|p| absolute("--control-socket", p))
         .transpose()?;
-    let ca_bundle = args.ca_cert.as_deref().map(ca_bundle).transpose()?;
+    let ca_bundle = args
+        .ca_cert
+        .as_deref()
+        .map(|ca| ca_bundle::load(ca, Path::new(ca_bundle::SYSTEM_ROOTS)))
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--ca-cert {e}"))?;
     let gatehouse_exe = match &control_socket {
         Some(_) => Some(std::env::current_exe().context("locating the gatehouse binary")?),
         None => None,
@@ -260,176 +267,22 @@ fn prepare(args: RunArgs) -> anyhow::Result<Plan> {
     Ok(Plan::build(&profile, &request, identity, &caller_env)?)
 }
 
-/// System roots plus the gatehouse CA. Refuses anything holding a private
-/// key, so a wrong path cannot leak the CA's key into the sandbox.
-fn ca_bundle(path: &Path) -> anyhow::Result<String> {
-    let ca =
-        std::fs::read_to_string(path).with_context(|| format!("--ca-cert {}", path.display()))?;
-    if ca.contains("PRIVATE KEY") {
-        bail!(
-            "--ca-cert {}: the file holds a private key; pass the public certificate only",
-            path.display()
-        );
-    }
-    if !ca.contains("-----BEGIN CERTIFICATE-----") {
-        bail!("--ca-cert {}: expected a PEM certificate", path.display());
-    }
-    let system = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
-    Ok(format!("{}\n{}", system.trim_end(), ca))
-}
-
 fn bench(
     iterations: usize,
     warmup: usize,
     json: bool,
     against: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    use gatehouse_supervisor::bench::{self as b, Contender};
-    let scratch = std::env::temp_dir().join(format!("gatehouse-bench-{}", std::process::id()));
-    let work = scratch.join("work");
-    std::fs::create_dir_all(&work).context("creating the bench work dir")?;
-    let result = (|| -> anyhow::Result<ExitCode> {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o755))?;
-        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o777))?;
-        // The relay connects only when the worker does; /bin/true never does.
-        let sock = scratch.join("proxy.sock");
-        let _proxy = std::os::unix::net::UnixListener::bind(&sock)?;
-        let profile = load_profile("default", None)?;
-        let exe = crate::binaries::sibling(crate::binaries::LAUNCHER)?;
-        let w = work.display().to_string();
-        let unlimited = scratch.join("default-without-cgroup-limits.toml");
-        std::fs::write(&unlimited, b::without_cgroup_limits(&profile))?;
-        let unlimited = unlimited.display().to_string();
-        let gatehouse_args = |relay: bool, profile: &str| {
-            let mut a: Vec<String> = [
-                "sandbox",
-                "run",
-                "--profile",
-                profile,
-                "--quiet",
-                "--workdir",
-                &w,
-            ]
-            .map(String::from)
-            .to_vec();
-            if relay {
-                a.extend(["--proxy-socket".to_string(), sock.display().to_string()]);
-            }
-            a.extend(["--".to_string(), "/bin/true".to_string()]);
-            a
-        };
-        let mut bwrap = b::bwrap_args(&profile, &work);
-        bwrap.push("/bin/true".into());
-        let mut contenders = vec![
-            Contender {
-                name: "fork/exec",
-                program: "/bin/true".into(),
-                args: vec![],
-            },
-            Contender {
-                name: "bwrap",
-                program: "bwrap".into(),
-                args: bwrap,
-            },
-            Contender {
-                name: "gatehouse",
-                program: exe.clone(),
-                args: gatehouse_args(true, "default"),
-            },
-            Contender {
-                name: "gatehouse-no-relay",
-                program: exe.clone(),
-                args: gatehouse_args(false, "default"),
-            },
-            Contender {
-                name: "gatehouse-no-cgroups",
-                program: exe,
-                args: gatehouse_args(true, &unlimited),
-            },
-        ];
-        if let Some(other) = against {
-            contenders.push(Contender {
-                name: "gatehouse-against",
-                program: other,
-                args: gatehouse_args(true, "default"),
-            });
-        }
-        let samples = b::measure(&contenders, iterations, warmup)?;
-        let summaries: Vec<b::Summary> = samples.iter().filter_map(|s| b::summarize(s)).collect();
-        // Idle cost: the host-side waiter and everything below it.
-        let mut idle = Vec::new();
-        for c in &contenders[1..3] {
-            let mut child = c.spawn_idle()?;
-            std::thread::sleep(std::time::Duration::from_millis(500));
-            let host = b::memory_of(child.id());
-            let inside: b::Memory = b::children_of(child.id())
-                .into_iter()
-                .map(b::memory_of)
-                .fold(b::Memory::default(), |a, m| a + m);
-            let _ = child.kill();
-            let _ = child.wait();
-            idle.push((c.name, host, inside));
-        }
-        let baseline = |name: &str| {
-            contenders
-                .iter()
-                .position(|c| c.name == name)
-                .map(|i| summaries[i].median_ms)
-                .unwrap_or(f64::NAN)
-        };
-        if json {
-            let rows: Vec<serde_json::Value> = contenders
-                .iter()
-                .zip(&summaries)
-                .map(|(c, s)| {
-                    serde_json::json!({"name": c.name, "summary": s,
-                    "vs_bwrap": s.median_ms / baseline("bwrap"),
-                    "vs_fork_exec": s.median_ms / baseline("fork/exec")})
-                })
-                .collect();
-            let mem: Vec<serde_json::Value> = idle
-                .iter()
-                .map(|(n, h, i)| serde_json::json!({"name": n, "host_side": h, "sandbox_side": i}))
-                .collect();
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&serde_json::json!({
-                "iterations": iterations, "start_up": rows, "idle_memory": mem}))?
-            );
-        } else {
-            println!(
-                "start-up of /bin/true, {iterations} runs each, interleaved in shuffled order ({warmup} warm-up)"
-            );
-            println!(
-                "{:<20} {:>10} {:>10} {:>10} {:>9} {:>11}",
-                "", "median ms", "p95 ms", "min ms", "vs bwrap", "vs fork/exec"
-            );
-            for (c, s) in contenders.iter().zip(&summaries) {
-                println!(
-                    "{:<20} {:>10.2} {:>10.2} {:>10.2} {:>8.2}x {:>10.1}x",
-                    c.name,
-                    s.median_ms,
-                    s.p95_ms,
-                    s.min_ms,
-                    s.median_ms / baseline("bwrap"),
-                    s.median_ms / baseline("fork/exec")
-                );
-            }
-            println!("idle memory (sleep 5), KiB          RSS       PSS");
-            for (name, host, inside) in &idle {
-                println!(
-                    "{name:<20} host side   {:>9} {:>9}",
-                    host.rss_kib, host.pss_kib
-                );
-                println!(
-                    "{name:<20} in sandbox  {:>9} {:>9}",
-                    inside.rss_kib, inside.pss_kib
-                );
-            }
-        }
-        Ok(ExitCode::SUCCESS)
-    })();
-    let _ = std::fs::remove_dir_all(&scratch);
-    result
+    let report = gatehouse_supervisor::bench::run(&BenchOptions {
+        iterations,
+        warmup,
+        launcher: crate::binaries::sibling(crate::binaries::LAUNCHER)?,
+        against,
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(ExitCode::SUCCESS)
 }

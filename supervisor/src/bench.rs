@@ -2,6 +2,10 @@
 //! `/bin/true` under the default profile, against bubblewrap with a
 //! comparable setup and against a plain fork/exec, measured in one run with
 //! the three interleaved; plus the memory an idle sandbox costs.
+//!
+//! [`run`] does the whole benchmark (a scratch work dir and proxy socket,
+//! the contenders, the measurement, the idle memory) and returns a
+//! [`Report`]; the CLI only parses its flags and prints the report.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -9,7 +13,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::profile::Profile;
+use crate::profile::{DirSource, Profile, ProfileError};
+
+mod report;
+
+pub use report::{IdleMemory, Report, Row};
 
 /// Errors running the benchmark.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +25,201 @@ pub enum BenchError {
     /// A contender could not be started or failed.
     #[error("{what}: {detail}")]
     Run { what: String, detail: String },
+    /// The scratch directory or the proxy socket could not be set up.
+    #[error("{what}: {source}")]
+    Setup {
+        what: String,
+        source: std::io::Error,
+    },
+    /// The default profile does not resolve.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+}
+
+fn setup(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
+    let what = what.into();
+    move |source| BenchError::Setup { what, source }
+}
+
+/// What `gatehouse sandbox bench` is asked to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Measured runs per contender.
+    pub iterations: usize,
+    /// Unmeasured runs per contender first.
+    pub warmup: usize,
+    /// The gatehouse launcher binary whose `sandbox run` is timed.
+    pub launcher: PathBuf,
+    /// Another gatehouse binary (e.g. an older build) timed as well, as
+    /// "gatehouse-against".
+    pub against: Option<PathBuf>,
+}
+
+/// Runs the whole benchmark in a scratch directory that is removed after.
+pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
+    let scratch = std::env::temp_dir().join(format!("gatehouse-bench-{}", std::process::id()));
+    let result = run_in(&scratch, options);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+fn run_in(scratch: &Path, options: &BenchOptions) -> Result<Report, BenchError> {
+    use std::os::unix::fs::PermissionsExt;
+    let work = scratch.join("work");
+    std::fs::create_dir_all(&work).map_err(setup("creating the bench work dir"))?;
+    std::fs::set_permissions(scratch, std::fs::Permissions::from_mode(0o755))
+        .map_err(setup(format!("opening {}", scratch.display())))?;
+    std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o777))
+        .map_err(setup(format!("opening {}", work.display())))?;
+    // The relay connects only when the worker does; /bin/true never does.
+    let sock = scratch.join("proxy.sock");
+    let _proxy = std::os::unix::net::UnixListener::bind(&sock)
+        .map_err(setup(format!("binding {}", sock.display())))?;
+    let source = DirSource {
+        dirs: DirSource::default_dirs(),
+    };
+    let profile = crate::profile::resolve(&source, "default")?;
+    let unlimited = scratch.join("default-without-cgroup-limits.toml");
+    std::fs::write(&unlimited, without_cgroup_limits(&profile))
+        .map_err(setup(format!("writing {}", unlimited.display())))?;
+    let contenders = contenders(
+        options,
+        &bwrap_args(&profile, &work),
+        &GatehouseRun {
+            work: &work,
+            proxy_socket: &sock,
+            unlimited_profile: &unlimited,
+        },
+    );
+    let samples = measure(&contenders, options.iterations, options.warmup)?;
+    let rows = contenders
+        .iter()
+        .zip(&samples)
+        .filter_map(|(c, s)| {
+            Some(Row {
+                name: c.name,
+                summary: summarize(s)?,
+            })
+        })
+        .collect();
+    // Idle cost: the host-side waiter and everything below it.
+    let mut idle = Vec::new();
+    for c in contenders
+        .iter()
+        .filter(|c| IDLE_MEASURED.contains(&c.name))
+    {
+        idle.push(idle_memory(c)?);
+    }
+    Ok(Report {
+        iterations: options.iterations,
+        warmup: options.warmup,
+        rows,
+        idle,
+    })
+}
+
+/// The contenders whose idle memory is measured.
+const IDLE_MEASURED: [&str; 2] = ["bwrap", "gatehouse"];
+
+/// Where the `sandbox run` contenders run.
+pub struct GatehouseRun<'a> {
+    pub work: &'a Path,
+    pub proxy_socket: &'a Path,
+    /// The default profile without cgroup limits, as a file.
+    pub unlimited_profile: &'a Path,
+}
+
+impl GatehouseRun<'_> {
+    /// `sandbox run` of `/bin/true` under `profile`, with the relay or not.
+    fn args(&self, relay: bool, profile: &str) -> Vec<String> {
+        let mut a: Vec<String> = [
+            "sandbox",
+            "run",
+            "--profile",
+            profile,
+            "--quiet",
+            "--workdir",
+            &self.work.display().to_string(),
+        ]
+        .map(String::from)
+        .to_vec();
+        if relay {
+            a.extend([
+                "--proxy-socket".to_string(),
+                self.proxy_socket.display().to_string(),
+            ]);
+        }
+        a.extend(["--".to_string(), "/bin/true".to_string()]);
+        a
+    }
+}
+
+/// Every contender, `/bin/true` each: fork/exec, bwrap (given its
+/// arguments), gatehouse with and without the relay and cgroup limits, and
+/// the other binary when one is given.
+pub fn contenders(
+    options: &BenchOptions,
+    bwrap_args: &[String],
+    run: &GatehouseRun<'_>,
+) -> Vec<Contender> {
+    let mut bwrap = bwrap_args.to_vec();
+    bwrap.push("/bin/true".into());
+    let unlimited = run.unlimited_profile.display().to_string();
+    let exe = &options.launcher;
+    let mut list = vec![
+        Contender {
+            name: "fork/exec",
+            program: "/bin/true".into(),
+            args: vec![],
+        },
+        Contender {
+            name: "bwrap",
+            program: "bwrap".into(),
+            args: bwrap,
+        },
+        Contender {
+            name: "gatehouse",
+            program: exe.clone(),
+            args: run.args(true, "default"),
+        },
+        Contender {
+            name: "gatehouse-no-relay",
+            program: exe.clone(),
+            args: run.args(false, "default"),
+        },
+        Contender {
+            name: "gatehouse-no-cgroups",
+            program: exe.clone(),
+            args: run.args(true, &unlimited),
+        },
+    ];
+    if let Some(other) = &options.against {
+        list.push(Contender {
+            name: "gatehouse-against",
+            program: other.clone(),
+            args: run.args(true, "default"),
+        });
+    }
+    list
+}
+
+/// The memory of an idle contender (`sleep 5` instead of `true`) after
+/// half a second: its host-side process, and everything below it.
+fn idle_memory(c: &Contender) -> Result<IdleMemory, BenchError> {
+    let mut child = c.spawn_idle()?;
+    std::thread::sleep(Duration::from_millis(500));
+    let host = memory_of(child.id());
+    let inside: Memory = children_of(child.id())
+        .into_iter()
+        .map(memory_of)
+        .fold(Memory::default(), |a, m| a + m);
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(IdleMemory {
+        name: c.name,
+        host,
+        inside,
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -337,6 +540,64 @@ mod tests {
             seen.insert(v);
         }
         assert!(seen.len() > 10, "only {} orders", seen.len());
+    }
+
+    #[test]
+    fn the_contenders_time_the_same_command_each() {
+        let run = GatehouseRun {
+            work: Path::new("/s/work"),
+            proxy_socket: Path::new("/s/proxy.sock"),
+            unlimited_profile: Path::new("/s/unlimited.toml"),
+        };
+        let mut options = BenchOptions {
+            iterations: 1,
+            warmup: 0,
+            launcher: "/bin/gatehouse".into(),
+            against: None,
+        };
+        let list = contenders(&options, &["--unshare-all".into()], &run);
+        let names: Vec<&str> = list.iter().map(|c| c.name).collect();
+        assert_eq!(
+            names,
+            [
+                "fork/exec",
+                "bwrap",
+                "gatehouse",
+                "gatehouse-no-relay",
+                "gatehouse-no-cgroups"
+            ]
+        );
+        assert_eq!(list[0].program, Path::new("/bin/true"));
+        assert!(list[0].args.is_empty());
+        for c in &list[1..] {
+            assert_eq!(
+                c.args.last().map(String::as_str),
+                Some("/bin/true"),
+                "{}",
+                c.name
+            );
+        }
+        assert_eq!(list[1].args, ["--unshare-all", "/bin/true"]);
+        let gatehouse = list[2].args.join(" ");
+        assert_eq!(
+            gatehouse,
+            "sandbox run --profile default --quiet --workdir /s/work \
+             --proxy-socket /s/proxy.sock -- /bin/true"
+        );
+        assert!(!list[3].args.contains(&"--proxy-socket".to_string()));
+        assert!(list[4]
+            .args
+            .join(" ")
+            .contains("--profile /s/unlimited.toml"));
+        assert!(list[2..5]
+            .iter()
+            .all(|c| c.program == Path::new("/bin/gatehouse")));
+        options.against = Some("/old/gatehouse".into());
+        let list = contenders(&options, &[], &run);
+        let against = list.last().unwrap();
+        assert_eq!(against.name, "gatehouse-against");
+        assert_eq!(against.program, Path::new("/old/gatehouse"));
+        assert_eq!(against.args, list[2].args);
     }
 
     #[test]

@@ -24,6 +24,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod bench;
+pub mod ca_bundle;
 pub mod doctor;
 pub mod jobs;
 pub mod plan;

@@ -1,0 +1,212 @@
+//! Validation of a merged profile into the runtime [`Profile`]: one
+//! validator per section, each a pure function from the section's file form
+//! to its runtime form or a [`Refusal`] naming the key and what it expects.
+
+use std::path::{Component, Path, PathBuf};
+
+use super::raw::{RawEnv, RawFilesystem, RawLimits, RawNetwork, RawRequire, RawWorker};
+use super::{
+    EnvPolicy, Filesystem, Limits, Network, Profile, ProfileError, RawProfile, Require,
+    RESERVED_INSIDE,
+};
+
+/// A value a validator refuses: the key, dotted (`filesystem.read`), and
+/// what it expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub key: String,
+    pub expected: String,
+}
+
+fn refuse(key: &str, expected: impl Into<String>) -> Refusal {
+    Refusal {
+        key: key.to_string(),
+        expected: expected.into(),
+    }
+}
+
+impl RawProfile {
+    /// Checks every value and produces the runtime type.
+    pub fn validate(self, name: &str, layers: Vec<String>) -> Result<Profile, ProfileError> {
+        let at = |r: Refusal| ProfileError::Invalid {
+            origin: name.to_string(),
+            key: r.key,
+            expected: r.expected,
+        };
+        Ok(Profile {
+            name: name.to_string(),
+            layers,
+            description: self.description.unwrap_or_default(),
+            filesystem: filesystem(self.filesystem).map_err(at)?,
+            env: env(self.env).map_err(at)?,
+            network: network(self.network).map_err(at)?,
+            limits: limits(&self.limits).map_err(at)?,
+            require: require(&self.require),
+            worker_command: worker(self.worker).map_err(at)?,
+        })
+    }
+}
+
+/// `[filesystem]`: bind paths absolute, normalised, outside what the
+/// sandbox builds, each in only one of `read`/`read_exec`; a positive /tmp
+/// size (default 256 MiB); executable writable dirs unless said otherwise.
+pub fn filesystem(raw: RawFilesystem) -> Result<Filesystem, Refusal> {
+    let paths = |key: &str, list: Vec<String>| -> Result<Vec<PathBuf>, Refusal> {
+        list.into_iter()
+            .map(|p| check_bind_path(&p).map_err(|why| refuse(key, format!("{why}, got `{p}`"))))
+            .collect()
+    };
+    let read_exec = paths("filesystem.read_exec", raw.read_exec)?;
+    let read = paths("filesystem.read", raw.read)?;
+    if let Some(p) = read.iter().find(|p| read_exec.contains(p)) {
+        return Err(refuse(
+            "filesystem.read",
+            format!(
+                "a path in only one of read/read_exec, `{}` is in both",
+                p.display()
+            ),
+        ));
+    }
+    let tmp_size_mib = positive("filesystem.tmp_size_mib", raw.tmp_size_mib)?.unwrap_or(256);
+    Ok(Filesystem {
+        read_exec,
+        read,
+        writable_exec: raw.writable_exec.unwrap_or(true),
+        tmp_size_mib,
+    })
+}
+
+/// `[env]`: variable names of letters, digits and `_`; values without NUL.
+pub fn env(raw: RawEnv) -> Result<EnvPolicy, Refusal> {
+    for key in raw.pass.iter().chain(raw.set.keys()) {
+        if !is_env_name(key) {
+            return Err(refuse(
+                "env",
+                format!("variable names of letters, digits and `_`, got `{key}`"),
+            ));
+        }
+    }
+    if let Some((k, _)) = raw.set.iter().find(|(_, v)| v.contains('\0')) {
+        return Err(refuse(&format!("env.set.{k}"), "a value without NUL bytes"));
+    }
+    Ok(EnvPolicy {
+        pass: raw.pass,
+        set: raw.set,
+    })
+}
+
+/// `[network]`: rule-set names, and tunnels as `host:port`.
+pub fn network(raw: RawNetwork) -> Result<Network, Refusal> {
+    for rs in &raw.rule_sets {
+        if rs.is_empty() || rs.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(refuse(
+                "network.rule_sets",
+                format!("non-empty names without spaces, got `{rs}`"),
+            ));
+        }
+    }
+    for t in &raw.tunnels {
+        if !is_host_port(t) {
+            return Err(refuse(
+                "network.tunnels",
+                format!("`host:port` entries, got `{t}`"),
+            ));
+        }
+    }
+    Ok(Network {
+        rule_sets: raw.rule_sets,
+        tunnels: raw.tunnels,
+    })
+}
+
+/// `[limits]`: each positive when set (unset: no limit), at least 4 pids,
+/// 1024 open files unless said otherwise.
+pub fn limits(raw: &RawLimits) -> Result<Limits, Refusal> {
+    let limits = Limits {
+        memory_mib: positive("limits.memory_mib", raw.memory_mib)?,
+        pids: positive("limits.pids", raw.pids)?,
+        cpu_percent: positive("limits.cpu_percent", raw.cpu_percent)?,
+        wall_time_secs: positive("limits.wall_time_secs", raw.wall_time_secs)?,
+        open_files: positive("limits.open_files", raw.open_files)?.unwrap_or(1024),
+    };
+    if limits.pids.is_some_and(|p| p < 4) {
+        return Err(refuse(
+            "limits.pids",
+            "at least 4 (init, relay, the command)",
+        ));
+    }
+    Ok(limits)
+}
+
+/// `[require]`: Landlock and seccomp required unless said otherwise,
+/// cgroup-enforced limits only when asked for.
+pub fn require(raw: &RawRequire) -> Require {
+    Require {
+        landlock: raw.landlock.unwrap_or(true),
+        seccomp: raw.seccomp.unwrap_or(true),
+        cgroup_limits: raw.cgroup_limits.unwrap_or(false),
+    }
+}
+
+/// `[worker]`: the command, if any, names a program.
+pub fn worker(raw: RawWorker) -> Result<Vec<String>, Refusal> {
+    let command = raw.command.unwrap_or_default();
+    if command.first().is_some_and(|c| c.is_empty()) {
+        return Err(refuse("worker.command", "a non-empty program name"));
+    }
+    Ok(command)
+}
+
+fn positive(key: &str, v: Option<u64>) -> Result<Option<u64>, Refusal> {
+    match v {
+        Some(0) => Err(refuse(key, "a positive number (omit the key for no limit)")),
+        v => Ok(v),
+    }
+}
+
+/// A host path a profile may bind: absolute, normalised, not a place the
+/// sandbox builds itself.
+pub fn check_bind_path(p: &str) -> Result<PathBuf, &'static str> {
+    let path = Path::new(p);
+    if !path.is_absolute() {
+        return Err("absolute paths");
+    }
+    if path
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+        || p.contains("//")
+        || (p.len() > 1 && p.ends_with('/'))
+    {
+        return Err("normalised paths (no `.`, `..`, `//` or trailing `/`)");
+    }
+    if p.contains('\0') {
+        return Err("paths without NUL bytes");
+    }
+    if RESERVED_INSIDE
+        .iter()
+        .any(|r| path == Path::new(r) || (*r != "/" && path.starts_with(r)))
+    {
+        return Err("paths outside the sandbox's own /, /work, /tmp, /proc, /dev, /run/gatehouse");
+    }
+    Ok(path.to_path_buf())
+}
+
+pub fn is_env_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn is_host_port(s: &str) -> bool {
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return false;
+    };
+    !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+        && port.parse::<u16>().is_ok_and(|p| p > 0)
+}
+
+#[cfg(test)]
+mod tests;

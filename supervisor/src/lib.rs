@@ -9,8 +9,13 @@
 //!                                                      limits, env, argv)       harden, exec, wait)
 //!
 //! router ──► jobs (job API on a unix socket, SQLite state) ──spawns──► `gatehouse sandbox run`
-//!              ├─ per job: work dir, prompt, control socket, proxy identity
+//!              ├─ service: admits jobs; answers the API and each job's control socket
+//!              ├─ runner, one task per job: workspace (work dir, prompt), control
+//!              │  socket, proxy identity, worker_env (pure), launch, logs, release
 //!              └─ events long-poll (state changes, worker reports)
+//!
+//! ca_bundle: system roots + the gatehouse CA for `--ca-cert`; a private key is refused
+//! bench: `sandbox run` start-up vs bubblewrap and fork/exec; the CLI only prints it
 //! ```
 //!
 //! `profile`, `plan` and `doctor` are pure: data in, data out, tested

@@ -2,17 +2,20 @@
 //!
 //! ```text
 //! router ──HTTP/unix──► api ──► service ──► store (SQLite WAL: jobs, keys, reports, inbox, events)
-//!                                  │ per job task:
-//!                                  ├─ work dir + prompt (prompts)      tickets/<tkt>/work
-//!                                  ├─ control socket (control)         run/<job>/control.sock ◄── `gatehouse report|inbox`
-//!                                  ├─ proxy identity (proxy_admin)     POST/DELETE /identities
-//!                                  └─ launcher ─► `gatehouse sandbox run …` child, logs capped to tickets/<tkt>/logs
+//!                                  │ runner, one task per job:
+//!                                  ├─ workspace: work dir + prompt (prompts)  tickets/<tkt>/work
+//!                                  ├─ control socket (control)             run/<job>/control.sock ◄── `gatehouse report|inbox`
+//!                                  ├─ proxy identity (proxy_admin)         POST/DELETE /identities
+//!                                  ├─ worker_env + launcher ─► `gatehouse sandbox run …` child
+//!                                  └─ logs: stdout/stderr capped to        tickets/<tkt>/logs
 //! ```
 //!
 //! Decisions are pure: [`state::next_state`], [`state::admission`],
 //! [`state::cancel_decision`], [`report::Report::validate`],
-//! [`spec::JobRequest::validate`], [`prompts::render`]. Everything else is I/O
-//! at the edges. See `SERVICE.md` for the contract.
+//! [`spec::JobRequest::validate`], [`prompts::render`],
+//! [`worker_env::worker_env`], [`runner::worker_command`]. Everything else
+//! is I/O at the edges; what is hashed or stored as JSON goes through
+//! [`codec`]. See `SERVICE.md` for the contract.
 
 pub mod api;
 pub mod codec;

@@ -57,16 +57,27 @@ const LIMIT_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 /// The landlock ABI this build is designed for; newer kernels work too.
 pub const LANDLOCK_TARGET_ABI: i32 = 7;
 
+/// One check per feature, in the order `gatehouse doctor` prints them.
 pub fn assess(f: &KernelFacts) -> Vec<Check> {
-    let mut out = Vec::new();
-    let mut push = |feature, status, detail: String| {
-        out.push(Check {
-            feature,
-            status,
-            detail,
-        })
-    };
+    vec![
+        user_namespaces(f),
+        landlock(f),
+        seccomp(f),
+        cgroups(f),
+        pidfd(f),
+        tiocsti(f),
+    ]
+}
 
+fn check(feature: &'static str, status: Status, detail: String) -> Check {
+    Check {
+        feature,
+        status,
+        detail,
+    }
+}
+
+fn user_namespaces(f: &KernelFacts) -> Check {
     let userns_sysctls = format!(
         "user.max_user_namespaces={}{}{}",
         f.max_user_namespaces
@@ -81,13 +92,13 @@ pub fn assess(f: &KernelFacts) -> Vec<Check> {
             )),
     );
     if f.userns_works {
-        push(
+        check(
             "user namespaces",
             Status::Ok,
             format!("a user+mount+pid+net namespace was created ({userns_sysctls})"),
-        );
+        )
     } else {
-        push(
+        check(
             "user namespaces",
             Status::Missing,
             format!(
@@ -95,33 +106,37 @@ pub fn assess(f: &KernelFacts) -> Vec<Check> {
                  Fix: sysctl user.max_user_namespaces=15000, kernel.unprivileged_userns_clone=1, \
                  or kernel.apparmor_restrict_unprivileged_userns=0"
             ),
-        );
+        )
     }
+}
 
+fn landlock(f: &KernelFacts) -> Check {
     match f.landlock_abi {
-        abi if abi >= 6 => push(
+        abi if abi >= 6 => check(
             "landlock",
             Status::Ok,
             format!("ABI {abi}: filesystem, TCP connect/bind, abstract-socket and signal scoping"),
         ),
-        abi if abi >= 4 => push(
+        abi if abi >= 4 => check(
             "landlock",
             Status::Degraded,
             format!("ABI {abi}: filesystem and TCP rules, but no abstract-socket/signal scoping (needs ABI 6, Linux 6.12); the network namespace still isolates abstract sockets"),
         ),
-        abi if abi >= 1 => push(
+        abi if abi >= 1 => check(
             "landlock",
             Status::Degraded,
             format!("ABI {abi}: filesystem rules only (TCP rules need ABI 4, Linux 6.7)"),
         ),
-        _ => push(
+        _ => check(
             "landlock",
             Status::Missing,
             "not available; profiles requiring it (the default) refuse to start. Fix: boot with lsm=…,landlock".to_string(),
         ),
     }
+}
 
-    push(
+fn seccomp(f: &KernelFacts) -> Check {
+    check(
         "seccomp",
         if f.seccomp_filter {
             Status::Ok
@@ -133,8 +148,10 @@ pub fn assess(f: &KernelFacts) -> Vec<Check> {
         } else {
             "filter mode unavailable; profiles requiring it refuse to start (kernel needs CONFIG_SECCOMP_FILTER)".to_string()
         },
-    );
+    )
+}
 
+fn cgroups(f: &KernelFacts) -> Check {
     let v2_has_all = LIMIT_CONTROLLERS
         .iter()
         .all(|c| f.cgroup2_controllers.iter().any(|h| h == c));
@@ -158,24 +175,24 @@ pub fn assess(f: &KernelFacts) -> Vec<Check> {
                  the faster per-process lock stays on until reboot): mount -o remount,favordynmods {v2_where}"
             )
         };
-        push(
+        check(
             "cgroups",
             Status::Ok,
             format!(
                 "v2 at {v2_where} with memory, pids, cpu, writable: limits enforced by cgroup v2{advice}"
             ),
-        );
+        )
     } else if v1_has_all {
-        push(
+        check(
             "cgroups",
             Status::Ok,
             format!(
                 "v2 at {v2_where} has [{}]; v1 memory, pids, cpu are writable: limits enforced by cgroup v1",
                 f.cgroup2_controllers.join(" ")
             ),
-        );
+        )
     } else {
-        push(
+        check(
             "cgroups",
             Status::Degraded,
             format!(
@@ -183,10 +200,12 @@ pub fn assess(f: &KernelFacts) -> Vec<Check> {
                 f.cgroup2_controllers.join(" "),
                 if f.is_root { "" } else { ", not root" },
             ),
-        );
+        )
     }
+}
 
-    push(
+fn pidfd(f: &KernelFacts) -> Check {
+    check(
         "pidfd",
         if f.pidfd {
             Status::Ok
@@ -198,21 +217,22 @@ pub fn assess(f: &KernelFacts) -> Vec<Check> {
         } else {
             "pidfd_open unavailable (Linux < 5.3); not needed by the sandbox itself".to_string()
         },
-    );
+    )
+}
 
+fn tiocsti(f: &KernelFacts) -> Check {
     match f.legacy_tiocsti {
-        Some(1) => push(
+        Some(1) => check(
             "TIOCSTI",
             Status::Ok,
             "dev.tty.legacy_tiocsti=1: terminal injection possible on the host; the sandbox blocks it with seccomp and a new session".to_string(),
         ),
-        _ => push(
+        _ => check(
             "TIOCSTI",
             Status::Ok,
             "legacy TIOCSTI disabled or absent; seccomp blocks it anyway".to_string(),
         ),
     }
-    out
 }
 
 #[cfg(test)]
@@ -240,6 +260,22 @@ mod tests {
             .find(|c| c.feature == feature)
             .map(|c| c.status)
             .unwrap()
+    }
+
+    #[test]
+    fn one_check_per_feature_in_order() {
+        let features: Vec<&str> = assess(&good()).iter().map(|c| c.feature).collect();
+        assert_eq!(
+            features,
+            [
+                "user namespaces",
+                "landlock",
+                "seccomp",
+                "cgroups",
+                "pidfd",
+                "TIOCSTI"
+            ]
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::json;
 use crate::policy::{Policy, PolicyVersion};
 use crate::reply::{check_note, check_reply, Purpose, Refusal, ReplyAttempt, TriggerRecord};
 use crate::route::{route_trigger, NoTicket, TicketAction};
-use crate::store::{text_sha256, ReplyRecord, ReplyTarget, Store, StoreError, Tx};
+use crate::store::{text_sha256, ReplyRecord, ReplyTarget, Store, StoreError, ThreadRecord, Tx};
 use crate::ticket::{
     apply_report, end_ticket, EndRefusal, EndRequester, Mandate, Outcome, Report, ReportRefusal,
     RevalidationFailure, Ticket, TicketState,
@@ -51,6 +51,18 @@ pub enum TicketOutcome {
         ticket: TicketId,
         reason: RevalidationFailure,
     },
+}
+
+impl TicketOutcome {
+    /// The ticket whose inbox the trigger joins, if any.
+    pub fn inbox(&self) -> Option<&TicketId> {
+        match self {
+            TicketOutcome::PassThrough { ticket }
+            | TicketOutcome::Opened { ticket, .. }
+            | TicketOutcome::Resumed { ticket, .. } => Some(ticket),
+            TicketOutcome::None { .. } | TicketOutcome::StaysEnded { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -229,48 +241,8 @@ impl<J: Judge> Router<J> {
             let trigger_id = trigger.id.clone();
             // The ticket is written first: the trigger's row names the ticket
             // whose inbox it went to.
-            let ticket = match route.ticket {
-                TicketAction::None { why } => TicketOutcome::None { why },
-                TicketAction::PassThrough { ticket } => TicketOutcome::PassThrough { ticket },
-                TicketAction::Open { mandate } => {
-                    let ticket = Ticket {
-                        id: tx.issue(now)?,
-                        thread: thread.id.clone(),
-                        thread_key: thread.key.clone(),
-                        state: TicketState::Open,
-                        outcome: None,
-                        mandate,
-                        latest_report: None,
-                        opened_at: now,
-                        updated_at: now,
-                    };
-                    tx.insert_ticket(&ticket)?;
-                    TicketOutcome::Opened {
-                        ticket: ticket.id,
-                        mandate: ticket.mandate,
-                    }
-                }
-                TicketAction::Resume { ticket, mandate } => {
-                    let mut t = tx.read().ticket(&ticket)?;
-                    t.state = TicketState::Open;
-                    t.outcome = None;
-                    // Reports from before the end say nothing about the new work.
-                    t.latest_report = None;
-                    t.mandate = mandate.clone();
-                    t.updated_at = now;
-                    tx.update_ticket(&t)?;
-                    TicketOutcome::Resumed { ticket, mandate }
-                }
-                TicketAction::StaysEnded { ticket, reason } => {
-                    TicketOutcome::StaysEnded { ticket, reason }
-                }
-            };
-            let inbox = match &ticket {
-                TicketOutcome::PassThrough { ticket }
-                | TicketOutcome::Opened { ticket, .. }
-                | TicketOutcome::Resumed { ticket, .. } => Some(ticket),
-                TicketOutcome::None { .. } | TicketOutcome::StaysEnded { .. } => None,
-            };
+            let ticket = apply_ticket_action(tx, route.ticket, &thread, now)?;
+            let inbox = ticket.inbox();
             tx.insert_trigger(
                 &TriggerRecord {
                     trigger,
@@ -441,6 +413,50 @@ impl<J: Judge> Router<J> {
             Ok(decision)
         })
     }
+}
+
+/// Writes what routing decided for the thread's ticket: a new ticket, or
+/// the resumed one under its refreshed mandate.
+fn apply_ticket_action(
+    tx: &mut Tx<'_>,
+    action: TicketAction,
+    thread: &ThreadRecord,
+    now: u64,
+) -> Result<TicketOutcome, StoreError> {
+    Ok(match action {
+        TicketAction::None { why } => TicketOutcome::None { why },
+        TicketAction::PassThrough { ticket } => TicketOutcome::PassThrough { ticket },
+        TicketAction::Open { mandate } => {
+            let ticket = Ticket {
+                id: tx.issue(now)?,
+                thread: thread.id.clone(),
+                thread_key: thread.key.clone(),
+                state: TicketState::Open,
+                outcome: None,
+                mandate,
+                latest_report: None,
+                opened_at: now,
+                updated_at: now,
+            };
+            tx.insert_ticket(&ticket)?;
+            TicketOutcome::Opened {
+                ticket: ticket.id,
+                mandate: ticket.mandate,
+            }
+        }
+        TicketAction::Resume { ticket, mandate } => {
+            let mut t = tx.read().ticket(&ticket)?;
+            t.state = TicketState::Open;
+            t.outcome = None;
+            // Reports from before the end say nothing about the new work.
+            t.latest_report = None;
+            t.mandate = mandate.clone();
+            t.updated_at = now;
+            tx.update_ticket(&t)?;
+            TicketOutcome::Resumed { ticket, mandate }
+        }
+        TicketAction::StaysEnded { ticket, reason } => TicketOutcome::StaysEnded { ticket, reason },
+    })
 }
 
 fn record(tx: &mut Tx<'_>, now: u64, decision: &Decision) -> Result<(), StoreError> {

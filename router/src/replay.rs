@@ -81,6 +81,23 @@ struct Labels {
 }
 
 impl Labels {
+    /// Remembers a labelled trigger line's trigger and the ticket it reached.
+    fn remember(&mut self, label: String, decision: &Decision) {
+        if let Decision::Trigger(t) = decision {
+            self.triggers.insert(label.clone(), t.trigger.clone());
+            let ticket = match &t.ticket {
+                TicketOutcome::PassThrough { ticket }
+                | TicketOutcome::Opened { ticket, .. }
+                | TicketOutcome::Resumed { ticket, .. }
+                | TicketOutcome::StaysEnded { ticket, .. } => Some(ticket.clone()),
+                TicketOutcome::None { .. } => None,
+            };
+            if let Some(ticket) = ticket {
+                self.tickets.insert(label, ticket);
+            }
+        }
+    }
+
     fn trigger(&self, s: &str) -> Result<TriggerId, String> {
         match s.strip_prefix('@') {
             Some(label) => self
@@ -191,6 +208,8 @@ fn parse<T: for<'de> Deserialize<'de>>(kind: &str, obj: Map<String, Value>) -> R
         .map_err(|e| Rejected::Input(format!("not a valid {kind}: {e}")))
 }
 
+/// Runs one input line: its `type` names the engine call (the table of
+/// line kinds is the `match` below).
 fn run_line<J: Judge>(
     router: &mut Router<J>,
     line: &str,
@@ -203,105 +222,129 @@ fn run_line<J: Judge>(
         return Err(Rejected::Input("not a JSON object".into()));
     };
     let kind = required(&mut obj, "type")?;
-    let at = match obj.remove("at") {
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .ok_or_else(|| Rejected::Input("`at` must be milliseconds since the epoch".into()))?,
-        _ => {
-            return Err(Rejected::Input(
-                "`at` (milliseconds since the epoch) is missing".into(),
-            ))
-        }
-    };
+    let at = take_at(&mut obj)?;
     let label = take_str(&mut obj, "label")?;
-    let bad = |e: String| Rejected::Input(e);
     let decision = match kind.as_str() {
         "trigger" => {
             let input: TriggerInput = parse("trigger", obj)?;
             router.on_trigger(input, at)?
         }
-        "report" => {
-            let ticket = labels.ticket(&required(&mut obj, "ticket")?).map_err(bad)?;
-            let answers = take_str(&mut obj, "answers")?
-                .map(|a| labels.trigger(&a))
-                .transpose()
-                .map_err(bad)?;
-            let mut report: Report = parse("report", obj)?;
-            report.answers = answers;
-            router.on_report(ReportInput { ticket, report }, at)?
-        }
-        "reply" => {
-            let ticket = labels.ticket(&required(&mut obj, "ticket")?).map_err(bad)?;
-            let in_reply_to = take_str(&mut obj, "in_reply_to")?
-                .map(|t| labels.trigger(&t))
-                .transpose()
-                .map_err(bad)?;
-            let ReplyLine { purpose, text } = parse("reply", obj)?;
-            router.on_reply(
-                ReplyAttempt {
-                    ticket,
-                    purpose,
-                    in_reply_to,
-                    text,
-                },
-                at,
-            )?
-        }
-        "end" => {
-            let ticket = labels.ticket(&required(&mut obj, "ticket")?).map_err(bad)?;
-            let requested_by = take_str(&mut obj, "requested_by")?
-                .map(|t| labels.trigger(&t))
-                .transpose()
-                .map_err(bad)?;
-            let EndLine { outcome } = parse("end", obj)?;
-            router.on_end(ticket, outcome, requested_by, at)?
-        }
+        "report" => report_line(router, obj, labels, at)?,
+        "reply" => reply_line(router, obj, labels, at)?,
+        "end" => end_line(router, obj, labels, at)?,
         "note" => {
-            let ticket = labels.ticket(&required(&mut obj, "ticket")?).map_err(bad)?;
+            let ticket = ticket_field(&mut obj, labels)?;
             let NoteLine { text } = parse("note", obj)?;
             router.on_note(ticket, text, at)?
         }
         "policy" => {
-            let policy = match parse::<PolicyLine>("policy", obj)? {
-                PolicyLine {
-                    path: Some(path),
-                    toml: None,
-                } => Policy::load(&base_dir.join(path)),
-                PolicyLine {
-                    path: None,
-                    toml: Some(text),
-                } => Policy::from_toml("(inline policy)", &text),
-                _ => {
-                    return Err(bad(
-                        "a policy line has exactly one of `path` or `toml`".into()
-                    ))
-                }
-            }
-            .map_err(|e: PolicyError| bad(e.to_string()))?;
+            let policy = policy_line(obj, base_dir)?;
             router.set_policy(policy, at)?
         }
         other => {
-            return Err(bad(format!(
+            return Err(Rejected::Input(format!(
                 "unknown type `{other}`; expected trigger, report, reply, end, note or policy"
             )))
         }
     };
     if let Some(label) = label {
-        if let Decision::Trigger(t) = &decision {
-            labels.triggers.insert(label.clone(), t.trigger.clone());
-            let ticket = match &t.ticket {
-                TicketOutcome::PassThrough { ticket }
-                | TicketOutcome::Opened { ticket, .. }
-                | TicketOutcome::Resumed { ticket, .. }
-                | TicketOutcome::StaysEnded { ticket, .. } => Some(ticket.clone()),
-                TicketOutcome::None { .. } => None,
-            };
-            if let Some(ticket) = ticket {
-                labels.tickets.insert(label, ticket);
-            }
-        }
+        labels.remember(label, &decision);
     }
     Ok(decision)
+}
+
+fn take_at(obj: &mut Map<String, Value>) -> Result<u64, Rejected> {
+    match obj.remove("at") {
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .ok_or_else(|| Rejected::Input("`at` must be milliseconds since the epoch".into())),
+        _ => Err(Rejected::Input(
+            "`at` (milliseconds since the epoch) is missing".into(),
+        )),
+    }
+}
+
+/// The line's `ticket`: an id or `@label`.
+fn ticket_field(obj: &mut Map<String, Value>, labels: &Labels) -> Result<TicketId, Rejected> {
+    labels
+        .ticket(&required(obj, "ticket")?)
+        .map_err(Rejected::Input)
+}
+
+/// An optional trigger field (`answers`, `in_reply_to`, `requested_by`): an
+/// id or `@label`.
+fn trigger_field(
+    obj: &mut Map<String, Value>,
+    key: &str,
+    labels: &Labels,
+) -> Result<Option<TriggerId>, Rejected> {
+    take_str(obj, key)?
+        .map(|t| labels.trigger(&t))
+        .transpose()
+        .map_err(Rejected::Input)
+}
+
+fn report_line<J: Judge>(
+    router: &mut Router<J>,
+    mut obj: Map<String, Value>,
+    labels: &Labels,
+    at: u64,
+) -> Result<Decision, Rejected> {
+    let ticket = ticket_field(&mut obj, labels)?;
+    let answers = trigger_field(&mut obj, "answers", labels)?;
+    let mut report: Report = parse("report", obj)?;
+    report.answers = answers;
+    Ok(router.on_report(ReportInput { ticket, report }, at)?)
+}
+
+fn reply_line<J: Judge>(
+    router: &mut Router<J>,
+    mut obj: Map<String, Value>,
+    labels: &Labels,
+    at: u64,
+) -> Result<Decision, Rejected> {
+    let ticket = ticket_field(&mut obj, labels)?;
+    let in_reply_to = trigger_field(&mut obj, "in_reply_to", labels)?;
+    let ReplyLine { purpose, text } = parse("reply", obj)?;
+    let attempt = ReplyAttempt {
+        ticket,
+        purpose,
+        in_reply_to,
+        text,
+    };
+    Ok(router.on_reply(attempt, at)?)
+}
+
+fn end_line<J: Judge>(
+    router: &mut Router<J>,
+    mut obj: Map<String, Value>,
+    labels: &Labels,
+    at: u64,
+) -> Result<Decision, Rejected> {
+    let ticket = ticket_field(&mut obj, labels)?;
+    let requested_by = trigger_field(&mut obj, "requested_by", labels)?;
+    let EndLine { outcome } = parse("end", obj)?;
+    Ok(router.on_end(ticket, outcome, requested_by, at)?)
+}
+
+/// A policy line's policy: from a file beside the events, or inline.
+fn policy_line(obj: Map<String, Value>, base_dir: &Path) -> Result<Policy, Rejected> {
+    match parse::<PolicyLine>("policy", obj)? {
+        PolicyLine {
+            path: Some(path),
+            toml: None,
+        } => Policy::load(&base_dir.join(path)),
+        PolicyLine {
+            path: None,
+            toml: Some(text),
+        } => Policy::from_toml("(inline policy)", &text),
+        _ => {
+            return Err(Rejected::Input(
+                "a policy line has exactly one of `path` or `toml`".into(),
+            ))
+        }
+    }
+    .map_err(|e: PolicyError| Rejected::Input(e.to_string()))
 }
 
 /// The `at` of the first line that has one, for recording the initial policy.

@@ -77,62 +77,85 @@ pub fn route_trigger(
     latest: Option<&Ticket>,
 ) -> TriggerRoute {
     let admission = gate(&trigger.input, policy);
-    let mut route = TriggerRoute {
+    let decided = |ticket| TriggerRoute {
         admission: admission.clone(),
         eval: None,
-        ticket: TicketAction::None {
-            why: NoTicket::Ignored,
-        },
+        ticket,
         refused_resume: None,
     };
     if admission.is_ignore() {
-        return route;
+        return decided(TicketAction::None {
+            why: NoTicket::Ignored,
+        });
     }
-    match latest {
-        // Pass-through: humans and listed bots alike reach the worker, as
-        // information; nothing here can stop the ticket.
-        Some(t) if t.is_live() => {
-            route.ticket = TicketAction::PassThrough {
+    let refused_resume = match latest.map(|t| on_latest_ticket(t, &admission, policy)) {
+        Some(Latest::Decided(ticket)) => return decided(ticket),
+        Some(Latest::OpenNew { refused_resume }) => Some(refused_resume),
+        None => None,
+    };
+    let (eval, ticket) = open_or_evaluate(trigger, &admission, policy, judge);
+    TriggerRoute {
+        admission,
+        eval,
+        ticket,
+        refused_resume,
+    }
+}
+
+/// What the thread's most recent ticket decides for an admitted trigger.
+enum Latest {
+    /// Pass-through, resume, stays ended, or nothing (a bot).
+    Decided(TicketAction),
+    /// An explicit request on a thread whose ended ticket may not resume: a
+    /// new ticket may open; the refused resume is recorded.
+    OpenNew {
+        refused_resume: (TicketId, RevalidationFailure),
+    },
+}
+
+fn on_latest_ticket(t: &Ticket, admission: &Admission, policy: &Policy) -> Latest {
+    // Pass-through: humans and listed bots alike reach the worker, as
+    // information; nothing here can stop the ticket.
+    if t.is_live() {
+        return Latest::Decided(TicketAction::PassThrough {
+            ticket: t.id.clone(),
+        });
+    }
+    if admission.human().is_none() {
+        return Latest::Decided(TicketAction::None {
+            why: NoTicket::BotCannotResume,
+        });
+    }
+    match revalidate(&t.mandate, policy) {
+        Ok(mandate) => Latest::Decided(TicketAction::Resume {
+            ticket: t.id.clone(),
+            mandate,
+        }),
+        Err(reason) if !matches!(admission, Admission::Explicit { .. }) => {
+            Latest::Decided(TicketAction::StaysEnded {
                 ticket: t.id.clone(),
-            };
-            return route;
+                reason,
+            })
         }
-        Some(t) => {
-            if admission.human().is_none() {
-                route.ticket = TicketAction::None {
-                    why: NoTicket::BotCannotResume,
-                };
-                return route;
-            }
-            match revalidate(&t.mandate, policy) {
-                Ok(mandate) => {
-                    route.ticket = TicketAction::Resume {
-                        ticket: t.id.clone(),
-                        mandate,
-                    };
-                    return route;
-                }
-                Err(reason) => {
-                    if !matches!(admission, Admission::Explicit { .. }) {
-                        route.ticket = TicketAction::StaysEnded {
-                            ticket: t.id.clone(),
-                            reason,
-                        };
-                        return route;
-                    }
-                    // An explicit request is its own authority: fall through
-                    // and open a new ticket, recording the refused resume.
-                    route.refused_resume = Some((t.id.clone(), reason));
-                }
-            }
-        }
-        None => {}
+        // An explicit request is its own authority: open a new ticket,
+        // recording the refused resume.
+        Err(reason) => Latest::OpenNew {
+            refused_resume: (t.id.clone(), reason),
+        },
     }
-    let Some(scope) = scope_for(&trigger.input, &admission, policy) else {
-        route.ticket = TicketAction::None {
-            why: NoTicket::NoScope,
-        };
-        return route;
+}
+
+/// An admitted trigger with no live ticket to join: an explicit request
+/// opens one; a candidate goes to eval and opens one only if a rule accepts.
+fn open_or_evaluate(
+    trigger: &Trigger,
+    admission: &Admission,
+    policy: &Policy,
+    judge: &dyn Judge,
+) -> (Option<Evaluation>, TicketAction) {
+    let Some(scope) = scope_for(&trigger.input, admission, policy) else {
+        let why = NoTicket::NoScope;
+        return (None, TicketAction::None { why });
     };
     let mandate = |requester: Author, matched_rules: Vec<String>| Mandate {
         policy_version: policy.version().clone(),
@@ -141,15 +164,15 @@ pub fn route_trigger(
         requester,
         trigger: trigger.id.clone(),
     };
-    route.ticket = match &admission {
-        Admission::Explicit { requester, .. } => TicketAction::Open {
-            mandate: mandate(Author::Human(requester.clone()), Vec::new()),
-        },
+    match admission {
+        Admission::Explicit { requester, .. } => {
+            let mandate = mandate(Author::Human(requester.clone()), Vec::new());
+            (None, TicketAction::Open { mandate })
+        }
         Admission::Candidate { author } => {
             let eval = evaluate(&trigger.input, author, &scope, policy, judge);
             let accepted = eval.accepted();
-            route.eval = Some(eval);
-            if accepted.is_empty() {
+            let ticket = if accepted.is_empty() {
                 TicketAction::None {
                     why: NoTicket::NotAccepted,
                 }
@@ -157,11 +180,12 @@ pub fn route_trigger(
                 TicketAction::Open {
                     mandate: mandate(author.clone(), accepted),
                 }
-            }
+            };
+            (Some(eval), ticket)
         }
-        Admission::Ignore { .. } => TicketAction::None {
-            why: NoTicket::Ignored,
-        },
-    };
-    route
+        Admission::Ignore { .. } => {
+            let why = NoTicket::Ignored;
+            (None, TicketAction::None { why })
+        }
+    }
 }

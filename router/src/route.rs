@@ -189,3 +189,87 @@ fn open_or_evaluate(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::tests::base;
+    use crate::ticket::tests::{mandate, ticket_with};
+    use crate::ticket::TicketState;
+
+    fn explicit(name: &str) -> Admission {
+        Admission::Explicit {
+            requester: name.into(),
+            via: crate::gate::Via::Mention,
+        }
+    }
+
+    fn candidate(author: Author) -> Admission {
+        Admission::Candidate { author }
+    }
+
+    fn ended(requester: &str) -> Ticket {
+        let mut t = ticket_with(mandate(Author::Human(requester.into()), &[]));
+        t.state = TicketState::Ended;
+        t
+    }
+
+    fn decided(l: Latest) -> TicketAction {
+        match l {
+            Latest::Decided(a) => a,
+            Latest::OpenNew { refused_resume } => panic!("opens anew: {refused_resume:?}"),
+        }
+    }
+
+    #[test]
+    fn a_live_ticket_takes_everyone_as_pass_through() {
+        let live = ticket_with(mandate(Author::Human("alice".into()), &[]));
+        for admission in [explicit("alice"), candidate(Author::Bot("ci".into()))] {
+            assert_eq!(
+                decided(on_latest_ticket(&live, &admission, &base())),
+                TicketAction::PassThrough {
+                    ticket: live.id.clone()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn an_ended_ticket_resumes_only_for_a_human_under_a_mandate_that_holds() {
+        let p = base();
+        let t = ended("alice");
+        let bot = candidate(Author::Bot("ci".into()));
+        assert_eq!(
+            decided(on_latest_ticket(&t, &bot, &p)),
+            TicketAction::None {
+                why: NoTicket::BotCannotResume
+            }
+        );
+        let resumed = decided(on_latest_ticket(&t, &explicit("bob"), &p));
+        assert!(
+            matches!(&resumed, TicketAction::Resume { ticket, .. } if *ticket == t.id),
+            "{resumed:?}"
+        );
+        // The requester is gone from the policy: a candidate leaves it ended,
+        // an explicit request opens anew and records why it did not resume.
+        let gone = ended("zed");
+        let removed = RevalidationFailure::RequesterRemoved { name: "zed".into() };
+        assert_eq!(
+            decided(on_latest_ticket(
+                &gone,
+                &candidate(Author::Human("alice".into())),
+                &p
+            )),
+            TicketAction::StaysEnded {
+                ticket: gone.id.clone(),
+                reason: removed.clone()
+            }
+        );
+        match on_latest_ticket(&gone, &explicit("alice"), &p) {
+            Latest::OpenNew { refused_resume } => {
+                assert_eq!(refused_resume, (gone.id.clone(), removed));
+            }
+            Latest::Decided(a) => panic!("expected a new ticket, got {a:?}"),
+        }
+    }
+}

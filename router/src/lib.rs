@@ -11,10 +11,30 @@
 //!
 //! Decisions are plain functions over data: [`gate::gate`], [`eval::evaluate`],
 //! [`ticket::revalidate`], [`reply::check_reply`] and [`route::route_trigger`]
-//! take what they need, including `now`, and return a verdict. The
-//! [`store::Store`] (SQLite, WAL) sits at the edge; [`engine::Router`] runs
-//! each input through the pure functions and records the result in one
-//! transaction. Replay ([`replay`]) feeds JSON lines through the same engine.
+//! take what they need, including `now`, and return what they decided (an
+//! [`gate::Admission`], an [`eval::Evaluation`] of rule verdicts, a
+//! [`route::TriggerRoute`], a refusal). The [`store::Store`] (SQLite, WAL)
+//! sits at the edge; [`engine::Router`] runs each input through the pure
+//! functions and records the result in one transaction. Replay ([`replay`])
+//! feeds JSON lines through the same engine.
+//!
+//! ```text
+//! vocabulary   id          time-ordered ids (trg_, thr_, tkt_, rpl_) and their clock
+//!              trigger     one normalised incoming event
+//!              policy      the policy: file (as written) ─► validate (one validator
+//!                          per section) ─► Policy (runtime, versioned by its hash)
+//!              words       word counting for replies and notes (English and Chinese)
+//!              json        JSON for what is hashed or stored; failure is an error
+//! decisions    gate        Trigger + Policy ─► Admission
+//!              eval        Candidate + rules + Judge ─► Evaluation (a Verdict per rule)
+//!              ticket      Ticket, Mandate, Report; apply_report, end_ticket, revalidate
+//!              route       gate ─► latest ticket ─► open or evaluate ─► TriggerRoute
+//!              reply       Reply purposes checked against state ─► Ok | Refusal
+//! effects      engine      Router: one transaction per decision; Decision (Checked results)
+//!              store       Store: schema, writes (Tx), reads (Reader), cache, codec,
+//!                          records, WAL checkpoint
+//!              replay      JSON lines ─► engine ─► one JSON decision per line
+//! ```
 
 #![forbid(unsafe_code)]
 

@@ -13,6 +13,10 @@ use std::time::Duration;
 
 use crate::profile::{is_env_name, Limits, Profile, Require};
 
+mod seccomp;
+
+pub use seccomp::seccomp_denials;
+
 /// Where things live inside the sandbox.
 pub mod inside {
     pub const WORK: &str = "/work";
@@ -102,6 +106,99 @@ pub enum MountStep {
     File { inside: PathBuf, contents: String },
 }
 
+/// Flags a mount gets. The plan decides them; the executor applies them
+/// (`mount_setattr` on binds, mount flags on fresh filesystems).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MountAttrs {
+    pub read_only: bool,
+    pub nosuid: bool,
+    pub nodev: bool,
+    pub noexec: bool,
+}
+
+impl MountAttrs {
+    /// Read-only, nosuid, nodev, noexec.
+    pub const LOCKED: MountAttrs = MountAttrs {
+        read_only: true,
+        nosuid: true,
+        nodev: true,
+        noexec: true,
+    };
+}
+
+impl MountStep {
+    /// The flags of this step's mount: nothing set-uid and no device node
+    /// outside /dev, nothing executable unless the profile says so, nothing
+    /// writable but the work dir and the tmpfs. `File`s live on the new
+    /// root's tmpfs, sealed read-only with it: no mount of their own.
+    pub fn attrs(&self) -> MountAttrs {
+        let base = MountAttrs {
+            read_only: false,
+            nosuid: true,
+            nodev: true,
+            noexec: false,
+        };
+        match self {
+            MountStep::BindReadOnly { exec, .. } => MountAttrs {
+                read_only: true,
+                noexec: !exec,
+                ..base
+            },
+            MountStep::BindWritable { exec, .. } | MountStep::Tmpfs { exec, .. } => MountAttrs {
+                noexec: !exec,
+                ..base
+            },
+            MountStep::Proc => MountAttrs {
+                noexec: true,
+                ..base
+            },
+            // Its device nodes are binds of the host's harmless ones.
+            MountStep::Dev => MountAttrs {
+                nodev: false,
+                noexec: true,
+                ..base
+            },
+            MountStep::File { .. } => MountAttrs::default(),
+        }
+    }
+}
+
+/// Parts of `/proc` that stay read-only even for the namespace's root: each
+/// is bound over itself with [`MountAttrs::LOCKED`], recursively.
+pub const PROC_READ_ONLY: [&str; 9] = [
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/acpi",
+    "/proc/scsi",
+    "/proc/keys",
+    "/proc/kcore",
+];
+
+/// The minimal `/dev`: the host's harmless nodes (mknod is not allowed in a
+/// user namespace), a private devpts and a tmpfs for shared memory.
+pub mod dev {
+    use super::MountAttrs;
+
+    pub const NODES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+    pub const PTS: MountAttrs = MountAttrs {
+        read_only: false,
+        nosuid: true,
+        nodev: false,
+        noexec: true,
+    };
+    pub const PTS_OPTIONS: &str = "newinstance,ptmxmode=0666,mode=0620";
+    pub const SHM: MountAttrs = MountAttrs {
+        read_only: false,
+        nosuid: true,
+        nodev: true,
+        noexec: true,
+    };
+    pub const SHM_OPTIONS: &str = "mode=1777,size=64m";
+}
+
 /// Landlock access classes; the executor maps them to the best ABI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum FsAccess {
@@ -153,6 +250,8 @@ pub struct SeccompPlan {
 pub struct Plan {
     pub identity: Identity,
     pub mounts: Vec<MountStep>,
+    /// Paths under the new `/proc` made read-only once it is mounted.
+    pub proc_read_only: Vec<PathBuf>,
     pub landlock: LandlockPlan,
     pub seccomp: SeccompPlan,
     pub limits: Limits,
@@ -200,9 +299,16 @@ impl Plan {
             (a, b) => a.or(b),
         }
         .map(Duration::from_secs);
+        let mounts = build_mounts(profile, request);
+        let proc_read_only = if mounts.contains(&MountStep::Proc) {
+            PROC_READ_ONLY.iter().map(PathBuf::from).collect()
+        } else {
+            Vec::new()
+        };
         Ok(Plan {
             identity,
-            mounts: build_mounts(profile, request),
+            mounts,
+            proc_read_only,
             landlock: build_landlock(profile, request),
             seccomp: SeccompPlan {
                 denials: seccomp_denials(),
@@ -420,139 +526,6 @@ pub fn build_env(
         env.insert("PATH".to_string(), format!("{}:{path}", inside::BIN_DIR));
     }
     Ok(env.into_iter().collect())
-}
-
-/// What a worker never needs. Everything else is allowed: a coding worker
-/// runs arbitrary toolchains, so an allowlist would break them; the
-/// namespaces and Landlock are the main walls, seccomp removes the kernel
-/// surface that could get through them.
-pub fn seccomp_denials() -> Vec<Denial> {
-    use libc::*;
-    let eperm = EPERM;
-    let always = |name: &'static str, nr: i64| Denial {
-        name,
-        nr,
-        errno: eperm,
-        when: vec![],
-    };
-    let mut d = vec![
-        always("mount", SYS_mount),
-        always("umount2", SYS_umount2),
-        always("pivot_root", SYS_pivot_root),
-        always("chroot", SYS_chroot),
-        always("fsopen", SYS_fsopen),
-        always("fsconfig", SYS_fsconfig),
-        always("fsmount", SYS_fsmount),
-        always("fspick", SYS_fspick),
-        always("move_mount", SYS_move_mount),
-        always("open_tree", SYS_open_tree),
-        always("mount_setattr", SYS_mount_setattr),
-        always("ptrace", SYS_ptrace),
-        always("process_vm_readv", SYS_process_vm_readv),
-        always("process_vm_writev", SYS_process_vm_writev),
-        always("kexec_load", SYS_kexec_load),
-        always("kexec_file_load", SYS_kexec_file_load),
-        always("init_module", SYS_init_module),
-        always("finit_module", SYS_finit_module),
-        always("delete_module", SYS_delete_module),
-        always("bpf", SYS_bpf),
-        always("perf_event_open", SYS_perf_event_open),
-        always("keyctl", SYS_keyctl),
-        always("add_key", SYS_add_key),
-        always("request_key", SYS_request_key),
-        always("setns", SYS_setns),
-        always("io_uring_setup", SYS_io_uring_setup),
-        always("io_uring_enter", SYS_io_uring_enter),
-        always("io_uring_register", SYS_io_uring_register),
-        always("userfaultfd", SYS_userfaultfd),
-        always("open_by_handle_at", SYS_open_by_handle_at),
-        always("swapon", SYS_swapon),
-        always("swapoff", SYS_swapoff),
-        always("reboot", SYS_reboot),
-        always("syslog", SYS_syslog),
-        always("acct", SYS_acct),
-        always("quotactl", SYS_quotactl),
-        always("iopl", SYS_iopl),
-        always("ioperm", SYS_ioperm),
-        always("settimeofday", SYS_settimeofday),
-        always("clock_settime", SYS_clock_settime),
-        always("clock_adjtime", SYS_clock_adjtime),
-        always("adjtimex", SYS_adjtimex),
-        always("pidfd_getfd", SYS_pidfd_getfd),
-        always("lookup_dcookie", SYS_lookup_dcookie),
-        always("vhangup", SYS_vhangup),
-        // glibc falls back to clone(2) only on ENOSYS; EPERM would break
-        // pthread_create. clone3's flags live in memory, which seccomp
-        // cannot inspect, so it goes entirely.
-        Denial {
-            name: "clone3",
-            nr: SYS_clone3,
-            errno: ENOSYS,
-            when: vec![],
-        },
-    ];
-    let ns_flags = [
-        CLONE_NEWUSER,
-        CLONE_NEWNS,
-        CLONE_NEWPID,
-        CLONE_NEWNET,
-        CLONE_NEWIPC,
-        CLONE_NEWUTS,
-        CLONE_NEWCGROUP,
-        CLONE_NEWTIME,
-    ];
-    for flag in ns_flags {
-        let flag = u64::from(flag as u32);
-        // clone's flags are arg 0 on x86-64; unshare's are arg 0 too.
-        for (name, nr) in [("clone", SYS_clone), ("unshare", SYS_unshare)] {
-            d.push(Denial {
-                name,
-                nr,
-                errno: eperm,
-                when: vec![ArgMatch {
-                    index: 0,
-                    dword: false,
-                    mask: flag,
-                    value: flag,
-                }],
-            });
-        }
-    }
-    // Sockets: only what loopback and unix sockets need. Deny every other
-    // address family (netlink, packet, vsock, …) by value.
-    // Linux's AF_MAX (46) with room for families added later.
-    const FAMILIES_END: i32 = 64;
-    for family in (0..FAMILIES_END).filter(|f| ![AF_UNIX, AF_INET, AF_INET6].contains(f)) {
-        for (name, nr) in [("socket", SYS_socket), ("socketpair", SYS_socketpair)] {
-            d.push(Denial {
-                name,
-                nr,
-                errno: EAFNOSUPPORT,
-                when: vec![ArgMatch {
-                    index: 0,
-                    dword: true,
-                    mask: 0xffff_ffff,
-                    value: family as u64,
-                }],
-            });
-        }
-    }
-    // The ioctl request is an unsigned int: compare its low 32 bits only, so
-    // garbage in the upper half cannot slip past the match.
-    for (name, req) in [("ioctl(TIOCSTI)", TIOCSTI), ("ioctl(TIOCLINUX)", TIOCLINUX)] {
-        d.push(Denial {
-            name,
-            nr: SYS_ioctl,
-            errno: eperm,
-            when: vec![ArgMatch {
-                index: 1,
-                dword: true,
-                mask: 0xffff_ffff,
-                value: req,
-            }],
-        });
-    }
-    d
 }
 
 #[cfg(test)]

@@ -300,3 +300,77 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn mount_attrs_keep_setuid_devices_writes_and_exec_out_unless_granted() {
+    let plan = build(&request(), &[]);
+    let attrs_of = |inside: &str| {
+        plan.mounts
+            .iter()
+            .find(|m| match m {
+                MountStep::BindReadOnly { inside: i, .. }
+                | MountStep::BindWritable { inside: i, .. }
+                | MountStep::Tmpfs { inside: i, .. } => i == Path::new(inside),
+                _ => false,
+            })
+            .map(MountStep::attrs)
+            .unwrap()
+    };
+    let usr = attrs_of("/usr");
+    assert_eq!(
+        usr,
+        MountAttrs {
+            read_only: true,
+            nosuid: true,
+            nodev: true,
+            noexec: false
+        }
+    );
+    assert_eq!(attrs_of("/etc/ssl/certs"), MountAttrs::LOCKED);
+    let work = attrs_of("/work");
+    assert!(!work.read_only && work.nosuid && work.nodev);
+    let tmp = attrs_of("/tmp");
+    assert!(!tmp.read_only && tmp.nosuid && tmp.nodev);
+    let proc = MountStep::Proc.attrs();
+    assert!(proc.nosuid && proc.nodev && proc.noexec && !proc.read_only);
+    let dev = MountStep::Dev.attrs();
+    assert!(dev.nosuid && dev.noexec && !dev.nodev, "{dev:?}");
+    for step in &plan.mounts {
+        assert!(
+            step.attrs().nosuid || matches!(step, MountStep::File { .. }),
+            "{step:?}"
+        );
+    }
+}
+
+#[test]
+fn exec_on_writable_mounts_follows_the_profile() {
+    let mut profile = default_profile();
+    for writable_exec in [false, true] {
+        profile.filesystem.writable_exec = writable_exec;
+        let plan = Plan::build(&profile, &request(), ROOTLESS, &[]).unwrap();
+        for step in &plan.mounts {
+            if let MountStep::BindWritable { .. } | MountStep::Tmpfs { .. } = step {
+                assert_eq!(step.attrs().noexec, !writable_exec, "{step:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn procs_sensitive_parts_are_listed_read_only() {
+    let plan = build(&request(), &[]);
+    for p in [
+        "/proc/sys",
+        "/proc/sysrq-trigger",
+        "/proc/kcore",
+        "/proc/keys",
+    ] {
+        assert!(plan.proc_read_only.contains(&PathBuf::from(p)), "{p}");
+    }
+    assert!(plan
+        .proc_read_only
+        .iter()
+        .all(|p| p.starts_with("/proc/") && p != Path::new("/proc/self")));
+    assert_eq!(plan.proc_read_only.len(), PROC_READ_ONLY.len());
+}

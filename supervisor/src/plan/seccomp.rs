@@ -1,0 +1,138 @@
+//! The seccomp denials every worker gets, as data (compiled and proven in
+//! `sandbox::seccomp`).
+
+use super::{ArgMatch, Denial};
+
+/// What a worker never needs. Everything else is allowed: a coding worker
+/// runs arbitrary toolchains, so an allowlist would break them; the
+/// namespaces and Landlock are the main walls, seccomp removes the kernel
+/// surface that could get through them. A table, one entry per denial, so
+/// longer than a function should be.
+pub fn seccomp_denials() -> Vec<Denial> {
+    use libc::*;
+    let eperm = EPERM;
+    let always = |name: &'static str, nr: i64| Denial {
+        name,
+        nr,
+        errno: eperm,
+        when: vec![],
+    };
+    let mut d = vec![
+        always("mount", SYS_mount),
+        always("umount2", SYS_umount2),
+        always("pivot_root", SYS_pivot_root),
+        always("chroot", SYS_chroot),
+        always("fsopen", SYS_fsopen),
+        always("fsconfig", SYS_fsconfig),
+        always("fsmount", SYS_fsmount),
+        always("fspick", SYS_fspick),
+        always("move_mount", SYS_move_mount),
+        always("open_tree", SYS_open_tree),
+        always("mount_setattr", SYS_mount_setattr),
+        always("ptrace", SYS_ptrace),
+        always("process_vm_readv", SYS_process_vm_readv),
+        always("process_vm_writev", SYS_process_vm_writev),
+        always("kexec_load", SYS_kexec_load),
+        always("kexec_file_load", SYS_kexec_file_load),
+        always("init_module", SYS_init_module),
+        always("finit_module", SYS_finit_module),
+        always("delete_module", SYS_delete_module),
+        always("bpf", SYS_bpf),
+        always("perf_event_open", SYS_perf_event_open),
+        always("keyctl", SYS_keyctl),
+        always("add_key", SYS_add_key),
+        always("request_key", SYS_request_key),
+        always("setns", SYS_setns),
+        always("io_uring_setup", SYS_io_uring_setup),
+        always("io_uring_enter", SYS_io_uring_enter),
+        always("io_uring_register", SYS_io_uring_register),
+        always("userfaultfd", SYS_userfaultfd),
+        always("open_by_handle_at", SYS_open_by_handle_at),
+        always("swapon", SYS_swapon),
+        always("swapoff", SYS_swapoff),
+        always("reboot", SYS_reboot),
+        always("syslog", SYS_syslog),
+        always("acct", SYS_acct),
+        always("quotactl", SYS_quotactl),
+        always("iopl", SYS_iopl),
+        always("ioperm", SYS_ioperm),
+        always("settimeofday", SYS_settimeofday),
+        always("clock_settime", SYS_clock_settime),
+        always("clock_adjtime", SYS_clock_adjtime),
+        always("adjtimex", SYS_adjtimex),
+        always("pidfd_getfd", SYS_pidfd_getfd),
+        always("lookup_dcookie", SYS_lookup_dcookie),
+        always("vhangup", SYS_vhangup),
+        // glibc falls back to clone(2) only on ENOSYS; EPERM would break
+        // pthread_create. clone3's flags live in memory, which seccomp
+        // cannot inspect, so it goes entirely.
+        Denial {
+            name: "clone3",
+            nr: SYS_clone3,
+            errno: ENOSYS,
+            when: vec![],
+        },
+    ];
+    let ns_flags = [
+        CLONE_NEWUSER,
+        CLONE_NEWNS,
+        CLONE_NEWPID,
+        CLONE_NEWNET,
+        CLONE_NEWIPC,
+        CLONE_NEWUTS,
+        CLONE_NEWCGROUP,
+        CLONE_NEWTIME,
+    ];
+    for flag in ns_flags {
+        let flag = u64::from(flag as u32);
+        // clone's flags are arg 0 on x86-64; unshare's are arg 0 too.
+        for (name, nr) in [("clone", SYS_clone), ("unshare", SYS_unshare)] {
+            d.push(Denial {
+                name,
+                nr,
+                errno: eperm,
+                when: vec![ArgMatch {
+                    index: 0,
+                    dword: false,
+                    mask: flag,
+                    value: flag,
+                }],
+            });
+        }
+    }
+    // Sockets: only what loopback and unix sockets need. Deny every other
+    // address family (netlink, packet, vsock, …) by value.
+    // Linux's AF_MAX (46) with room for families added later.
+    const FAMILIES_END: i32 = 64;
+    for family in (0..FAMILIES_END).filter(|f| ![AF_UNIX, AF_INET, AF_INET6].contains(f)) {
+        for (name, nr) in [("socket", SYS_socket), ("socketpair", SYS_socketpair)] {
+            d.push(Denial {
+                name,
+                nr,
+                errno: EAFNOSUPPORT,
+                when: vec![ArgMatch {
+                    index: 0,
+                    dword: true,
+                    mask: 0xffff_ffff,
+                    value: family as u64,
+                }],
+            });
+        }
+    }
+    // The ioctl request is an unsigned int: compare its low 32 bits only, so
+    // garbage in the upper half cannot slip past the match.
+    for (name, req) in [("ioctl(TIOCSTI)", TIOCSTI), ("ioctl(TIOCLINUX)", TIOCLINUX)] {
+        d.push(Denial {
+            name,
+            nr: SYS_ioctl,
+            errno: eperm,
+            when: vec![ArgMatch {
+                index: 1,
+                dword: true,
+                mask: 0xffff_ffff,
+                value: req,
+            }],
+        });
+    }
+    d
+}

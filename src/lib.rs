@@ -9,6 +9,8 @@
 //! - `gatehouse-services` (`src/services.rs`) has every command: the proxy,
 //!   the router, the supervisor service and their tools.
 
+#![forbid(unsafe_code)]
+
 pub mod cli;
 
 pub mod binaries {

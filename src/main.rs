@@ -7,6 +7,8 @@
 //! No async runtime is started here: `sandbox run` forks into namespaces and
 //! must do so while the process is still single-threaded.
 
+#![forbid(unsafe_code)]
+
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;

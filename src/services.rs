@@ -7,6 +7,8 @@
 //! must do so while the process is still single-threaded. Subcommands that
 //! need tokio build their own runtime.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

@@ -19,12 +19,15 @@
 //! ```
 //!
 //! `profile`, `plan` and `doctor` are pure: data in, data out, tested
-//! without root. `sandbox` is the only module that touches the kernel and
-//! the only one with `unsafe` (each block carries a `// SAFETY:` comment).
-//! `bench` measures `sandbox run` against bubblewrap and fork/exec.
+//! without root. `sandbox` executes a plan; `sandbox::sys` is the only
+//! module with `unsafe` (the workspace denies it everywhere else, and each
+//! block carries a `// SAFETY:` comment). `bench` measures `sandbox run`
+//! against bubblewrap and fork/exec.
 //! It fails closed: a protection the profile requires that the kernel does
-//! not offer stops the run before anything executes. `jobs` never forks in
-//! its multi-threaded runtime: each sandbox is a child process.
+//! not offer stops the run before anything executes. `jobs` starts each
+//! sandbox as a child process (`gatehouse sandbox run`): its multi-threaded
+//! runtime forks only to exec at once, with nothing but async-signal-safe
+//! calls in between; the sandbox is built by that single-threaded child.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 

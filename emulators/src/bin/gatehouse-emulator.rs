@@ -3,6 +3,8 @@
 //! the CA file on stdout once it is listening. Credentials come from files,
 //! never from the command line.
 
+#![forbid(unsafe_code)]
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -1,7 +1,8 @@
 //! How a job's process is started: a [`Launcher`] turns a job into a command
 //! line (plain data, unit-tested) and classifies how it ended. The runner
-//! spawns it as a child process; nothing is ever forked inside the
-//! supervisor's multi-threaded runtime.
+//! spawns it as a child process: the supervisor's multi-threaded runtime
+//! forks only to exec it at once, with nothing but async-signal-safe calls
+//! in between (see `sandbox::sys::fork::die_with_parent`).
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;

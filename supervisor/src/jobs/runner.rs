@@ -398,20 +398,7 @@ fn spawn(launch: &LaunchCommand) -> Result<Child, ServiceError> {
     // (`sandbox run` then takes its whole PID namespace down). The signal
     // is tied to the forking thread; this runs on a tokio worker, which
     // lives as long as the runtime (no `block_in_place` anywhere here).
-    let parent = std::process::id();
-    // SAFETY: runs in the child between fork and exec; it only makes
-    // two async-signal-safe system calls (prctl, getppid) and allocates
-    // nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-            // The parent may have died before the prctl: then go now.
-            if nix::unistd::getppid().as_raw() as u32 != parent {
-                return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
-            }
-            Ok(())
-        });
-    }
+    crate::sandbox::sys::fork::die_with_parent(&mut cmd);
     cmd.spawn()
         .map_err(io(format!("starting {}", launch.program.display())))
 }

@@ -5,19 +5,19 @@
 use std::io::Write;
 use std::net::TcpListener;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{Gid, Pid, Uid};
+use nix::unistd::Pid;
 use seccompiler::BpfProgram;
 
-use super::{sys, worker, Source, EXIT_SANDBOX_FAILED};
-use crate::plan::{MountStep, Plan};
+use super::kernel::Kernel;
+use super::sys::host::Host;
+use super::{root, sys, worker, Source, EXIT_SANDBOX_FAILED};
+use crate::plan::Plan;
 
 pub(crate) struct Setup<'a> {
     pub plan: &'a Plan,
@@ -28,11 +28,6 @@ pub(crate) struct Setup<'a> {
     pub cgroups: OwnedFd,
 }
 
-/// Where the new root is assembled, on a tmpfs that becomes `/` first.
-const STAGE: &str = "/tmp";
-const NEWROOT: &str = "/newroot";
-const OLDROOT: &str = "/oldroot";
-
 /// Writes `msg` for the host side to report, then exits.
 pub(crate) fn fail(errors: &OwnedFd, msg: &str) -> ! {
     let mut f = std::fs::File::from(errors.try_clone().unwrap_or_else(|_| sys::exit_now(125)));
@@ -40,97 +35,53 @@ pub(crate) fn fail(errors: &OwnedFd, msg: &str) -> ! {
     sys::exit_now(i32::from(EXIT_SANDBOX_FAILED))
 }
 
+/// Why the init stops before the worker runs.
+enum Stop {
+    /// Say this to the host side, then exit.
+    Fail(String),
+    /// Exit: the host side is gone, or failed and says why itself.
+    Quietly,
+}
+
+impl From<String> for Stop {
+    fn from(msg: String) -> Stop {
+        Stop::Fail(msg)
+    }
+}
+
 pub(crate) fn main(setup: Setup<'_>) -> ! {
+    let Setup {
+        plan,
+        filter,
+        sync,
+        errors,
+        cgroups,
+    } = setup;
     // Die with `sandbox run`. If it already died before this line, the sync
     // pipe reads EOF below and we exit.
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-    if !sys::read_byte(&setup.sync) {
+    if !sys::read_byte(&sync) {
         sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
     }
-    let errors = setup.errors;
-    let plan = setup.plan;
-    let first: Vec<_> = plan.mounts.iter().map(super::open_source).collect();
-    if let Err(msg) = become_root(plan) {
-        fail(&errors, &msg);
-    }
-    let sources: Vec<Source> = match plan
-        .mounts
-        .iter()
-        .zip(first)
-        .map(|(step, opened)| opened.or_else(|_| super::open_source(step)))
-        .collect()
-    {
-        Ok(s) => s,
-        Err(e) => fail(&errors, &e.to_string()),
+    let mut kernel = Host;
+    let started = build(&mut kernel, plan, &sync).and_then(|listener| {
+        let limits_by_cgroup = join_cgroups(&cgroups)?;
+        drop(cgroups);
+        drop(sync);
+        let worker = start_worker(&mut kernel, plan, &filter, &errors, limits_by_cgroup)?;
+        Ok((listener, worker))
+    });
+    let (listener, worker_pid) = match started {
+        Ok(started) => started,
+        Err(Stop::Fail(msg)) => fail(&errors, &msg),
+        Err(Stop::Quietly) => sys::exit_now(i32::from(EXIT_SANDBOX_FAILED)),
     };
-    // Changing credentials clears the parent-death signal: set it again,
-    // then make sure the parent did not die in between (it holds the sync
-    // pipe open for as long as it waits for us).
-    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-    if sys::peer_gone(&setup.sync) {
-        sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
+    // The init needs no privilege from here on. Failing to drop it ends the
+    // sandbox (exiting kills the worker with the whole PID namespace).
+    if let Err(msg) = drop_privileges(&mut kernel) {
+        fail(&errors, &format!("pid 1 dropping its privileges: {msg}"));
     }
-    if let Err(msg) = build_root(plan, &sources) {
-        fail(&errors, &format!("building the sandbox root: {msg}"));
-    }
-    drop(sources);
-    if let Err(e) = nix::unistd::sethostname(plan.hostname) {
-        fail(&errors, &format!("sethostname: {e}"));
-    }
-    if let Err(e) = sys::loopback_up() {
-        fail(
-            &errors,
-            &format!("bringing up lo in the new network namespace: {e}"),
-        );
-    }
-    let listener = match &plan.relay {
-        Some(_) => match super::relay::listen() {
-            Ok(l) => Some(l),
-            Err(e) => fail(&errors, &format!("relay listen on 127.0.0.1:3128: {e}")),
-        },
-        None => None,
-    };
-    sys::scrub_environment();
-    sys::scrub_cmdline(b"gatehouse-init");
-    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
-        fail(&errors, &format!("PR_SET_DUMPABLE: {e}"));
-    }
-
-    // The host side has created this run's cgroups meanwhile. Still
-    // single-threaded: joining moves the whole init, cheaply (see `cgroup`),
-    // and the limits count everything from here on, the worker included.
-    let limits_by_cgroup = match sys::recv_with_fds(&setup.cgroups) {
-        Ok(Some((data, fds))) => match super::cgroup::decode_handover(&data, fds) {
-            Ok((by_cgroup, joins)) => {
-                for join in joins {
-                    if let Err(msg) = join.join_self() {
-                        fail(&errors, &format!("limits: {msg}"));
-                    }
-                }
-                by_cgroup
-            }
-            Err(msg) => fail(&errors, &format!("limits: {msg}")),
-        },
-        // The host side failed to create them and says why itself.
-        Ok(None) => sys::exit_now(i32::from(EXIT_SANDBOX_FAILED)),
-        Err(e) => fail(&errors, &format!("limits: receiving the cgroups: {e}")),
-    };
-    drop(setup.cgroups);
-    // Our cgroup namespace is rooted in the cgroups we joined.
-    drop(setup.sync);
-    if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP) {
-        fail(&errors, &format!("unshare(CLONE_NEWCGROUP): {e}"));
-    }
-    // The listener is close-on-exec, so the worker does not keep it.
-    let worker_pid = match sys::spawn_sharing_memory(&mut || {
-        worker::main(plan, &setup.filter, &errors, limits_by_cgroup)
-    }) {
-        Ok(pid) => pid,
-        Err(e) => fail(&errors, &format!("starting the worker: {e}")),
-    };
     drop(errors);
-    // The init needs no privilege from here on.
-    let _ = drop_privileges();
     let relay = match (listener, &plan.relay) {
         (Some(listener), Some(target)) => Some((listener, target.as_path())),
         _ => None,
@@ -138,26 +89,98 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     reap_until(worker_pid, relay)
 }
 
-/// Takes the worker's identity inside the namespace (uid/gid 0, mapped to
-/// the worker's host ids) while keeping the namespace's capabilities.
-fn become_root(plan: &Plan) -> Result<(), String> {
-    if plan.identity.caller_is_root {
-        nix::unistd::setgroups(&[]).map_err(|e| format!("setgroups([]): {e}"))?;
+/// Takes the worker's ids, builds the new root, brings up the network and
+/// the relay's listener, and scrubs what the caller left in this process.
+fn build(kernel: &mut Host, plan: &Plan, sync: &OwnedFd) -> Result<Option<TcpListener>, Stop> {
+    let first: Vec<_> = plan.mounts.iter().map(super::open_source).collect();
+    become_root(kernel, plan)?;
+    let sources: Vec<Source> = plan
+        .mounts
+        .iter()
+        .zip(first)
+        .map(|(step, opened)| opened.or_else(|_| super::open_source(step)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    // Changing credentials clears the parent-death signal: set it again,
+    // then make sure the parent did not die in between (it holds the sync
+    // pipe open for as long as it waits for us).
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    if sys::peer_gone(sync) {
+        return Err(Stop::Quietly);
     }
-    nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
-        .map_err(|e| format!("setresgid(0): {e}"))?;
-    nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
-        .map_err(|e| format!("setresuid(0): {e}"))
+    root::build_root(kernel, plan, &sources)
+        .map_err(|msg| format!("building the sandbox root: {msg}"))?;
+    drop(sources);
+    nix::unistd::sethostname(plan.hostname).map_err(|e| format!("sethostname: {e}"))?;
+    sys::inside::loopback_up()
+        .map_err(|e| format!("bringing up lo in the new network namespace: {e}"))?;
+    let listener = match &plan.relay {
+        Some(_) => Some(
+            super::relay::listen().map_err(|e| format!("relay listen on 127.0.0.1:3128: {e}"))?,
+        ),
+        None => None,
+    };
+    sys::inside::scrub_environment();
+    sys::inside::scrub_cmdline(b"gatehouse-init");
+    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
+    Ok(listener)
 }
 
-fn drop_privileges() -> Result<(), caps::errors::CapsError> {
-    caps::clear(None, caps::CapSet::Bounding)?;
-    caps::clear(None, caps::CapSet::Ambient)?;
-    caps::clear(None, caps::CapSet::Inheritable)?;
-    caps::clear(None, caps::CapSet::Effective)?;
-    caps::clear(None, caps::CapSet::Permitted)?;
-    let _ = nix::sys::prctl::set_no_new_privs();
-    Ok(())
+/// Joins the cgroups the host side created meanwhile. Still
+/// single-threaded: joining moves the whole init, cheaply (see `cgroup`),
+/// and the limits count everything from here on, the worker included.
+/// Returns whether cgroups (rather than rlimits) limit the worker.
+fn join_cgroups(cgroups: &OwnedFd) -> Result<bool, Stop> {
+    match sys::recv_with_fds(cgroups) {
+        Ok(Some((data, fds))) => {
+            let (by_cgroup, joins) = super::cgroup::decode_handover(&data, fds)
+                .map_err(|msg| format!("limits: {msg}"))?;
+            for join in joins {
+                join.join_self().map_err(|msg| format!("limits: {msg}"))?;
+            }
+            Ok(by_cgroup)
+        }
+        // The host side failed to create them and says why itself.
+        Ok(None) => Err(Stop::Quietly),
+        Err(e) => Err(format!("limits: receiving the cgroups: {e}").into()),
+    }
+}
+
+/// Enters a cgroup namespace rooted in the joined cgroups, prepares
+/// everything the worker needs (it starts sharing this process's memory and
+/// must not allocate, see `sys::exec`), and starts it.
+fn start_worker(
+    kernel: &mut Host,
+    plan: &Plan,
+    filter: &BpfProgram,
+    errors: &OwnedFd,
+    limits_by_cgroup: bool,
+) -> Result<i32, Stop> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
+        .map_err(|e| format!("unshare(CLONE_NEWCGROUP): {e}"))?;
+    let start = worker::prepare(kernel, plan, filter, errors, limits_by_cgroup)?;
+    // The listener is close-on-exec, so the worker does not keep it.
+    let pid = sys::exec::start_worker(&start).map_err(|e| format!("starting the worker: {e}"))?;
+    Ok(pid)
+}
+
+/// Takes the worker's identity inside the namespace (uid/gid 0, mapped to
+/// the worker's host ids) while keeping the namespace's capabilities.
+pub(crate) fn become_root<K: Kernel>(k: &mut K, plan: &Plan) -> Result<(), String> {
+    if plan.identity.caller_is_root {
+        k.clear_groups()
+            .map_err(|e| format!("setgroups([]): {e}"))?;
+    }
+    k.become_root()
+        .map_err(|e| format!("setresgid/setresuid(0): {e}"))
+}
+
+/// Every capability gone, and no way to gain one back through exec.
+pub(crate) fn drop_privileges<K: Kernel>(k: &mut K) -> Result<(), String> {
+    k.clear_capabilities()
+        .map_err(|e| format!("dropping capabilities: {e}"))?;
+    k.set_no_new_privs()
+        .map_err(|e| format!("no_new_privs: {e}"))
 }
 
 /// Reaps every child (pid 1 inherits the namespace's orphans) until the
@@ -213,241 +236,62 @@ fn reap(worker: i32, flags: Option<WaitPidFlag>) -> bool {
     }
 }
 
-// === The new root ===
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Identity;
+    use crate::sandbox::kernel::tests::Recording;
 
-fn err<E: std::fmt::Display>(what: impl std::fmt::Display) -> impl FnOnce(E) -> String {
-    move |e| format!("{what}: {e}")
-}
-
-fn bind(src: &Path, dst: &Path) -> Result<(), String> {
-    mount(
-        Some(src),
-        dst,
-        None::<&str>,
-        MsFlags::MS_BIND | MsFlags::MS_REC,
-        None::<&str>,
-    )
-    .map_err(err(format!("bind {} at {}", src.display(), dst.display())))
-}
-
-fn tmpfs(dst: &Path, flags: MsFlags, data: &str) -> Result<(), String> {
-    mount(Some("tmpfs"), dst, Some("tmpfs"), flags, Some(data))
-        .map_err(err(format!("tmpfs at {}", dst.display())))
-}
-
-fn mkdir_p(path: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(path)
-        .map_err(err(format!("mkdir {}", path.display())))
-}
-
-/// Creates an empty file to bind a non-directory over.
-fn touch(path: &Path) -> Result<(), String> {
-    if let Some(parent) = path.parent() {
-        mkdir_p(parent)?;
-    }
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map(|_| ())
-        .map_err(err(format!("create {}", path.display())))
-}
-
-fn under(root: &str, inside: &Path) -> PathBuf {
-    Path::new(root).join(inside.strip_prefix("/").unwrap_or(inside))
-}
-
-/// Stage a tmpfs as `/` with the old root at /oldroot, assemble /newroot
-/// from binds of the old root, then make /newroot the root and drop the old.
-fn build_root(plan: &Plan, sources: &[Source]) -> Result<(), String> {
-    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .map_err(err("make / rprivate"))?;
-    tmpfs(Path::new(STAGE), nosuid_nodev, "mode=0755,size=1m")?;
-    std::env::set_current_dir(STAGE).map_err(err("chdir stage"))?;
-    mkdir_p(Path::new("newroot"))?;
-    mkdir_p(Path::new("oldroot"))?;
-    nix::unistd::pivot_root(".", "oldroot").map_err(err("pivot_root to stage"))?;
-    std::env::set_current_dir("/").map_err(err("chdir /"))?;
-    tmpfs(Path::new(NEWROOT), nosuid_nodev, "mode=0755,size=4m")?;
-
-    for (step, source) in plan.mounts.iter().zip(sources) {
-        apply_step(step, source)?;
+    fn plan(caller_is_root: bool) -> Plan {
+        let profile =
+            crate::profile::resolve(&crate::profile::DirSource { dirs: vec![] }, "default")
+                .unwrap();
+        let request = crate::plan::RunRequest {
+            workdir: "/srv/w".into(),
+            command: vec!["true".into()],
+            ..Default::default()
+        };
+        let identity = Identity {
+            host_uid: 1000,
+            host_gid: 1000,
+            caller_is_root,
+        };
+        Plan::build(&profile, &request, identity, &[]).unwrap()
     }
 
-    // /proc's sensitive files stay read-only even for the in-namespace root.
-    let proc_ro = [
-        "sys",
-        "sysrq-trigger",
-        "irq",
-        "bus",
-        "fs",
-        "acpi",
-        "scsi",
-        "keys",
-        "kcore",
-    ];
-    for entry in proc_ro {
-        let p = under(NEWROOT, &Path::new("/proc").join(entry));
-        if p.exists() {
-            bind(&p, &p)?;
-            sys::mount_setattr_recursive(
-                &p,
-                sys::MOUNT_ATTR_RDONLY
-                    | sys::MOUNT_ATTR_NOSUID
-                    | sys::MOUNT_ATTR_NODEV
-                    | sys::MOUNT_ATTR_NOEXEC,
-            )
-            .map_err(err(format!("read-only {}", p.display())))?;
-        }
+    #[test]
+    fn a_root_caller_drops_its_groups_before_taking_the_workers_ids() {
+        let mut k = Recording::default();
+        become_root(&mut k, &plan(true)).unwrap();
+        assert_eq!(k.calls, ["setgroups []", "setresgid 0; setresuid 0"]);
+        let mut k = Recording::default();
+        become_root(&mut k, &plan(false)).unwrap();
+        assert_eq!(k.calls, ["setresgid 0; setresuid 0"]);
     }
 
-    umount2(OLDROOT, MntFlags::MNT_DETACH).map_err(err("detach old root"))?;
-    std::env::set_current_dir(NEWROOT).map_err(err("chdir newroot"))?;
-    nix::unistd::pivot_root(".", ".").map_err(err("pivot_root into new root"))?;
-    umount2(".", MntFlags::MNT_DETACH).map_err(err("detach stage"))?;
-    std::env::set_current_dir("/").map_err(err("chdir /"))?;
-    // Seal the root: only the work dir, /tmp and /dev/shm stay writable.
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | nosuid_nodev,
-        None::<&str>,
-    )
-    .map_err(err("remount / read-only"))?;
-    Ok(())
-}
+    #[test]
+    fn groups_that_cannot_be_dropped_stop_before_the_ids_change() {
+        let mut k = Recording::failing_on("setgroups");
+        let e = become_root(&mut k, &plan(true)).unwrap_err();
+        assert!(e.starts_with("setgroups([]): "), "{e}");
+        assert_eq!(k.calls, ["setgroups []"]);
+    }
 
-fn apply_step(step: &MountStep, source: &Source) -> Result<(), String> {
-    match step {
-        MountStep::BindReadOnly { inside, exec, .. }
-        | MountStep::BindWritable { inside, exec, .. } => {
-            let dst = under(NEWROOT, inside);
-            let fd = match source {
-                Source::Absent => return Ok(()),
-                Source::Symlink(target) => {
-                    if let Some(parent) = dst.parent() {
-                        mkdir_p(parent)?;
-                    }
-                    return std::os::unix::fs::symlink(target, &dst)
-                        .map_err(err(format!("symlink {}", dst.display())));
-                }
-                Source::Fd { fd, is_dir } => {
-                    if *is_dir {
-                        mkdir_p(&dst)?;
-                    } else {
-                        touch(&dst)?;
-                    }
-                    fd
-                }
-            };
-            bind(
-                &under(
-                    OLDROOT,
-                    Path::new(&format!("/proc/self/fd/{}", sys::raw(fd))),
-                ),
-                &dst,
-            )?;
-            let mut attrs = sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV;
-            if matches!(step, MountStep::BindReadOnly { .. }) {
-                attrs |= sys::MOUNT_ATTR_RDONLY;
-            }
-            if !exec {
-                attrs |= sys::MOUNT_ATTR_NOEXEC;
-            }
-            sys::mount_setattr_recursive(&dst, attrs)
-                .map_err(err(format!("restrict {}", inside.display())))
-        }
-        MountStep::Tmpfs {
-            inside,
-            size_mib,
-            exec,
-        } => {
-            let dst = under(NEWROOT, inside);
-            mkdir_p(&dst)?;
-            let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-            if !exec {
-                flags |= MsFlags::MS_NOEXEC;
-            }
-            tmpfs(&dst, flags, &format!("mode=1777,size={size_mib}m"))
-        }
-        MountStep::Proc => {
-            let dst = under(NEWROOT, Path::new("/proc"));
-            mkdir_p(&dst)?;
-            mount(
-                Some("proc"),
-                &dst,
-                Some("proc"),
-                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-                None::<&str>,
-            )
-            .map_err(err("mount /proc"))
-        }
-        MountStep::Dev => build_dev(),
-        MountStep::File { inside, contents } => {
-            let dst = under(NEWROOT, inside);
-            if let Some(parent) = dst.parent() {
-                mkdir_p(parent)?;
-            }
-            std::fs::write(&dst, contents).map_err(err(format!("write {}", dst.display())))?;
-            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o444))
-                .map_err(err(format!("chmod {}", dst.display())))
-        }
+    #[test]
+    fn dropping_privileges_clears_capabilities_then_sets_no_new_privs() {
+        let mut k = Recording::default();
+        drop_privileges(&mut k).unwrap();
+        assert_eq!(k.calls, ["clear capabilities", "no_new_privs"]);
     }
-}
 
-/// A minimal /dev. mknod is not allowed in a user namespace, so the host's
-/// harmless nodes are bound in.
-fn build_dev() -> Result<(), String> {
-    let dev = under(NEWROOT, Path::new("/dev"));
-    mkdir_p(&dev)?;
-    tmpfs(
-        &dev,
-        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-        "mode=0755,size=64k",
-    )?;
-    for node in ["null", "zero", "full", "random", "urandom", "tty"] {
-        let dst = dev.join(node);
-        touch(&dst)?;
-        bind(&under(OLDROOT, &Path::new("/dev").join(node)), &dst)?;
+    #[test]
+    fn a_failure_to_drop_privileges_is_an_error_not_ignored() {
+        let mut k = Recording::failing_on("clear capabilities");
+        let e = drop_privileges(&mut k).unwrap_err();
+        assert!(e.starts_with("dropping capabilities: "), "{e}");
+        assert_eq!(k.calls, ["clear capabilities"]);
+        let mut k = Recording::failing_on("no_new_privs");
+        let e = drop_privileges(&mut k).unwrap_err();
+        assert!(e.starts_with("no_new_privs: "), "{e}");
     }
-    let pts = dev.join("pts");
-    mkdir_p(&pts)?;
-    mount(
-        Some("devpts"),
-        &pts,
-        Some("devpts"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-        Some("newinstance,ptmxmode=0666,mode=0620"),
-    )
-    .map_err(err("mount devpts"))?;
-    std::os::unix::fs::symlink("pts/ptmx", dev.join("ptmx")).map_err(err("symlink ptmx"))?;
-    let shm = dev.join("shm");
-    mkdir_p(&shm)?;
-    tmpfs(
-        &shm,
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        "mode=1777,size=64m",
-    )?;
-    for (name, target) in [
-        ("fd", "/proc/self/fd"),
-        ("stdin", "/proc/self/fd/0"),
-        ("stdout", "/proc/self/fd/1"),
-        ("stderr", "/proc/self/fd/2"),
-    ] {
-        std::os::unix::fs::symlink(target, dev.join(name))
-            .map_err(err(format!("symlink /dev/{name}")))?;
-    }
-    Ok(())
 }

@@ -1,4 +1,5 @@
-//! Executes a [`Plan`]: the only part of the supervisor with `unsafe`.
+//! Executes a [`Plan`]. Its `unsafe` is confined to [`sys`], the one module
+//! of the workspace allowed it.
 //!
 //! ```text
 //! gatehouse sandbox run (host)             init (pid 1; new user/mnt/pid/net/ipc/uts ns)
@@ -20,10 +21,13 @@
 
 mod cgroup;
 mod init;
+mod kernel;
 pub mod probe;
 mod relay;
+mod root;
 pub mod seccomp;
-mod sys;
+#[allow(unsafe_code)]
+pub(crate) mod sys;
 mod worker;
 
 use std::io::Read;
@@ -71,6 +75,11 @@ pub enum SandboxError {
     /// The seccomp filter did not compile.
     #[error("seccomp: {0}")]
     Seccomp(String),
+    /// The caller has more than one thread (or its threads cannot be
+    /// counted): starting the sandbox copies the process, which is sound
+    /// only with one.
+    #[error("{0}")]
+    Threaded(sys::fork::ForkError),
 }
 
 impl SandboxError {
@@ -177,7 +186,12 @@ fn check_required(plan: &Plan, facts: &probe::QuickFacts) -> Result<(), SandboxE
 }
 
 /// Runs the plan to completion. `Err` means nothing was started.
+///
+/// The calling process must have one thread (checked first: otherwise
+/// [`SandboxError::Threaded`] and nothing happens): the sandbox's init is a
+/// copy of it.
 pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
+    sys::fork::single_threaded().map_err(SandboxError::Threaded)?;
     let parent = nix::unistd::getppid().as_raw();
     let facts = probe::quick();
     check_required(plan, &facts)?;
@@ -193,13 +207,16 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     let (cg_host, cg_init) = (OwnedFd::from(cg_host), OwnedFd::from(cg_init));
     let old_mask = sys::block_signals().map_err(SandboxError::sys("sigprocmask"))?;
 
-    let child = match sys::clone_namespaces() {
+    let child = match sys::fork::clone_into_namespaces() {
         Ok(pid) => pid,
         Err(e) => {
             let _ = sys::restore_signals(&old_mask);
-            return Err(SandboxError::Sys {
-                what: "clone into new user, mount, pid, net, ipc and uts namespaces (see `gatehouse doctor`)",
-                source: e,
+            return Err(match e {
+                sys::fork::ForkError::Sys(source) => SandboxError::Sys {
+                    what: "clone into new user, mount, pid, net, ipc and uts namespaces (see `gatehouse doctor`)",
+                    source,
+                },
+                threads => SandboxError::Threaded(threads),
             });
         }
     };
@@ -340,4 +357,43 @@ pub fn worker_identity(worker_user: &str) -> Result<Identity, SandboxError> {
         host_gid: user.gid.as_raw(),
         caller_is_root: true,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_refuses_a_multi_threaded_caller_before_doing_anything() {
+        let profile =
+            crate::profile::resolve(&crate::profile::DirSource { dirs: vec![] }, "default")
+                .unwrap();
+        let request = crate::plan::RunRequest {
+            workdir: PathBuf::from("/nonexistent-work-dir"),
+            command: vec!["true".into()],
+            ..Default::default()
+        };
+        let identity = Identity {
+            host_uid: 1000,
+            host_gid: 1000,
+            caller_is_root: false,
+        };
+        let plan = Plan::build(&profile, &request, identity, &[]).unwrap();
+        // A second thread, alive for the call, whatever the test harness
+        // does with threads.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            let _ = rx.recv();
+        });
+        let result = run(&plan);
+        let _ = tx.send(());
+        other.join().unwrap();
+        match result {
+            Err(e @ SandboxError::Threaded(sys::fork::ForkError::Threads(n))) => {
+                assert!(n >= 2, "{n}");
+                assert!(e.to_string().contains("single-threaded process"), "{e}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
 }

@@ -21,23 +21,7 @@ pub fn quick() -> QuickFacts {
 
 /// The kernel's Landlock ABI version, 0 if none.
 pub fn landlock_abi() -> i32 {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag,
-    // landlock_create_ruleset only returns the ABI version; no memory is
-    // read or written and no fd is created.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    if v < 0 {
-        0
-    } else {
-        v as i32
-    }
+    super::sys::landlock_abi()
 }
 
 fn seccomp_filter_available() -> bool {
@@ -75,40 +59,16 @@ fn read_u64(path: &str) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// Forks a child that tries to enter new user, mount, PID and network
-/// namespaces, as `sandbox run` will.
+/// Whether a child can enter new user, mount, PID and network namespaces,
+/// as `sandbox run` will.
 fn userns_works() -> bool {
-    match super::sys::fork() {
-        Ok(0) => {
-            let flags = nix::sched::CloneFlags::CLONE_NEWUSER
-                | nix::sched::CloneFlags::CLONE_NEWNS
-                | nix::sched::CloneFlags::CLONE_NEWPID
-                | nix::sched::CloneFlags::CLONE_NEWNET;
-            let code = if nix::sched::unshare(flags).is_ok() {
-                0
-            } else {
-                1
-            };
-            super::sys::exit_now(code)
-        }
-        Ok(pid) => matches!(
-            nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None),
-            Ok(nix::sys::wait::WaitStatus::Exited(_, 0))
-        ),
-        Err(_) => false,
-    }
-}
-
-fn pidfd_works() -> bool {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd, which
-    // is closed right away below.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
-    if fd < 0 {
-        return false;
-    }
-    // SAFETY: `fd` was just returned by the kernel and is owned here.
-    unsafe { libc::close(fd as i32) };
-    true
+    use nix::sched::CloneFlags;
+    super::sys::fork::unshare_works(
+        CloneFlags::CLONE_NEWUSER
+            | CloneFlags::CLONE_NEWNS
+            | CloneFlags::CLONE_NEWPID
+            | CloneFlags::CLONE_NEWNET,
+    )
 }
 
 pub fn kernel_facts() -> KernelFacts {
@@ -149,7 +109,7 @@ pub fn kernel_facts() -> KernelFacts {
         cgroup2_path: cgroup2_path.map(|p| p.display().to_string()),
         cgroup2_controllers,
         cgroup1_writable,
-        pidfd: pidfd_works(),
+        pidfd: super::sys::pidfd_works(),
         legacy_tiocsti: read_u64("/proc/sys/dev/tty/legacy_tiocsti"),
     }
 }

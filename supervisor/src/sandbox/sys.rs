@@ -1,7 +1,24 @@
-//! Thin wrappers over the system calls nix does not cover safely. Every
-//! `unsafe` block of the crate is in this file.
+//! The one module of the workspace allowed `unsafe` (the crate root allows
+//! it here and nowhere else; every other crate forbids it): thin wrappers
+//! over the system calls nix does not cover safely, each `unsafe` block with
+//! a `// SAFETY:` comment, and safe functions on top.
+//!
+//! - here: the host side's descriptors, signals and reaping, and probes;
+//! - [`fork`]: copying this process (clone into namespaces, the worker's
+//!   start sharing memory, fork), sound only with one thread, and the job
+//!   runner's `pre_exec`;
+//! - [`inside`]: what the init does inside the namespaces (mount flags,
+//!   loopback, scrubbing its memory, capabilities);
+//! - [`exec`]: the worker between its start and `execve`, which allocates
+//!   nothing;
+//! - [`host`]: the real [`Kernel`](super::kernel::Kernel) the init's steps
+//!   call.
 
-use std::ffi::CString;
+pub mod exec;
+pub mod fork;
+pub mod host;
+pub mod inside;
+
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
@@ -170,40 +187,6 @@ pub fn reset_signals() {
     }
 }
 
-/// clone(2) into new user, mount, PID, network, IPC and UTS namespaces with
-/// fork semantics (no new stack, no shared memory). Returns 0 in the child.
-/// The cgroup namespace is entered later by the child, once it has joined
-/// its cgroups.
-pub fn clone_namespaces() -> io::Result<i32> {
-    let flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWNET
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS
-        | libc::SIGCHLD;
-    // SAFETY: raw clone without CLONE_VM and with a null stack behaves like
-    // fork(2): the child gets a copy of the address space and continues
-    // here. The caller is single-threaded (the binary starts no threads
-    // before this), so no lock can be held by a thread that does not exist
-    // in the child.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            flags as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret as i32)
-    }
-}
-
 /// Maps inside uid/gid 0 to the worker's host ids. An unprivileged caller
 /// may only map itself and must deny setgroups first; a root caller keeps
 /// setgroups so the init can drop root's supplementary groups.
@@ -260,216 +243,6 @@ pub fn kill_and_reap(pid: i32) {
     let _ = waitpid(Pid::from_raw(pid), None);
 }
 
-// === Inside the sandbox ===
-
-/// Bits for mount_setattr(2).
-pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
-pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
-pub const MOUNT_ATTR_NODEV: u64 = 0x4;
-pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
-
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-/// Sets flags on the mount at `path` and every mount below it. A plain
-/// `MS_REMOUNT|MS_RDONLY|MS_REC` only changes the top mount.
-pub fn mount_setattr_recursive(path: &Path, set: u64) -> io::Result<()> {
-    let c = cstring(path)?;
-    let attr = MountAttr {
-        attr_set: set,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: `c` is a NUL-terminated path and `attr` a correctly laid out
-    // struct mount_attr, both alive for the call; the size passed matches.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            (libc::AT_RECURSIVE | libc::AT_NO_AUTOMOUNT) as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-pub fn cstring(path: &Path) -> io::Result<CString> {
-    use std::os::unix::ffi::OsStrExt;
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
-}
-
-/// Brings `lo` up: a new network namespace starts with it down.
-pub fn loopback_up() -> io::Result<()> {
-    let sock = nix::sys::socket::socket(
-        nix::sys::socket::AddressFamily::Inet,
-        nix::sys::socket::SockType::Datagram,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .map_err(io)?;
-    // SAFETY: ifreq is plain old data; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
-        *dst = *src as libc::c_char;
-    }
-    req.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-    // SAFETY: SIOCSIFFLAGS reads a struct ifreq, which `req` is, from a
-    // valid socket fd.
-    let ret = unsafe {
-        libc::ioctl(
-            sock.as_raw_fd(),
-            libc::SIOCSIFFLAGS,
-            &req as *const libc::ifreq,
-        )
-    };
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// Overwrites this process's environment strings in place. The init keeps
-/// the caller's environment in its memory otherwise, visible as
-/// `/proc/1/environ`; std's `remove_var` only unlinks the pointers.
-pub fn scrub_environment() {
-    extern "C" {
-        static mut environ: *mut *mut libc::c_char;
-    }
-    // SAFETY: single-threaded at this point (the init has started no
-    // threads). `environ` is a NULL-terminated array of NUL-terminated
-    // strings owned by the process; we zero each string's bytes (not past
-    // its terminator) and then empty the array, which leaves every pointer
-    // valid.
-    unsafe {
-        let mut p = environ;
-        while !p.is_null() && !(*p).is_null() {
-            let s = *p;
-            let len = libc::strlen(s);
-            std::ptr::write_bytes(s, 0, len);
-            p = p.add(1);
-        }
-        if !environ.is_null() {
-            *environ = std::ptr::null_mut();
-        }
-    }
-}
-
-/// Overwrites this process's command line in place with `name`, so
-/// `/proc/1/cmdline` inside the sandbox shows neither host paths nor
-/// `--env` values. The region is found in `/proc/self/stat`
-/// (`arg_start`, `arg_end`); nothing of it is used after this.
-pub fn scrub_cmdline(name: &[u8]) {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return;
-    };
-    // Fields after the parenthesised command name start at field 3.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<usize>().ok());
-    let (Some(start), Some(end)) = (field(48), field(49)) else {
-        return;
-    };
-    if end <= start || end - start > 1 << 20 {
-        return;
-    }
-    let keep = name.len().min(end - start - 1);
-    // SAFETY: [arg_start, arg_end) is this process's own argument area on
-    // its stack, mapped and writable for the life of the process; the kernel
-    // reports it for exactly this process. We write within it, and end it
-    // with NUL bytes so every C string that pointed into it stays
-    // terminated.
-    unsafe {
-        let base = start as *mut u8;
-        std::ptr::write_bytes(base, 0, end - start);
-        std::ptr::copy_nonoverlapping(name.as_ptr(), base, keep);
-    }
-}
-
-/// Stack for [`spawn_sharing_memory`]'s child: the worker's set-up before
-/// `execve` is shallow (Landlock, seccomp, capabilities).
-const SHARED_CHILD_STACK: usize = 256 * 1024;
-
-/// Starts `child` in a new process that shares this process's memory until
-/// it calls `execve` or exits, as `posix_spawn` does (`CLONE_VM |
-/// CLONE_VFORK`): no page tables are copied and no page is copied on write.
-/// Each such copy is a page fault, and on a virtual machine a page fault
-/// costs microseconds. This process is suspended until the child has called
-/// `execve` or exited. Returns the child's pid; the child gets its own
-/// descriptor table, signal dispositions and credentials, so what it
-/// changes there (Landlock, seccomp, capabilities) stays its own.
-///
-/// `child` must end in `execve` or `_exit` and never return, and must not
-/// drop or move anything this process still uses: it runs on this process's
-/// heap while this process is stopped.
-pub fn spawn_sharing_memory(
-    child: &mut dyn FnMut() -> std::convert::Infallible,
-) -> io::Result<i32> {
-    let mut stack = vec![0u8; SHARED_CHILD_STACK];
-    let cb: nix::sched::CloneCb = Box::new(|| match child() {});
-    let flags = nix::sched::CloneFlags::CLONE_VM | nix::sched::CloneFlags::CLONE_VFORK;
-    // SAFETY: the init is single-threaded here (relay threads start only
-    // when a connection arrives, after this), so no lock in the shared heap
-    // can be held by another thread. The child runs on its own stack, never
-    // returns (it execs or _exits), and this process stays suspended until
-    // then, so the two never run on the shared memory at the same time.
-    let pid =
-        unsafe { nix::sched::clone(cb, &mut stack, flags, Some(libc::SIGCHLD)) }.map_err(io)?;
-    Ok(pid.as_raw())
-}
-
-/// fork(2); `Ok(0)` in the child.
-pub fn fork() -> io::Result<i32> {
-    // SAFETY: the only caller (`probe`) is single-threaded when it forks, and
-    // the child only makes system calls and exits.
-    match unsafe { nix::unistd::fork() }.map_err(io)? {
-        nix::unistd::ForkResult::Child => Ok(0),
-        nix::unistd::ForkResult::Parent { child } => Ok(child.as_raw()),
-    }
-}
-
-/// Locks the process out of ever regaining capabilities as uid 0 (the
-/// worker is uid 0 inside its user namespace) through exec or setuid.
-pub fn lock_securebits() -> io::Result<()> {
-    const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
-    const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
-    const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
-    const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
-    const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
-    const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
-    const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
-    let bits = SECBIT_NOROOT
-        | SECBIT_NOROOT_LOCKED
-        | SECBIT_NO_SETUID_FIXUP
-        | SECBIT_NO_SETUID_FIXUP_LOCKED
-        | SECBIT_KEEP_CAPS_LOCKED
-        | SECBIT_NO_CAP_AMBIENT_RAISE
-        | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-    // SAFETY: PR_SET_SECUREBITS takes an integer argument and touches no
-    // memory of ours.
-    let ret = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) };
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// Raw fd number, for `/proc/self/fd/N` bind sources.
 pub fn raw(fd: &OwnedFd) -> i32 {
     fd.as_raw_fd()
@@ -480,4 +253,74 @@ pub fn raw(fd: &OwnedFd) -> i32 {
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit never returns and has no preconditions.
     unsafe { libc::_exit(code) }
+}
+
+/// Field `n` (numbered from 1, as in proc(5)) of `/proc/<pid>/stat` text.
+/// The command name (field 2) may hold spaces and parentheses, so fields
+/// are counted from its closing parenthesis.
+pub fn stat_field(stat: &str, n: usize) -> Option<&str> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(n.checked_sub(3)?)
+}
+
+// === Probes ===
+
+/// The kernel's Landlock ABI version, 0 if none.
+pub fn landlock_abi() -> i32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag,
+    // landlock_create_ruleset only returns the ABI version; no memory is
+    // read or written and no fd is created.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if v < 0 {
+        0
+    } else {
+        v as i32
+    }
+}
+
+/// Whether the kernel has pidfd_open(2): opens one on this process and
+/// closes it.
+pub fn pidfd_works() -> bool {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags, touches no memory of ours and
+    // returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, std::process::id(), 0) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: `fd` was just returned by the kernel and nothing else owns it;
+    // the OwnedFd closes it when dropped here.
+    drop(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_counted_from_the_end_of_the_name() {
+        let stat = "9 (a) b) c) S 1 2 3";
+        assert_eq!(stat_field(stat, 3), Some("S"));
+        assert_eq!(stat_field(stat, 6), Some("3"));
+        assert_eq!(stat_field(stat, 7), None);
+        assert_eq!(stat_field(stat, 2), None);
+        assert_eq!(stat_field("no name", 3), None);
+    }
+
+    #[test]
+    fn probes_answer_from_the_kernel() {
+        // This kernel has Landlock and pidfds (see `gatehouse doctor`); a
+        // wrapper that failed to make the call would report neither.
+        assert!(landlock_abi() >= 1, "landlock ABI {}", landlock_abi());
+        assert!(pidfd_works());
+    }
 }

@@ -383,6 +383,15 @@ fn build_mounts(profile: &Profile, request: &RunRequest) -> Vec<MountStep> {
             optional: false,
         });
     }
+    steps.extend(generated_files(profile, request));
+    steps
+}
+
+/// The files the sandbox writes itself (users, hosts, the CA bundle), where
+/// no bind of the profile covers them.
+fn generated_files(profile: &Profile, request: &RunRequest) -> Vec<MountStep> {
+    let fs = &profile.filesystem;
+    let mut steps = Vec::new();
     let mut files = vec![
         (
             "/etc/passwd",

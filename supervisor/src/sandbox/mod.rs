@@ -88,6 +88,18 @@ impl SandboxError {
     }
 }
 
+impl From<sys::fork::ForkError> for SandboxError {
+    fn from(e: sys::fork::ForkError) -> SandboxError {
+        match e {
+            sys::fork::ForkError::Sys(source) => SandboxError::Sys {
+                what: "clone into new user, mount, pid, net, ipc and uts namespaces (see `gatehouse doctor`)",
+                source,
+            },
+            threads => SandboxError::Threaded(threads),
+        }
+    }
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -211,13 +223,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
         Ok(pid) => pid,
         Err(e) => {
             let _ = sys::restore_signals(&old_mask);
-            return Err(match e {
-                sys::fork::ForkError::Sys(source) => SandboxError::Sys {
-                    what: "clone into new user, mount, pid, net, ipc and uts namespaces (see `gatehouse doctor`)",
-                    source,
-                },
-                threads => SandboxError::Threaded(threads),
-            });
+            return Err(SandboxError::from(e));
         }
     };
     if child == 0 {
@@ -237,27 +243,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     drop(cg_init);
 
     let started = Instant::now();
-    // The init joins its cgroups itself (see `cgroup`), so the host side
-    // only writes the id maps and releases it. It creates the cgroups while
-    // the init builds the sandbox's root, and hands them over before the
-    // init starts the worker: nothing of the worker runs outside its limits.
-    let released = sys::write_id_maps(child, &plan.identity)
-        .map_err(SandboxError::sys("write uid/gid maps"))
-        .and_then(|()| sys::write_byte(&sync_w).map_err(SandboxError::sys("release init")));
-    let mut created = None;
-    let handed_over = released.and_then(|()| {
-        let (cgroups, joins) = cgroup::prepare(
-            &limits,
-            &plan.limits,
-            plan.require.cgroup_limits,
-            std::process::id(),
-        )?;
-        let (data, fds) = cgroup::encode_handover(cgroups.report().all_by_cgroup(), joins);
-        created = Some(cgroups);
-        sys::send_with_fds(&cg_host, &data, &fds)
-            .map_err(SandboxError::sys("handing the cgroups to the init"))
-    });
-    drop(cg_host);
+    let (handed_over, created) = release_init(child, plan, &limits, &sync_w, cg_host);
     let cgroups = match (handed_over, created) {
         (Ok(()), Some(cgroups)) => cgroups,
         (result, created) => {
@@ -266,12 +252,11 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
                 c.remove();
             }
             // The init may have failed first and said why; that beats EPIPE.
-            let mut init_error = String::new();
-            let _ = std::fs::File::from(err_r).read_to_string(&mut init_error);
+            let init_error = read_setup_error(err_r);
             let _ = sys::restore_signals(&old_mask);
-            if !init_error.is_empty() {
+            if let Some(msg) = init_error {
                 return Ok((
-                    Outcome::SetupFailed(init_error.trim_end().to_string()),
+                    Outcome::SetupFailed(msg),
                     cgroup::report_for(&limits, &plan.limits),
                 ));
             }
@@ -283,16 +268,53 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     let report = cgroups.report();
     let outcome = wait(child, plan.wall_time, started, parent);
     drop(sync_w);
-    let mut setup_error = String::new();
-    let _ = std::fs::File::from(err_r).read_to_string(&mut setup_error);
+    let setup_error = read_setup_error(err_r);
     cgroups.remove();
     let _ = sys::restore_signals(&old_mask);
-    let outcome = if setup_error.is_empty() {
-        outcome
-    } else {
-        Outcome::SetupFailed(setup_error.trim_end().to_string())
+    let outcome = match setup_error {
+        Some(msg) => Outcome::SetupFailed(msg),
+        None => outcome,
     };
     Ok((outcome, report))
+}
+
+/// Writes the init's id maps and releases it, then creates this run's
+/// cgroups while the init builds the sandbox's root and hands them over
+/// before the init starts the worker: nothing of the worker runs outside
+/// its limits. (The init joins the cgroups itself, see `cgroup`.) Returns
+/// the cgroups created, if any, for the caller to remove.
+fn release_init(
+    child: i32,
+    plan: &Plan,
+    limits: &cgroup::Choice,
+    sync_w: &OwnedFd,
+    cg_host: OwnedFd,
+) -> (Result<(), SandboxError>, Option<cgroup::Cgroups>) {
+    let released = sys::write_id_maps(child, &plan.identity)
+        .map_err(SandboxError::sys("write uid/gid maps"))
+        .and_then(|()| sys::write_byte(sync_w).map_err(SandboxError::sys("release init")));
+    let mut created = None;
+    let handed_over = released.and_then(|()| {
+        let (cgroups, joins) = cgroup::prepare(
+            limits,
+            &plan.limits,
+            plan.require.cgroup_limits,
+            std::process::id(),
+        )?;
+        let (data, fds) = cgroup::encode_handover(cgroups.report().all_by_cgroup(), joins);
+        created = Some(cgroups);
+        sys::send_with_fds(&cg_host, &data, &fds)
+            .map_err(SandboxError::sys("handing the cgroups to the init"))
+    });
+    (handed_over, created)
+}
+
+/// What the init wrote to the error pipe before it ended, if anything.
+fn read_setup_error(err_r: OwnedFd) -> Option<String> {
+    let mut msg = String::new();
+    let _ = std::fs::File::from(err_r).read_to_string(&mut msg);
+    let msg = msg.trim_end();
+    (!msg.is_empty()).then(|| msg.to_string())
 }
 
 /// Waits for the init (and so the whole sandbox) to end, killing it on a

@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use seccompiler::{sock_filter, BpfProgram};
 
 use super::SandboxError;
-use crate::plan::{ArgMatch, SeccompPlan};
+use crate::plan::{ArgMatch, Denial, SeccompPlan};
 
 pub const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -125,34 +125,51 @@ pub fn compile(plan: &SeccompPlan) -> Result<BpfProgram, SandboxError> {
     Ok(program)
 }
 
+/// Per syscall: the strongest unconditional errno, and the conditional
+/// rules by errno.
+type Always = BTreeMap<u32, i32>;
+type When = BTreeMap<u32, BTreeMap<i32, Vec<Vec<ArgMatch>>>>;
+
 /// Sorted runs covering every syscall number, and the argument-rule bodies
 /// they refer to.
 fn outcomes(plan: &SeccompPlan) -> Result<(Vec<Run>, Vec<Body>), SandboxError> {
-    // Per syscall: the strongest unconditional errno and the conditional
-    // rules, both ordered by errno (highest wins, as with stacked filters).
-    let mut always: BTreeMap<u32, i32> = BTreeMap::new();
-    let mut when: BTreeMap<u32, BTreeMap<i32, Vec<Vec<ArgMatch>>>> = BTreeMap::new();
-    for d in &plan.denials {
-        let nr = u32::try_from(d.nr)
-            .ok()
-            .filter(|nr| nr & X32_SYSCALL_BIT == 0)
-            .ok_or_else(|| {
-                SandboxError::Seccomp(format!("{}: syscall number {} out of range", d.name, d.nr))
-            })?;
-        if !(1..=0xfff).contains(&d.errno) {
+    let (always, when) = group(plan)?;
+    let (by_nr, bodies) = by_syscall(&always, when);
+    Ok((runs(&by_nr), bodies))
+}
+
+/// The denial's syscall number, once its numbers and tests are in range.
+fn checked_nr(d: &Denial) -> Result<u32, SandboxError> {
+    let nr = u32::try_from(d.nr)
+        .ok()
+        .filter(|nr| nr & X32_SYSCALL_BIT == 0)
+        .ok_or_else(|| {
+            SandboxError::Seccomp(format!("{}: syscall number {} out of range", d.name, d.nr))
+        })?;
+    if !(1..=0xfff).contains(&d.errno) {
+        return Err(SandboxError::Seccomp(format!(
+            "{}: errno {} out of range",
+            d.name, d.errno
+        )));
+    }
+    for m in &d.when {
+        if m.index > 5 || (m.dword && (m.mask | m.value) >> 32 != 0) {
             return Err(SandboxError::Seccomp(format!(
-                "{}: errno {} out of range",
-                d.name, d.errno
+                "{}: bad argument test {m:?}",
+                d.name
             )));
         }
-        for m in &d.when {
-            if m.index > 5 || (m.dword && (m.mask | m.value) >> 32 != 0) {
-                return Err(SandboxError::Seccomp(format!(
-                    "{}: bad argument test {m:?}",
-                    d.name
-                )));
-            }
-        }
+    }
+    Ok(nr)
+}
+
+/// Groups the denials per syscall, both kinds ordered by errno (highest
+/// wins, as with stacked filters).
+fn group(plan: &SeccompPlan) -> Result<(Always, When), SandboxError> {
+    let mut always = Always::new();
+    let mut when = When::new();
+    for d in &plan.denials {
+        let nr = checked_nr(d)?;
         if d.when.is_empty() {
             let e = always.entry(nr).or_insert(d.errno);
             *e = (*e).max(d.errno);
@@ -164,16 +181,22 @@ fn outcomes(plan: &SeccompPlan) -> Result<(Vec<Run>, Vec<Body>), SandboxError> {
                 .push(d.when.clone());
         }
     }
-    let mut bodies = Vec::new();
+    Ok((always, when))
+}
+
+/// Each denied syscall's outcome, and the bodies the conditional ones use
+/// (shared when equal).
+fn by_syscall(always: &Always, when: When) -> (BTreeMap<u32, Outcome>, Vec<Body>) {
+    let mut bodies: Vec<Body> = Vec::new();
     let mut by_nr: BTreeMap<u32, Outcome> = BTreeMap::new();
-    for (&nr, &errno) in &always {
+    for (&nr, &errno) in always {
         by_nr.insert(nr, Outcome::Errno(errno));
     }
     for (nr, rules) in when {
         // Rules with an errno at or below an unconditional one never change
         // the result.
         let floor = always.get(&nr).copied().unwrap_or(0);
-        let body: Body = rules
+        let mut body: Body = rules
             .into_iter()
             .rev()
             .filter(|(errno, _)| *errno > floor)
@@ -182,7 +205,6 @@ fn outcomes(plan: &SeccompPlan) -> Result<(Vec<Run>, Vec<Body>), SandboxError> {
         if body.is_empty() {
             continue;
         }
-        let mut body = body;
         if floor > 0 {
             // Nothing stronger matched: the unconditional errno.
             body.push((floor, Vec::new()));
@@ -197,24 +219,29 @@ fn outcomes(plan: &SeccompPlan) -> Result<(Vec<Run>, Vec<Body>), SandboxError> {
         };
         by_nr.insert(nr, Outcome::Body(index));
     }
+    (by_nr, bodies)
+}
+
+/// Sorted runs covering every syscall number: allowed between the denied
+/// ones, equal neighbours merged.
+fn runs(by_nr: &BTreeMap<u32, Outcome>) -> Vec<Run> {
     let mut points: Vec<Run> = Vec::new();
     if !by_nr.contains_key(&0) {
         points.push((0, Outcome::Allow));
     }
-    for (&nr, &outcome) in &by_nr {
+    for (&nr, &outcome) in by_nr {
         points.push((nr, outcome));
         if !by_nr.contains_key(&(nr + 1)) {
             points.push((nr + 1, Outcome::Allow));
         }
     }
-    // Equal neighbours merge into one run.
     let mut runs: Vec<Run> = Vec::with_capacity(points.len());
     for (start, outcome) in points {
         if runs.last().map(|r| r.1) != Some(outcome) {
             runs.push((start, outcome));
         }
     }
-    Ok((runs, bodies))
+    runs
 }
 
 /// Emits a binary search over `runs` (accumulator: the syscall number).

@@ -29,7 +29,7 @@ pub(crate) struct Setup<'a> {
 }
 
 /// Writes `msg` for the host side to report, then exits.
-pub(crate) fn fail(errors: &OwnedFd, msg: &str) -> ! {
+fn fail(errors: &OwnedFd, msg: &str) -> ! {
     let mut f = std::fs::File::from(errors.try_clone().unwrap_or_else(|_| sys::exit_now(125)));
     let _ = f.write_all(msg.as_bytes());
     sys::exit_now(i32::from(EXIT_SANDBOX_FAILED))

@@ -179,10 +179,10 @@ impl Start<'_> {
         super::exit_now(code)
     }
 
-    // The message is on the stack by design: this must not allocate.
-    #[allow(clippy::result_large_err)]
     /// New session, limits, no capabilities, no_new_privs, the work dir,
     /// Landlock, seccomp: in this order.
+    // The message is on the stack by design: this must not allocate.
+    #[allow(clippy::result_large_err)]
     fn harden(&self) -> Result<(), StackMessage> {
         let fail = |args: fmt::Arguments<'_>| StackMessage::format(args);
         nix::unistd::setsid().map_err(|e| fail(format_args!("setsid: {e}")))?;

@@ -173,6 +173,13 @@ fn start_sleeper(s: &Scratch, secs: &str) -> std::process::Child {
         assert!(Instant::now() < deadline, "sandbox did not start");
         std::thread::sleep(Duration::from_millis(10));
     }
+    // `started` is written before either sleep has been executed: wait for
+    // both (the detached one and the shell's), or a busy machine races the
+    // caller's checks.
+    while host_processes_with(secs).len() < 2 {
+        assert!(Instant::now() < deadline, "the sleepers did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     child
 }
 

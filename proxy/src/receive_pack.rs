@@ -295,5 +295,68 @@ pub fn check(updates: &[RefUpdate], policy: &RefPolicy) -> Result<(), Denial> {
     Ok(())
 }
 
+// === report-status ===
+
+/// How the client asked to hear a push's outcome: the refs it updates, and
+/// whether the report travels inside side-band 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusReport {
+    refs: Vec<String>,
+    sideband: bool,
+}
+
+/// Longest reason put on one report line (git prints it next to each ref).
+const MAX_REASON: usize = 900;
+
+impl StatusReport {
+    /// The report a push asked for, from the head of its body; `None` when
+    /// the commands do not parse or the client did not ask for a report.
+    pub fn requested(prefix: &[u8]) -> Option<Self> {
+        let parsed = parse_commands(prefix).ok()?;
+        let has = |cap: &str| parsed.capabilities.iter().any(|c| c == cap);
+        // Rejections read the same in report-status and report-status-v2.
+        if !has("report-status") && !has("report-status-v2") {
+            return None;
+        }
+        Some(Self {
+            refs: parsed.commands.into_iter().map(|c| c.name).collect(),
+            sideband: has("side-band-64k") || has("side-band"),
+        })
+    }
+
+    /// A receive-pack answer body rejecting every ref update of the push
+    /// with `reason`, in git's report-status format (inside side-band 1,
+    /// with the reason also on side-band 2 as a `remote:` line, when the
+    /// client asked for side-band). The reason is put on one line.
+    pub fn refusal(&self, reason: &str) -> Vec<u8> {
+        let one_line: String = reason
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(MAX_REASON)
+            .collect();
+        let mut report = pkt_line(b"unpack ok\n");
+        for name in &self.refs {
+            report.extend(pkt_line(
+                format!("ng {name} gatehouse: {one_line}\n").as_bytes(),
+            ));
+        }
+        report.extend_from_slice(b"0000");
+        if !self.sideband {
+            return report;
+        }
+        let mut framed = pkt_line(format!("\x02gatehouse: push refused: {one_line}\n").as_bytes());
+        framed.extend(pkt_line(&[b"\x01".as_slice(), &report].concat()));
+        framed.extend_from_slice(b"0000");
+        framed
+    }
+}
+
+/// One pkt-line: four hex digits of length (including themselves), then the payload.
+pub fn pkt_line(payload: &[u8]) -> Vec<u8> {
+    let mut line = format!("{:04x}", payload.len() + 4).into_bytes();
+    line.extend_from_slice(payload);
+    line
+}
+
 #[cfg(test)]
 mod tests;

@@ -163,6 +163,91 @@ fn bad_patterns_are_refused() {
     }
 }
 
+#[test]
+fn a_status_report_is_given_only_when_the_client_asked_for_one() {
+    let first = |caps: &str| format!("{A} {B} refs/heads/main\0{caps}\n");
+    // (what, body head, the refs and side-band of the report asked for)
+    type Case = (
+        &'static str,
+        Vec<u8>,
+        Option<(&'static [&'static str], bool)>,
+    );
+    let cases: [Case; 6] = [
+        (
+            "report-status",
+            body(&[first("report-status")]),
+            Some((&["refs/heads/main"], false)),
+        ),
+        (
+            "report-status-v2",
+            body(&[first("report-status-v2 agent=git/2.45")]),
+            Some((&["refs/heads/main"], false)),
+        ),
+        (
+            "side-band-64k, two refs",
+            body(&[
+                first("report-status side-band-64k"),
+                format!("{Z} {B} refs/heads/x\n"),
+            ]),
+            Some((&["refs/heads/main", "refs/heads/x"], true)),
+        ),
+        (
+            "side-band",
+            body(&[first("side-band report-status")]),
+            Some((&["refs/heads/main"], true)),
+        ),
+        (
+            "no report asked for",
+            body(&[first("side-band-64k agent=git/2.39")]),
+            None,
+        ),
+        ("commands incomplete", pkt(&first("report-status")), None),
+    ];
+    for (name, prefix, expected) in cases {
+        let expected = expected.map(|(refs, sideband)| StatusReport {
+            refs: refs.iter().map(|r| r.to_string()).collect(),
+            sideband,
+        });
+        assert_eq!(StatusReport::requested(&prefix), expected, "{name}");
+    }
+    assert_eq!(StatusReport::requested(b"garbage"), None);
+}
+
+#[test]
+fn a_refusal_rejects_every_ref_in_report_status_format() {
+    let report = StatusReport {
+        refs: vec!["refs/heads/main".into(), "refs/heads/x".into()],
+        sideband: false,
+    };
+    assert_eq!(
+        report.refusal("no"),
+        b"000eunpack ok\n0025ng refs/heads/main gatehouse: no\n0022ng refs/heads/x gatehouse: no\n0000"
+            .to_vec()
+    );
+    // Control characters cannot end the line early or forge another one.
+    assert_eq!(
+        report.refusal("a\nok refs/heads/main\n\0"),
+        report.refusal("a ok refs/heads/main  ")
+    );
+    // A long reason is cut, not spread over packets git would reject.
+    let long = report.refusal(&"x".repeat(5000));
+    assert!(long.len() < 2 * (MAX_REASON + 64) + 64, "{}", long.len());
+}
+
+#[test]
+fn a_refusal_inside_side_band_carries_the_report_on_band_1_and_the_reason_on_band_2() {
+    let report = StatusReport {
+        refs: vec!["refs/heads/main".into()],
+        sideband: true,
+    };
+    let inner = b"000eunpack ok\n0025ng refs/heads/main gatehouse: no\n0000";
+    let mut expected = pkt("\x02gatehouse: push refused: no\n");
+    expected.extend(pkt_line(&[b"\x01".as_slice(), inner].concat()));
+    expected.extend_from_slice(b"0000");
+    assert_eq!(report.refusal("no"), expected);
+    assert_eq!(&expected[..4], b"0021");
+}
+
 proptest! {
     #[test]
     fn parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {

@@ -14,9 +14,12 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
+use super::answers::{audit_unavailable, bad_request, denied, refused_identity};
 use super::forward::{self, Target};
 use super::framing::Guarded;
+use super::records::{connect_record, now};
 use super::{is_dns_name, Identity, Proxy};
+use crate::audit::{Outcome, Record};
 use crate::body::{self, ProxyBody};
 
 /// Largest request head accepted (bigger ones get 431 from hyper).
@@ -86,7 +89,7 @@ async fn outer(
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     if *identity.revoked.borrow() {
-        return Ok(forward::refused_identity());
+        return Ok(refused_identity());
     }
     if req.method() == Method::CONNECT {
         return Ok(connect(proxy, identity, req).await);
@@ -96,7 +99,7 @@ async fn outer(
     let host = match (uri.scheme_str(), uri.host(), uri.port_u16()) {
         (Some("http"), Some(host), None | Some(80)) => host.to_ascii_lowercase(),
         _ => {
-            return Ok(forward::bad_request(
+            return Ok(bad_request(
                 "a proxy request must be CONNECT host:443 or absolute-form http://host/path",
             ))
         }
@@ -115,12 +118,11 @@ async fn connect(
         Some(a) if req.uri().scheme().is_none() && req.uri().path_and_query().is_none() => {
             a.clone()
         }
-        _ => return forward::bad_request("CONNECT needs an authority-form target host:port"),
+        _ => return bad_request("CONNECT needs an authority-form target host:port"),
     };
     let host = authority.host().to_ascii_lowercase();
     let port = authority.port_u16();
-    let refuse =
-        |reason: &str| forward::deny_connect(&proxy, &identity, &host, authority.as_str(), reason);
+    let refuse = |reason: &str| deny_connect(&proxy, &identity, &host, authority.as_str(), reason);
     if port != Some(443) {
         return refuse("only port 443 may be reached through the proxy");
     }
@@ -142,17 +144,11 @@ async fn connect(
             Ok(s) => s,
             Err(error) => {
                 let reason = format!("tunnel refused: {}", super::with_causes(&error));
-                return forward::deny_connect(
-                    &proxy,
-                    &identity,
-                    &host,
-                    authority.as_str(),
-                    &reason,
-                );
+                return deny_connect(&proxy, &identity, &host, authority.as_str(), &reason);
             }
         };
         let upgrade = hyper::upgrade::on(req);
-        forward::audit_tunnel(&proxy, &identity, &host);
+        audit_tunnel(&proxy, &identity, &host);
         tokio::spawn(splice(identity, upgrade, upstream));
         return established();
     }
@@ -222,7 +218,7 @@ async fn intercept(
         // means the client believes it talks to someone else.
         let sni = tls.get_ref().1.server_name().map(str::to_ascii_lowercase);
         if sni.as_deref() != Some(host.as_str()) {
-            forward::audit_refused_tls(&proxy, &identity, &host, sni.as_deref());
+            audit_refused_tls(&proxy, &identity, &host, sni.as_deref());
             return;
         }
         let target = Target::tunnel(host.clone());
@@ -243,4 +239,60 @@ async fn intercept(
         () = work => {}
         _ = wait_revoked(&mut revoked) => {}
     }
+}
+
+// === audit of CONNECTs ===
+
+/// A CONNECT's audit line, for the proxy's audit writer.
+fn connect_line(proxy: &Proxy, identity: &Identity, host: &str, outcome: Outcome) -> Record {
+    connect_record(now(), proxy.request_id(), &identity.name, host, outcome)
+}
+
+/// Records a refused CONNECT and answers 403.
+fn deny_connect(
+    proxy: &Proxy,
+    identity: &Identity,
+    host: &str,
+    authority: &str,
+    reason: &str,
+) -> Response<ProxyBody> {
+    let outcome = Outcome::Deny {
+        reason: reason.into(),
+        rule_sets_tried: identity.scope.rule_sets.clone(),
+    };
+    if proxy
+        .audit
+        .record(connect_line(proxy, identity, host, outcome))
+        .is_err()
+    {
+        return audit_unavailable();
+    }
+    denied(
+        "CONNECT",
+        host,
+        authority,
+        reason,
+        &identity.scope.rule_sets,
+    )
+}
+
+/// Records a spliced tunnel (it carries no credential and is not inspected).
+fn audit_tunnel(proxy: &Proxy, identity: &Identity, host: &str) {
+    let outcome = Outcome::Allow {
+        rule_set: "(tunnel)".into(),
+        rule: "tunnel_hosts".into(),
+    };
+    let _ = proxy
+        .audit
+        .record(connect_line(proxy, identity, host, outcome));
+}
+
+fn audit_refused_tls(proxy: &Proxy, identity: &Identity, host: &str, sni: Option<&str>) {
+    let outcome = Outcome::Deny {
+        reason: format!("TLS server name {sni:?} does not match the CONNECT host"),
+        rule_sets_tried: identity.scope.rule_sets.clone(),
+    };
+    let _ = proxy
+        .audit
+        .record(connect_line(proxy, identity, host, outcome));
 }

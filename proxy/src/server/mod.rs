@@ -14,11 +14,17 @@
 //! identity closes its listener, removes its socket and cuts every open
 //! connection (outer, intercepted and spliced).
 
+mod answers;
 pub mod audit_writer;
 mod connect;
 mod forward;
 pub mod framing;
+mod head;
+mod headers;
+mod inspect;
+mod message;
 pub mod policy;
+mod records;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::PermissionsExt;

@@ -58,9 +58,10 @@ pub enum BodyVerdict {
 /// Decides on a body prefix; the flag says whether it is the whole body.
 pub type BodyCheckFn = dyn Fn(&[u8], bool) -> BodyVerdict + Send + Sync;
 
-/// A check of the request body's head (or all of it, up to a limit).
+/// Runs a rule's body check on the request body's head (or all of it, up
+/// to a limit).
 #[derive(Clone)]
-pub struct BodyCheck {
+pub struct BodyChecker {
     /// A short name for logs (`graphql`, `receive_pack`).
     pub name: &'static str,
     /// Bodies larger than this without a verdict are refused.
@@ -69,9 +70,9 @@ pub struct BodyCheck {
     pub check: Arc<BodyCheckFn>,
 }
 
-impl std::fmt::Debug for BodyCheck {
+impl std::fmt::Debug for BodyChecker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BodyCheck")
+        f.debug_struct("BodyChecker")
             .field("name", &self.name)
             .field("limit", &self.limit)
             .finish_non_exhaustive()
@@ -87,7 +88,7 @@ pub struct Grant {
     pub credential: String,
     pub inject: Injection,
     pub message: Option<MessageSpec>,
-    pub body: Option<BodyCheck>,
+    pub body: Option<BodyChecker>,
     /// Permissions a scoped token needs (GitHub App), e.g. `contents: write`.
     pub permissions: BTreeMap<String, String>,
 }
@@ -168,7 +169,7 @@ impl Policy for RuleBook {
 fn grant_of(allowed: Allowed) -> Grant {
     let body = match allowed.body {
         rules::BodyCheck::None => None,
-        rules::BodyCheck::GraphQl(allow) => Some(BodyCheck {
+        rules::BodyCheck::GraphQl(allow) => Some(BodyChecker {
             name: "graphql",
             limit: BODY_CHECK_LIMIT,
             check: Arc::new(move |body: &[u8], complete: bool| {
@@ -181,7 +182,7 @@ fn grant_of(allowed: Allowed) -> Grant {
                 }
             }),
         }),
-        rules::BodyCheck::ReceivePack(policy) => Some(BodyCheck {
+        rules::BodyCheck::ReceivePack(policy) => Some(BodyChecker {
             name: "receive_pack",
             limit: BODY_CHECK_LIMIT,
             check: Arc::new(move |prefix: &[u8], complete: bool| {

@@ -1,0 +1,191 @@
+//! The answers the proxy gives itself, rather than the upstream's (pure):
+//! JSON errors an agent can read and adapt to, and git's own report format
+//! for a refused push.
+
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::body::{self, ProxyBody};
+use crate::receive_pack::StatusReport;
+use crate::redact::redact_all;
+
+fn json_response(status: StatusCode, value: &Value, close: bool) -> Response<ProxyBody> {
+    let mut resp = Response::new(body::full(value.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if close {
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+/// 400 with the connection closed: the request's framing or target cannot
+/// be trusted, so neither can anything after it on the same connection.
+pub(super) fn bad_request(reason: &str) -> Response<ProxyBody> {
+    json_response(
+        StatusCode::BAD_REQUEST,
+        &json!({"error": "gatehouse_bad_request", "reason": reason}),
+        true,
+    )
+}
+
+pub(super) fn refused_identity() -> Response<ProxyBody> {
+    json_response(
+        StatusCode::FORBIDDEN,
+        &json!({"error": "gatehouse_denied", "reason": "this identity has been revoked"}),
+        true,
+    )
+}
+
+/// 403 saying which rule sets were tried and why none allowed the request.
+pub(super) fn denied(
+    method: &str,
+    host: &str,
+    path: &str,
+    reason: &str,
+    tried: &[String],
+) -> Response<ProxyBody> {
+    json_response(
+        StatusCode::FORBIDDEN,
+        &json!({
+            "error": "gatehouse_denied",
+            "reason": reason,
+            "method": method,
+            "host": host,
+            "path": path,
+            "rule_sets_tried": tried,
+        }),
+        false,
+    )
+}
+
+pub(super) fn audit_unavailable() -> Response<ProxyBody> {
+    json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &json!({"error": "gatehouse_audit_unavailable", "reason": "the audit log cannot be written; nothing was forwarded"}),
+        true,
+    )
+}
+
+/// 502, with any secret the proxy holds redacted from the reason.
+pub(super) fn upstream_failed(secrets: &[Vec<u8>], reason: &str) -> Response<ProxyBody> {
+    json_response(
+        StatusCode::BAD_GATEWAY,
+        &json!({"error": "gatehouse_upstream", "reason": redact_text(secrets, reason)}),
+        false,
+    )
+}
+
+/// `text` with every secret the proxy holds redacted.
+pub(super) fn redact_text(secrets: &[Vec<u8>], text: &str) -> String {
+    String::from_utf8_lossy(&redact_all(secrets, text.as_bytes())).into_owned()
+}
+
+/// A refused push answered the way git reads it: git prints a report's
+/// reasons next to each ref, where a 403 would only say "RPC failed".
+pub(super) fn push_refused(report: &StatusReport, reason: &str) -> Response<ProxyBody> {
+    let mut resp = Response::new(body::full(report.refusal(reason)));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-git-receive-pack-result"),
+    );
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // The pack was not read: the connection cannot be reused.
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    async fn read(resp: Response<ProxyBody>) -> (StatusCode, Option<String>, Vec<u8>) {
+        let status = resp.status();
+        let connection = resp
+            .headers()
+            .get(header::CONNECTION)
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, connection, body.to_vec())
+    }
+
+    #[tokio::test]
+    async fn own_answers_table() {
+        let secret = b"ghs_secret".to_vec();
+        let tried = ["github-worker".to_string()];
+        // (answer, status, connection closed, JSON error code)
+        let cases = [
+            (bad_request("bad"), 400, true, "gatehouse_bad_request"),
+            (refused_identity(), 403, true, "gatehouse_denied"),
+            (
+                denied("GET", "h.example", "/p", "no", &tried),
+                403,
+                false,
+                "gatehouse_denied",
+            ),
+            (
+                audit_unavailable(),
+                503,
+                true,
+                "gatehouse_audit_unavailable",
+            ),
+            (
+                upstream_failed(&[secret], "token ghs_secret refused"),
+                502,
+                false,
+                "gatehouse_upstream",
+            ),
+        ];
+        for (resp, status, close, error) in cases {
+            assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+            let (got_status, connection, body) = read(resp).await;
+            assert_eq!(got_status.as_u16(), status, "{error}");
+            assert_eq!(connection.as_deref() == Some("close"), close, "{error}");
+            let json: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(json["error"], error);
+            assert!(!String::from_utf8_lossy(&body).contains("ghs_secret"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_denial_names_the_request_and_the_rule_sets_tried() {
+        let tried = ["a".to_string(), "b".to_string()];
+        let (_, _, body) = read(denied("PUT", "h.example", "/p", "why", &tried)).await;
+        let json: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            json,
+            json!({"error": "gatehouse_denied", "reason": "why", "method": "PUT",
+                   "host": "h.example", "path": "/p", "rule_sets_tried": ["a", "b"]})
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_push_is_a_report_git_reads_on_a_closed_connection() {
+        let mut prefix = Vec::new();
+        let command = format!(
+            "{} {} refs/heads/main\0report-status\n",
+            "1".repeat(40),
+            "2".repeat(40)
+        );
+        prefix.extend(crate::receive_pack::pkt_line(command.as_bytes()));
+        prefix.extend_from_slice(b"0000");
+        let report = StatusReport::requested(&prefix).unwrap();
+        let resp = push_refused(&report, "not yours");
+        assert_eq!(
+            resp.headers()[header::CONTENT_TYPE],
+            "application/x-git-receive-pack-result"
+        );
+        let (status, connection, body) = read(resp).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(connection.as_deref(), Some("close"));
+        assert_eq!(body, report.refusal("not yours"));
+    }
+}

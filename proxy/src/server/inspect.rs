@@ -1,0 +1,266 @@
+//! Reads as much of a request body as the rule's check (and message
+//! hashing) needs, decides, then replays what was read ahead of the rest of
+//! the stream. The decision on the bytes read so far is pure ([`judge`]);
+//! [`inspect_body`] is the reading loop around it.
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Incoming};
+use sha2::{Digest, Sha256};
+
+use super::policy::{BodyChecker, BodyVerdict, Grant};
+use crate::body::{self, PrefixedBody, ProxyBody};
+use crate::receive_pack::StatusReport;
+
+/// Largest body buffered to hash a message or to find the created id.
+pub(super) const MESSAGE_BODY_LIMIT: usize = 1 << 20;
+
+/// The body as it will be forwarded, and what was learnt reading it.
+pub(super) struct Inspected {
+    pub(super) body: ProxyBody,
+    pub(super) sha256: Option<String>,
+    /// The whole body, when it was read to hash a message.
+    pub(super) whole: Option<Bytes>,
+}
+
+/// Why a body was refused, and for a git push, how to tell git.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct BodyRefusal {
+    pub(super) reason: String,
+    pub(super) git_report: Option<StatusReport>,
+}
+
+impl From<String> for BodyRefusal {
+    fn from(reason: String) -> Self {
+        Self {
+            reason,
+            git_report: None,
+        }
+    }
+}
+
+impl From<&str> for BodyRefusal {
+    fn from(reason: &str) -> Self {
+        reason.to_string().into()
+    }
+}
+
+/// The most bytes read before a verdict: the check's limit, and the whole
+/// message (up to [`MESSAGE_BODY_LIMIT`]) when the call is a message.
+fn read_limit(grant: &Grant) -> usize {
+    let need_all = grant.message.is_some();
+    grant.body.as_ref().map_or(MESSAGE_BODY_LIMIT, |c| {
+        c.limit.max(if need_all { MESSAGE_BODY_LIMIT } else { 0 })
+    })
+}
+
+/// A body check's decision on the bytes read so far: `Ok(true)` to let the
+/// body pass, `Ok(false)` to read more.
+fn judge(check: &BodyChecker, prefix: &[u8], complete: bool) -> Result<bool, BodyRefusal> {
+    match (check.check)(prefix, complete) {
+        BodyVerdict::Allow => Ok(true),
+        BodyVerdict::Deny(reason) => Err(BodyRefusal {
+            reason,
+            git_report: (check.name == "receive_pack")
+                .then(|| StatusReport::requested(prefix))
+                .flatten(),
+        }),
+        BodyVerdict::NeedMore if complete => {
+            Err(format!("the {} body ended before it could be checked", check.name).into())
+        }
+        BodyVerdict::NeedMore => Ok(false),
+    }
+}
+
+pub(super) async fn inspect_body(
+    headers: &HeaderMap,
+    mut incoming: Incoming,
+    grant: &Grant,
+) -> Result<Inspected, BodyRefusal> {
+    let need_all = grant.message.is_some();
+    if grant.body.is_none() && !need_all {
+        return Ok(Inspected {
+            body: body::boxed(incoming),
+            sha256: None,
+            whole: None,
+        });
+    }
+    if grant.body.is_some()
+        && headers
+            .get(header::CONTENT_ENCODING)
+            .is_some_and(|v| v.as_bytes() != b"identity")
+    {
+        return Err(
+            "encoded (compressed) bodies cannot be inspected and are refused for this rule".into(),
+        );
+    }
+    let limit = read_limit(grant);
+    let mut prefix = BytesMut::new();
+    let mut complete = incoming.is_end_stream();
+    let mut verdict_ok = grant.body.is_none();
+    loop {
+        // Nothing to decide on until the first bytes (or the end) arrive.
+        let ready = complete || !prefix.is_empty();
+        if let (false, true, Some(check)) = (verdict_ok, ready, &grant.body) {
+            verdict_ok = judge(check, &prefix, complete)?;
+        }
+        if complete || (verdict_ok && !need_all) {
+            break;
+        }
+        if prefix.len() > limit {
+            return Err(format!("the body is too large to be checked (over {limit} bytes)").into());
+        }
+        match incoming.frame().await {
+            None => complete = true,
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    prefix.extend_from_slice(&data);
+                }
+            }
+            Some(Err(e)) => return Err(format!("reading the request body failed: {e}").into()),
+        }
+    }
+    let sha256 = need_all.then(|| hex::encode(Sha256::digest(&prefix)));
+    let prefix = prefix.freeze();
+    let whole = need_all.then(|| prefix.clone());
+    let body = if complete {
+        body::full(prefix)
+    } else {
+        body::boxed(PrefixedBody::new(prefix, incoming))
+    };
+    Ok(Inspected {
+        body,
+        sha256,
+        whole,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::rules::Injection;
+    use crate::server::policy::MessageSpec;
+
+    fn checker(name: &'static str, limit: usize, verdict: BodyVerdict) -> BodyChecker {
+        BodyChecker {
+            name,
+            limit,
+            check: Arc::new(move |_: &[u8], _: bool| verdict.clone()),
+        }
+    }
+
+    fn grant(body: Option<BodyChecker>, message: bool) -> Grant {
+        Grant {
+            rule_set: "s".into(),
+            rule: "r".into(),
+            credential: "c".into(),
+            inject: Injection::Bearer,
+            message: message.then(|| MessageSpec {
+                kind: "k".into(),
+                target: "t".into(),
+                target_body_pointer: None,
+                id_pointer: "/id".into(),
+            }),
+            body,
+            permissions: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn read_limits_table() {
+        let small = || Some(checker("graphql", 10, BodyVerdict::Allow));
+        let large = || {
+            Some(checker(
+                "graphql",
+                4 * MESSAGE_BODY_LIMIT,
+                BodyVerdict::Allow,
+            ))
+        };
+        let cases = [
+            (grant(None, true), MESSAGE_BODY_LIMIT),
+            (grant(small(), false), 10),
+            (grant(small(), true), MESSAGE_BODY_LIMIT),
+            (grant(large(), true), 4 * MESSAGE_BODY_LIMIT),
+            (grant(large(), false), 4 * MESSAGE_BODY_LIMIT),
+        ];
+        for (i, (grant, limit)) in cases.into_iter().enumerate() {
+            assert_eq!(read_limit(&grant), limit, "case {i}");
+        }
+    }
+
+    #[test]
+    fn verdicts_table() {
+        let push = {
+            let command = format!(
+                "{} {} refs/heads/main\0report-status\n",
+                "1".repeat(40),
+                "2".repeat(40)
+            );
+            let mut p = crate::receive_pack::pkt_line(command.as_bytes());
+            p.extend_from_slice(b"0000");
+            p
+        };
+        let deny = || BodyVerdict::Deny("no".into());
+        let refused = |git_report| BodyRefusal {
+            reason: "no".into(),
+            git_report,
+        };
+        let ended = |name: &str| {
+            BodyRefusal::from(format!("the {name} body ended before it could be checked"))
+        };
+        // (checker, prefix, complete, expected)
+        let cases = [
+            (
+                checker("graphql", 9, BodyVerdict::Allow),
+                &b"{}"[..],
+                true,
+                Ok(true),
+            ),
+            (
+                checker("graphql", 9, BodyVerdict::NeedMore),
+                &b"{"[..],
+                false,
+                Ok(false),
+            ),
+            (
+                checker("graphql", 9, BodyVerdict::NeedMore),
+                &b"{"[..],
+                true,
+                Err(ended("graphql")),
+            ),
+            (
+                checker("graphql", 9, deny()),
+                &b"{}"[..],
+                true,
+                Err(refused(None)),
+            ),
+            // Only a push refusal carries a report, and only if git asked for one.
+            (
+                checker("graphql", 9, deny()),
+                &push[..],
+                false,
+                Err(refused(None)),
+            ),
+            (
+                checker("receive_pack", 9, deny()),
+                &push[..],
+                false,
+                Err(refused(StatusReport::requested(&push))),
+            ),
+            (
+                checker("receive_pack", 9, deny()),
+                &b"0000"[..],
+                true,
+                Err(refused(None)),
+            ),
+        ];
+        for (i, (check, prefix, complete, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(judge(&check, prefix, complete), expected, "case {i}");
+        }
+        assert!(StatusReport::requested(&push).is_some());
+    }
+}

@@ -137,8 +137,8 @@ pub struct Config {
     pub ca_key: PathBuf,
     pub credentials: BTreeMap<String, Credential>,
     pub rule_book: RuleBook,
-    pub identities: Vec<Identity>,
-    pub upstreams: BTreeMap<String, UpstreamOverride>,
+    pub identities: Vec<StaticIdentity>,
+    pub upstreams: BTreeMap<String, UpstreamAddress>,
     pub audit_path: PathBuf,
     pub admin_socket: Option<PathBuf>,
     pub identity_socket_dir: PathBuf,
@@ -188,10 +188,11 @@ impl Credential {
     }
 }
 
-/// A static identity from the config; identities created through the admin
-/// API are checked with [`check_identity`] and get the same shape.
+/// An identity the config defines, started with the proxy; identities
+/// created through the admin API are checked with [`check_identity`] and
+/// get the same shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
+pub struct StaticIdentity {
     pub name: String,
     pub socket: PathBuf,
     pub rule_sets: Vec<String>,
@@ -199,9 +200,10 @@ pub struct Identity {
     pub variables: Vars,
 }
 
-/// Where to send requests for one host instead of resolving it.
+/// Where to send requests for one host instead of resolving it (the
+/// server's [`crate::upstream::UpstreamOverride`] is built from it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpstreamOverride {
+pub struct UpstreamAddress {
     /// `host:port` to connect to; the certificate is still verified for the
     /// original host name.
     pub authority: String,
@@ -267,153 +269,22 @@ impl ProxyConfig {
     }
 
     /// Validate into the runtime config. `file` is the config's path: errors
-    /// name it, and relative paths are resolved against its directory.
+    /// name it, and relative paths are resolved against its directory. One
+    /// validator per section, in the order a reader meets them.
     pub fn validate(self, file: &Path, rule_sets: Vec<RuleSet>) -> Result<Config, ConfigError> {
-        let invalid = |key: &str, message: String| ConfigError::Invalid {
-            file: file.to_owned(),
-            key: key.to_owned(),
-            message,
+        let cx = Context {
+            file,
+            base: file.parent().unwrap_or(Path::new(".")),
         };
-        let base = file.parent().unwrap_or(Path::new("."));
-        let resolve = |p: &Path| base.join(p);
-
-        if self.rule_set_files.is_empty() && self.rule_set_dirs.is_empty() {
-            return Err(invalid(
-                "rule_set_files",
-                "expected at least one rule-set file or directory (`rule_set_dirs`)".into(),
-            ));
-        }
-        let ca_cert = resolve(&self.ca.cert);
-        let ca_key = resolve(&self.ca.key);
-        if ca_cert == ca_key {
-            return Err(invalid(
-                "ca.key",
-                "must be a different file from ca.cert".into(),
-            ));
-        }
-
-        let mut credentials = BTreeMap::new();
-        for (name, credential) in self.credentials {
-            let key = format!("credentials.{name}");
-            if !is_name(&name) {
-                return Err(invalid(&key, "a credential name is [A-Za-z0-9_-]+".into()));
-            }
-            let credential = match credential {
-                CredentialFile::GithubToken { token_file } => Credential::GithubToken {
-                    token_file: resolve(&token_file),
-                },
-                CredentialFile::GithubApp {
-                    app_id,
-                    private_key_file,
-                    installation_id,
-                } => Credential::GithubApp {
-                    app_id,
-                    private_key_file: resolve(&private_key_file),
-                    installation_id,
-                },
-                CredentialFile::FeishuApp {
-                    app_id,
-                    app_secret_file,
-                    base_url,
-                } => {
-                    check_https_origin(&base_url)
-                        .map_err(|m| invalid(&format!("{key}.base_url"), m))?;
-                    if app_id.is_empty() {
-                        return Err(invalid(
-                            &format!("{key}.app_id"),
-                            "expected the app id (cli_…)".into(),
-                        ));
-                    }
-                    Credential::FeishuApp {
-                        app_id,
-                        app_secret_file: resolve(&app_secret_file),
-                        base_url: base_url.trim_end_matches('/').to_owned(),
-                    }
-                }
-                CredentialFile::Bearer { key_file } => Credential::Bearer {
-                    key_file: resolve(&key_file),
-                },
-            };
-            credentials.insert(name, credential);
-        }
-
-        // Every rule of every loaded set must name a defined credential of a fitting kind.
-        for set in &rule_sets {
-            for rule in &set.rules {
-                let credential = credentials.get(&rule.credential).ok_or_else(|| {
-                    invalid(
-                        "credentials",
-                        format!(
-                            "rule set `{}` rule `{}` uses credential `{}`, which is not defined",
-                            set.name, rule.name, rule.credential
-                        ),
-                    )
-                })?;
-                if !credential.supports(rule.inject) {
-                    return Err(invalid(
-                        &format!("credentials.{}", rule.credential),
-                        format!(
-                            "rule set `{}` rule `{}` injects it as {}, which a {} credential cannot do",
-                            set.name,
-                            rule.name,
-                            rule.inject,
-                            credential.kind()
-                        ),
-                    ));
-                }
-            }
-        }
+        validate_rule_set_sources(&cx, &self.rule_set_files, &self.rule_set_dirs)?;
+        let (ca_cert, ca_key) = validate_ca(&cx, &self.ca)?;
+        let credentials = validate_credentials(&cx, self.credentials)?;
+        validate_rule_credentials(&cx, &rule_sets, &credentials)?;
         let rule_book = RuleBook::new(rule_sets)?;
-
-        let identity_socket_dir = resolve(&self.identity_socket_dir);
-        let mut identities = Vec::new();
-        let mut names = BTreeSet::new();
-        let mut sockets = BTreeSet::new();
-        for (i, raw) in self.identities.into_iter().enumerate() {
-            let key = |field: &str| format!("identity[{i}].{field}");
-            if !names.insert(raw.name.clone()) {
-                return Err(invalid(
-                    &key("name"),
-                    format!("`{}` is defined twice", raw.name),
-                ));
-            }
-            let socket = raw
-                .socket
-                .map(|s| resolve(&s))
-                .unwrap_or_else(|| identity_socket_dir.join(format!("{}.sock", raw.name)));
-            if !sockets.insert(socket.clone()) {
-                return Err(invalid(
-                    &key("socket"),
-                    format!("{} is used twice", socket.display()),
-                ));
-            }
-            let identity = check_identity(
-                &rule_book,
-                raw.name,
-                socket,
-                raw.rule_sets,
-                raw.tunnel_hosts,
-                raw.variables,
-            )
-            .map_err(|(field, message)| invalid(&key(field), message))?;
-            identities.push(identity);
-        }
-
-        let mut upstreams = BTreeMap::new();
-        for (host, raw) in self.upstream {
-            let key = format!("upstream.\"{host}\"");
-            check_host(&host).map_err(|m| invalid(&key, m))?;
-            let authority =
-                check_https_origin(&raw.url).map_err(|m| invalid(&format!("{key}.url"), m))?;
-            upstreams.insert(
-                host,
-                UpstreamOverride {
-                    authority,
-                    ca_file: raw.ca_file.map(|p| resolve(&p)),
-                },
-            );
-        }
-
+        let identity_socket_dir = cx.resolve(&self.identity_socket_dir);
+        let identities =
+            validate_identities(&cx, self.identities, &rule_book, &identity_socket_dir)?;
+        let upstreams = validate_upstreams(&cx, self.upstream)?;
         Ok(Config {
             ca_cert,
             ca_key,
@@ -421,11 +292,214 @@ impl ProxyConfig {
             rule_book,
             identities,
             upstreams,
-            audit_path: resolve(&self.audit.path),
-            admin_socket: self.admin.map(|a| resolve(&a.socket)),
+            audit_path: cx.resolve(&self.audit.path),
+            admin_socket: self.admin.map(|a| cx.resolve(&a.socket)),
             identity_socket_dir,
         })
     }
+}
+
+// === one validator per section ===
+
+/// What every section's validator needs: the config file, which errors
+/// name, and its directory, against which relative paths resolve.
+struct Context<'a> {
+    file: &'a Path,
+    base: &'a Path,
+}
+
+impl Context<'_> {
+    fn invalid(&self, key: &str, message: String) -> ConfigError {
+        ConfigError::Invalid {
+            file: self.file.to_owned(),
+            key: key.to_owned(),
+            message,
+        }
+    }
+
+    fn resolve(&self, path: &Path) -> PathBuf {
+        self.base.join(path)
+    }
+}
+
+/// `rule_set_files` / `rule_set_dirs`: at least one of them.
+fn validate_rule_set_sources(
+    cx: &Context,
+    files: &[PathBuf],
+    dirs: &[PathBuf],
+) -> Result<(), ConfigError> {
+    if files.is_empty() && dirs.is_empty() {
+        return Err(cx.invalid(
+            "rule_set_files",
+            "expected at least one rule-set file or directory (`rule_set_dirs`)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `[ca]`: the certificate and key paths, which must differ.
+fn validate_ca(cx: &Context, ca: &CaFile) -> Result<(PathBuf, PathBuf), ConfigError> {
+    let ca_cert = cx.resolve(&ca.cert);
+    let ca_key = cx.resolve(&ca.key);
+    if ca_cert == ca_key {
+        return Err(cx.invalid("ca.key", "must be a different file from ca.cert".into()));
+    }
+    Ok((ca_cert, ca_key))
+}
+
+/// `[credentials.<name>]`: names, and each credential's kind-specific keys.
+fn validate_credentials(
+    cx: &Context,
+    raw: BTreeMap<String, CredentialFile>,
+) -> Result<BTreeMap<String, Credential>, ConfigError> {
+    let mut credentials = BTreeMap::new();
+    for (name, credential) in raw {
+        let key = format!("credentials.{name}");
+        if !is_name(&name) {
+            return Err(cx.invalid(&key, "a credential name is [A-Za-z0-9_-]+".into()));
+        }
+        credentials.insert(name, validate_credential(cx, &key, credential)?);
+    }
+    Ok(credentials)
+}
+
+fn validate_credential(
+    cx: &Context,
+    key: &str,
+    credential: CredentialFile,
+) -> Result<Credential, ConfigError> {
+    Ok(match credential {
+        CredentialFile::GithubToken { token_file } => Credential::GithubToken {
+            token_file: cx.resolve(&token_file),
+        },
+        CredentialFile::GithubApp {
+            app_id,
+            private_key_file,
+            installation_id,
+        } => Credential::GithubApp {
+            app_id,
+            private_key_file: cx.resolve(&private_key_file),
+            installation_id,
+        },
+        CredentialFile::FeishuApp {
+            app_id,
+            app_secret_file,
+            base_url,
+        } => {
+            check_https_origin(&base_url).map_err(|m| cx.invalid(&format!("{key}.base_url"), m))?;
+            if app_id.is_empty() {
+                return Err(cx.invalid(
+                    &format!("{key}.app_id"),
+                    "expected the app id (cli_…)".into(),
+                ));
+            }
+            Credential::FeishuApp {
+                app_id,
+                app_secret_file: cx.resolve(&app_secret_file),
+                base_url: base_url.trim_end_matches('/').to_owned(),
+            }
+        }
+        CredentialFile::Bearer { key_file } => Credential::Bearer {
+            key_file: cx.resolve(&key_file),
+        },
+    })
+}
+
+/// Every rule of every loaded set must name a defined credential of a
+/// fitting kind.
+fn validate_rule_credentials(
+    cx: &Context,
+    rule_sets: &[RuleSet],
+    credentials: &BTreeMap<String, Credential>,
+) -> Result<(), ConfigError> {
+    for set in rule_sets {
+        for rule in &set.rules {
+            let credential = credentials.get(&rule.credential).ok_or_else(|| {
+                cx.invalid(
+                    "credentials",
+                    format!(
+                        "rule set `{}` rule `{}` uses credential `{}`, which is not defined",
+                        set.name, rule.name, rule.credential
+                    ),
+                )
+            })?;
+            if !credential.supports(rule.inject) {
+                return Err(cx.invalid(
+                    &format!("credentials.{}", rule.credential),
+                    format!(
+                        "rule set `{}` rule `{}` injects it as {}, which a {} credential cannot do",
+                        set.name,
+                        rule.name,
+                        rule.inject,
+                        credential.kind()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `[[identity]]`: unique names and sockets, each identity checked against
+/// the rule book.
+fn validate_identities(
+    cx: &Context,
+    raw: Vec<IdentityFile>,
+    rule_book: &RuleBook,
+    identity_socket_dir: &Path,
+) -> Result<Vec<StaticIdentity>, ConfigError> {
+    let mut identities = Vec::new();
+    let mut names = BTreeSet::new();
+    let mut sockets = BTreeSet::new();
+    for (i, raw) in raw.into_iter().enumerate() {
+        let key = |field: &str| format!("identity[{i}].{field}");
+        if !names.insert(raw.name.clone()) {
+            return Err(cx.invalid(&key("name"), format!("`{}` is defined twice", raw.name)));
+        }
+        let socket = raw
+            .socket
+            .map(|s| cx.resolve(&s))
+            .unwrap_or_else(|| identity_socket_dir.join(format!("{}.sock", raw.name)));
+        if !sockets.insert(socket.clone()) {
+            return Err(cx.invalid(
+                &key("socket"),
+                format!("{} is used twice", socket.display()),
+            ));
+        }
+        let identity = check_identity(
+            rule_book,
+            raw.name,
+            socket,
+            raw.rule_sets,
+            raw.tunnel_hosts,
+            raw.variables,
+        )
+        .map_err(|(field, message)| cx.invalid(&key(field), message))?;
+        identities.push(identity);
+    }
+    Ok(identities)
+}
+
+/// `[upstream."<host>"]`: a DNS host name and an `https://host[:port]` URL.
+fn validate_upstreams(
+    cx: &Context,
+    raw: BTreeMap<String, UpstreamFile>,
+) -> Result<BTreeMap<String, UpstreamAddress>, ConfigError> {
+    let mut upstreams = BTreeMap::new();
+    for (host, raw) in raw {
+        let key = format!("upstream.\"{host}\"");
+        check_host(&host).map_err(|m| cx.invalid(&key, m))?;
+        let authority =
+            check_https_origin(&raw.url).map_err(|m| cx.invalid(&format!("{key}.url"), m))?;
+        upstreams.insert(
+            host,
+            UpstreamAddress {
+                authority,
+                ca_file: raw.ca_file.map(|p| cx.resolve(&p)),
+            },
+        );
+    }
+    Ok(upstreams)
 }
 
 /// Validate an identity (from the config or the admin API). On error,
@@ -438,7 +512,7 @@ pub fn check_identity(
     rule_sets: Vec<String>,
     tunnel_hosts: Vec<String>,
     variables: Vars,
-) -> Result<Identity, (&'static str, String)> {
+) -> Result<StaticIdentity, (&'static str, String)> {
     if !is_name(&name) || name.len() > 64 {
         return Err((
             "name",
@@ -460,7 +534,7 @@ pub fn check_identity(
     for host in &tunnel_hosts {
         check_host(host).map_err(|m| ("tunnel_hosts", m))?;
     }
-    Ok(Identity {
+    Ok(StaticIdentity {
         name,
         socket,
         rule_sets,

@@ -82,7 +82,7 @@ fn valid_config_resolves_paths() {
     assert_eq!(config.identities[0].tunnel_hosts, ["registry.npmjs.org"]);
     assert_eq!(
         config.upstreams["api.github.com"],
-        UpstreamOverride {
+        UpstreamAddress {
             authority: "127.0.0.1:8443".into(),
             ca_file: Some("/etc/gatehouse/emulator-ca.pem".into())
         }
@@ -197,4 +197,233 @@ fn load_reads_the_config_and_its_rule_directory() {
         .unwrap_err()
         .to_string();
     assert!(missing.contains("absent.toml"), "{missing}");
+}
+
+// === each section's validator ===
+
+const FILE: &str = "/etc/gatehouse/proxy.toml";
+
+fn cx() -> Context<'static> {
+    Context {
+        file: Path::new(FILE),
+        base: Path::new("/etc/gatehouse"),
+    }
+}
+
+/// The key an error names, or the error itself when it is not `Invalid`.
+fn key_of(error: ConfigError) -> String {
+    match error {
+        ConfigError::Invalid { file, key, .. } => {
+            assert_eq!(file, Path::new(FILE));
+            key
+        }
+        other => panic!("expected an invalid key, got {other}"),
+    }
+}
+
+fn rule_sets() -> Vec<RuleSet> {
+    vec![RuleSet::parse("github-read.toml", RULES).unwrap()]
+}
+
+#[test]
+fn rule_set_sources_need_a_file_or_a_directory() {
+    let some = [PathBuf::from("rules")];
+    assert!(validate_rule_set_sources(&cx(), &some, &[]).is_ok());
+    assert!(validate_rule_set_sources(&cx(), &[], &some).is_ok());
+    let error = validate_rule_set_sources(&cx(), &[], &[]).unwrap_err();
+    assert_eq!(key_of(error), "rule_set_files");
+}
+
+#[test]
+fn ca_paths_resolve_and_must_differ() {
+    let ca = |cert: &str, key: &str| CaFile {
+        cert: cert.into(),
+        key: key.into(),
+    };
+    assert_eq!(
+        validate_ca(&cx(), &ca("ca.pem", "/secure/ca.key")).unwrap(),
+        (
+            PathBuf::from("/etc/gatehouse/ca.pem"),
+            PathBuf::from("/secure/ca.key")
+        )
+    );
+    for (cert, key) in [("ca.pem", "ca.pem"), ("ca.pem", "/etc/gatehouse/ca.pem")] {
+        let error = validate_ca(&cx(), &ca(cert, key)).unwrap_err();
+        assert_eq!(key_of(error), "ca.key", "{cert} {key}");
+    }
+}
+
+#[test]
+fn credentials_table() {
+    let feishu = |app_id: &str, base_url: &str| CredentialFile::FeishuApp {
+        app_id: app_id.into(),
+        app_secret_file: "s".into(),
+        base_url: base_url.into(),
+    };
+    let token = || CredentialFile::GithubToken {
+        token_file: "secrets/github".into(),
+    };
+    let ok = validate_credentials(
+        &cx(),
+        BTreeMap::from([
+            ("github".to_string(), token()),
+            (
+                "lark".to_string(),
+                feishu("cli_x", "https://open.feishu.cn/"),
+            ),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        ok["github"],
+        Credential::GithubToken {
+            token_file: "/etc/gatehouse/secrets/github".into()
+        }
+    );
+    assert_eq!(
+        ok["lark"],
+        Credential::FeishuApp {
+            app_id: "cli_x".into(),
+            app_secret_file: "/etc/gatehouse/s".into(),
+            base_url: "https://open.feishu.cn".into(),
+        }
+    );
+    let bad = [
+        ("git hub", token(), "credentials.git hub"),
+        ("", token(), "credentials."),
+        (
+            "lark",
+            feishu("", "https://open.feishu.cn"),
+            "credentials.lark.app_id",
+        ),
+        (
+            "lark",
+            feishu("cli_x", "http://open.feishu.cn"),
+            "credentials.lark.base_url",
+        ),
+        (
+            "lark",
+            feishu("cli_x", "https://open.feishu.cn/open-apis"),
+            "credentials.lark.base_url",
+        ),
+    ];
+    for (name, credential, key) in bad {
+        let raw = BTreeMap::from([(name.to_string(), credential)]);
+        assert_eq!(key_of(validate_credentials(&cx(), raw).unwrap_err()), key);
+    }
+}
+
+#[test]
+fn rules_need_a_defined_credential_of_a_fitting_kind() {
+    let credentials = |credential: Credential| BTreeMap::from([("github".to_string(), credential)]);
+    let github = credentials(Credential::GithubApp {
+        app_id: 1,
+        private_key_file: "k".into(),
+        installation_id: 2,
+    });
+    assert!(validate_rule_credentials(&cx(), &rule_sets(), &github).is_ok());
+    let cases = [
+        (BTreeMap::new(), "credentials", "which is not defined"),
+        (
+            credentials(Credential::FeishuApp {
+                app_id: "a".into(),
+                app_secret_file: "s".into(),
+                base_url: "https://x".into(),
+            }),
+            "credentials.github",
+            "which a feishu_app credential cannot do",
+        ),
+    ];
+    for (credentials, key, needle) in cases {
+        let error = validate_rule_credentials(&cx(), &rule_sets(), &credentials).unwrap_err();
+        assert!(error.to_string().contains(needle), "{error}");
+        assert_eq!(key_of(error), key);
+    }
+}
+
+#[test]
+fn identities_table() {
+    let book = RuleBook::new(rule_sets()).unwrap();
+    let dir = Path::new("/run/ids");
+    let identity = |name: &str, socket: Option<&str>| IdentityFile {
+        name: name.into(),
+        socket: socket.map(PathBuf::from),
+        rule_sets: vec!["github-read".into()],
+        tunnel_hosts: Vec::new(),
+        variables: Vars::from([("repo".to_string(), "octo/hello".to_string())]),
+    };
+    let ok = validate_identities(
+        &cx(),
+        vec![identity("a", None), identity("b", Some("b.sock"))],
+        &book,
+        dir,
+    )
+    .unwrap();
+    assert_eq!(ok[0].socket, Path::new("/run/ids/a.sock"));
+    assert_eq!(ok[1].socket, Path::new("/etc/gatehouse/b.sock"));
+    let mut unbound = identity("b", None);
+    unbound.variables.clear();
+    let cases = [
+        (
+            vec![identity("a", None), identity("a", Some("x.sock"))],
+            "identity[1].name",
+        ),
+        (
+            vec![identity("a", None), identity("b", Some("/run/ids/a.sock"))],
+            "identity[1].socket",
+        ),
+        (vec![identity("a", None), unbound], "identity[1].variables"),
+        (vec![identity("a/b", None)], "identity[0].name"),
+    ];
+    for (raw, key) in cases {
+        let error = validate_identities(&cx(), raw, &book, dir).unwrap_err();
+        assert_eq!(key_of(error), key);
+    }
+}
+
+#[test]
+fn upstreams_table() {
+    let upstream = |url: &str| UpstreamFile {
+        url: url.into(),
+        ca_file: Some("ca.pem".into()),
+    };
+    let ok = validate_upstreams(
+        &cx(),
+        BTreeMap::from([("api.github.com".to_string(), upstream("https://127.0.0.1"))]),
+    )
+    .unwrap();
+    assert_eq!(
+        ok["api.github.com"],
+        UpstreamAddress {
+            authority: "127.0.0.1:443".into(),
+            ca_file: Some("/etc/gatehouse/ca.pem".into()),
+        }
+    );
+    let cases = [
+        (
+            "API.github.com",
+            "https://127.0.0.1",
+            "upstream.\"API.github.com\"",
+        ),
+        ("10.0.0.1", "https://127.0.0.1", "upstream.\"10.0.0.1\""),
+        (
+            "api.github.com",
+            "http://127.0.0.1",
+            "upstream.\"api.github.com\".url",
+        ),
+        (
+            "api.github.com",
+            "https://127.0.0.1/x",
+            "upstream.\"api.github.com\".url",
+        ),
+        (
+            "api.github.com",
+            "https://a:b@127.0.0.1",
+            "upstream.\"api.github.com\".url",
+        ),
+    ];
+    for (host, url, key) in cases {
+        let raw = BTreeMap::from([(host.to_string(), upstream(url))]);
+        assert_eq!(key_of(validate_upstreams(&cx(), raw).unwrap_err()), key);
+    }
 }

@@ -1,0 +1,154 @@
+//! The loaded rule sets: `extends` resolved depth-first, every set's
+//! examples checked against the resolved book, and what an identity's rule
+//! sets need (their variables, their GitHub App permissions).
+
+use std::collections::BTreeMap;
+
+use super::parse::parse_example;
+use super::{Access, Decision, RuleBook, RuleError, RuleSet};
+use crate::path::{self, Vars};
+
+impl RuleBook {
+    /// Gather rule sets, resolve `extends`, then check every set's examples.
+    pub fn new(sets: impl IntoIterator<Item = RuleSet>) -> Result<Self, RuleError> {
+        let mut given = BTreeMap::new();
+        for set in sets {
+            if given.contains_key(&set.name) {
+                return Err(RuleError::Duplicate(set.name));
+            }
+            given.insert(set.name.clone(), set);
+        }
+        let mut book = Self::default();
+        for name in given.keys() {
+            book.resolve(name, &given, &mut Vec::new())?;
+        }
+        for set in book.sets.values() {
+            book.check_examples(set)?;
+        }
+        Ok(book)
+    }
+
+    /// Resolve one set's `extends` depth-first; `stack` detects cycles.
+    fn resolve(
+        &mut self,
+        name: &str,
+        given: &BTreeMap<String, RuleSet>,
+        stack: &mut Vec<String>,
+    ) -> Result<(), RuleError> {
+        if self.sets.contains_key(name) {
+            return Ok(());
+        }
+        let set = given
+            .get(name)
+            .ok_or_else(|| RuleError::UnknownRuleSet(name.to_owned()))?;
+        let invalid = |message: String| RuleError::Invalid {
+            source_name: set.source_name.clone(),
+            key: "extends".into(),
+            message,
+        };
+        if stack.iter().any(|s| s == name) {
+            return Err(invalid(format!(
+                "`extends` forms a cycle: {} -> {name}",
+                stack.join(" -> ")
+            )));
+        }
+        stack.push(name.to_owned());
+        let mut resolved = set.clone();
+        resolved.rules.clear();
+        for parent in &set.extends {
+            if !given.contains_key(parent) {
+                return Err(invalid(format!("unknown rule set `{parent}`")));
+            }
+            self.resolve(parent, given, stack)?;
+            let parent = &self.sets[parent];
+            resolved.variables.extend(parent.variables.iter().cloned());
+            for (permission, access) in &parent.github_permissions {
+                let entry = resolved
+                    .github_permissions
+                    .entry(permission.clone())
+                    .or_insert(*access);
+                *entry = (*entry).max(*access);
+            }
+            resolved.rules.extend(parent.rules.iter().cloned());
+        }
+        stack.pop();
+        for rule in &set.rules {
+            if resolved.rules.iter().any(|r| r.name == rule.name) {
+                return Err(invalid(format!(
+                    "rule `{}` is also defined in an extended set",
+                    rule.name
+                )));
+            }
+            resolved.rules.push(rule.clone());
+        }
+        self.sets.insert(name.to_owned(), resolved);
+        Ok(())
+    }
+
+    fn check_examples(&self, set: &RuleSet) -> Result<(), RuleError> {
+        let names = [set.name.clone()];
+        for (line, expect_allow) in &set.examples {
+            let Some(head) = parse_example(line) else {
+                continue;
+            };
+            let actual = match self.check(&head, &names, &set.example_variables) {
+                Decision::Allow(_) if *expect_allow => continue,
+                Decision::Deny(_) if !*expect_allow => continue,
+                Decision::Allow(a) => format!("allowed by rule `{}`", a.rule),
+                Decision::Deny(d) => format!("denied: {}", d.reason),
+            };
+            return Err(RuleError::Example {
+                source_name: set.source_name.clone(),
+                example: line.clone(),
+                expected: if *expect_allow { "allowed" } else { "denied" },
+                actual,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&RuleSet> {
+        self.sets.get(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.sets.keys().map(String::as_str)
+    }
+
+    /// The GitHub App permissions an identity with `rule_sets` needs: the
+    /// union of the sets', the higher level winning. Unknown sets add nothing.
+    pub fn github_permissions(&self, rule_sets: &[String]) -> BTreeMap<String, Access> {
+        let mut permissions = BTreeMap::new();
+        for set in rule_sets.iter().filter_map(|name| self.sets.get(name)) {
+            for (permission, access) in &set.github_permissions {
+                let entry = permissions.entry(permission.clone()).or_insert(*access);
+                *entry = (*entry).max(*access);
+            }
+        }
+        permissions
+    }
+
+    /// Check that an identity's rule sets exist and its variables bind every
+    /// variable they need with a value that can stand in a path.
+    pub fn check_identity(&self, rule_sets: &[String], vars: &Vars) -> Result<(), RuleError> {
+        for name in rule_sets {
+            let set = self
+                .sets
+                .get(name)
+                .ok_or_else(|| RuleError::UnknownRuleSet(name.clone()))?;
+            for variable in &set.variables {
+                let value = vars.get(variable).ok_or_else(|| RuleError::Variable {
+                    rule_set: name.clone(),
+                    variable: variable.clone(),
+                    message: "missing".into(),
+                })?;
+                path::check_variable_value(value).map_err(|message| RuleError::Variable {
+                    rule_set: name.clone(),
+                    variable: variable.clone(),
+                    message,
+                })?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -19,6 +19,37 @@
 //! The I/O half: the identity of a request is the unix socket it arrived on
 //! (`server`), created from the config or through the `admin` socket;
 //! `upstream`, `credentials`, `ca` and `redact` serve it.
+//!
+//! ```text
+//! pure decisions
+//!   rules          rule sets → RuleBook::check(head, rule sets, variables) → Decision
+//!                  (rules/parse: the file format; rules/book: extends, examples;
+//!                  rules/decide: the decision)
+//!   path           canonical paths, path templates and their variables
+//!   graphql        a GraphQL document against a rule's allowlist
+//!   receive_pack   a push's ref updates against a ref policy; git's report-status
+//!   config         the TOML config → Config, one validator per section
+//!   audit          hash-chained JSONL records and their verification
+//!   redact         finding and redacting held secrets in bytes
+//! I/O
+//!   service        Config → a running proxy
+//!   admin          the admin socket: create, list and revoke identities
+//!   server         one unix socket per identity, and the request path:
+//!     connect        outer HTTP/1.1: CONNECT spliced, intercepted or refused
+//!     framing        the request-framing guard in front of hyper
+//!     forward        one request: head::check ─► policy ─► inspect ─► message
+//!                    ─► credential ─► upstream ─► respond (the I/O shell)
+//!     head, headers, inspect, message, records, answers
+//!                    its pure steps: head checks, what headers cross, body
+//!                    verdicts, message and audit records, the proxy's own answers
+//!     policy         the rule book as the server asks it (Grant, BodyChecker)
+//!     audit_writer   the audit log's writer thread (group commit)
+//!   credentials    the registry and the Authorization header; one module per
+//!                  kind: static_token, feishu_app, github_app
+//!   upstream       verified TLS to the real hosts (and test overrides)
+//!   ca             the gatehouse CA and the leaves it mints
+//!   body           body adapters: prefixed, counting, redacting
+//! ```
 #![forbid(unsafe_code)]
 
 pub mod admin;

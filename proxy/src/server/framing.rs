@@ -80,6 +80,9 @@ impl Tracker {
     }
 
     /// Feeds bytes read from the client; appends what hyper may see to `out`.
+    ///
+    /// A state machine over [`State`], one arm per state; it is long because
+    /// each arm is the whole of one state's transitions, kept side by side.
     pub fn feed(&mut self, mut input: &[u8], out: &mut BytesMut) {
         while !input.is_empty() {
             match &mut self.state {

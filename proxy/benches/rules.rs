@@ -44,6 +44,68 @@ fn median(rounds: usize, batch: u32, mut f: impl FnMut()) -> Duration {
     samples[samples.len() / 2]
 }
 
+/// (label, method, host, path, query, allowed).
+type Case = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    bool,
+);
+
+/// The requests timed: a table.
+const CASES: &[Case] = &[
+    (
+        "allowed GET (issue comments)",
+        "GET",
+        "api.github.com",
+        "/repos/octo-org/hello-world/issues/12/comments",
+        Some("per_page=100"),
+        true,
+    ),
+    (
+        "allowed POST, message-marked",
+        "POST",
+        "api.github.com",
+        "/repos/octo-org/hello-world/issues/12/comments",
+        None,
+        true,
+    ),
+    (
+        "allowed git push",
+        "POST",
+        "github.com",
+        "/octo-org/hello-world.git/git-receive-pack",
+        None,
+        true,
+    ),
+    (
+        "denied: other repository",
+        "GET",
+        "api.github.com",
+        "/repos/octo-org/other/issues/12/comments",
+        None,
+        false,
+    ),
+    (
+        "denied: path trick",
+        "GET",
+        "api.github.com",
+        "/repos/octo-org/hello-world/%2e%2e/x",
+        None,
+        false,
+    ),
+    (
+        "denied: unknown host",
+        "GET",
+        "example.com",
+        "/",
+        None,
+        false,
+    ),
+];
+
 fn main() {
     let sets: Vec<RuleSet> = SETS
         .iter()
@@ -66,57 +128,7 @@ fn main() {
         baseline.as_secs_f64() * 1e6
     );
 
-    let cases = [
-        (
-            "allowed GET (issue comments)",
-            "GET",
-            "api.github.com",
-            "/repos/octo-org/hello-world/issues/12/comments",
-            Some("per_page=100"),
-            true,
-        ),
-        (
-            "allowed POST, message-marked",
-            "POST",
-            "api.github.com",
-            "/repos/octo-org/hello-world/issues/12/comments",
-            None,
-            true,
-        ),
-        (
-            "allowed git push",
-            "POST",
-            "github.com",
-            "/octo-org/hello-world.git/git-receive-pack",
-            None,
-            true,
-        ),
-        (
-            "denied: other repository",
-            "GET",
-            "api.github.com",
-            "/repos/octo-org/other/issues/12/comments",
-            None,
-            false,
-        ),
-        (
-            "denied: path trick",
-            "GET",
-            "api.github.com",
-            "/repos/octo-org/hello-world/%2e%2e/x",
-            None,
-            false,
-        ),
-        (
-            "denied: unknown host",
-            "GET",
-            "example.com",
-            "/",
-            None,
-            false,
-        ),
-    ];
-    for (label, method, host, path, query, expect_allow) in cases {
+    for &(label, method, host, path, query, expect_allow) in CASES {
         let head = RequestHead {
             method,
             host,

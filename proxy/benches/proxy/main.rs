@@ -14,15 +14,16 @@
 //! `BENCH_REQUESTS` and `BENCH_SECS` change the sample sizes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod nginx;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use gatehouse_emulators::{GithubEmulator, GithubOptions, RepoSpec};
+use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
 use gatehouse_proxy::audit::AuditLog;
 use gatehouse_proxy::ca::CertificateAuthority;
 use gatehouse_proxy::credentials::{CredentialSpec, Credentials};
@@ -289,126 +290,11 @@ async fn throughput(target: &Target, clients: usize, secs: u64) -> f64 {
     done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
 }
 
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Writes an nginx config terminating TLS for api.github.com and proxying
-/// to the emulator over verified TLS with the token added, and starts it.
-fn start_nginx(
-    dir: &Path,
-    upstream: std::net::SocketAddr,
-    upstream_ca: &Path,
-    token: &str,
-) -> (Nginx, std::net::SocketAddr, PathBuf) {
-    let ca = CertificateAuthority::load_or_generate(
-        &dir.join("nginx-ca.pem"),
-        &dir.join("nginx-ca.key"),
-    )
-    .unwrap();
-    let (cert_pem, key_pem) = ca.leaf_pem("api.github.com").unwrap();
-    std::fs::write(dir.join("leaf.pem"), cert_pem).unwrap();
-    std::fs::write(dir.join("leaf.key"), key_pem).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let user = if is_root() { "user root root;" } else { "" };
-    let conf = format!(
-        r#"
-{user}
-worker_processes 2;
-pid {dir}/nginx.pid;
-error_log {dir}/nginx-error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    upstream emulator {{
-        server {upstream};
-        keepalive 64;
-    }}
-    server {{
-        listen 127.0.0.1:{port} ssl;
-        server_name api.github.com;
-        ssl_certificate {dir}/leaf.pem;
-        ssl_certificate_key {dir}/leaf.key;
-        keepalive_requests 1000000;
-        location / {{
-            proxy_pass https://emulator;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host api.github.com;
-            proxy_set_header Authorization "Bearer {token}";
-            proxy_ssl_server_name on;
-            proxy_ssl_name api.github.com;
-            proxy_ssl_verify on;
-            proxy_ssl_trusted_certificate {ca};
-            proxy_ssl_session_reuse on;
-        }}
-    }}
-}}
-"#,
-        dir = dir.display(),
-        ca = upstream_ca.display(),
-    );
-    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-    let nginx = ["nginx", "/usr/sbin/nginx"]
-        .into_iter()
-        .find(|n| {
-            Command::new(n)
-                .arg("-v")
-                .stderr(Stdio::null())
-                .status()
-                .is_ok()
-        })
-        .expect("nginx is not installed (scripts/setup-debian installs nginx-light)");
-    // Dropping the guard kills and reaps nginx, also if it never comes up.
-    let nginx = Nginx(
-        Command::new(nginx)
-            .arg("-p")
-            .arg(dir)
-            .arg("-c")
-            .arg(dir.join("nginx.conf"))
-            .args(["-g", "daemon off;"])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(addr).is_ok() {
-            return (nginx, addr, dir.join("nginx-ca.pem"));
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    drop(nginx);
-    panic!(
-        "nginx did not start: {}",
-        std::fs::read_to_string(dir.join("nginx-error.log")).unwrap_or_default()
-    );
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-}
-
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
+
+use nginx::start_nginx;
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
@@ -423,17 +309,7 @@ fn main() {
         "ghs_bench{:016x}",
         std::process::id() as u64 * 0x9e37_79b9_7f4a_7c15
     );
-    let mut options = GithubOptions::new(d.join("git"))
-        .token(&token, "gatehouse-bench[bot]")
-        .repo(RepoSpec::new("acme", "widgets"));
-    options.worker_threads = 2;
-    let github = GithubEmulator::start(options).unwrap();
-    github
-        .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
-        .unwrap();
-    let upstream_ca = d.join("upstream-ca.pem");
-    github.write_ca_pem(&upstream_ca).unwrap();
-    std::fs::write(d.join("token"), &token).unwrap();
+    let (github, upstream_ca) = start_github(d, &token);
 
     // The proxy, on its own runtime (as in `gatehouse proxy`).
     let proxy_rt = tokio::runtime::Builder::new_multi_thread()
@@ -442,48 +318,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let (proxy, socket) = proxy_rt.block_on(async {
-        let upstreams = Upstreams::new(&[UpstreamOverride {
-            host: "api.github.com".into(),
-            url: github.base_url(),
-            ca_file: Some(upstream_ca.clone()),
-        }])
-        .unwrap();
-        let credentials = Credentials::load(
-            &BTreeMap::from([(
-                "github".to_string(),
-                CredentialSpec::GithubToken {
-                    token_file: d.join("token"),
-                },
-            )]),
-            &upstreams,
-        )
-        .unwrap();
-        let proxy = Proxy::new(ProxyParts {
-            ca: Arc::new(
-                CertificateAuthority::load_or_generate(&d.join("ca.pem"), &d.join("ca.key"))
-                    .unwrap(),
-            ),
-            upstreams,
-            policy: Arc::new(
-                RuleBook::new([RuleSet::parse("bench.toml", RULES).unwrap()]).unwrap(),
-            ),
-            credentials: Arc::new(credentials),
-            audit: AuditWriter::start(AuditLog::open(&d.join("audit.jsonl")).unwrap()).unwrap(),
-            socket_dir: d.join("sockets"),
-        })
-        .unwrap();
-        let socket = proxy
-            .add_identity(IdentitySpec {
-                name: "bench".into(),
-                rule_sets: vec!["bench".into()],
-                tunnel_hosts: vec![],
-                variables: BTreeMap::from([("repo".to_string(), "acme/widgets".to_string())]),
-                socket: None,
-            })
-            .unwrap();
-        (proxy, socket)
-    });
+    let (proxy, socket) = proxy_rt.block_on(start_proxy(d, github.base_url(), &upstream_ca));
     let (nginx, nginx_addr, nginx_ca) = start_nginx(d, github.addr(), &upstream_ca, &token);
 
     let direct = Target {
@@ -509,52 +344,139 @@ fn main() {
         .build()
         .unwrap();
     client_rt.block_on(async {
-        println!("gatehouse proxy benchmark: loopback, GitHub emulator, GET {PATH}");
-        println!("latency, one keep-alive connection each, {n} sequential requests after 200 warm-up, interleaved:");
-        let lat = latencies(&[&direct, &via_proxy, &via_nginx], n).await;
-        let (d_lat, p_lat, n_lat) = (&lat[0], &lat[1], &lat[2]);
-        for (name, l) in [("direct", d_lat), ("proxy", p_lat), ("nginx", n_lat)] {
-            println!("  {name:<7} median {:>8.1} µs   p99 {:>8.1} µs", us(l.median), us(l.p99));
-        }
-        println!(
-            "  proxy added: median {:+.1} µs ({:.2}× direct), p99 {:+.1} µs; nginx added: median {:+.1} µs",
-            us(p_lat.median) - us(d_lat.median),
-            us(p_lat.median) / us(d_lat.median),
-            us(p_lat.p99) - us(d_lat.p99),
-            us(n_lat.median) - us(d_lat.median),
-        );
-        // The machine is shared: interleave the contenders over several
-        // rounds and report the median of each, and of the per-round ratio.
-        let rounds = env_or("BENCH_ROUNDS", 3) as usize;
-        println!("throughput, 32 concurrent keep-alive clients, {rounds} interleaved rounds of {secs} s each:");
-        let nginx_pid = nginx.0.id();
-        let (mut d_tp, mut n_tp, mut p_tp, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut n_cpu, mut p_cpu) = (Vec::new(), Vec::new());
-        for round in 1..=rounds {
-            let d = throughput(&direct, 32, secs).await;
-            let n = measure(&via_nginx, 32, secs, || process_tree_ticks(nginx_pid)).await;
-            let p = measure(&via_proxy, 32, secs, || thread_ticks(&["bench-proxy", "gatehouse-audit"])).await;
-            println!(
-                "  round {round}: direct {d:>7.0}  nginx {:>7.0}  proxy {:>7.0} req/s  proxy/nginx {:.2}×   CPU per request: nginx {:.1} µs, proxy {:.1} µs",
-                n.rate, p.rate, p.rate / n.rate, n.cpu_us_per_request, p.cpu_us_per_request
-            );
-            d_tp.push(d);
-            n_tp.push(n.rate);
-            p_tp.push(p.rate);
-            ratio.push(p.rate / n.rate);
-            n_cpu.push(n.cpu_us_per_request);
-            p_cpu.push(p.cpu_us_per_request);
-        }
-        let median = |v: &mut Vec<f64>| {
-            v.sort_by(|a, b| a.total_cmp(b));
-            v[v.len() / 2]
-        };
-        let (d, n, p, r) = (median(&mut d_tp), median(&mut n_tp), median(&mut p_tp), median(&mut ratio));
-        println!("  median: direct {d:.0} req/s, nginx {n:.0} req/s, proxy {p:.0} req/s");
-        println!("  proxy/nginx = {r:.2}× (median of rounds)   proxy/direct = {:.2}×   nginx/direct = {:.2}×", p / d, n / d);
-        let (nc, pc) = (median(&mut n_cpu), median(&mut p_cpu));
-        println!("  CPU per request (median): nginx {nc:.1} µs, proxy {pc:.1} µs (incl. audit writer); nginx/proxy = {:.2}×", nc / pc);
+        report_latency(&direct, &via_proxy, &via_nginx, n).await;
+        report_throughput(&direct, &via_proxy, &via_nginx, nginx.0.id(), secs).await;
     });
     drop(nginx);
     proxy_rt.block_on(proxy.shutdown());
+}
+
+/// The GitHub emulator with one repository and issue, and its CA's file.
+fn start_github(d: &Path, token: &str) -> (GithubHandle, PathBuf) {
+    let mut options = GithubOptions::new(d.join("git"))
+        .token(token, "gatehouse-bench[bot]")
+        .repo(RepoSpec::new("acme", "widgets"));
+    options.worker_threads = 2;
+    let github = GithubEmulator::start(options).unwrap();
+    github
+        .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
+        .unwrap();
+    let upstream_ca = d.join("upstream-ca.pem");
+    github.write_ca_pem(&upstream_ca).unwrap();
+    std::fs::write(d.join("token"), token).unwrap();
+
+    (github, upstream_ca)
+}
+
+/// The proxy with one identity for the bench rule set; its socket.
+async fn start_proxy(d: &Path, github_url: String, upstream_ca: &Path) -> (Arc<Proxy>, PathBuf) {
+    let upstreams = Upstreams::new(&[UpstreamOverride {
+        host: "api.github.com".into(),
+        url: github_url,
+        ca_file: Some(upstream_ca.to_path_buf()),
+    }])
+    .unwrap();
+    let credentials = Credentials::load(
+        &BTreeMap::from([(
+            "github".to_string(),
+            CredentialSpec::GithubToken {
+                token_file: d.join("token"),
+            },
+        )]),
+        &upstreams,
+    )
+    .unwrap();
+    let proxy = Proxy::new(ProxyParts {
+        ca: Arc::new(
+            CertificateAuthority::load_or_generate(&d.join("ca.pem"), &d.join("ca.key")).unwrap(),
+        ),
+        upstreams,
+        policy: Arc::new(RuleBook::new([RuleSet::parse("bench.toml", RULES).unwrap()]).unwrap()),
+        credentials: Arc::new(credentials),
+        audit: AuditWriter::start(AuditLog::open(&d.join("audit.jsonl")).unwrap()).unwrap(),
+        socket_dir: d.join("sockets"),
+    })
+    .unwrap();
+    let socket = proxy
+        .add_identity(IdentitySpec {
+            name: "bench".into(),
+            rule_sets: vec!["bench".into()],
+            tunnel_hosts: vec![],
+            variables: BTreeMap::from([("repo".to_string(), "acme/widgets".to_string())]),
+            socket: None,
+        })
+        .unwrap();
+    (proxy, socket)
+}
+
+/// Latency, one keep-alive connection each, sequential requests, interleaved.
+async fn report_latency(direct: &Target, via_proxy: &Target, via_nginx: &Target, n: usize) {
+    println!("gatehouse proxy benchmark: loopback, GitHub emulator, GET {PATH}");
+    println!("latency, one keep-alive connection each, {n} sequential requests after 200 warm-up, interleaved:");
+    let lat = latencies(&[direct, via_proxy, via_nginx], n).await;
+    let (d_lat, p_lat, n_lat) = (&lat[0], &lat[1], &lat[2]);
+    for (name, l) in [("direct", d_lat), ("proxy", p_lat), ("nginx", n_lat)] {
+        println!(
+            "  {name:<7} median {:>8.1} µs   p99 {:>8.1} µs",
+            us(l.median),
+            us(l.p99)
+        );
+    }
+    println!(
+        "  proxy added: median {:+.1} µs ({:.2}× direct), p99 {:+.1} µs; nginx added: median {:+.1} µs",
+        us(p_lat.median) - us(d_lat.median),
+        us(p_lat.median) / us(d_lat.median),
+        us(p_lat.p99) - us(d_lat.p99),
+        us(n_lat.median) - us(d_lat.median),
+    );
+}
+
+/// Throughput with 32 concurrent keep-alive clients, and the CPU per request
+/// of nginx and of the proxy, over interleaved rounds.
+async fn report_throughput(
+    direct: &Target,
+    via_proxy: &Target,
+    via_nginx: &Target,
+    nginx_pid: u32,
+    secs: u64,
+) {
+    // The machine is shared: interleave the contenders over several
+    // rounds and report the median of each, and of the per-round ratio.
+    let rounds = env_or("BENCH_ROUNDS", 3) as usize;
+    println!("throughput, 32 concurrent keep-alive clients, {rounds} interleaved rounds of {secs} s each:");
+    let (mut d_tp, mut n_tp, mut p_tp, mut ratio) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut n_cpu, mut p_cpu) = (Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        let d = throughput(direct, 32, secs).await;
+        let n = measure(via_nginx, 32, secs, || process_tree_ticks(nginx_pid)).await;
+        let p = measure(via_proxy, 32, secs, || {
+            thread_ticks(&["bench-proxy", "gatehouse-audit"])
+        })
+        .await;
+        println!(
+            "  round {round}: direct {d:>7.0}  nginx {:>7.0}  proxy {:>7.0} req/s  proxy/nginx {:.2}×   CPU per request: nginx {:.1} µs, proxy {:.1} µs",
+            n.rate, p.rate, p.rate / n.rate, n.cpu_us_per_request, p.cpu_us_per_request
+        );
+        d_tp.push(d);
+        n_tp.push(n.rate);
+        p_tp.push(p.rate);
+        ratio.push(p.rate / n.rate);
+        n_cpu.push(n.cpu_us_per_request);
+        p_cpu.push(p.cpu_us_per_request);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let (d, n, p, r) = (
+        median(&mut d_tp),
+        median(&mut n_tp),
+        median(&mut p_tp),
+        median(&mut ratio),
+    );
+    println!("  median: direct {d:.0} req/s, nginx {n:.0} req/s, proxy {p:.0} req/s");
+    println!("  proxy/nginx = {r:.2}× (median of rounds)   proxy/direct = {:.2}×   nginx/direct = {:.2}×", p / d, n / d);
+    let (nc, pc) = (median(&mut n_cpu), median(&mut p_cpu));
+    println!("  CPU per request (median): nginx {nc:.1} µs, proxy {pc:.1} µs (incl. audit writer); nginx/proxy = {:.2}×", nc / pc);
 }

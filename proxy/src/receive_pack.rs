@@ -121,13 +121,7 @@ pub fn parse_commands(prefix: &[u8]) -> Result<Parsed, ParseError> {
             None => (payload, None),
         };
         if let Some(caps) = caps {
-            let caps = std::str::from_utf8(caps)
-                .map_err(|_| ParseError::Invalid("capabilities are not UTF-8".into()))?;
-            capabilities = caps
-                .split(' ')
-                .filter(|c| !c.is_empty())
-                .map(str::to_owned)
-                .collect();
+            capabilities = parse_capabilities(caps)?;
         }
         commands.push(parse_command(line).ok_or_else(|| {
             ParseError::Invalid(format!(
@@ -148,6 +142,17 @@ pub fn parse_commands(prefix: &[u8]) -> Result<Parsed, ParseError> {
         capabilities,
         consumed: at,
     })
+}
+
+/// The capabilities after the first command's NUL, space-separated.
+fn parse_capabilities(caps: &[u8]) -> Result<Vec<String>, ParseError> {
+    let caps = std::str::from_utf8(caps)
+        .map_err(|_| ParseError::Invalid("capabilities are not UTF-8".into()))?;
+    Ok(caps
+        .split(' ')
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect())
 }
 
 fn parse_command(line: &[u8]) -> Option<RefUpdate> {

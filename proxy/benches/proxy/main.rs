@@ -307,7 +307,7 @@ fn main() {
     }
     let token = format!(
         "ghs_bench{:016x}",
-        std::process::id() as u64 * 0x9e37_79b9_7f4a_7c15
+        u64::from(std::process::id()).wrapping_mul(0x9e37_79b9_7f4a_7c15)
     );
     let (github, upstream_ca) = start_github(d, &token);
 

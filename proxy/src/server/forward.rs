@@ -165,7 +165,7 @@ pub(super) async fn handle(
         rule_set: grant.rule_set.clone(),
         rule: grant.rule.clone(),
     };
-    let allowed = Allowed {
+    let allowed = Forwarding {
         proxy,
         identity,
         host: target.host.clone(),
@@ -213,7 +213,7 @@ fn refuse_body(
 }
 
 /// An allowed request on its way upstream.
-struct Allowed {
+struct Forwarding {
     proxy: Arc<Proxy>,
     identity: Arc<Identity>,
     host: Arc<str>,
@@ -225,8 +225,8 @@ struct Allowed {
 
 /// Injects the credential, writes the request's audit line, sends it and
 /// passes the answer on.
-async fn forward(allowed: Allowed, parts: Parts, body: ProxyBody) -> Response<ProxyBody> {
-    let Allowed {
+async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response<ProxyBody> {
+    let Forwarding {
         proxy,
         identity,
         host,

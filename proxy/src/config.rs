@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use gatehouse_types::{DnsName, IdentityName, TunnelTarget};
 use serde::Deserialize;
 
 use crate::path::Vars;
@@ -355,7 +356,7 @@ fn validate_credentials(
     let mut credentials = BTreeMap::new();
     for (name, credential) in raw {
         let key = format!("credentials.{name}");
-        if !is_name(&name) {
+        if !is_credential_name(&name) {
             return Err(cx.invalid(&key, "a credential name is [A-Za-z0-9_-]+".into()));
         }
         credentials.insert(name, validate_credential(cx, &key, credential)?);
@@ -513,7 +514,7 @@ pub fn check_identity(
     tunnel_hosts: Vec<String>,
     variables: Vars,
 ) -> Result<StaticIdentity, (&'static str, String)> {
-    if !is_name(&name) || name.len() > 64 {
+    if !IdentityName::is_valid(&name) {
         return Err((
             "name",
             format!("`{name}`: expected 1 to 64 characters of [A-Za-z0-9_-]"),
@@ -532,7 +533,7 @@ pub fn check_identity(
             _ => ("variables", e.to_string()),
         })?;
     for host in &tunnel_hosts {
-        check_host(host).map_err(|m| ("tunnel_hosts", m))?;
+        TunnelTarget::parse(host).map_err(|e| ("tunnel_hosts", e.to_string()))?;
     }
     Ok(StaticIdentity {
         name,
@@ -543,32 +544,16 @@ pub fn check_identity(
     })
 }
 
-fn is_name(name: &str) -> bool {
+fn is_credential_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// A lowercase DNS name, not an IP literal.
+/// A host name as every part of gatehouse spells it ([`DnsName`]).
 pub fn check_host(host: &str) -> Result<(), String> {
-    let labels_ok = host.split('.').all(|l| {
-        !l.is_empty()
-            && l.len() <= 63
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    });
-    if host.is_empty() || host.len() > 253 || !labels_ok {
-        return Err(format!("`{host}`: expected a lowercase DNS name"));
-    }
-    if host.parse::<std::net::Ipv4Addr>().is_ok()
-        || host.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-    {
-        return Err(format!("`{host}`: expected a DNS name, not an IP address"));
-    }
-    Ok(())
+    DnsName::parse(host).map(drop).map_err(|e| e.to_string())
 }
 
 /// `https://host[:port]` with nothing after it; returns `host:port`.

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use gatehouse_types::ProfileName;
 use serde::Serialize;
 
 mod raw;
@@ -198,18 +199,11 @@ impl DirSource {
 
 impl ProfileSource for DirSource {
     fn load(&self, name: &str) -> Result<(String, String), ProfileError> {
-        let valid_name = !name.is_empty()
-            && name
-                .split('/')
-                .all(|seg| !seg.is_empty() && seg != "." && seg != "..")
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/'));
-        if !valid_name {
+        if !ProfileName::is_valid(name) {
             return Err(ProfileError::Invalid {
                 origin: "--profile".to_string(),
                 key: "extends/profile name".to_string(),
-                expected: format!("a name of letters, digits, `-`, `_`, `/`, got `{name}`"),
+                expected: format!("{}, got `{name}`", ProfileName::EXPECTED),
             });
         }
         for dir in &self.dirs {

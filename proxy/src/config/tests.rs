@@ -107,6 +107,11 @@ fn invalid_configs_name_the_key() {
         ("name = \"tkt_1\"", "name = \"tkt 1\"", "identity[0].name"),
         ("tunnel_hosts = [\"registry.npmjs.org\"]", "tunnel_hosts = [\"10.0.0.1\"]", "identity[0].tunnel_hosts"),
         ("tunnel_hosts = [\"registry.npmjs.org\"]", "tunnel_hosts = [\"Registry.npmjs.org:443\"]", "identity[0].tunnel_hosts"),
+        // One host-name rule: a bare name the identity would refuse is
+        // refused here too.
+        ("tunnel_hosts = [\"registry.npmjs.org\"]", "tunnel_hosts = [\"localhost\"]", "identity[0].tunnel_hosts"),
+        ("tunnel_hosts = [\"registry.npmjs.org\"]", "tunnel_hosts = [\"registry.npmjs.org:0\"]", "identity[0].tunnel_hosts"),
+        ("[upstream.\"api.github.com\"]", "[upstream.\"localhost\"]", "upstream.\"localhost\""),
         ("url = \"https://127.0.0.1:8443\"", "url = \"http://127.0.0.1:8443\"", "https://"),
         ("url = \"https://127.0.0.1:8443\"", "url = \"https://127.0.0.1:8443/api\"", "no path"),
         ("url = \"https://127.0.0.1:8443\"", "url = \"https://u:p@127.0.0.1:8443\"", "credentials in the URL"),

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gatehouse_types::RuleSetName;
 use serde::Deserialize;
 
 use super::{forbidden_endpoint, Access, BodyRule, Injection, MessageRule, RequestHead};
@@ -144,11 +145,9 @@ impl RuleSet {
     }
 }
 
+/// Rule sets and the rules in them share one alphabet ([`RuleSetName`]).
 fn is_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    RuleSetName::is_valid(name)
 }
 
 fn validate_rule(raw: RuleFile, variables: &BTreeSet<String>) -> Result<Rule, (String, String)> {

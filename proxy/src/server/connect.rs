@@ -123,7 +123,9 @@ async fn connect(
     let host = authority.host().to_ascii_lowercase();
     let port = authority.port_u16();
     let refuse = |reason: &str| deny_connect(&proxy, &identity, &host, authority.as_str(), reason);
-    if port != Some(443) {
+    // A tunnel is reached on the port it lists; everything else on 443.
+    let tunnel_port = port.filter(|&p| identity.tunnel_hosts.iter().any(|t| t.matches(&host, p)));
+    if port != Some(443) && tunnel_port.is_none() {
         return refuse("only port 443 may be reached through the proxy");
     }
     if host.starts_with('[') || !is_dns_name(&host) {
@@ -137,10 +139,10 @@ async fn connect(
     // A host some rule names is always intercepted, even if it is also
     // listed as a tunnel host: splicing it would bypass the rules and the log.
     let intercepted = proxy.policy.names_host(&host, &identity.scope.rule_sets);
-    if !intercepted && identity.tunnel_hosts.contains(&host) {
+    if let (false, Some(tunnel_port)) = (intercepted, tunnel_port) {
         // Connect first, so a refused upstream (non-public address, nothing
         // listening) is a clear answer rather than a 200 and a closed tunnel.
-        let upstream = match proxy.upstreams.connect_tcp(&host, 443).await {
+        let upstream = match proxy.upstreams.connect_tcp(&host, tunnel_port).await {
             Ok(s) => s,
             Err(error) => {
                 let reason = format!("tunnel refused: {}", super::with_causes(&error));
@@ -156,6 +158,11 @@ async fn connect(
         return refuse(
             "no rule of this identity's rule sets names this host, and it is not a tunnel host",
         );
+    }
+    if port != Some(443) {
+        // A rule names the host, so it is never spliced, and interception
+        // speaks TLS on 443 only.
+        return refuse("only port 443 may be reached through the proxy");
     }
     let upgrade = hyper::upgrade::on(req);
     tokio::spawn(intercept(proxy, identity, host, upgrade));

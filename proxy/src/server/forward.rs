@@ -282,7 +282,7 @@ async fn credential(
         .authorization(
             &grant.credential,
             grant.inject,
-            identity.scope.variables.get("repo").map(String::as_str),
+            identity.scope.repo.as_ref().map(|r| r.as_str()),
             &grant.permissions,
         )
         .await;

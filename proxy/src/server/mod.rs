@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use gatehouse_types::{variables, DnsName, IdentityName, RepoSlug, TunnelTarget};
 use serde::Serialize;
 use tokio::net::UnixListener;
 use tokio::sync::watch;
@@ -57,8 +58,8 @@ pub enum IdentityError {
     /// The rule book refuses the identity's rule sets or variables.
     #[error("{0}")]
     Rules(String),
-    /// A tunnel host is not a lowercase DNS name.
-    #[error("tunnel host {0:?} must be a lowercase DNS name (no port, no IP address)")]
+    /// A tunnel host is not `host[:port]` with a lowercase DNS name.
+    #[error("tunnel host {0:?} must be a lowercase DNS name with a dot and an optional port (`host:port`, no IP address)")]
     BadTunnelHost(String),
     /// A variable's name or value is not acceptable.
     #[error("variable {name:?}: {why}")]
@@ -87,7 +88,8 @@ pub struct IdentitySpec {
 pub struct Identity {
     pub name: String,
     pub scope: Scope,
-    pub tunnel_hosts: BTreeSet<String>,
+    /// The `host:port`s it may splice (a bare host in the spec is port 443).
+    pub tunnel_hosts: BTreeSet<TunnelTarget>,
     pub socket: PathBuf,
     client: UpstreamClient,
     revoked: watch::Sender<bool>,
@@ -186,7 +188,7 @@ impl Proxy {
 
     /// Creates an identity: checks it, binds its socket and starts serving.
     pub fn add_identity(self: &Arc<Self>, spec: IdentitySpec) -> Result<PathBuf, IdentityError> {
-        self.validate(&spec)?;
+        let checked = self.validate(&spec)?;
         let socket = spec
             .socket
             .clone()
@@ -202,8 +204,9 @@ impl Proxy {
             scope: Scope {
                 rule_sets: spec.rule_sets.clone(),
                 variables: spec.variables.clone(),
+                repo: checked.repo,
             },
-            tunnel_hosts: spec.tunnel_hosts.iter().cloned().collect(),
+            tunnel_hosts: checked.tunnel_hosts.into_iter().collect(),
             socket: socket.clone(),
             client: self.upstreams.client(),
             revoked,
@@ -236,7 +239,7 @@ impl Proxy {
                 name: i.name.clone(),
                 socket: i.socket.clone(),
                 rule_sets: i.scope.rule_sets.clone(),
-                tunnel_hosts: i.tunnel_hosts.iter().cloned().collect(),
+                tunnel_hosts: i.tunnel_hosts.iter().map(|t| t.to_string()).collect(),
                 variables: i.scope.variables.clone(),
             })
             .collect();
@@ -257,11 +260,12 @@ impl Proxy {
         }
     }
 
-    fn validate(&self, spec: &IdentitySpec) -> Result<(), IdentityError> {
-        validate_spec(spec)?;
+    fn validate(&self, spec: &IdentitySpec) -> Result<CheckedSpec, IdentityError> {
+        let checked = validate_spec(spec)?;
         self.policy
             .check_identity(&spec.rule_sets, &spec.variables)
-            .map_err(IdentityError::Rules)
+            .map_err(IdentityError::Rules)?;
+        Ok(checked)
     }
 }
 
@@ -278,67 +282,50 @@ pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// The typed parts of a spec that [`validate_spec`] accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckedSpec {
+    pub name: IdentityName,
+    pub tunnel_hosts: Vec<TunnelTarget>,
+    /// The `repo` variable, which the rules bind as `{repo}` and the GitHub
+    /// credential scopes its token to.
+    pub repo: Option<RepoSlug>,
+}
+
 /// Checks an identity's name, tunnel hosts and variable shapes (pure).
-pub fn validate_spec(spec: &IdentitySpec) -> Result<(), IdentityError> {
-    let name_ok = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 64
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+pub fn validate_spec(spec: &IdentitySpec) -> Result<CheckedSpec, IdentityError> {
+    let name =
+        IdentityName::parse(&spec.name).map_err(|_| IdentityError::BadName(spec.name.clone()))?;
+    let tunnel_hosts = spec
+        .tunnel_hosts
+        .iter()
+        .map(|h| TunnelTarget::parse(h).map_err(|_| IdentityError::BadTunnelHost(h.clone())))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (var, value) in &spec.variables {
+        variables::check(var, value).map_err(|e| IdentityError::BadVariable {
+            name: var.clone(),
+            why: e.expected().to_string(),
+        })?;
+    }
+    let repo = match spec.variables.get(variables::REPO) {
+        Some(value) => Some(
+            RepoSlug::parse(value).map_err(|_| IdentityError::BadVariable {
+                name: variables::REPO.to_string(),
+                why: "expected owner/name".to_string(),
+            })?,
+        ),
+        None => None,
     };
-    if !name_ok(&spec.name) {
-        return Err(IdentityError::BadName(spec.name.clone()));
-    }
-    if let Some(bad) = spec.tunnel_hosts.iter().find(|h| !is_dns_name(h)) {
-        return Err(IdentityError::BadTunnelHost(bad.clone()));
-    }
-    for (name, value) in &spec.variables {
-        let bad = |why: &str| IdentityError::BadVariable {
-            name: name.clone(),
-            why: why.to_string(),
-        };
-        if !name_ok(name) {
-            return Err(bad("names are A-Z a-z 0-9 _ -"));
-        }
-        let segment_ok = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 100
-                && s != "."
-                && s != ".."
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
-        };
-        let ok = if name == "repo" {
-            matches!(value.split_once('/'), Some((o, r)) if segment_ok(o) && segment_ok(r))
-        } else {
-            segment_ok(value)
-        };
-        if !ok {
-            return Err(bad(if name == "repo" {
-                "expected owner/name"
-            } else {
-                "expected one path segment of A-Z a-z 0-9 _ - ."
-            }));
-        }
-    }
-    Ok(())
+    Ok(CheckedSpec {
+        name,
+        tunnel_hosts,
+        repo,
+    })
 }
 
 /// A lowercase DNS name with at least one dot and no IP-literal shape.
 pub fn is_dns_name(host: &str) -> bool {
-    host.len() <= 253
-        && host.contains('.')
-        && host.parse::<std::net::IpAddr>().is_err()
-        && !host.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        })
+    DnsName::is_valid(host)
 }
 
 /// Binds an identity socket. The socket is world-connectable (0666) but
@@ -388,6 +375,12 @@ mod tests {
         for s in ok {
             validate_spec(&s).unwrap();
         }
+        let checked = validate_spec(&spec("tkt_1", &[("repo", "octo/hello")])).unwrap();
+        assert_eq!(checked.repo.unwrap().as_str(), "octo/hello");
+        assert_eq!(
+            checked.tunnel_hosts[0].to_string(),
+            "registry.npmjs.org:443"
+        );
         let bad = [
             spec("", &[]),
             spec("../x", &[]),
@@ -403,11 +396,21 @@ mod tests {
         for s in bad {
             assert!(validate_spec(&s).is_err(), "{s:?}");
         }
+        // A profile's tunnels are `host:port`: the identity takes them as
+        // they are (a bare host is port 443).
+        for host in ["x.org:443", "registry.npmjs.org", "index.crates.io:8443"] {
+            let mut s = spec("t", &[]);
+            s.tunnel_hosts = vec![host.into()];
+            validate_spec(&s).unwrap();
+        }
         for host in [
             "127.0.0.1",
             "Registry.npmjs.org",
-            "x.org:443",
+            "x.org:0",
+            "x.org:443:1",
+            "127.0.0.1:443",
             "localhost",
+            "localhost:443",
             "",
         ] {
             let mut s = spec("t", &[]);

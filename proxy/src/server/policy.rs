@@ -26,6 +26,8 @@ pub struct RequestView<'a> {
 pub struct Scope {
     pub rule_sets: Vec<String>,
     pub variables: BTreeMap<String, String>,
+    /// The identity's repository (its `repo` variable, checked).
+    pub repo: Option<gatehouse_types::RepoSlug>,
 }
 
 pub use crate::rules::Injection;

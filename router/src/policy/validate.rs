@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gatehouse_types::{ProfileName, RepoSlug, RuleSetName, TeamName};
 use sha2::{Digest, Sha256};
 
 use super::file::{
@@ -66,7 +67,7 @@ fn teams(
     let mut repo_owner: BTreeMap<String, String> = BTreeMap::new();
     for (name, team) in raw {
         let key = format!("teams.{name}");
-        if !is_name(&name) {
+        if !TeamName::is_valid(&name) {
             return Err(invalid(
                 file,
                 key,
@@ -117,19 +118,19 @@ fn teams(
 
 /// A repository's scope: a sandbox profile and proxy rule sets (sorted, once each).
 fn repo_scope(file: &str, rkey: &str, scope: RepoFile) -> Result<RepoScope, PolicyError> {
-    if !is_name(&scope.sandbox_profile) {
+    if !ProfileName::is_valid(&scope.sandbox_profile) {
         return Err(invalid(
             file,
             format!("{rkey}.sandbox_profile"),
-            "a sandbox profile name of letters, digits, `-` or `_`",
+            &format!("a sandbox profile name: {}", ProfileName::EXPECTED),
         ));
     }
     let mut rule_sets = scope.rule_sets;
-    if let Some(bad) = rule_sets.iter().find(|r| !is_name(r)) {
+    if let Some(bad) = rule_sets.iter().find(|r| !RuleSetName::is_valid(r)) {
         return Err(invalid(
             file,
             format!("{rkey}.rule_sets"),
-            &format!("rule set names of letters, digits, `-` or `_`, not `{bad}`"),
+            &format!("rule set names of lowercase letters, digits or `-`, not `{bad}`"),
         ));
     }
     rule_sets.sort();
@@ -420,17 +421,17 @@ fn account_handles(acc: &Accounts) -> Vec<String> {
     out
 }
 
+/// A rule id: letters, digits, `-`, `_` or `.` (ids stay inside the
+/// router; the names that leave it are `gatehouse-types` names).
 fn is_name(s: &str) -> bool {
     !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
 }
 
+/// A repository, as the proxy and the supervisor take it.
 fn is_repo(s: &str) -> bool {
-    match s.split_once('/') {
-        Some((owner, name)) => is_name(owner) && is_name(name),
-        None => false,
-    }
+    RepoSlug::is_valid(s)
 }
 
 #[cfg(test)]

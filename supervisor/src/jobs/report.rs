@@ -1,6 +1,7 @@
 //! Worker reports and inbox messages: the bodies that cross the control
 //! socket, validated as plain functions.
 
+use gatehouse_types::TriggerId;
 use serde::{Deserialize, Serialize};
 
 /// What a worker says about its own job (`gatehouse report`). There is no
@@ -81,7 +82,7 @@ impl Report {
             }
         }
         if let Some(a) = &self.answers {
-            if !is_trigger_id(a) {
+            if !TriggerId::is_valid(a) {
                 return refuse("answers", "a trigger id `trg_…`");
             }
         }
@@ -96,17 +97,6 @@ impl Report {
         }
         Ok(())
     }
-}
-
-/// `trg_` then 1-64 of `[A-Za-z0-9_-]`.
-pub fn is_trigger_id(s: &str) -> bool {
-    s.strip_prefix("trg_").is_some_and(|rest| {
-        !rest.is_empty()
-            && rest.len() <= 64
-            && rest
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    })
 }
 
 /// A message for a worker (`POST /jobs/{id}/inbox`), e.g. a pass-through
@@ -125,7 +115,7 @@ impl InboxMessage {
             return refuse("text", "non-empty text of at most 16 KiB");
         }
         if let Some(t) = &self.trigger {
-            if !is_trigger_id(t) {
+            if !TriggerId::is_valid(t) {
                 return refuse("trigger", "a trigger id `trg_…`");
             }
         }

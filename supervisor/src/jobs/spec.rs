@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use gatehouse_types::{variables, ProfileName, RuleSetName, TeamName, TicketId, TunnelTarget};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -79,47 +80,25 @@ fn field(field: &'static str, expected: impl Into<String>) -> SpecError {
     }
 }
 
-/// A name that is safe as one path component and in a URL path: ASCII
-/// letters, digits, `_`, `-`, `.`, not starting with `.`, 1..=64 bytes.
-pub fn is_safe_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && !s.starts_with('.')
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
-
-/// `tkt_` followed by a safe name.
-pub fn is_ticket_id(s: &str) -> bool {
-    s.strip_prefix("tkt_").is_some_and(is_safe_name)
-}
-
-fn is_host(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'))
-}
-
 impl JobRequest {
     pub fn validate(self, limits: &SpecLimits) -> Result<JobSpec, SpecError> {
-        if !is_ticket_id(&self.ticket) {
-            return Err(field("ticket", "`tkt_` then 1-64 of [A-Za-z0-9_.-]"));
+        if !TicketId::is_valid(&self.ticket) {
+            return Err(field("ticket", TicketId::EXPECTED));
         }
-        if !is_safe_name(&self.team) {
-            return Err(field(
-                "team",
-                "1-64 of [A-Za-z0-9_.-], not starting with `.`",
-            ));
+        if !TeamName::is_valid(&self.team) {
+            return Err(field("team", TeamName::EXPECTED));
         }
-        if self.profile.len() > 128 || !self.profile.split('/').all(is_safe_name) {
+        if !ProfileName::is_valid(&self.profile) {
             return Err(field(
                 "profile",
-                "a profile name: `/`-separated parts of [A-Za-z0-9_.-]",
+                format!("a profile name: {}", ProfileName::EXPECTED),
             ));
         }
-        if self.rule_sets.len() > 32 || !self.rule_sets.iter().all(|r| is_safe_name(r)) {
-            return Err(field("rule_sets", "at most 32 rule set names"));
+        if self.rule_sets.len() > 32 || !self.rule_sets.iter().all(|r| RuleSetName::is_valid(r)) {
+            return Err(field(
+                "rule_sets",
+                format!("at most 32 rule set names, each {}", RuleSetName::EXPECTED),
+            ));
         }
         if !self.rule_sets.is_empty() && !limits.proxy_configured {
             return Err(field(
@@ -127,8 +106,13 @@ impl JobRequest {
                 "no rule sets: this supervisor has no proxy configured",
             ));
         }
-        if self.tunnel_hosts.len() > 32 || !self.tunnel_hosts.iter().all(|h| is_host(h)) {
-            return Err(field("tunnel_hosts", "at most 32 host names"));
+        if self.tunnel_hosts.len() > 32
+            || !self.tunnel_hosts.iter().all(|h| TunnelTarget::is_valid(h))
+        {
+            return Err(field(
+                "tunnel_hosts",
+                format!("at most 32 host names, each {}", TunnelTarget::EXPECTED),
+            ));
         }
         if !self.tunnel_hosts.is_empty() && !limits.proxy_configured {
             return Err(field(
@@ -136,16 +120,13 @@ impl JobRequest {
                 "no tunnel hosts: this supervisor has no proxy configured",
             ));
         }
-        if self.variables.len() > 32
-            || self
-                .variables
-                .iter()
-                .any(|(k, v)| !is_safe_name(k) || v.is_empty() || v.len() > 256)
-        {
-            return Err(field(
-                "variables",
-                "at most 32 entries, names of [A-Za-z0-9_.-], values of 1-256 bytes",
-            ));
+        if self.variables.len() > 32 {
+            return Err(field("variables", "at most 32 entries"));
+        }
+        // The proxy's rule: the identity made from these must be accepted.
+        for (name, value) in &self.variables {
+            variables::check(name, value)
+                .map_err(|e| field("variables", format!("`{name}`: {}", e.expected())))?;
         }
         if self.task.trim().is_empty() || self.task.len() > limits.max_task_bytes {
             return Err(field(
@@ -207,10 +188,15 @@ pub fn check_scope(
             ),
         });
     }
+    // Compared as targets: `host` and `host:443` are the same tunnel.
+    let listed: Vec<TunnelTarget> = profile_tunnels
+        .iter()
+        .filter_map(|t| TunnelTarget::parse(t).ok())
+        .collect();
     if let Some(t) = spec
         .tunnel_hosts
         .iter()
-        .find(|t| !profile_tunnels.contains(t))
+        .find(|t| !TunnelTarget::parse(t).is_ok_and(|t| listed.contains(&t)))
     {
         return Err(SpecError::Field {
             field: "tunnel_hosts",
@@ -255,9 +241,28 @@ mod tests {
     #[test]
     fn malformed_fields_are_named() {
         type Edit = fn(&mut JobRequest);
-        let cases: [(Edit, &str); 11] = [
+        let cases: [(Edit, &str); 18] = [
             (|r| r.ticket = "1".into(), "ticket"),
             (|r| r.ticket = "tkt_../x".into(), "ticket"),
+            // The ticket names the proxy identity, which refuses a `.`.
+            (|r| r.ticket = "tkt_v1.2".into(), "ticket"),
+            (|r| r.team = "a.b".into(), "team"),
+            (|r| r.profile = "teams/web.v2".into(), "profile"),
+            (|r| r.rule_sets = vec!["GitHub".into()], "rule_sets"),
+            (
+                |r| r.tunnel_hosts = vec!["localhost:443".into()],
+                "tunnel_hosts",
+            ),
+            (
+                |r| r.tunnel_hosts = vec!["registry.npmjs.org:0".into()],
+                "tunnel_hosts",
+            ),
+            (
+                |r| {
+                    r.variables.insert("repo".into(), "octo".into());
+                },
+                "variables",
+            ),
             (|r| r.team = "../etc".into(), "team"),
             (|r| r.team = ".hidden".into(), "team"),
             (|r| r.profile = "a/../b".into(), "profile"),
@@ -286,6 +291,10 @@ mod tests {
         assert_eq!(check_scope(&spec, &allowed, &tunnels), Ok(()));
         spec.tunnel_hosts = vec!["registry.npmjs.org:443".into()];
         assert_eq!(check_scope(&spec, &allowed, &tunnels), Ok(()));
+        spec.tunnel_hosts = vec!["registry.npmjs.org".into()];
+        assert_eq!(check_scope(&spec, &allowed, &tunnels), Ok(()));
+        spec.tunnel_hosts = vec!["registry.npmjs.org:8443".into()];
+        assert!(check_scope(&spec, &allowed, &tunnels).is_err());
         spec.tunnel_hosts = vec!["evil.example:443".into()];
         assert!(matches!(
             check_scope(&spec, &allowed, &tunnels),

@@ -4,6 +4,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use gatehouse_types::{RuleSetName, TunnelTarget};
+
 use super::raw::{RawEnv, RawFilesystem, RawLimits, RawNetwork, RawRequire, RawWorker};
 use super::{
     EnvPolicy, Filesystem, Limits, Network, Profile, ProfileError, RawProfile, Require,
@@ -98,18 +100,21 @@ pub fn env(raw: RawEnv) -> Result<EnvPolicy, Refusal> {
 /// `[network]`: rule-set names, and tunnels as `host:port`.
 pub fn network(raw: RawNetwork) -> Result<Network, Refusal> {
     for rs in &raw.rule_sets {
-        if rs.is_empty() || rs.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        if !RuleSetName::is_valid(rs) {
             return Err(refuse(
                 "network.rule_sets",
-                format!("non-empty names without spaces, got `{rs}`"),
+                format!("rule-set names of {}, got `{rs}`", RuleSetName::EXPECTED),
             ));
         }
     }
     for t in &raw.tunnels {
-        if !is_host_port(t) {
+        if !TunnelTarget::is_valid(t) {
             return Err(refuse(
                 "network.tunnels",
-                format!("`host:port` entries, got `{t}`"),
+                format!(
+                    "`host:port` entries ({}), got `{t}`",
+                    TunnelTarget::EXPECTED
+                ),
             ));
         }
     }
@@ -195,17 +200,6 @@ pub fn is_env_name(s: &str) -> bool {
     !s.is_empty()
         && !s.starts_with(|c: char| c.is_ascii_digit())
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-fn is_host_port(s: &str) -> bool {
-    let Some((host, port)) = s.rsplit_once(':') else {
-        return false;
-    };
-    !host.is_empty()
-        && host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
-        && port.parse::<u16>().is_ok_and(|p| p > 0)
 }
 
 #[cfg(test)]

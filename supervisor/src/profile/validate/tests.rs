@@ -107,6 +107,11 @@ fn network_table() {
         (&[], &["host:65536"], Some("network.tunnels")),
         (&[], &[":443"], Some("network.tunnels")),
         (&[], &["ho st:443"], Some("network.tunnels")),
+        // The proxy's rules: one host-name rule, one rule-set alphabet.
+        (&[], &["localhost:443"], Some("network.tunnels")),
+        (&[], &["Registry.npmjs.org:443"], Some("network.tunnels")),
+        (&[], &["10.0.0.1:443"], Some("network.tunnels")),
+        (&["GitHub"], &[], Some("network.rule_sets")),
     ];
     for (rule_sets, tunnels, refused) in cases {
         let raw = RawNetwork {

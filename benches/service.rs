@@ -16,18 +16,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/proxy_support/mod.rs"]
-mod proxy_support;
-#[path = "../tests/service_support/mod.rs"]
-mod service_support;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use gatehouse_supervisor::jobs::http::{self, HttpMethod as Method};
+use gatehouse_testkit::machine::{is_root, user_gid, user_uid, WORKER_USER};
+use gatehouse_testkit::proxy::Harness;
+use gatehouse_testkit::service::*;
+use gatehouse_testkit::skip::{self, Need};
 use serde_json::json;
-use service_support::*;
 
 const REQUEST: &str = "test \"$(curl -sS -o /dev/null -w '%{http_code}' \
                        https://api.github.com/repos/acme/widgets/issues/1)\" = 200";
@@ -132,7 +130,7 @@ async fn batch(svc: &Service, tag: &str, n: usize, script: &str) -> Vec<(f64, f6
 
 /// `n` direct `gatehouse sandbox run`s of the same command at once, through
 /// the harness's own proxy identity; seconds from spawn to exit for each.
-fn direct(h: &proxy_support::Harness, n: usize) -> Vec<f64> {
+fn direct(h: &Harness, n: usize) -> Vec<f64> {
     let dirs: Vec<tempfile::TempDir> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
     for d in &dirs {
         give_to_worker(d.path());
@@ -141,7 +139,7 @@ fn direct(h: &proxy_support::Harness, n: usize) -> Vec<f64> {
         .iter()
         .map(|d| {
             let t0 = Instant::now();
-            let child = std::process::Command::new(gatehouse())
+            let child = gatehouse_testkit::bin::command()
                 .args(["sandbox", "run", "--profile", "default", "--quiet"])
                 .arg("--workdir")
                 .arg(d.path())
@@ -167,23 +165,11 @@ fn direct(h: &proxy_support::Harness, n: usize) -> Vec<f64> {
 }
 
 fn give_to_worker(path: &Path) {
-    if !nix_is_root() {
+    if !is_root() {
         return;
     }
-    let out = std::process::Command::new("chown")
-        .arg("gatehouse-worker:gatehouse-worker")
-        .arg(path)
-        .status()
-        .unwrap();
-    assert!(out.success());
-}
-
-fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
+    let (uid, gid) = (user_uid(WORKER_USER), user_gid(WORKER_USER));
+    std::os::unix::fs::chown(path, uid, gid).unwrap();
 }
 
 /// Supervisor RSS growth per job while `n` jobs are live (each has made its
@@ -229,11 +215,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    if !sandbox_available() {
-        eprintln!("SKIPPING the service benchmark: no sandbox on this machine");
+    if !skip::available("the service benchmark", &[Need::Sandbox]) {
         return;
     }
-    let h = proxy_support::Harness::start();
+    let h = Harness::start();
     let admin = h.dir.path().join("admin.sock");
     let admin_task = {
         let _runtime = h.rt.enter();

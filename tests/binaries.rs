@@ -8,8 +8,10 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use gatehouse_testkit::bin;
+
 fn gatehouse() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+    gatehouse_testkit::bin::command()
 }
 
 fn text(out: &Output) -> String {
@@ -24,7 +26,7 @@ fn text(out: &Output) -> String {
 fn lone_launcher() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("gatehouse");
-    std::fs::copy(env!("CARGO_BIN_EXE_gatehouse"), &bin).unwrap();
+    std::fs::copy(bin::gatehouse(), &bin).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     (dir, bin)
 }
@@ -169,17 +171,17 @@ fn the_launcher_does_not_link_the_proxy_the_router_or_sqlite() {
     // The reason for two binaries: the one that starts every sandbox carries
     // neither the proxy, nor the router, nor SQLite. `nm` lists the functions
     // actually linked (binutils comes with the C compiler the tests need).
-    let defined = |bin: &str| {
+    let defined = |bin: &std::path::Path| {
         let out = Command::new("nm")
             .args(["--defined-only", "--demangle"])
             .arg(bin)
             .output()
             .expect("nm (binutils) is needed for this test");
-        assert!(out.status.success(), "nm {bin}: {}", text(&out));
+        assert!(out.status.success(), "nm {}: {}", bin.display(), text(&out));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let launcher = defined(env!("CARGO_BIN_EXE_gatehouse"));
-    let services = defined(env!("CARGO_BIN_EXE_gatehouse-services"));
+    let launcher = defined(&bin::gatehouse());
+    let services = defined(&bin::path(bin::SERVICES));
     for heavy in [
         " sqlite3_prepare_v2",
         "gatehouse_proxy::",

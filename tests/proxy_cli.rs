@@ -4,8 +4,6 @@
 //! log line for the secret.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod proxy_support;
-
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -14,9 +12,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gatehouse_emulators::{GithubEmulator, GithubOptions, RepoSpec};
-use proxy_support::{
-    admin_call as admin, random_token, read_head, read_until_closed, start_proxy_process, tls_over,
-};
+use gatehouse_testkit::proxy::process::{admin_call as admin, start_proxy_process};
+use gatehouse_testkit::proxy::{read_head, read_until_closed, tls_over};
+use gatehouse_testkit::random::token as random_token;
 use serde_json::Value;
 
 fn mode(path: &Path) -> u32 {
@@ -117,7 +115,7 @@ fn proxy_process_admin_api_audit_verify_and_no_secret_in_any_log() {
 
     // The audit log verifies...
     let audit = d.join("audit.jsonl");
-    let out = Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+    let out = gatehouse_testkit::bin::command()
         .args(["audit", "verify"])
         .arg(&audit)
         .output()
@@ -177,7 +175,7 @@ fn proxy_process_admin_api_audit_verify_and_no_secret_in_any_log() {
     );
     assert_ne!(tampered, text);
     std::fs::write(&audit, tampered).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+    let out = gatehouse_testkit::bin::command()
         .args(["audit", "verify"])
         .arg(&audit)
         .output()

@@ -2,9 +2,7 @@
 //! answering denied ones with the 403 JSON, driven by real curl.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod proxy_support;
-
-use proxy_support::{Harness, IDENTITY};
+use gatehouse_testkit::proxy::{Harness, IDENTITY};
 use serde_json::Value;
 
 #[test]

@@ -4,11 +4,11 @@
 //! injection, credential leaks, and revoked identities.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod proxy_support;
-
 use std::io::Write;
 
-use proxy_support::{read_all, read_head, read_until_closed, Harness, IDENTITY, TUNNEL_HOST};
+use gatehouse_testkit::proxy::{
+    read_all, read_head, read_until_closed, tls_over, Harness, IDENTITY, TUNNEL_HOST,
+};
 use serde_json::Value;
 
 const ISSUE: &str = "/repos/acme/widgets/issues/1";
@@ -131,7 +131,7 @@ fn tunnel_hosts_are_spliced_without_any_credential() {
     // End-to-end TLS with the upstream itself (its own CA, its own name):
     // the proxy only moves bytes.
     let upstream_ca = h.dir.path().join("upstream-ca.pem");
-    let mut tls = proxy_support::tls_over(s, "api.github.com", &upstream_ca, true);
+    let mut tls = tls_over(s, "api.github.com", &upstream_ca, true);
     write!(
         tls,
         "GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n"

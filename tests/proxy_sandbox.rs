@@ -3,34 +3,18 @@
 //! emulator. Nothing in the sandbox may hold the token's bytes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod proxy_support;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use proxy_support::Harness;
-
-const WORKER_USER: &str = "gatehouse-worker";
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-}
-
-fn id_of(flag: &str, user: &str) -> Option<u32> {
-    let out = Command::new("id").args([flag, user]).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
-        .flatten()
-}
+use gatehouse_testkit::machine::{user_gid, user_uid, TEST_USER, WORKER_USER};
+use gatehouse_testkit::proxy::{process, Harness};
+use gatehouse_testkit::sandbox::{as_test_user, reachable_dir};
+use gatehouse_testkit::{require, Need};
 
 /// Runs `script` in a sandbox wired to the harness's identity socket.
 fn sandbox(h: &Harness, work: &Path, script: &str) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+    let out = gatehouse_testkit::bin::command()
         .args(["sandbox", "run", "--profile", "default", "--workdir"])
         .arg(work)
         .arg("--proxy-socket")
@@ -77,15 +61,9 @@ cat /proc/self/environ | tr '\0' '\n'
 
 #[test]
 fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
-    if !is_root() {
-        eprintln!("SKIPPING proxy_sandbox: the sandbox end-to-end test runs as root (CI does); here uid != 0");
-        return;
-    }
-    let Some(uid) = id_of("-u", WORKER_USER) else {
-        eprintln!("SKIPPING proxy_sandbox: user {WORKER_USER} does not exist (scripts/setup-debian creates it)");
-        return;
-    };
-    let gid = id_of("-g", WORKER_USER).unwrap();
+    require!(Need::Root, Need::Sandbox);
+    let uid = user_uid(WORKER_USER).unwrap();
+    let gid = user_gid(WORKER_USER).unwrap();
     let h = Harness::start();
     let base = tempfile::Builder::new()
         .prefix("gatehouse-proxy-e2e-")
@@ -167,8 +145,6 @@ fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
     );
 }
 
-const TEST_USER: &str = "gatehouse-test";
-
 fn chown_r(path: &Path, user: &str) {
     let ok = Command::new("chown")
         .args(["-R", &format!("{user}:{user}")])
@@ -184,46 +160,13 @@ fn chown_r(path: &Path, user: &str) {
 /// in that user's private directory and reaches the worker by bind mount.
 #[test]
 fn rootless_git_and_curl_through_a_proxy_run_by_the_same_user() {
-    if !is_root() {
-        eprintln!("SKIPPING rootless proxy_sandbox variant: it switches to {TEST_USER}, which needs root; CI runs it");
-        return;
-    }
-    if id_of("-u", TEST_USER).is_none() {
-        eprintln!("SKIPPING rootless proxy_sandbox variant: user {TEST_USER} does not exist (scripts/setup-debian creates it)");
-        return;
-    }
-    let base = tempfile::Builder::new()
-        .prefix("gatehouse-proxy-rootless-")
-        .tempdir()
-        .unwrap();
-    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    require!(Need::SandboxAsTestUser);
+    let base = reachable_dir("gatehouse-proxy-rootless-");
     // The build directory may not be reachable by the test user.
     // Both binaries: `gatehouse proxy` runs in `gatehouse-services` next to it.
-    let bin = base.path().join("gatehouse");
-    for (from, to) in [
-        (env!("CARGO_BIN_EXE_gatehouse"), bin.clone()),
-        (
-            env!("CARGO_BIN_EXE_gatehouse-services"),
-            base.path().join("gatehouse-services"),
-        ),
-    ] {
-        std::fs::copy(from, &to).unwrap();
-        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let as_user = || {
-        let mut c = Command::new("setpriv");
-        c.args([
-            "--reuid",
-            TEST_USER,
-            "--regid",
-            TEST_USER,
-            "--clear-groups",
-            "--",
-        ])
-        .arg(&bin);
-        c
-    };
-    let token = proxy_support::random_token("ghs_");
+    let bin = gatehouse_testkit::bin::copy_to(base.path());
+    let as_user = || as_test_user(&bin);
+    let token = gatehouse_testkit::random::token("ghs_");
     let github = gatehouse_emulators::GithubEmulator::start(
         gatehouse_emulators::GithubOptions::new(base.path().join("git"))
             .token(&token, "gatehouse-test[bot]")
@@ -232,11 +175,11 @@ fn rootless_git_and_curl_through_a_proxy_run_by_the_same_user() {
     .unwrap();
     let pdir = base.path().join("proxy");
     std::fs::create_dir(&pdir).unwrap();
-    let proxy = proxy_support::start_proxy_process_with(&pdir, &github, &token, as_user(), |d| {
+    let proxy = process::start_proxy_process_with(&pdir, &github, &token, as_user(), |d| {
         chown_r(d, TEST_USER);
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
     });
-    let (status, body) = proxy_support::admin_call(
+    let (status, body) = process::admin_call(
         &proxy.admin,
         "POST",
         "/identities",

@@ -2,12 +2,11 @@
 //! holds it in memory (its peak resident set stays far below the push).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod proxy_support;
-
 use std::process::Command;
 
 use gatehouse_emulators::{GithubEmulator, GithubOptions, RepoSpec};
-use proxy_support::{admin_call, random_token, start_proxy_process, thread_relay};
+use gatehouse_testkit::proxy::process::{admin_call, start_proxy_process, thread_relay};
+use gatehouse_testkit::random::token as random_token;
 
 const PUSH_MIB: u64 = 200;
 

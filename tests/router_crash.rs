@@ -3,14 +3,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
-mod router_support;
-
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
 use gatehouse_router::id::{TicketId, TriggerId};
 use gatehouse_router::store::{Durability, Store};
-use router_support::*;
+use gatehouse_testkit::router::*;
 use serde_json::Value;
 
 #[test]

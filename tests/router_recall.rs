@@ -2,12 +2,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
-mod router_support;
-
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use router_support::*;
+use gatehouse_testkit::router::*;
 use serde_json::Value;
 
 fn replayed() -> (tempfile::TempDir, std::path::PathBuf, Vec<Value>) {

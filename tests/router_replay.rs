@@ -3,9 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
-mod router_support;
-
-use router_support::*;
+use gatehouse_testkit::router::*;
 use serde_json::Value;
 
 fn by_line(out: &[Value], n: u64) -> &Value {

@@ -4,13 +4,13 @@
 // Helpers outside #[test] fns panic on setup failure, like the tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::net::{TcpListener, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use sandbox_support::*;
+use gatehouse_testkit::random::marker as token;
+use gatehouse_testkit::sandbox::*;
+use gatehouse_testkit::{require, Need};
 
 #[test]
 fn a_secret_outside_the_profile_cannot_be_read() {
@@ -226,10 +226,8 @@ fn binaries_outside_executable_paths_do_not_run() {
 
 #[test]
 fn a_setuid_binary_gains_nothing() {
-    if !is_root() {
-        eprintln!("SKIPPING setuid test: creating a setuid-root binary needs root");
-        return;
-    }
+    // Creating a setuid-root binary needs root.
+    require!(Need::Root);
     for mode in modes() {
         let s = Scratch::new(mode);
         let extra = outside_tmp();

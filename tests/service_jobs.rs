@@ -4,11 +4,10 @@
 //! here (the service logic is the same); `service_sandbox.rs` runs them in
 //! real sandboxes.
 
-mod service_support;
-
 use gatehouse_supervisor::jobs::http::{self, HttpMethod as Method, HttpStatus as StatusCode};
+use gatehouse_testkit::procs::{alive, pids_in};
+use gatehouse_testkit::service::*;
 use serde_json::{json, Value};
-use service_support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn idempotent_start_and_conflicting_key() {

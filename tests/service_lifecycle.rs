@@ -2,19 +2,14 @@
 //! speaks the proxy's admin contract), restarts after `kill -9`, graceful
 //! stops, and many jobs at once without leaks.
 
-mod service_support;
-
 use std::path::Path;
 
 use gatehouse_supervisor::jobs::http::{HttpMethod as Method, HttpStatus as StatusCode};
+use gatehouse_testkit::machine::{group_gid, TEST_USER};
+use gatehouse_testkit::procs::{alive, fd_count, pids_in};
+use gatehouse_testkit::service::*;
+use gatehouse_testkit::skip::{self, Need};
 use serde_json::json;
-use service_support::*;
-
-fn fd_count(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
 
 fn dir_entries(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -277,23 +272,12 @@ async fn api_socket_is_private_or_shared_with_one_group() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     drop(private);
 
-    let is_root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
-    let group = std::process::Command::new("getent")
-        .args(["group", "gatehouse-test"])
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .split(':')
-                .nth(2)?
-                .trim()
-                .parse::<u32>()
-                .ok()
-        });
-    let (true, Some(gid)) = (is_root, group) else {
-        eprintln!("SKIPPING the api_socket_group half: needs root and the gatehouse-test group");
+    // The shared half: a socket group is set by root, for the test user's group.
+    let test = format!("{} (api_socket_group)", skip::current_test());
+    if !skip::available(&test, &[Need::Root, Need::User(TEST_USER)]) {
         return;
-    };
+    }
+    let gid = group_gid(TEST_USER).unwrap();
     let shared = Service::start(Options {
         api_socket_group: Some("gatehouse-test".into()),
         ..Options::default()

@@ -5,17 +5,14 @@
 //! a connection left open are both useless.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "proxy_support/mod.rs"]
-mod proxy_support;
-mod service_support;
-
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gatehouse_supervisor::jobs::http::{self, HttpMethod as Method};
+use gatehouse_testkit::service::*;
+use gatehouse_testkit::{require, Need};
 use serde_json::{json, Value};
-use service_support::*;
 
 fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
     let mut hits = vec![];
@@ -41,10 +38,8 @@ fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
 
 #[test]
 fn a_job_identity_works_while_the_job_runs_and_never_after() {
-    if !sandbox_available() {
-        return;
-    }
-    let h = proxy_support::Harness::start();
+    require!(Need::Sandbox);
+    let h = gatehouse_testkit::proxy::Harness::start();
     let admin = h.dir.path().join("admin.sock");
     let admin_task = {
         let _runtime = h.rt.enter();
@@ -57,11 +52,9 @@ fn a_job_identity_works_while_the_job_runs_and_never_after() {
 /// The same against `gatehouse proxy --config` running as its own process.
 #[test]
 fn against_the_gatehouse_proxy_process() {
-    if !sandbox_available() {
-        return;
-    }
+    require!(Need::Sandbox);
     let dir = tempfile::tempdir().unwrap();
-    let token = proxy_support::random_token("ghs_");
+    let token = gatehouse_testkit::random::token("ghs_");
     let github = gatehouse_emulators::GithubEmulator::start(
         gatehouse_emulators::GithubOptions::new(dir.path().join("git"))
             .token(&token, "gatehouse-test[bot]")
@@ -72,7 +65,7 @@ fn against_the_gatehouse_proxy_process() {
     github
         .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
         .unwrap();
-    let proxy = proxy_support::start_proxy_process(dir.path(), &github, &token);
+    let proxy = gatehouse_testkit::proxy::process::start_proxy_process(dir.path(), &github, &token);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

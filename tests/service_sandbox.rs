@@ -3,11 +3,11 @@
 //! deadlines and crashes, `kill -9` of the supervisor, and fifty sandboxed
 //! jobs at once without leaked processes, mounts, sockets or identities.
 
-mod service_support;
-
 use gatehouse_supervisor::jobs::http::HttpMethod as Method;
+use gatehouse_testkit::procs::{live_with, mount_count};
+use gatehouse_testkit::service::*;
+use gatehouse_testkit::{require, Need};
 use serde_json::{json, Value};
-use service_support::*;
 
 fn sandboxed(proxy_admin: Option<&FakeProxyAdmin>) -> Service {
     Service::start(Options {
@@ -19,9 +19,7 @@ fn sandboxed(proxy_admin: Option<&FakeProxyAdmin>) -> Service {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn report_and_inbox_from_inside_a_sandbox() {
-    if !sandbox_available() {
-        return;
-    }
+    require!(Need::Sandbox);
     let svc = sandboxed(None);
     let script = "test \"$(pwd)\" = /work || exit 90; \
                   test -S /run/gatehouse/control.sock || exit 91; \
@@ -85,9 +83,7 @@ async fn report_and_inbox_from_inside_a_sandbox() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandboxed_job_cannot_reach_another_jobs_socket() {
-    if !sandbox_available() {
-        return;
-    }
+    require!(Need::Sandbox);
     let svc = sandboxed(None);
     let b = svc
         .submit("b", sh_job("tkt_sbx_b", "gatehouse inbox --wait"))
@@ -126,9 +122,7 @@ async fn a_sandboxed_job_cannot_reach_another_jobs_socket() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deadline_and_cancel_kill_the_whole_sandbox() {
-    if !sandbox_available() {
-        return;
-    }
+    require!(Need::Sandbox);
     let svc = sandboxed(None);
     let slow = marker_sleep(1);
     let mut body = sh_job(
@@ -140,7 +134,7 @@ async fn deadline_and_cancel_kill_the_whole_sandbox() {
     svc.wait_for(&id, |s| s == "running").await;
     let end = svc.wait_ended(&id).await;
     assert_eq!(end["state"], "timed_out", "{end}");
-    let left = processes_with(&format!("sleep {slow}"));
+    let left = live_with(&format!("sleep {slow}"));
     assert!(
         left.is_empty(),
         "processes of a timed-out sandbox survived: {left:?}"
@@ -154,19 +148,17 @@ async fn deadline_and_cancel_kill_the_whole_sandbox() {
         )
         .await;
     svc.wait_for(&id, |s| s == "running").await;
-    while processes_with(&format!("sleep {stuck}")).is_empty() {
+    while live_with(&format!("sleep {stuck}")).is_empty() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     svc.call(Method::DELETE, &format!("/jobs/{id}"), None).await;
     assert_eq!(svc.wait_ended(&id).await["state"], "cancelled");
-    assert!(processes_with(&format!("sleep {stuck}")).is_empty());
+    assert!(live_with(&format!("sleep {stuck}")).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crashing_worker_fails_with_its_exit() {
-    if !sandbox_available() {
-        return;
-    }
+    require!(Need::Sandbox);
     let svc = sandboxed(None);
     let a = svc.submit("a", sh_job("tkt_sbx_exit", "exit 3")).await;
     let b = svc
@@ -187,9 +179,7 @@ async fn a_crashing_worker_fails_with_its_exit() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_with_live_sandboxes_then_restart() {
-    if !sandbox_available() {
-        return;
-    }
+    require!(Need::Sandbox);
     let admin = FakeProxyAdmin::start();
     let mut svc = sandboxed(Some(&admin));
     let mounts_before = mount_count();
@@ -198,7 +188,7 @@ async fn kill_9_with_live_sandboxes_then_restart() {
     body["rule_sets"] = json!(["github-repo"]);
     let id = svc.submit("k", body).await;
     svc.wait_for(&id, |s| s == "running").await;
-    while processes_with(&format!("sleep {long}")).is_empty() {
+    while live_with(&format!("sleep {long}")).is_empty() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     svc.kill_9();
@@ -207,7 +197,7 @@ async fn kill_9_with_live_sandboxes_then_restart() {
     assert_eq!(job["state"], "failed");
     assert_eq!(job["reason"], "supervisor_restarted");
     assert!(
-        processes_with(&format!("sleep {long}")).is_empty(),
+        live_with(&format!("sleep {long}")).is_empty(),
         "orphaned sandbox"
     );
     assert!(admin.live_identities().is_empty(), "identity leaked");
@@ -220,9 +210,7 @@ async fn kill_9_with_live_sandboxes_then_restart() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn fifty_sandboxed_jobs_at_once() {
-    if !sandbox_available() {
-        return;
-    }
+    require!(Need::Sandbox);
     let admin = FakeProxyAdmin::start();
     let svc = sandboxed(Some(&admin));
     let mounts_before = mount_count();
@@ -243,7 +231,7 @@ async fn fifty_sandboxed_jobs_at_once() {
         assert_eq!(end["state"], "done", "{end}");
         assert_eq!(end["latest_report"]["summary"], format!("tkt_sbx_many{i}"));
     }
-    assert!(processes_with(&format!("sleep 0.{tag}")).is_empty());
+    assert!(live_with(&format!("sleep 0.{tag}")).is_empty());
     assert!(admin.live_identities().is_empty());
     assert!(std::fs::read_dir(svc.state_dir().join("run"))
         .unwrap()
@@ -254,22 +242,20 @@ async fn fifty_sandboxed_jobs_at_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sandboxes_die_with_a_killed_supervisor() {
-    if !sandbox_available() {
-        return;
-    }
+    require!(Need::Sandbox);
     let mut svc = sandboxed(None);
     let long = marker_sleep(5);
     let id = svc
         .submit("k", sh_job("tkt_sbx_orphan", &format!("sleep {long}")))
         .await;
     svc.wait_for(&id, |s| s == "running").await;
-    while processes_with(&format!("sleep {long}")).is_empty() {
+    while live_with(&format!("sleep {long}")).is_empty() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     svc.kill_9();
     // Not waiting for a restart: the sandboxes go with their supervisor.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !processes_with(&format!("sleep {long}")).is_empty() {
+    while !live_with(&format!("sleep {long}")).is_empty() {
         assert!(
             std::time::Instant::now() < deadline,
             "a sandbox outlived its supervisor"

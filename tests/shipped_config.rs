@@ -6,12 +6,11 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use gatehouse_proxy::rules::{RuleBook, RuleSet};
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    gatehouse_testkit::bin::repo_root()
 }
 
 fn toml_files(dir: &Path) -> Vec<PathBuf> {
@@ -38,7 +37,7 @@ fn shipped_rule_book() -> RuleBook {
 }
 
 fn profile_rule_sets(profile: &Path) -> Vec<String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+    let out = gatehouse_testkit::bin::command()
         .args(["profile", "check", "--json"])
         .arg(profile)
         .output()

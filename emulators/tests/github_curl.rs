@@ -436,10 +436,7 @@ fn polling_with_etag_gets_304_until_something_changes() {
 
 #[test]
 fn serves_on_ipv6_loopback() {
-    if std::net::TcpListener::bind("[::1]:0").is_err() {
-        eprintln!("SKIPPED serves_on_ipv6_loopback: this machine has no IPv6 loopback (::1)");
-        return;
-    }
+    gatehouse_testkit::require!(gatehouse_testkit::Need::Ipv6Loopback);
     let dir = tempfile::tempdir().unwrap();
     let mut options = GithubOptions::new(dir.path().join("git")).token("ghs_v6", "v6[bot]");
     options.listen = "[::1]:0".parse().unwrap();

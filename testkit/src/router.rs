@@ -1,8 +1,5 @@
-//! Helpers for the router's end-to-end tests: run the `gatehouse` binary on
-//! the example policy and events, and generate larger event streams.
-
-#![allow(dead_code)]
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
+//! The router's end-to-end helpers: run `gatehouse router replay` on the
+//! example policy and events, and generate larger event streams.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -10,13 +7,11 @@ use std::process::{Command, Output};
 use serde_json::{json, Value};
 
 pub fn gatehouse() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+    crate::bin::command()
 }
 
 pub fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("router/examples")
-        .join(name)
+    crate::bin::repo_path("router/examples").join(name)
 }
 
 pub fn run(cmd: &mut Command) -> Output {

@@ -1,12 +1,11 @@
-//! Shared helpers for the supervisor service's end-to-end tests: a running
-//! `gatehouse supervisor` child, a client for its job API, and a fake proxy
-//! admin server that speaks the admin API's contract.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! The supervisor service's end-to-end harness: a running `gatehouse
+//! supervisor` child with its own state dir, a client for its job API, and
+//! a fake proxy admin server that speaks the admin API's contract.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,14 +14,7 @@ use gatehouse_supervisor::jobs::http::{
 };
 use serde_json::{json, Value};
 
-pub fn gatehouse() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gatehouse"))
-}
-
-/// The repository's prompts directory.
-pub fn prompts_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts")
-}
+use crate::rules::TEST_RULE_SET;
 
 pub struct Options {
     pub unsandboxed: bool,
@@ -66,7 +58,7 @@ impl Service {
         std::fs::create_dir(&profiles).unwrap();
         std::fs::write(
             profiles.join(format!("{TEST_PROFILE}.toml")),
-            TEST_PROFILE_TOML,
+            test_profile_toml(),
         )
         .unwrap();
         let profiles_dir = opts.profiles_dir.clone().unwrap_or(profiles);
@@ -74,7 +66,7 @@ impl Service {
             "state_dir = {state:?}\napi_socket = {socket:?}\nprompts_dir = {prompts:?}\n\
              [limits]\nmax_running_jobs = {max}\nlog_cap_bytes = {cap}\ncancel_grace_ms = {grace}\n",
             state = dir.path().join("state"),
-            prompts = prompts_dir(),
+            prompts = crate::bin::repo_path("prompts"),
             max = opts.max_running_jobs,
             cap = opts.log_cap_bytes,
             grace = opts.cancel_grace_ms,
@@ -113,7 +105,7 @@ impl Service {
     /// Starts the supervisor process and returns once its API is served
     /// (it logs "job API on" when the socket is bound).
     pub fn spawn(&mut self) {
-        let mut child = Command::new(gatehouse())
+        let mut child = crate::bin::command()
             .args(["supervisor", "--config"])
             .arg(&self.config)
             .env(
@@ -158,7 +150,7 @@ impl Service {
     /// SIGTERMs the supervisor and waits for it to exit.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().unwrap();
-        signal(child.id() as i32, "TERM");
+        crate::procs::signal(child.id(), "TERM");
         child.wait().unwrap()
     }
 
@@ -254,13 +246,17 @@ impl Drop for Service {
 /// The profile test jobs use: the repository's `default` coding profile,
 /// plus a tunnel and a rule set the fake proxy refuses.
 pub const TEST_PROFILE: &str = "svc-test";
-const TEST_PROFILE_TOML: &str = r#"
+fn test_profile_toml() -> String {
+    format!(
+        r#"
 extends = "default"
 description = "supervisor service tests"
 [network]
-rule_sets = ["github-repo", "test-worker", "no-such-rules"]
+rule_sets = ["github-repo", "{TEST_RULE_SET}", "no-such-rules"]
 tunnels = ["registry.npmjs.org:443"]
-"#;
+"#
+    )
+}
 
 /// A job body running `sh -c script` for `ticket`.
 pub fn sh_job(ticket: &str, script: &str) -> Value {
@@ -271,36 +267,6 @@ pub fn sh_job(ticket: &str, script: &str) -> Value {
         "task": "test task",
         "command": ["sh", "-c", script],
     })
-}
-
-/// Sends a signal with kill(1).
-pub fn signal(pid: i32, name: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{name} {pid}");
-}
-
-/// Whether `pid` is a live (non-zombie) process.
-pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let after = &stat[stat.rfind(')').unwrap() + 1..];
-            !matches!(after.trim_start().chars().next(), Some('Z' | 'X'))
-        }
-        Err(_) => false,
-    }
-}
-
-/// Pids written one per line into `file`.
-pub fn pids_in(file: &Path) -> Vec<i32> {
-    std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
 }
 
 /// One call to the fake proxy admin API.
@@ -419,50 +385,6 @@ impl Drop for FakeProxyAdmin {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// Whether this machine can build a sandbox; says so loudly when not.
-pub fn sandbox_available() -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(gatehouse())
-        .args(["sandbox", "run", "--profile", "default", "--workdir"])
-        .arg(dir.path())
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        eprintln!(
-            "SKIPPING: this machine cannot build a sandbox ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    out.status.success()
-}
-
-/// Host processes whose command line contains `marker`.
-pub fn processes_with(marker: &str) -> Vec<i32> {
-    let mut found = vec![];
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(marker) && alive(pid) && pid != std::process::id() as i32 {
-            found.push(pid);
-        }
-    }
-    found
-}
-
-pub fn mount_count() -> usize {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .count()
 }
 
 /// A `sleep` whose argument is unique to this test run, to find leftovers.

@@ -1,7 +1,6 @@
-//! Helpers for the sandbox end-to-end tests: run a shell snippet in a real
-//! sandbox, as root and rootless (dropping to the `gatehouse-test` user),
-//! and collect status, stdout and stderr.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! Sandboxes for the end-to-end tests: a shell snippet in a real `gatehouse
+//! sandbox run`, as root and rootless (dropping to the test user), with its
+//! status, stdout and stderr; a fake proxy socket.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -9,52 +8,66 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-pub const TEST_USER: &str = "gatehouse-test";
-pub const WORKER_USER: &str = "gatehouse-worker";
+use crate::machine::{is_root, user_gid, user_uid, TEST_USER, WORKER_USER};
+use crate::skip::{self, Need};
+
+/// `sandbox run`'s status when the sandbox could not be built.
 pub const EXIT_SANDBOX_FAILED: i32 = 125;
+/// `sandbox run`'s status when the wall-time limit ended the sandbox.
 pub const EXIT_WALL_TIME: i32 = 124;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Started by root: the worker is `gatehouse-worker` on the host.
     Root,
-    /// Started by an unprivileged user through a user namespace.
+    /// Started by an unprivileged user through a user namespace (as root:
+    /// by the test user, through setpriv).
     Rootless,
 }
 
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        .unwrap()
-}
-
-fn user_id(name: &str, flag: &str) -> Option<u32> {
-    let out = Command::new("id").args([flag, name]).output().ok()?;
-    if !out.status.success() {
-        return None;
+impl Mode {
+    /// What this machine needs to test the mode.
+    pub fn needs(self) -> &'static [Need] {
+        match (self, is_root()) {
+            (Mode::Root, _) => &[Need::Root, Need::Sandbox],
+            (Mode::Rootless, true) => &[Need::SandboxAsTestUser],
+            (Mode::Rootless, false) => &[Need::Sandbox],
+        }
     }
-    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Root => "root mode",
+            Mode::Rootless => "rootless mode",
+        }
+    }
 }
 
-/// The modes this machine can test. Rootless as root needs the test user;
-/// its absence is loud, never silent.
+/// Whether the running test can test `mode` here; reports the skip (or,
+/// strict, fails) when not.
+pub fn mode_available(mode: Mode) -> bool {
+    let test = format!("{} ({})", skip::current_test(), mode.label());
+    skip::available(&test, mode.needs())
+}
+
+/// The modes the running test exercises: both, less those this machine
+/// lacks (each reported as a skip).
 pub fn modes() -> Vec<Mode> {
-    if !is_root() {
-        eprintln!("NOTE: not root: only the rootless sandbox is tested here (CI runs both)");
-        return vec![Mode::Rootless];
+    [Mode::Root, Mode::Rootless]
+        .into_iter()
+        .filter(|m| mode_available(*m))
+        .collect()
+}
+
+/// One mode, for a test that needs a sandbox but not a particular mode:
+/// root when the machine can, else rootless; `None` (a reported skip) when
+/// it can neither.
+pub fn any_mode() -> Option<Mode> {
+    let quiet = |m: Mode| m.needs().iter().all(|n| n.missing().is_none());
+    match [Mode::Root, Mode::Rootless].into_iter().find(|m| quiet(*m)) {
+        Some(m) => Some(m),
+        None => modes().first().copied(),
     }
-    let mut m = vec![Mode::Root];
-    if user_id(TEST_USER, "-u").is_some() {
-        m.push(Mode::Rootless);
-    } else {
-        eprintln!(
-            "SKIPPING rootless variant: user {TEST_USER} does not exist (scripts/setup-debian creates it)"
-        );
-    }
-    m
 }
 
 /// A test's scratch space: a world-traversable base dir with the work dir
@@ -68,11 +81,7 @@ pub struct Scratch {
 
 impl Scratch {
     pub fn new(mode: Mode) -> Scratch {
-        let base = tempfile::Builder::new()
-            .prefix("gatehouse-sbx-")
-            .tempdir()
-            .unwrap();
-        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let base = reachable_dir("gatehouse-sbx-");
         let work = base.path().join("work");
         std::fs::create_dir(&work).unwrap();
         let bin = gatehouse_for(mode, base.path());
@@ -89,8 +98,8 @@ impl Scratch {
     /// The host uid the worker runs as in this mode.
     pub fn worker_uid(&self) -> Option<u32> {
         match self.mode {
-            Mode::Root => user_id(WORKER_USER, "-u"),
-            Mode::Rootless if is_root() => user_id(TEST_USER, "-u"),
+            Mode::Root => user_uid(WORKER_USER),
+            Mode::Rootless if is_root() => user_uid(TEST_USER),
             Mode::Rootless => None,
         }
     }
@@ -104,8 +113,8 @@ impl Scratch {
             Mode::Root => WORKER_USER,
             Mode::Rootless => TEST_USER,
         };
-        let uid = user_id(user, "-u").unwrap();
-        let gid = user_id(user, "-g").unwrap();
+        let uid = user_uid(user).unwrap();
+        let gid = user_gid(user).unwrap();
         std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
     }
 
@@ -124,19 +133,7 @@ impl Scratch {
     /// `gatehouse` with `args`, as this mode's caller.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut c = match (self.mode, is_root()) {
-            (Mode::Rootless, true) => {
-                let mut c = Command::new("setpriv");
-                c.args([
-                    "--reuid",
-                    TEST_USER,
-                    "--regid",
-                    TEST_USER,
-                    "--clear-groups",
-                    "--",
-                ]);
-                c.arg(&self.bin);
-                c
-            }
+            (Mode::Rootless, true) => as_test_user(&self.bin),
             _ => Command::new(&self.bin),
         };
         c.args(args);
@@ -163,22 +160,13 @@ impl Scratch {
 /// The binary as the given mode's caller can execute it: rootless callers
 /// may not traverse the build directory, so then it is copied.
 fn gatehouse_for(mode: Mode, base: &Path) -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_gatehouse"));
+    let bin = crate::bin::gatehouse();
     if mode == Mode::Root || !is_root() {
         return bin;
     }
     static REACHABLE: OnceLock<bool> = OnceLock::new();
     let reachable = *REACHABLE.get_or_init(|| {
-        Command::new("setpriv")
-            .args([
-                "--reuid",
-                TEST_USER,
-                "--regid",
-                TEST_USER,
-                "--clear-groups",
-                "--",
-            ])
-            .arg("test")
+        as_test_user(Path::new("test"))
             .arg("-x")
             .arg(&bin)
             .status()
@@ -188,10 +176,30 @@ fn gatehouse_for(mode: Mode, base: &Path) -> PathBuf {
     if reachable {
         return bin;
     }
-    let copy = base.join("gatehouse");
-    std::fs::copy(&bin, &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    copy
+    crate::bin::copy_to(base)
+}
+
+/// `program` run as the test user (this process must be root).
+pub fn as_test_user(program: &Path) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid",
+        TEST_USER,
+        "--regid",
+        TEST_USER,
+        "--clear-groups",
+        "--",
+    ]);
+    c.arg(program);
+    c
+}
+
+/// A temporary directory every user may traverse (0755), for files another
+/// user must reach.
+pub fn reachable_dir(prefix: &str) -> tempfile::TempDir {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
 }
 
 #[derive(Debug)]
@@ -217,44 +225,6 @@ impl Run {
         assert_eq!(self.code, Some(0), "sandbox run failed: {self:#?}");
         self
     }
-}
-
-/// Host processes whose command line contains every one of `needles`.
-pub fn host_processes_with_all(needles: &[&str]) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if needles.iter().all(|n| cmd.contains(n)) {
-                found.push(pid);
-            }
-        }
-    }
-    found
-}
-
-/// Host processes whose command line contains `needle`, other than shells
-/// (and `sandbox run`) that merely carry it in a script.
-pub fn host_processes_with(needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == std::process::id() {
-            continue;
-        }
-        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(needle) && !cmd.contains("sh -c") {
-                found.push(pid);
-            }
-        }
-    }
-    found
 }
 
 /// A unix-socket HTTP server standing in for the proxy: answers every
@@ -315,17 +285,6 @@ impl Drop for FakeProxy {
         }
         let _ = std::fs::remove_file(&self.path);
     }
-}
-
-pub fn token(tag: &str) -> String {
-    format!("{tag}-{}-{}", std::process::id(), rand_suffix())
-}
-
-pub fn rand_suffix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u64
 }
 
 /// A world-traversable temp dir outside /tmp, for paths a profile binds.

@@ -1,0 +1,266 @@
+//! The proxy's end-to-end harness: a GitHub and a Feishu emulator over TLS
+//! on loopback, a proxy built in-process against them (production code
+//! paths; only the upstream override differs), a TCP relay standing in for
+//! the sandbox's 127.0.0.1:3128; raw clients for framing attacks
+//! ([`raw`]); `gatehouse proxy` as a child process ([`process`]).
+
+pub mod process;
+pub mod raw;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gatehouse_emulators::{
+    FeishuEmulator, FeishuHandle, FeishuOptions, GithubEmulator, GithubHandle, GithubOptions,
+    RepoSpec,
+};
+use gatehouse_proxy::audit::AuditLog;
+use gatehouse_proxy::ca::CertificateAuthority;
+use gatehouse_proxy::credentials::{CredentialSpec, Credentials};
+use gatehouse_proxy::rules::{RuleBook, RuleSet};
+use gatehouse_proxy::server::audit_writer::AuditWriter;
+use gatehouse_proxy::server::{IdentitySpec, Proxy, ProxyParts};
+use gatehouse_proxy::upstream::{UpstreamOverride, Upstreams};
+
+use crate::random::token as random_token;
+use crate::rules::{TEST_RULES, TEST_RULE_SET};
+
+pub use raw::{read_all, read_head, read_until_closed, tls_over};
+
+pub struct Harness {
+    pub rt: tokio::runtime::Runtime,
+    pub dir: tempfile::TempDir,
+    pub github: GithubHandle,
+    pub feishu: FeishuHandle,
+    pub proxy: Arc<Proxy>,
+    pub token: String,
+    pub feishu_secret: String,
+    /// The proxy's CA certificate, for clients.
+    pub proxy_ca: PathBuf,
+    pub audit_path: PathBuf,
+    pub socket: PathBuf,
+    pub relay_port: u16,
+}
+
+pub const IDENTITY: &str = "tkt_test";
+pub const FEISHU_APP: &str = "cli_gatehouse_test";
+/// A tunnel-only host (routed to the GitHub emulator by an override).
+pub const TUNNEL_HOST: &str = "registry.example.test";
+pub const REPO: &str = "acme/widgets";
+
+impl Harness {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let token = random_token("ghs_");
+        let github = GithubEmulator::start(
+            GithubOptions::new(dir.path().join("git"))
+                .token(&token, "gatehouse-test[bot]")
+                .repo(RepoSpec::new("acme", "widgets"))
+                .repo(RepoSpec::new("acme", "secret-plans")),
+        )
+        .unwrap();
+        github
+            .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
+            .unwrap();
+        let upstream_ca = dir.path().join("upstream-ca.pem");
+        github.write_ca_pem(&upstream_ca).unwrap();
+        let feishu_secret = random_token("");
+        let feishu =
+            FeishuEmulator::start(FeishuOptions::default().app(FEISHU_APP, &feishu_secret))
+                .unwrap();
+        let feishu_ca = dir.path().join("feishu-ca.pem");
+        feishu.write_ca_pem(&feishu_ca).unwrap();
+        let feishu_secret_file = dir.path().join("feishu.secret");
+        std::fs::write(&feishu_secret_file, &feishu_secret).unwrap();
+        let token_file = dir.path().join("github.token");
+        std::fs::write(&token_file, &token).unwrap();
+        let audit_path = dir.path().join("audit.jsonl");
+
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut overrides: Vec<UpstreamOverride> = [
+            "api.github.com",
+            "github.com",
+            "pipelines.actions.githubusercontent.com",
+            TUNNEL_HOST,
+        ]
+        .into_iter()
+        .map(|host| UpstreamOverride {
+            host: host.into(),
+            url: github.base_url(),
+            ca_file: Some(upstream_ca.clone()),
+        })
+        .collect();
+        overrides.push(UpstreamOverride {
+            host: "open.feishu.cn".into(),
+            url: feishu.base_url(),
+            ca_file: Some(feishu_ca.clone()),
+        });
+        let proxy_ca = dir.path().join("proxy-ca.pem");
+        let (proxy, socket, relay_port) = rt.block_on(async {
+            let upstreams = Upstreams::new(&overrides).unwrap();
+            let credentials = Credentials::load(
+                &BTreeMap::from([
+                    (
+                        "github".to_string(),
+                        CredentialSpec::GithubToken {
+                            token_file: token_file.clone(),
+                        },
+                    ),
+                    (
+                        "feishu".to_string(),
+                        CredentialSpec::FeishuApp {
+                            app_id: FEISHU_APP.into(),
+                            app_secret_file: feishu_secret_file.clone(),
+                            base_url: "https://open.feishu.cn".into(),
+                        },
+                    ),
+                ]),
+                &upstreams,
+            )
+            .unwrap();
+            let ca =
+                CertificateAuthority::load_or_generate(&proxy_ca, &dir.path().join("proxy-ca.key"))
+                    .unwrap();
+            let book =
+                RuleBook::new([
+                    RuleSet::parse(&format!("{TEST_RULE_SET}.toml"), TEST_RULES).unwrap()
+                ])
+                .unwrap();
+            let proxy = Proxy::new(ProxyParts {
+                ca: Arc::new(ca),
+                upstreams,
+                policy: Arc::new(book),
+                credentials: Arc::new(credentials),
+                audit: AuditWriter::start(AuditLog::open(&audit_path).unwrap()).unwrap(),
+                socket_dir: dir.path().join("sockets"),
+            })
+            .unwrap();
+            let socket = proxy.add_identity(identity(IDENTITY)).unwrap();
+            let relay_port = relay(socket.clone()).await;
+            (proxy, socket, relay_port)
+        });
+        Self {
+            rt,
+            dir,
+            github,
+            feishu,
+            proxy,
+            token,
+            feishu_secret,
+            proxy_ca,
+            audit_path,
+            socket,
+            relay_port,
+        }
+    }
+
+    pub fn proxy_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.relay_port)
+    }
+
+    pub fn audit_lines(&self) -> Vec<serde_json::Value> {
+        // The writer thread appends asynchronously; give it a moment.
+        std::thread::sleep(Duration::from_millis(100));
+        std::fs::read_to_string(&self.audit_path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Runs curl through the proxy; returns (status, headers, body).
+    pub fn curl(&self, args: &[&str], url: &str) -> (u16, String, String) {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "-D", "-", "-o", "-", "--max-time", "20"])
+            .args(["--proxy", &self.proxy_url()])
+            .arg("--cacert")
+            .arg(&self.proxy_ca)
+            .args(args)
+            .arg(url)
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "curl failed: {}\n{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // With a proxy, curl prints the CONNECT answer's head first.
+        let mut rest = text.as_str();
+        let (mut head, mut body) = rest.split_once("\r\n\r\n").unwrap_or((rest, ""));
+        while body.starts_with("HTTP/") {
+            rest = body;
+            (head, body) = rest.split_once("\r\n\r\n").unwrap_or((rest, ""));
+        }
+        let status = head.split(' ').nth(1).unwrap_or("0").parse().unwrap();
+        (status, head.to_string(), body.to_string())
+    }
+
+    /// Opens a raw connection to the identity socket.
+    pub fn raw(&self) -> UnixStream {
+        let s = UnixStream::connect(&self.socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    /// CONNECT + TLS to `host` with SNI `sni`; returns the TLS stream.
+    pub fn tunnel(
+        &self,
+        host: &str,
+        sni: &str,
+    ) -> rustls::StreamOwned<rustls::ClientConnection, UnixStream> {
+        assert_eq!(host, sni, "use tunnel_with_sni for mismatches");
+        self.tunnel_with_sni(host, sni)
+    }
+
+    /// CONNECT `host`, then TLS with SNI `sni` (unverified when they differ,
+    /// as an attacker would).
+    pub fn tunnel_with_sni(
+        &self,
+        host: &str,
+        sni: &str,
+    ) -> rustls::StreamOwned<rustls::ClientConnection, UnixStream> {
+        let mut s = self.raw();
+        write!(s, "CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n").unwrap();
+        let head = read_head(&mut s);
+        assert!(head.starts_with("HTTP/1.1 200"), "CONNECT answered {head}");
+        tls_over(s, sni, &self.proxy_ca, sni == host)
+    }
+}
+
+pub fn identity(name: &str) -> IdentitySpec {
+    IdentitySpec {
+        name: name.into(),
+        rule_sets: vec![TEST_RULE_SET.into()],
+        tunnel_hosts: vec![TUNNEL_HOST.into(), "github.com".into()],
+        variables: BTreeMap::from([("repo".to_string(), REPO.to_string())]),
+        socket: None,
+    }
+}
+
+/// A TCP listener on loopback relaying each connection to `socket`.
+pub async fn relay(socket: PathBuf) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                if let Ok(mut unix) = tokio::net::UnixStream::connect(&socket).await {
+                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
+                }
+            });
+        }
+    });
+    port
+}

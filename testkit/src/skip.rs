@@ -112,6 +112,13 @@ pub fn verdict(missing: &[String], strict: bool) -> Verdict {
     }
 }
 
+/// Writes the skip line to the process's stderr itself: libtest captures
+/// `eprintln!` of passing tests, and a skip must be seen.
+fn announce(test: &str, reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIP: {test}: {reason}");
+}
+
 /// Whether `test` may run here: true when the machine has all of `needs`.
 /// Otherwise prints `SKIP: <test>: <reasons>` and returns false, or, under
 /// `GATEHOUSE_TEST_STRICT=1`, prints it and panics.
@@ -121,11 +128,11 @@ pub fn available(test: &str, needs: &[Need]) -> bool {
     match verdict(&missing, strict()) {
         Verdict::Run => true,
         Verdict::Skip(reason) => {
-            eprintln!("SKIP: {test}: {reason}");
+            announce(test, &reason);
             false
         }
         Verdict::Fail(reason) => {
-            eprintln!("SKIP: {test}: {reason}");
+            announce(test, &reason);
             panic!("{test} would be skipped ({reason}), and {STRICT_VAR}=1 allows no skip")
         }
     }

@@ -502,3 +502,63 @@ fn revoked_identity_refuses_new_connections_and_cuts_open_ones() {
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
     assert!(h.proxy.identities().is_empty());
 }
+
+// === cost of checking untrusted bodies ===
+
+#[test]
+fn the_graphql_fragment_expansion_attack_is_refused_quickly_and_audited() {
+    let h = Harness::start();
+    // About 1 MiB: one fragment of 1000 root fields, spread 256 times in
+    // each of 780 operations.
+    let mut query = format!("fragment F on Query {{ {} }}\n", "__typename ".repeat(1000));
+    for k in 0..780 {
+        query.push_str(&format!("query Q{k} {{ {} }}\n", "...F ".repeat(256)));
+    }
+    let body = serde_json::json!({ "query": query }).to_string();
+    assert!(body.len() > 1_000_000, "{}", body.len());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("attack.json");
+    std::fs::write(&file, &body).unwrap();
+    let started = std::time::Instant::now();
+    let (status, _, answer) = h.curl(
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            &format!("@{}", file.display()),
+        ],
+        "https://api.github.com/graphql",
+    );
+    let took = started.elapsed();
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("tokens"), "{answer}");
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    assert!(h.github.requests().is_empty(), "{:?}", h.github.requests());
+    let audit = h.audit_lines();
+    let line = audit
+        .iter()
+        .find(|l| l["outcome"]["decision"] == "deny" && l["path"] == "/graphql")
+        .unwrap_or_else(|| panic!("no denial audited: {audit:?}"));
+    assert_eq!(line["identity"], IDENTITY);
+
+    // The positive control: a gh-style query still goes through.
+    let control = serde_json::json!({
+        "query": "query RepositoryInfo($owner: String!, $name: String!) { repository(owner: $owner, name: $name) { ...repo } } fragment repo on Repository { id name }",
+        "variables": {"owner": "acme", "name": "widgets"},
+    })
+    .to_string();
+    let (status, _, answer) = h.curl(
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            &control,
+        ],
+        "https://api.github.com/graphql",
+    );
+    assert_eq!(status, 200, "{answer}");
+}

@@ -25,9 +25,24 @@ use serde::Deserialize;
 use crate::path::Vars;
 use crate::rules::Denial;
 
-/// Most fragment spreads followed while collecting root fields (a guard
-/// against fragment cycles and blow-up).
-const MAX_FRAGMENT_EXPANSIONS: usize = 256;
+/// Work limits of one document's check. They count over the whole document,
+/// not per operation, so no arrangement of operations and fragments spreads
+/// multiplies them: the check visits at most [`MAX_ROOT_SELECTIONS`] root
+/// selections, whatever the document.
+pub const MAX_OPERATIONS: usize = 32;
+/// Fragment spreads followed at the root, in all operations together (a
+/// guard against fragment cycles and blow-up).
+pub const MAX_FRAGMENT_SPREADS: usize = 256;
+/// Root selections (fields, inline fragments, spreads) visited in all
+/// operations together, each spread's fragment counted every time it is
+/// followed.
+pub const MAX_ROOT_SELECTIONS: usize = 4096;
+/// Nesting of fragments and inline fragments at the root of an operation.
+pub const MAX_FRAGMENT_DEPTH: usize = 16;
+/// Lexical tokens in the document, counted in one pass before it is parsed:
+/// the parser's cost grows with them, not with the bytes of string literals
+/// (a comment's text is one token). A `gh` query has a few hundred.
+pub const MAX_DOCUMENT_TOKENS: usize = 8192;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -142,73 +157,139 @@ pub fn check(body: &[u8], allowed: &GraphQlAllow) -> Result<GraphQlSummary, Deni
     }
     let request: Request = serde_json::from_value(value)
         .map_err(|e| deny(format!("the GraphQL body must be an object with `query`, optional `variables` and `operationName` ({e})")))?;
+    count_tokens(&request.query, MAX_DOCUMENT_TOKENS).map_err(deny)?;
     let document = graphql_parser::parse_query::<String>(&request.query)
         .map_err(|e| deny(format!("the GraphQL document does not parse: {e}")))?;
     let variables = request.variables.unwrap_or_default();
-    let fragments: BTreeMap<&str, &FragmentDefinition<String>> = fragments(&document);
-    let mut summary = GraphQlSummary {
-        operations: Vec::new(),
-        root_fields: Vec::new(),
+    let fragments = fragments(&document);
+    let mut walk = Walk {
+        fragments: &fragments,
+        allowed,
+        variables: &variables,
+        spreads_left: MAX_FRAGMENT_SPREADS,
+        selections_left: MAX_ROOT_SELECTIONS,
+        seen: BTreeSet::new(),
     };
+    let mut operations = Vec::new();
     for definition in &document.definitions {
         let Definition::Operation(operation) = definition else {
             continue;
         };
-        let (kind, name, variable_definitions, selection_set, listed) = match operation {
-            OperationDefinition::SelectionSet(s) => ("query", None, &[][..], s, &allowed.query),
-            OperationDefinition::Query(q) => (
-                "query",
-                q.name.clone(),
-                &q.variable_definitions[..],
-                &q.selection_set,
-                &allowed.query,
-            ),
-            OperationDefinition::Mutation(m) => (
-                "mutation",
-                m.name.clone(),
-                &m.variable_definitions[..],
-                &m.selection_set,
-                &allowed.mutation,
-            ),
+        if operations.len() == MAX_OPERATIONS {
+            return Err(deny(format!(
+                "the GraphQL document has more than {MAX_OPERATIONS} operations; send fewer per request"
+            )));
+        }
+        let operation = match operation {
+            OperationDefinition::SelectionSet(s) => Operation {
+                kind: "query",
+                name: None,
+                variable_definitions: &[],
+                selection_set: s,
+            },
+            OperationDefinition::Query(q) => Operation {
+                kind: "query",
+                name: q.name.as_deref(),
+                variable_definitions: &q.variable_definitions,
+                selection_set: &q.selection_set,
+            },
+            OperationDefinition::Mutation(m) => Operation {
+                kind: "mutation",
+                name: m.name.as_deref(),
+                variable_definitions: &m.variable_definitions,
+                selection_set: &m.selection_set,
+            },
             OperationDefinition::Subscription(_) => {
                 return Err(deny("GraphQL subscriptions are not allowed".into()))
             }
         };
-        let mut fields = Vec::new();
-        let mut budget = MAX_FRAGMENT_EXPANSIONS;
-        root_fields(selection_set, &fragments, &mut budget, &mut fields).map_err(deny)?;
-        for field in fields {
-            let field_name = field.name.as_str();
-            if field_name != "__typename" && !listed.contains(field_name) {
-                let allowed_list = listed
-                    .iter()
-                    .map(String::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(deny(format!(
-                    "the GraphQL {kind} field `{field_name}` is not allowed for this identity (allowed {kind} fields: {})",
-                    if allowed_list.is_empty() { "none" } else { &allowed_list }
-                )));
-            }
-            if kind == "query" && field_name == "repository" {
-                check_repository(
-                    field,
-                    allowed.repository.as_deref(),
-                    &variables,
-                    variable_definitions,
-                )
-                .map_err(deny)?;
-            }
-            summary.root_fields.push(format!("{kind}.{field_name}"));
-        }
-        summary.operations.push((kind, name));
+        walk.selections(&operation, operation.selection_set, 0)
+            .map_err(deny)?;
+        operations.push((operation.kind, operation.name.map(str::to_owned)));
     }
-    if summary.operations.is_empty() {
+    if operations.is_empty() {
         return Err(deny("the GraphQL document has no operation".into()));
     }
-    summary.root_fields.sort();
-    summary.root_fields.dedup();
-    Ok(summary)
+    Ok(GraphQlSummary {
+        operations,
+        // The set is ordered by (kind, field), which is the order of `kind.field`.
+        root_fields: walk
+            .seen
+            .iter()
+            .map(|(kind, field)| format!("{kind}.{field}"))
+            .collect(),
+    })
+}
+
+/// Counts the lexical tokens of a GraphQL document up to `limit`, in one
+/// pass: a string or block string, a name or number, `...` and each other
+/// punctuator are one token; whitespace, commas and comments are none. An
+/// unterminated string runs to the end (the parser will refuse it).
+fn count_tokens(document: &str, limit: usize) -> Result<usize, String> {
+    let bytes = document.as_bytes();
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut count = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &bytes[i..];
+        i += match rest[0] {
+            b' ' | b'\t' | b'\n' | b'\r' | b',' => 1,
+            b'#' => {
+                let line = rest.iter().position(|&b| b == b'\n' || b == b'\r');
+                line.unwrap_or(rest.len())
+            }
+            _ => {
+                count += 1;
+                if count > limit {
+                    return Err(format!(
+                        "the GraphQL document has more than {limit} tokens; send a smaller query"
+                    ));
+                }
+                token_len(rest, word)
+            }
+        };
+    }
+    Ok(count)
+}
+
+/// The length of the token at the start of `rest` (not blank).
+fn token_len(rest: &[u8], word: impl Fn(u8) -> bool) -> usize {
+    if let Some(body) = rest.strip_prefix(b"\"\"\"") {
+        let mut j = 0;
+        while j < body.len() {
+            if body[j..].starts_with(b"\\\"\"\"") {
+                j += 4;
+            } else if body[j..].starts_with(b"\"\"\"") {
+                return 3 + j + 3;
+            } else {
+                j += 1;
+            }
+        }
+        return rest.len();
+    }
+    if rest[0] == b'"' {
+        let mut j = 1;
+        while j < rest.len() {
+            match rest[j] {
+                b'\\' => j += 2,
+                b'"' => return j + 1,
+                _ => j += 1,
+            }
+        }
+        return rest.len();
+    }
+    if rest.starts_with(b"...") {
+        return 3;
+    }
+    if word(rest[0]) {
+        return rest.iter().position(|&b| !word(b)).unwrap_or(rest.len());
+    }
+    // One punctuator, or one (possibly multi-byte) character the parser refuses.
+    let width = rest[1..]
+        .iter()
+        .position(|&b| (b & 0xc0) != 0x80)
+        .map_or(rest.len(), |p| p + 1);
+    width.min(rest.len())
 }
 
 fn fragments<'d>(
@@ -225,41 +306,105 @@ fn fragments<'d>(
 }
 
 type Field<'d> = graphql_parser::query::Field<'d, String>;
+type VariableDefinition<'d> = graphql_parser::query::VariableDefinition<'d, String>;
 
-/// Collect the root fields of a selection set, expanding fragments.
-fn root_fields<'d>(
-    set: &'d SelectionSet<'d, String>,
-    fragments: &BTreeMap<&str, &'d FragmentDefinition<'d, String>>,
-    budget: &mut usize,
-    out: &mut Vec<&'d Field<'d>>,
-) -> Result<(), String> {
-    for selection in &set.items {
-        match selection {
-            Selection::Field(field) => out.push(field),
-            Selection::InlineFragment(inline) => {
-                root_fields(&inline.selection_set, fragments, budget, out)?
-            }
-            Selection::FragmentSpread(spread) => {
-                *budget = budget
-                    .checked_sub(1)
-                    .ok_or("too many GraphQL fragment spreads (or a fragment cycle)")?;
-                let fragment = fragments
-                    .get(spread.fragment_name.as_str())
-                    .ok_or_else(|| {
-                        format!("unknown GraphQL fragment `{}`", spread.fragment_name)
-                    })?;
-                root_fields(&fragment.selection_set, fragments, budget, out)?;
+/// One operation of the document, whatever its kind.
+struct Operation<'d> {
+    kind: &'static str,
+    name: Option<&'d str>,
+    variable_definitions: &'d [VariableDefinition<'d>],
+    selection_set: &'d SelectionSet<'d, String>,
+}
+
+/// The walk over every operation's root selections, with the document's
+/// budget and the root fields seen so far.
+struct Walk<'d, 'r> {
+    fragments: &'r BTreeMap<&'d str, &'d FragmentDefinition<'d, String>>,
+    allowed: &'r GraphQlAllow,
+    variables: &'r serde_json::Map<String, serde_json::Value>,
+    spreads_left: usize,
+    selections_left: usize,
+    seen: BTreeSet<(&'static str, &'d str)>,
+}
+
+impl<'d> Walk<'d, '_> {
+    /// Checks each root field of `set` as it is reached (expanding
+    /// fragments): the first one not allowed ends the walk.
+    fn selections(
+        &mut self,
+        operation: &Operation<'d>,
+        set: &'d SelectionSet<'d, String>,
+        depth: usize,
+    ) -> Result<(), String> {
+        if depth > MAX_FRAGMENT_DEPTH {
+            return Err(format!(
+                "GraphQL fragments are nested deeper than {MAX_FRAGMENT_DEPTH} at the root"
+            ));
+        }
+        for selection in &set.items {
+            self.selections_left = self.selections_left.checked_sub(1).ok_or_else(|| {
+                format!("the GraphQL document selects more than {MAX_ROOT_SELECTIONS} root fields (counting each fragment spread); send a smaller query")
+            })?;
+            match selection {
+                Selection::Field(field) => self.field(operation, field)?,
+                Selection::InlineFragment(inline) => {
+                    self.selections(operation, &inline.selection_set, depth + 1)?
+                }
+                Selection::FragmentSpread(spread) => {
+                    self.spreads_left = self
+                        .spreads_left
+                        .checked_sub(1)
+                        .ok_or("too many GraphQL fragment spreads (or a fragment cycle)")?;
+                    let fragment = self
+                        .fragments
+                        .get(spread.fragment_name.as_str())
+                        .ok_or_else(|| {
+                            format!("unknown GraphQL fragment `{}`", spread.fragment_name)
+                        })?;
+                    self.selections(operation, &fragment.selection_set, depth + 1)?;
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
+
+    fn field(&mut self, operation: &Operation<'d>, field: &'d Field<'d>) -> Result<(), String> {
+        let kind = operation.kind;
+        let field_name = field.name.as_str();
+        let listed = if kind == "mutation" {
+            &self.allowed.mutation
+        } else {
+            &self.allowed.query
+        };
+        if field_name != "__typename" && !listed.contains(field_name) {
+            let allowed_list = listed
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(format!(
+                "the GraphQL {kind} field `{field_name}` is not allowed for this identity (allowed {kind} fields: {})",
+                if allowed_list.is_empty() { "none" } else { &allowed_list }
+            ));
+        }
+        if kind == "query" && field_name == "repository" {
+            check_repository(
+                field,
+                self.allowed.repository.as_deref(),
+                self.variables,
+                operation.variable_definitions,
+            )?;
+        }
+        self.seen.insert((kind, field_name));
+        Ok(())
+    }
 }
 
 fn check_repository(
     field: &Field,
     pinned: Option<&str>,
     variables: &serde_json::Map<String, serde_json::Value>,
-    definitions: &[graphql_parser::query::VariableDefinition<String>],
+    definitions: &[VariableDefinition],
 ) -> Result<(), String> {
     let Some(pinned) = pinned else {
         return Err(
@@ -292,7 +437,7 @@ fn check_repository(
 fn resolve_string(
     value: &Value<String>,
     variables: &serde_json::Map<String, serde_json::Value>,
-    definitions: &[graphql_parser::query::VariableDefinition<String>],
+    definitions: &[VariableDefinition],
 ) -> Option<String> {
     match value {
         Value::String(s) => Some(s.clone()),

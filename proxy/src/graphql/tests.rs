@@ -165,3 +165,163 @@ fn unpinned_repository_is_denied() {
         .reason
         .contains("not pinned"));
 }
+
+/// The expansion attack: a fragment of `n` root fields, spread `spreads`
+/// times in each of `operations` operations.
+fn expansion_body(n: usize, spreads: usize, operations: usize) -> Vec<u8> {
+    let mut query = format!("fragment F on Query {{ {} }}\n", "__typename ".repeat(n));
+    for k in 0..operations {
+        query.push_str(&format!("query Q{k} {{ {} }}\n", "...F ".repeat(spreads)));
+    }
+    serde_json::json!({ "query": query })
+        .to_string()
+        .into_bytes()
+}
+
+#[test]
+fn the_fragment_expansion_attack_is_refused_quickly() {
+    // About 1 MiB: 1000 fields × 256 spreads × 780 operations = 200 million
+    // root entries if each operation were expanded on its own budget.
+    let body = expansion_body(1000, 256, 780);
+    assert!((1_000_000..1 << 20).contains(&body.len()), "{}", body.len());
+    let started = std::time::Instant::now();
+    let denial = check(&body, &allow()).unwrap_err();
+    let took = started.elapsed();
+    assert!(denial.reason.contains("tokens"), "{}", denial.reason);
+    // Generous for an unoptimised build on a busy machine; the old check
+    // took tens of seconds and gigabytes here.
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+
+    // A small document that expands: the root-selection budget ends the walk.
+    let denial = check(&expansion_body(100, 50, 1), &allow()).unwrap_err();
+    assert!(
+        denial.reason.contains("more than 4096 root fields"),
+        "{}",
+        denial.reason
+    );
+}
+
+#[test]
+fn the_spread_budget_counts_across_operations() {
+    // 200 spreads in each of two operations: each alone is within the limit,
+    // the document is not.
+    let denial = check(&expansion_body(1, 200, 2), &allow()).unwrap_err();
+    assert!(
+        denial.reason.contains("too many GraphQL fragment spreads"),
+        "{}",
+        denial.reason
+    );
+    assert!(check(&expansion_body(1, 128, 2), &allow()).is_ok());
+}
+
+#[test]
+fn operation_and_selection_limits_are_exact() {
+    let ops = |k: usize| {
+        let query: String = (0..k)
+            .map(|i| format!("query Q{i} {{ __typename }} "))
+            .collect();
+        serde_json::json!({ "query": query }).to_string()
+    };
+    assert!(check(ops(MAX_OPERATIONS).as_bytes(), &allow()).is_ok());
+    assert!(check(ops(MAX_OPERATIONS + 1).as_bytes(), &allow())
+        .unwrap_err()
+        .reason
+        .contains("operations"));
+    let fields = |k: usize| {
+        serde_json::json!({ "query": format!("{{ {} }}", "__typename ".repeat(k)) }).to_string()
+    };
+    assert!(check(fields(MAX_ROOT_SELECTIONS).as_bytes(), &allow()).is_ok());
+    assert!(check(fields(MAX_ROOT_SELECTIONS + 1).as_bytes(), &allow())
+        .unwrap_err()
+        .reason
+        .contains("root fields"));
+    let nested = |d: usize| {
+        let query = format!("{{ {}__typename{} }}", "... { ".repeat(d), " }".repeat(d));
+        serde_json::json!({ "query": query }).to_string()
+    };
+    assert!(check(nested(MAX_FRAGMENT_DEPTH).as_bytes(), &allow()).is_ok());
+    assert!(check(nested(MAX_FRAGMENT_DEPTH + 1).as_bytes(), &allow())
+        .unwrap_err()
+        .reason
+        .contains("nested"));
+}
+
+#[test]
+fn the_first_disallowed_field_is_named_in_a_long_document() {
+    // The disallowed field comes first; thousands of allowed ones follow.
+    let query = format!(
+        "mutation {{ addComment(input: {{}}) {{ clientMutationId }} {} }}",
+        "addReaction(input: {}) { clientMutationId } ".repeat(800)
+    );
+    let denial = run(serde_json::json!({ "query": query })).unwrap_err();
+    assert!(denial.reason.contains("`addComment`"), "{}", denial.reason);
+}
+
+#[test]
+fn a_gh_style_query_passes_with_fragments_and_duplicates_folded() {
+    let query = r#"
+        query PullRequestByNumber($owner: String!, $repo: String!, $pr_number: Int!) {
+          repository(owner: $owner, name: $repo) {
+            pullRequest(number: $pr_number) { ...pr }
+          }
+          ...limits
+          ...limits
+        }
+        fragment pr on PullRequest { id title state author { login } labels(first: 100) { nodes { name } } }
+        fragment limits on Query { rateLimit { remaining } __typename }
+    "#;
+    let summary = run(serde_json::json!({
+        "query": query,
+        "variables": {"owner": "octo", "repo": "hello", "pr_number": 1},
+        "operationName": "PullRequestByNumber",
+    }))
+    .unwrap();
+    assert_eq!(
+        summary.root_fields,
+        ["query.__typename", "query.rateLimit", "query.repository"]
+    );
+    assert_eq!(
+        summary.operations,
+        [("query", Some("PullRequestByNumber".to_owned()))]
+    );
+}
+
+#[test]
+fn tokens_are_counted_outside_strings_and_comments() {
+    let cases: &[(&str, usize)] = &[
+        ("", 0),
+        ("{ a }", 3),
+        ("query Q($x: Int = 1) { a(b: $x) ...F }", 21),
+        ("{ a(b: \"x y { } ( ) ...\") }", 8),
+        ("{ a(b: \"esc \\\" { }\") }", 8),
+        ("{ a(b: \"\"\"block \\\"\"\" { } \"\"\") }", 8),
+        ("# a comment { } ...\n{ a }", 3),
+        ("{ __typename...F...F }", 7),
+        ("{ a, b,,, c }", 5),
+        ("{ a(b: \"unterminated", 6),
+        ("{ é }", 3),
+    ];
+    for (document, want) in cases {
+        assert_eq!(
+            count_tokens(document, usize::MAX),
+            Ok(*want),
+            "{document:?}"
+        );
+    }
+    assert!(count_tokens("{ a }", 2)
+        .unwrap_err()
+        .contains("more than 2 tokens"));
+    assert_eq!(count_tokens("{ a }", 3), Ok(3));
+}
+
+#[test]
+fn a_document_over_the_token_limit_is_refused_before_parsing() {
+    let query = format!("{{ {} }}", "__typename ".repeat(MAX_DOCUMENT_TOKENS));
+    let denial = run(serde_json::json!({ "query": query })).unwrap_err();
+    assert!(denial.reason.contains("tokens"), "{}", denial.reason);
+    // A long string literal is one token: a long comment body still passes.
+    let body = "words ".repeat(100_000);
+    let query =
+        format!("mutation {{ addReaction(input: {{body: \"{body}\"}}) {{ clientMutationId }} }}");
+    assert!(run(serde_json::json!({ "query": query })).is_ok());
+}

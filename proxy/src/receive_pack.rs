@@ -69,48 +69,99 @@ pub enum ParseError {
 
 /// Parse the command list at the head of a receive-pack request body.
 pub fn parse_commands(prefix: &[u8]) -> Result<Parsed, ParseError> {
-    let invalid = |why: &str| Err(ParseError::Invalid(why.to_owned()));
-    let mut at = 0;
-    let mut commands = Vec::new();
-    let mut capabilities = Vec::new();
-    let mut seen_command = false;
-    loop {
-        if at > MAX_PREFIX {
-            return invalid("the command list is longer than the proxy accepts");
+    CommandParser::default().parse(prefix)
+}
+
+/// The command-list parser as a state machine over a growing body: each
+/// call resumes at the first pkt-line not yet parsed, so a body that
+/// arrives a byte at a time costs one pass over it, not one per chunk.
+#[derive(Debug, Default)]
+pub struct CommandParser {
+    /// Offset of the first pkt-line not yet parsed.
+    at: usize,
+    commands: Vec<RefUpdate>,
+    capabilities: Vec<String>,
+    /// The final answer, once there is one: later calls repeat it.
+    finished: Option<Result<Parsed, ParseError>>,
+    /// Pkt-lines parsed, counted so tests can see each is parsed once.
+    #[cfg(test)]
+    lines_parsed: usize,
+}
+
+impl CommandParser {
+    /// Parses what `prefix` adds to the prefix given before (the body so
+    /// far, which only grows): [`ParseError::NeedMore`] until the flush
+    /// after the commands, then the command list or why it is invalid.
+    pub fn parse(&mut self, prefix: &[u8]) -> Result<Parsed, ParseError> {
+        if let Some(finished) = &self.finished {
+            return finished.clone();
         }
-        let Some(len_hex) = prefix.get(at..at + 4) else {
-            return Err(ParseError::NeedMore);
-        };
-        let len = std::str::from_utf8(len_hex)
-            .ok()
-            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
-            .and_then(|h| usize::from_str_radix(h, 16).ok());
-        let Some(len) = len else {
-            return invalid("bad pkt-line length");
-        };
-        if len == 0 {
-            at += 4;
-            break;
+        let outcome = self.resume(prefix);
+        if outcome != Err(ParseError::NeedMore) {
+            self.finished = Some(outcome.clone());
         }
-        if len < 5 {
-            return invalid(
-                "pkt-line length below 5 (delim and response-end packets do not belong here)",
-            );
-        }
-        let Some(payload) = prefix.get(at + 4..at + len) else {
-            return if at + len > MAX_PREFIX + 4 {
-                invalid("pkt-line longer than the proxy accepts")
-            } else {
-                Err(ParseError::NeedMore)
+        outcome
+    }
+
+    fn resume(&mut self, prefix: &[u8]) -> Result<Parsed, ParseError> {
+        let invalid = |why: &str| Err(ParseError::Invalid(why.to_owned()));
+        loop {
+            if self.at > MAX_PREFIX {
+                return invalid("the command list is longer than the proxy accepts");
+            }
+            let at = self.at;
+            let Some(len_hex) = prefix.get(at..at + 4) else {
+                return Err(ParseError::NeedMore);
             };
-        };
-        at += len;
-        let payload = payload.strip_suffix(b"\n").unwrap_or(payload);
+            let len = std::str::from_utf8(len_hex)
+                .ok()
+                .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+                .and_then(|h| usize::from_str_radix(h, 16).ok());
+            let Some(len) = len else {
+                return invalid("bad pkt-line length");
+            };
+            if len == 0 {
+                self.at += 4;
+                break;
+            }
+            if len < 5 {
+                return invalid(
+                    "pkt-line length below 5 (delim and response-end packets do not belong here)",
+                );
+            }
+            let Some(payload) = prefix.get(at + 4..at + len) else {
+                return if at + len > MAX_PREFIX + 4 {
+                    invalid("pkt-line longer than the proxy accepts")
+                } else {
+                    Err(ParseError::NeedMore)
+                };
+            };
+            self.at += len;
+            self.line(payload.strip_suffix(b"\n").unwrap_or(payload))?;
+        }
+        if self.commands.is_empty() {
+            return invalid("no ref updates");
+        }
+        Ok(Parsed {
+            commands: std::mem::take(&mut self.commands),
+            capabilities: std::mem::take(&mut self.capabilities),
+            consumed: self.at,
+        })
+    }
+
+    /// One pkt-line's payload: a shallow line or a command.
+    fn line(&mut self, payload: &[u8]) -> Result<(), ParseError> {
+        let invalid = |why: &str| Err(ParseError::Invalid(why.to_owned()));
+        #[cfg(test)]
+        {
+            self.lines_parsed += 1;
+        }
+        let seen_command = !self.commands.is_empty();
         if let Some(oid) = payload.strip_prefix(b"shallow ") {
             if seen_command || parse_oid(oid).is_none() {
                 return invalid("misplaced or malformed shallow line");
             }
-            continue;
+            return Ok(());
         }
         if payload.starts_with(b"push-cert") {
             return invalid("signed pushes (push-cert) are not supported through the proxy");
@@ -121,27 +172,19 @@ pub fn parse_commands(prefix: &[u8]) -> Result<Parsed, ParseError> {
             None => (payload, None),
         };
         if let Some(caps) = caps {
-            capabilities = parse_capabilities(caps)?;
+            self.capabilities = parse_capabilities(caps)?;
         }
-        commands.push(parse_command(line).ok_or_else(|| {
+        self.commands.push(parse_command(line).ok_or_else(|| {
             ParseError::Invalid(format!(
                 "malformed command `{}`",
                 String::from_utf8_lossy(line).escape_debug()
             ))
         })?);
-        seen_command = true;
-        if commands.len() > MAX_COMMANDS {
+        if self.commands.len() > MAX_COMMANDS {
             return invalid("more ref updates than the proxy accepts");
         }
+        Ok(())
     }
-    if commands.is_empty() {
-        return invalid("no ref updates");
-    }
-    Ok(Parsed {
-        commands,
-        capabilities,
-        consumed: at,
-    })
 }
 
 /// The capabilities after the first command's NUL, space-separated.

@@ -265,3 +265,98 @@ proptest! {
         prop_assert_eq!(check(&updates, &policy()).is_ok(), expected);
     }
 }
+
+/// Feeds `body` to one parser in chunks ending at `cuts` (then the rest),
+/// as the proxy does: each call sees the whole body so far.
+fn parse_in_chunks(body: &[u8], cuts: &[usize]) -> Result<Parsed, ParseError> {
+    let mut parser = CommandParser::default();
+    for &cut in cuts.iter().filter(|&&c| c < body.len()) {
+        match parser.parse(&body[..cut]) {
+            Err(ParseError::NeedMore) => {}
+            done => return done,
+        }
+    }
+    parser.parse(body)
+}
+
+#[test]
+fn a_huge_command_list_sent_a_byte_at_a_time_costs_one_pass() {
+    // 999 commands, then a pkt-line of 64 KiB, one byte per chunk: the
+    // old parser re-read the whole prefix per chunk (77 s of CPU).
+    let mut b: Vec<u8> = (0..999)
+        .flat_map(|i| pkt(&format!("{A} {B} refs/heads/gatehouse/b{i}\n")))
+        .collect();
+    let long = format!(
+        "{A} {B} refs/heads/gatehouse/{}\n",
+        "x".repeat(65535 - 4 - 104)
+    );
+    b.extend(pkt(&long));
+    assert_eq!(&b[b.len() - 65535..b.len() - 65531], b"ffff");
+    b.extend_from_slice(b"0000");
+    let mut parser = CommandParser::default();
+    for end in 0..b.len() {
+        assert_eq!(parser.parse(&b[..end]), Err(ParseError::NeedMore), "{end}");
+    }
+    let parsed = parser.parse(&b).unwrap();
+    assert_eq!(parsed.commands.len(), 1000);
+    assert_eq!(parsed.consumed, b.len());
+    // Each pkt-line was parsed once, however the body was split.
+    assert_eq!(parser.lines_parsed, 1000);
+    // The answer is final: asking again repeats it.
+    assert_eq!(parser.parse(&b), Ok(parsed));
+}
+
+#[test]
+fn a_final_refusal_is_repeated() {
+    let b = body(&[
+        format!("{A} {B} refs/heads/x\0\n"),
+        format!("{A} {B} refs/heads/y\0\n"),
+    ]);
+    let mut parser = CommandParser::default();
+    let first = parser.parse(&b);
+    assert!(matches!(first, Err(ParseError::Invalid(_))), "{first:?}");
+    assert_eq!(parser.parse(&b), first);
+}
+
+fn command_lines() -> impl Strategy<Value = Vec<String>> {
+    let line = ("[a-z]{1,8}", any::<bool>(), "[ -~]{0,12}").prop_map(|(name, create, caps)| {
+        let old = if create { Z } else { A };
+        format!("{old} {B} refs/heads/gatehouse/{name}\0{caps}\n")
+    });
+    proptest::collection::vec(line, 1..6).prop_map(|mut lines| {
+        // Only the first command carries capabilities.
+        for l in lines.iter_mut().skip(1) {
+            if let Some(nul) = l.find('\0') {
+                *l = format!("{}\n", &l[..nul]);
+            }
+        }
+        lines
+    })
+}
+
+proptest! {
+    /// Every strict prefix of an accepted command list needs more, and so
+    /// does every prefix of it fed in chunks.
+    #[test]
+    fn every_strict_prefix_of_an_accepted_body_needs_more(lines in command_lines()) {
+        let b = body(&lines);
+        let parsed = parse_commands(&b).unwrap();
+        for cut in 0..parsed.consumed {
+            prop_assert_eq!(parse_commands(&b[..cut]), Err(ParseError::NeedMore), "cut {}", cut);
+        }
+    }
+
+    /// Feeding a body in any chunks gives the answer of parsing it whole.
+    #[test]
+    fn chunking_does_not_change_the_answer(
+        bytes in prop_oneof![
+            command_lines().prop_map(|l| body(&l)),
+            proptest::collection::vec(any::<u8>(), 0..256),
+        ],
+        cuts in proptest::collection::vec(0usize..300, 0..8),
+    ) {
+        let mut cuts = cuts;
+        cuts.sort_unstable();
+        prop_assert_eq!(parse_in_chunks(&bytes, &cuts), parse_commands(&bytes));
+    }
+}

@@ -9,7 +9,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
 use sha2::{Digest, Sha256};
 
-use super::policy::{BodyChecker, BodyVerdict, Grant};
+use super::policy::{BodyCheckFn, BodyVerdict, Grant};
 use crate::body::{self, PrefixedBody, ProxyBody};
 use crate::receive_pack::StatusReport;
 
@@ -56,18 +56,23 @@ fn read_limit(grant: &Grant) -> usize {
 }
 
 /// A body check's decision on the bytes read so far: `Ok(true)` to let the
-/// body pass, `Ok(false)` to read more.
-fn judge(check: &BodyChecker, prefix: &[u8], complete: bool) -> Result<bool, BodyRefusal> {
-    match (check.check)(prefix, complete) {
+/// body pass, `Ok(false)` to read more. `name` is the check's.
+fn judge(
+    name: &str,
+    check: &mut BodyCheckFn,
+    prefix: &[u8],
+    complete: bool,
+) -> Result<bool, BodyRefusal> {
+    match check(prefix, complete) {
         BodyVerdict::Allow => Ok(true),
         BodyVerdict::Deny(reason) => Err(BodyRefusal {
             reason,
-            git_report: (check.name == "receive_pack")
+            git_report: (name == "receive_pack")
                 .then(|| StatusReport::requested(prefix))
                 .flatten(),
         }),
         BodyVerdict::NeedMore if complete => {
-            Err(format!("the {} body ended before it could be checked", check.name).into())
+            Err(format!("the {name} body ended before it could be checked").into())
         }
         BodyVerdict::NeedMore => Ok(false),
     }
@@ -99,11 +104,13 @@ pub(super) async fn inspect_body(
     let mut prefix = BytesMut::new();
     let mut complete = incoming.is_end_stream();
     let mut verdict_ok = grant.body.is_none();
+    // One check per request: it may keep what it parsed between reads.
+    let mut checker = grant.body.as_ref().map(|c| (c.name, (c.start)()));
     loop {
         // Nothing to decide on until the first bytes (or the end) arrive.
         let ready = complete || !prefix.is_empty();
-        if let (false, true, Some(check)) = (verdict_ok, ready, &grant.body) {
-            verdict_ok = judge(check, &prefix, complete)?;
+        if let (false, true, Some((name, check))) = (verdict_ok, ready, checker.as_mut()) {
+            verdict_ok = judge(name, check.as_mut(), &prefix, complete)?;
         }
         if complete || (verdict_ok && !need_all) {
             break;
@@ -143,13 +150,16 @@ mod tests {
 
     use super::*;
     use crate::rules::Injection;
-    use crate::server::policy::MessageSpec;
+    use crate::server::policy::{BodyChecker, MessageSpec};
 
     fn checker(name: &'static str, limit: usize, verdict: BodyVerdict) -> BodyChecker {
         BodyChecker {
             name,
             limit,
-            check: Arc::new(move |_: &[u8], _: bool| verdict.clone()),
+            start: Arc::new(move || {
+                let verdict = verdict.clone();
+                Box::new(move |_: &[u8], _: bool| verdict.clone())
+            }),
         }
     }
 
@@ -259,7 +269,12 @@ mod tests {
             ),
         ];
         for (i, (check, prefix, complete, expected)) in cases.into_iter().enumerate() {
-            assert_eq!(judge(&check, prefix, complete), expected, "case {i}");
+            let mut run = (check.start)();
+            assert_eq!(
+                judge(check.name, run.as_mut(), prefix, complete),
+                expected,
+                "case {i}"
+            );
         }
         assert!(StatusReport::requested(&push).is_some());
     }

@@ -58,7 +58,12 @@ pub enum BodyVerdict {
 }
 
 /// Decides on a body prefix; the flag says whether it is the whole body.
-pub type BodyCheckFn = dyn Fn(&[u8], bool) -> BodyVerdict + Send + Sync;
+/// One per request: it may keep state between calls, each of which sees
+/// the whole body so far (a prefix of the next call's).
+pub type BodyCheckFn = dyn FnMut(&[u8], bool) -> BodyVerdict + Send;
+
+/// Starts the check of one request body.
+pub type StartBodyCheck = dyn Fn() -> Box<BodyCheckFn> + Send + Sync;
 
 /// Runs a rule's body check on the request body's head (or all of it, up
 /// to a limit).
@@ -68,8 +73,9 @@ pub struct BodyChecker {
     pub name: &'static str,
     /// Bodies larger than this without a verdict are refused.
     pub limit: usize,
-    /// Decides on the prefix read so far; `complete` when it is all of it.
-    pub check: Arc<BodyCheckFn>,
+    /// Starts a request's check, which decides on the prefix read so far
+    /// (`complete` when it is all of it).
+    pub start: Arc<StartBodyCheck>,
 }
 
 impl std::fmt::Debug for BodyChecker {
@@ -174,37 +180,44 @@ fn grant_of(allowed: Allowed) -> Grant {
         rules::BodyCheck::GraphQl(allow) => Some(BodyChecker {
             name: "graphql",
             limit: BODY_CHECK_LIMIT,
-            check: Arc::new(move |body: &[u8], complete: bool| {
-                if !complete {
-                    return BodyVerdict::NeedMore;
-                }
-                match graphql::check(body, &allow) {
-                    Ok(_) => BodyVerdict::Allow,
-                    Err(denial) => BodyVerdict::Deny(denial.reason),
-                }
+            start: Arc::new(move || {
+                let allow = allow.clone();
+                Box::new(move |body: &[u8], complete: bool| {
+                    if !complete {
+                        return BodyVerdict::NeedMore;
+                    }
+                    match graphql::check(body, &allow) {
+                        Ok(_) => BodyVerdict::Allow,
+                        Err(denial) => BodyVerdict::Deny(denial.reason),
+                    }
+                })
             }),
         }),
         rules::BodyCheck::ReceivePack(policy) => Some(BodyChecker {
             name: "receive_pack",
             limit: BODY_CHECK_LIMIT,
-            check: Arc::new(move |prefix: &[u8], complete: bool| {
-                // Before a push bigger than http.postBuffer, git probes with
-                // a body of one flush packet; it updates nothing.
-                if prefix == b"0000" {
-                    return if complete {
-                        BodyVerdict::Allow
-                    } else {
-                        BodyVerdict::NeedMore
-                    };
-                }
-                match receive_pack::parse_commands(prefix) {
-                    Err(receive_pack::ParseError::NeedMore) => BodyVerdict::NeedMore,
-                    Err(e) => BodyVerdict::Deny(e.to_string()),
-                    Ok(parsed) => match receive_pack::check(&parsed.commands, &policy) {
-                        Ok(()) => BodyVerdict::Allow,
-                        Err(denial) => BodyVerdict::Deny(denial.reason),
-                    },
-                }
+            start: Arc::new(move || {
+                let policy = policy.clone();
+                let mut parser = receive_pack::CommandParser::default();
+                Box::new(move |prefix: &[u8], complete: bool| {
+                    // Before a push bigger than http.postBuffer, git probes
+                    // with a body of one flush packet; it updates nothing.
+                    if prefix == b"0000" {
+                        return if complete {
+                            BodyVerdict::Allow
+                        } else {
+                            BodyVerdict::NeedMore
+                        };
+                    }
+                    match parser.parse(prefix) {
+                        Err(receive_pack::ParseError::NeedMore) => BodyVerdict::NeedMore,
+                        Err(e) => BodyVerdict::Deny(e.to_string()),
+                        Ok(parsed) => match receive_pack::check(&parsed.commands, &policy) {
+                            Ok(()) => BodyVerdict::Allow,
+                            Err(denial) => BodyVerdict::Deny(denial.reason),
+                        },
+                    }
+                })
             }),
         }),
     };

@@ -429,16 +429,29 @@ fn named_profiles_come_from_the_profiles_dir_and_can_name_the_command() {
 }
 
 #[test]
-fn a_work_dir_the_worker_user_cannot_enter_fails_closed_with_a_hint() {
-    use std::os::unix::fs::PermissionsExt;
+fn a_root_callers_private_work_dir_is_the_workers_through_an_idmapped_mount() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     if !mode_available(Mode::Root) {
         return;
     }
     let s = Scratch::new(Mode::Root);
-    // Root's own private directory: the worker (gatehouse-worker) may not enter it.
+    let worker_uid = s.worker_uid().unwrap();
+    // Root's own private directory, as `mktemp -d` makes it: root-owned 0700.
     let private = s.path("root-only");
     std::fs::create_dir(&private).unwrap();
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(private.join("roots"), "root's file\n").unwrap();
+    std::fs::set_permissions(
+        private.join("roots"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    // A file of a third user in it stays that user's: only the directory's
+    // owner is shown as the worker.
+    let other = private.join("others");
+    std::fs::write(&other, "not for the worker\n").unwrap();
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&other, Some(worker_uid + 1), Some(worker_uid + 1)).unwrap();
     let out = s
         .command(&[
             "sandbox",
@@ -450,13 +463,27 @@ fn a_work_dir_the_worker_user_cannot_enter_fails_closed_with_a_hint() {
             "--",
             "sh",
             "-c",
-            "echo should-not-run",
+            "cat /proc/self/uid_map; cat roots; echo made > new; cat others 2>/dev/null || echo others-refused",
         ])
         .stdin(Stdio::null())
         .output()
         .unwrap();
     let r = Run::from(out);
-    assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{r:#?}");
-    assert!(r.stderr.contains("--worker-user"), "{r:#?}");
-    assert!(!r.stdout.contains("should-not-run"));
+    r.ok();
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    // The worker is still the worker's host user, never root.
+    let map: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(map, ["0", &worker_uid.to_string(), "1"], "{r:#?}");
+    assert_eq!(&lines[1..], ["root's file", "others-refused"], "{r:#?}");
+    // What the worker wrote belongs to the directory's owner on the host;
+    // nothing was chowned.
+    let new = std::fs::metadata(private.join("new")).unwrap();
+    assert_eq!((new.uid(), new.gid()), (0, 0));
+    assert_eq!(
+        std::fs::read_to_string(private.join("new")).unwrap(),
+        "made\n"
+    );
+    let dir = std::fs::metadata(&private).unwrap();
+    assert_eq!((dir.uid(), dir.mode() & 0o777), (0, 0o700));
+    assert_eq!(std::fs::metadata(&other).unwrap().uid(), worker_uid + 1);
 }

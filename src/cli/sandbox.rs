@@ -70,7 +70,10 @@ pub struct RunArgs {
     /// Profile name or path to a profile TOML file
     #[arg(long)]
     profile: String,
-    /// Host directory mounted read-write at /work (the command's cwd)
+    /// Host directory mounted read-write at /work (the command's cwd). As
+    /// root, a directory owned by another user than --worker-user is shown
+    /// to the worker as its own (an idmapped mount; its files keep their
+    /// owner on disk)
     #[arg(long)]
     workdir: PathBuf,
     /// Unix socket of the proxy; a relay on 127.0.0.1:3128 inside forwards to it

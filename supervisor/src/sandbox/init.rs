@@ -17,7 +17,7 @@ use seccompiler::BpfProgram;
 use super::kernel::Kernel;
 use super::sys::host::Host;
 use super::{root, sys, worker, Source, EXIT_SANDBOX_FAILED};
-use crate::plan::Plan;
+use crate::plan::{MountStep, Plan};
 
 pub(crate) struct Setup<'a> {
     pub plan: &'a Plan,
@@ -26,6 +26,8 @@ pub(crate) struct Setup<'a> {
     pub errors: OwnedFd,
     /// Where the host side hands over this run's cgroups (see `run`).
     pub cgroups: OwnedFd,
+    /// The idmapped work dir, when the host side made one.
+    pub workdir_tree: Option<OwnedFd>,
 }
 
 /// Writes `msg` for the host side to report, then exits.
@@ -56,6 +58,7 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
         sync,
         errors,
         cgroups,
+        workdir_tree,
     } = setup;
     // Die with `sandbox run`. If it already died before this line, the sync
     // pipe reads EOF below and we exit.
@@ -64,7 +67,7 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
         sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
     }
     let mut kernel = Host;
-    let started = build(&mut kernel, plan, &sync).and_then(|listener| {
+    let started = build(&mut kernel, plan, &sync, workdir_tree).and_then(|listener| {
         let limits_by_cgroup = join_cgroups(&cgroups)?;
         drop(cgroups);
         drop(sync);
@@ -91,16 +94,13 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
 
 /// Takes the worker's ids, builds the new root, brings up the network and
 /// the relay's listener, and scrubs what the caller left in this process.
-fn build(kernel: &mut Host, plan: &Plan, sync: &OwnedFd) -> Result<Option<TcpListener>, Stop> {
-    let first: Vec<_> = plan.mounts.iter().map(super::open_source).collect();
-    become_root(kernel, plan)?;
-    let sources: Vec<Source> = plan
-        .mounts
-        .iter()
-        .zip(first)
-        .map(|(step, opened)| opened.or_else(|_| super::open_source(step)))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
+fn build(
+    kernel: &mut Host,
+    plan: &Plan,
+    sync: &OwnedFd,
+    workdir_tree: Option<OwnedFd>,
+) -> Result<Option<TcpListener>, Stop> {
+    let sources = open_sources(kernel, plan, workdir_tree)?;
     // Changing credentials clears the parent-death signal: set it again,
     // then make sure the parent did not die in between (it holds the sync
     // pipe open for as long as it waits for us).
@@ -124,6 +124,36 @@ fn build(kernel: &mut Host, plan: &Plan, sync: &OwnedFd) -> Result<Option<TcpLis
     sys::inside::scrub_cmdline(b"gatehouse-init");
     nix::sys::prctl::set_dumpable(false).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
     Ok(listener)
+}
+
+/// Opens every bind source (see [`super::open_source`]): as the caller,
+/// then again as the worker for what failed. The idmapped work dir, when
+/// there is one, stands in for the work dir's bind.
+fn open_sources(
+    kernel: &mut Host,
+    plan: &Plan,
+    workdir_tree: Option<OwnedFd>,
+) -> Result<Vec<Source>, Stop> {
+    let mut tree = workdir_tree;
+    let first: Vec<_> = plan
+        .mounts
+        .iter()
+        .map(|step| match (step, tree.take()) {
+            (MountStep::BindWritable { .. }, Some(t)) => Ok(Source::Tree(t)),
+            (_, t) => {
+                tree = t;
+                super::open_source(step)
+            }
+        })
+        .collect();
+    become_root(kernel, plan)?;
+    Ok(plan
+        .mounts
+        .iter()
+        .zip(first)
+        .map(|(step, opened)| opened.or_else(|_| super::open_source(step)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?)
 }
 
 /// Joins the cgroups the host side created meanwhile. Still

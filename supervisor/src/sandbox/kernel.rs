@@ -4,6 +4,7 @@
 //! writes each call down (and fails the one it is told to), without root.
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use nix::mount::MsFlags;
@@ -24,6 +25,8 @@ pub(crate) trait Kernel {
     ) -> io::Result<()>;
     /// Sets `attrs` on the mount at `path` and every mount below it.
     fn set_mount_attrs(&mut self, path: &Path, attrs: MountAttrs) -> io::Result<()>;
+    /// Attaches a detached mount (the idmapped work dir) at `path`.
+    fn attach_tree(&mut self, tree: &OwnedFd, path: &Path) -> io::Result<()>;
     fn unmount_detach(&mut self, path: &Path) -> io::Result<()>;
     fn pivot_root(&mut self, new_root: &Path, put_old: &Path) -> io::Result<()>;
     fn chdir(&mut self, path: &Path) -> io::Result<()>;
@@ -153,6 +156,9 @@ pub(crate) mod tests {
         }
         fn set_mount_attrs(&mut self, path: &Path, attrs: MountAttrs) -> io::Result<()> {
             self.call(format!("setattr {} {}", path.display(), attrs_text(attrs)))
+        }
+        fn attach_tree(&mut self, _: &OwnedFd, path: &Path) -> io::Result<()> {
+            self.call(format!("attach {}", path.display()))
         }
         fn unmount_detach(&mut self, path: &Path) -> io::Result<()> {
             self.call(format!("umount {}", path.display()))

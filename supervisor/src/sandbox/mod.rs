@@ -140,6 +140,46 @@ pub(crate) enum Source {
     Symlink(PathBuf),
     /// Optional and absent on this host.
     Absent,
+    /// A detached mount made on the host side (the idmapped work dir), to
+    /// attach as it is.
+    Tree(OwnedFd),
+}
+
+/// How the work dir's owner must be shown to the worker: when a root
+/// caller hands over a directory owned by someone other than the worker's
+/// host user, that owner (uid and gid) appears as the worker through an
+/// idmapped mount. `None` when the worker already owns it, or when the
+/// caller is not root (the worker then is the caller).
+pub(crate) fn workdir_shift(identity: &Identity, owner: (u32, u32)) -> Option<sys::idmap::IdShift> {
+    (identity.caller_is_root && owner.0 != identity.host_uid).then_some(sys::idmap::IdShift {
+        uid: (owner.0, identity.host_uid),
+        gid: (owner.1, identity.host_gid),
+    })
+}
+
+/// The idmapped work dir [`workdir_shift`] asks for, made on the host side
+/// (it needs privilege over the host's mount namespace) and attached by the
+/// init in place of a bind.
+fn idmapped_workdir(plan: &Plan) -> Result<Option<OwnedFd>, SandboxError> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(dir) = plan.mounts.iter().find_map(|m| match m {
+        MountStep::BindWritable { host, .. } => Some(host),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    let meta = std::fs::metadata(dir).map_err(|source| SandboxError::Source {
+        path: dir.clone(),
+        source,
+    })?;
+    match workdir_shift(&plan.identity, (meta.uid(), meta.gid())) {
+        None => Ok(None),
+        Some(shift) => sys::idmap::idmapped_tree(dir, shift)
+            .map(Some)
+            .map_err(SandboxError::sys(
+                "an idmapped mount of the work dir, to show its owner as the worker's host user (its filesystem may not support idmapped mounts: make the worker's user own it instead)",
+            )),
+    }
 }
 
 /// Opens one bind source. The init calls this right after clone (an fd
@@ -208,6 +248,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     let facts = probe::quick();
     check_required(plan, &facts)?;
     let filter = seccomp::compile(&plan.seccomp)?;
+    let workdir_tree = idmapped_workdir(plan)?;
     let limits = cgroup::choose_here(&plan.limits, plan.require.cgroup_limits)?;
     // Fds the caller leaked to us must not reach the worker.
     sys::mark_all_cloexec();
@@ -236,11 +277,13 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
             sync: sync_r,
             errors: err_w,
             cgroups: cg_init,
+            workdir_tree,
         });
     }
     drop(sync_r);
     drop(err_w);
     drop(cg_init);
+    drop(workdir_tree);
 
     let started = Instant::now();
     let (handed_over, created) = release_init(child, plan, &limits, &sync_w, cg_host);
@@ -384,6 +427,47 @@ pub fn worker_identity(worker_user: &str) -> Result<Identity, SandboxError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_root_callers_work_dir_of_another_owner_is_shown_as_the_workers() {
+        let root_caller = Identity {
+            host_uid: 990,
+            host_gid: 985,
+            caller_is_root: true,
+        };
+        let rootless = Identity {
+            caller_is_root: false,
+            ..root_caller
+        };
+        // (identity, owner uid/gid, expected shift)
+        let cases = [
+            (
+                root_caller,
+                (0, 0),
+                Some(sys::idmap::IdShift {
+                    uid: (0, 990),
+                    gid: (0, 985),
+                }),
+            ),
+            (
+                root_caller,
+                (1000, 1001),
+                Some(sys::idmap::IdShift {
+                    uid: (1000, 990),
+                    gid: (1001, 985),
+                }),
+            ),
+            // The worker owns it already: a plain bind.
+            (root_caller, (990, 985), None),
+            (root_caller, (990, 0), None),
+            // Rootless: the worker is the caller; no mapping is possible.
+            (rootless, (0, 0), None),
+            (rootless, (990, 985), None),
+        ];
+        for (i, (identity, owner, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(workdir_shift(&identity, owner), expected, "case {i}");
+        }
+    }
 
     #[test]
     fn run_refuses_a_multi_threaded_caller_before_doing_anything() {

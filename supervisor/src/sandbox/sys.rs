@@ -17,6 +17,7 @@
 pub mod exec;
 pub mod fork;
 pub mod host;
+pub mod idmap;
 pub mod inside;
 
 use std::io;

@@ -248,3 +248,37 @@ fn generated_files_are_written_read_only() {
         .calls
         .contains(&"write /newroot/etc/hosts 444 127.0.0.1 localhost".to_string()));
 }
+
+#[test]
+fn an_idmapped_work_dir_is_attached_not_bound_and_gets_the_plans_flags() {
+    let work = MountStep::BindWritable {
+        host: "/srv/w".into(),
+        inside: "/work".into(),
+        exec: false,
+    };
+    let plan = plan_with(vec![work]);
+    let mut k = Recording::default();
+    build_root(&mut k, &plan, &[Source::Tree(some_fd())]).unwrap();
+    let work_calls: Vec<&str> = k
+        .calls
+        .iter()
+        .map(String::as_str)
+        .filter(|c| c.contains("/newroot/work"))
+        .collect();
+    assert_eq!(
+        work_calls,
+        [
+            "mkdir /newroot/work",
+            "attach /newroot/work",
+            "setattr /newroot/work rw,nosuid,nodev,noexec"
+        ]
+    );
+    // An attach that fails stops the build and says what it was.
+    let mut k = Recording::failing_on("attach /newroot/work");
+    let e = build_root(&mut k, &plan, &[Source::Tree(some_fd())]).unwrap_err();
+    assert!(
+        e.starts_with("attach the idmapped work dir at /newroot/work: "),
+        "{e}"
+    );
+    assert!(!k.calls.iter().any(|c| c.starts_with("pivot_root . .")));
+}

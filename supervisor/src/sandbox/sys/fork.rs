@@ -7,6 +7,7 @@
 //! appear in between, since only this one could start it and it is here.
 
 use std::io;
+use std::os::fd::OwnedFd;
 
 /// Why a process could not be copied.
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +90,34 @@ pub fn clone_into_namespaces() -> Result<i32, ForkError> {
     // SAFETY: one thread, counted just now; only this thread could start
     // another, and it is making this call.
     unsafe { clone_namespaces() }.map_err(ForkError::Sys)
+}
+
+/// Clones a child into a new user namespace that only waits: it blocks
+/// until `write_end` is closed in this process, then exits (see
+/// `idmap::wait_for_eof_then_exit`). Its pid is returned so the caller can
+/// write the namespace's maps and open it. Sound with any number of
+/// threads: the child makes only system calls.
+pub fn clone_into_user_namespace_until_eof(hold: &OwnedFd, write_end: &OwnedFd) -> io::Result<i32> {
+    let flags = libc::CLONE_NEWUSER | libc::SIGCHLD;
+    // SAFETY: fork semantics as in `clone_namespaces` (no CLONE_VM, null
+    // stack); the child runs only `wait_for_eof_then_exit`, which makes
+    // system calls and never returns, so no lock or heap state of another
+    // thread matters.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    match ret {
+        r if r < 0 => Err(io::Error::last_os_error()),
+        0 => super::idmap::wait_for_eof_then_exit(hold, write_end),
+        pid => Ok(pid as i32),
+    }
 }
 
 /// Stack for [`spawn_sharing_memory`]'s child: the worker's set-up before

@@ -59,6 +59,9 @@ impl Kernel for Host {
     fn set_mount_attrs(&mut self, path: &Path, attrs: MountAttrs) -> io::Result<()> {
         mount_setattr_recursive(path, attr_bits(attrs))
     }
+    fn attach_tree(&mut self, tree: &std::os::fd::OwnedFd, path: &Path) -> io::Result<()> {
+        super::idmap::attach(tree, path)
+    }
     fn unmount_detach(&mut self, path: &Path) -> io::Result<()> {
         nix::mount::umount2(path, MntFlags::MNT_DETACH).map_err(io::Error::from)
     }

@@ -270,7 +270,7 @@ fn an_idmapped_work_dir_is_attached_not_bound_and_gets_the_plans_flags() {
         [
             "mkdir /newroot/work",
             "attach /newroot/work",
-            "setattr /newroot/work rw,nosuid,nodev,noexec"
+            "setattr /newroot/work nosuid,nodev,noexec"
         ]
     );
     // An attach that fails stops the build and says what it was.

@@ -300,3 +300,57 @@ fn the_cpu_limit_throttles_a_busy_loop() {
         "got {cpu} s of CPU in 1.5 s with cpu_percent = 20"
     );
 }
+
+/// Opens inotify instances until the kernel refuses; prints how many and
+/// the errno of the refusal.
+const INOTIFY_HOG: &str = r#"
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while len(fds) < 500:
+    fd = libc.inotify_init()
+    if fd < 0:
+        break
+    fds.append(fd)
+print(len(fds), ctypes.get_errno())
+"#;
+
+#[test]
+fn inotify_instances_are_the_sandboxes_own_budget_not_the_host_users() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        std::fs::write(s.work.join("hog.py"), INOTIFY_HOG).unwrap();
+        // The default budget, then a profile's own.
+        let r = s.sh("python3 hog.py");
+        r.ok();
+        assert_eq!(r.stdout.trim(), "32 24", "{mode:?}: {r:#?}");
+        let p = s.profile(
+            "inotify",
+            "extends = \"default\"\n[limits]\ninotify_instances = 5\n",
+        );
+        let r = s.sh_with(p.to_str().unwrap(), &[], "python3 hog.py");
+        r.ok();
+        // EMFILE after exactly the budget, well below the host user's 128.
+        assert_eq!(r.stdout.trim(), "5 24", "{mode:?}: {r:#?}");
+    }
+}
+
+#[test]
+fn no_namespace_can_be_made_inside_even_past_seccomp() {
+    // seccomp refuses unshare and clone with namespace flags; the user
+    // namespace's own budget of zero holds as well. Read it from inside.
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let r = s.sh(
+            "for n in user mnt pid net ipc uts time; do cat /proc/sys/user/max_${n}_namespaces; done; \
+             cat /proc/sys/user/max_cgroup_namespaces",
+        );
+        r.ok();
+        let values: Vec<&str> = r.stdout.lines().collect();
+        assert_eq!(
+            values,
+            ["0", "0", "0", "0", "0", "0", "0", "1"],
+            "{mode:?}: {r:#?}"
+        );
+    }
+}

@@ -239,6 +239,55 @@ pub struct Denial {
     pub when: Vec<ArgMatch>,
 }
 
+/// One of the sandbox's user namespace's own budgets
+/// (`/proc/sys/user/<name>`): counted for everything the sandbox holds,
+/// and checked before the host user's, so one sandbox cannot use up what
+/// its host user (root, when root starts it) and the other sandboxes share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserNamespaceLimit {
+    pub name: &'static str,
+    pub value: u64,
+    /// A kernel without the feature has no such file: nothing to bound.
+    pub optional: bool,
+}
+
+/// The budgets: inotify from the profile; no namespace of any kind beyond
+/// the init's own cgroup namespace (seccomp refuses creating them too:
+/// this holds even if a filter rule were wrong); no fanotify.
+pub fn user_namespace_limits(limits: &Limits) -> Vec<UserNamespaceLimit> {
+    let required = |name, value| UserNamespaceLimit {
+        name,
+        value,
+        optional: false,
+    };
+    let mut out = vec![
+        required("max_inotify_instances", limits.inotify_instances),
+        required("max_inotify_watches", limits.inotify_watches),
+        // The init makes one cgroup namespace after this is set.
+        required("max_cgroup_namespaces", 1),
+    ];
+    out.extend(
+        [
+            "max_user_namespaces",
+            "max_mnt_namespaces",
+            "max_pid_namespaces",
+            "max_net_namespaces",
+            "max_ipc_namespaces",
+            "max_uts_namespaces",
+            "max_time_namespaces",
+        ]
+        .map(|name| required(name, 0)),
+    );
+    out.extend(
+        ["max_fanotify_groups", "max_fanotify_marks"].map(|name| UserNamespaceLimit {
+            name,
+            value: 0,
+            optional: true,
+        }),
+    );
+    out
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeccompPlan {
     pub denials: Vec<Denial>,
@@ -255,6 +304,8 @@ pub struct Plan {
     pub landlock: LandlockPlan,
     pub seccomp: SeccompPlan,
     pub limits: Limits,
+    /// Written by the init into its user namespace before anything else.
+    pub user_namespace_limits: Vec<UserNamespaceLimit>,
     pub require: Require,
     /// The effective wall time: the tighter of profile and request.
     pub wall_time: Option<Duration>,
@@ -315,6 +366,7 @@ impl Plan {
                 required: profile.require.seccomp,
             },
             limits: profile.limits,
+            user_namespace_limits: user_namespace_limits(&profile.limits),
             require: profile.require,
             wall_time,
             relay: request

@@ -115,6 +115,10 @@ pub struct Limits {
     pub cpu_percent: Option<u64>,
     pub wall_time_secs: Option<u64>,
     pub open_files: u64,
+    /// inotify instances and watches the whole sandbox may hold: its user
+    /// namespace's own budget, so it cannot use up its host user's.
+    pub inotify_instances: u64,
+    pub inotify_watches: u64,
 }
 
 /// Protections whose absence makes the sandbox refuse to start.

@@ -74,6 +74,8 @@ pub struct RawLimits {
     pub cpu_percent: Option<u64>,
     pub wall_time_secs: Option<u64>,
     pub open_files: Option<u64>,
+    pub inotify_instances: Option<u64>,
+    pub inotify_watches: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -141,6 +143,11 @@ impl RawProfile {
                 cpu_percent: self.limits.cpu_percent.or(base.limits.cpu_percent),
                 wall_time_secs: self.limits.wall_time_secs.or(base.limits.wall_time_secs),
                 open_files: self.limits.open_files.or(base.limits.open_files),
+                inotify_instances: self
+                    .limits
+                    .inotify_instances
+                    .or(base.limits.inotify_instances),
+                inotify_watches: self.limits.inotify_watches.or(base.limits.inotify_watches),
             },
             require: RawRequire {
                 landlock: self.require.landlock.or(base.require.landlock),

@@ -125,7 +125,8 @@ pub fn network(raw: RawNetwork) -> Result<Network, Refusal> {
 }
 
 /// `[limits]`: each positive when set (unset: no limit), at least 4 pids,
-/// 1024 open files unless said otherwise.
+/// 1024 open files, 32 inotify instances and 65536 watches unless said
+/// otherwise (the last three are always bounded).
 pub fn limits(raw: &RawLimits) -> Result<Limits, Refusal> {
     let limits = Limits {
         memory_mib: positive("limits.memory_mib", raw.memory_mib)?,
@@ -133,6 +134,9 @@ pub fn limits(raw: &RawLimits) -> Result<Limits, Refusal> {
         cpu_percent: positive("limits.cpu_percent", raw.cpu_percent)?,
         wall_time_secs: positive("limits.wall_time_secs", raw.wall_time_secs)?,
         open_files: positive("limits.open_files", raw.open_files)?.unwrap_or(1024),
+        inotify_instances: positive("limits.inotify_instances", raw.inotify_instances)?
+            .unwrap_or(32),
+        inotify_watches: positive("limits.inotify_watches", raw.inotify_watches)?.unwrap_or(65536),
     };
     if limits.pids.is_some_and(|p| p < 4) {
         return Err(refuse(

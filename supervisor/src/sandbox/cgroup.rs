@@ -433,6 +433,8 @@ mod tests {
             cpu_percent: Some(50),
             wall_time_secs: None,
             open_files: 64,
+            inotify_instances: 32,
+            inotify_watches: 65536,
         }
     }
 

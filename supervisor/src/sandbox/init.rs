@@ -101,6 +101,7 @@ fn build(
     workdir_tree: Option<OwnedFd>,
 ) -> Result<Option<TcpListener>, Stop> {
     let sources = open_sources(kernel, plan, workdir_tree)?;
+    set_user_namespace_limits(kernel, plan)?;
     // Changing credentials clears the parent-death signal: set it again,
     // then make sure the parent did not die in between (it holds the sync
     // pipe open for as long as it waits for us).
@@ -154,6 +155,26 @@ fn open_sources(
         .map(|(step, opened)| opened.or_else(|_| super::open_source(step)))
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?)
+}
+
+/// The plan's budgets for this user namespace, set while the host's
+/// `/proc` is still mounted and this process holds its capabilities there.
+/// A budget that cannot be set ends the sandbox, unless the kernel lacks
+/// the feature it bounds.
+pub(crate) fn set_user_namespace_limits<K: Kernel>(k: &mut K, plan: &Plan) -> Result<(), String> {
+    for limit in &plan.user_namespace_limits {
+        match k.set_user_namespace_limit(limit.name, limit.value) {
+            Ok(()) => {}
+            Err(e) if limit.optional && e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(format!(
+                    "setting the sandbox's own budget /proc/sys/user/{} = {}: {e}",
+                    limit.name, limit.value
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Joins the cgroups the host side created meanwhile. Still
@@ -287,6 +308,47 @@ mod tests {
             caller_is_root,
         };
         Plan::build(&profile, &request, identity, &[]).unwrap()
+    }
+
+    #[test]
+    fn the_namespaces_budgets_are_set_and_a_refused_one_stops_the_sandbox() {
+        let p = plan(false);
+        let mut k = Recording::default();
+        set_user_namespace_limits(&mut k, &p).unwrap();
+        assert_eq!(
+            k.calls,
+            [
+                "userns max_inotify_instances=32",
+                "userns max_inotify_watches=65536",
+                "userns max_cgroup_namespaces=1",
+                "userns max_user_namespaces=0",
+                "userns max_mnt_namespaces=0",
+                "userns max_pid_namespaces=0",
+                "userns max_net_namespaces=0",
+                "userns max_ipc_namespaces=0",
+                "userns max_uts_namespaces=0",
+                "userns max_time_namespaces=0",
+                "userns max_fanotify_groups=0",
+                "userns max_fanotify_marks=0",
+            ]
+        );
+        // A kernel without fanotify has nothing to bound there.
+        let mut k = Recording::default();
+        k.absent.insert("max_fanotify_groups".into());
+        set_user_namespace_limits(&mut k, &p).unwrap();
+        assert!(!k.calls.iter().any(|c| c.contains("fanotify_groups")));
+        // A required budget missing or refused ends the sandbox.
+        let mut k = Recording::default();
+        k.absent.insert("max_inotify_watches".into());
+        let e = set_user_namespace_limits(&mut k, &p).unwrap_err();
+        assert!(
+            e.contains("/proc/sys/user/max_inotify_watches = 65536"),
+            "{e}"
+        );
+        let mut k = Recording::failing_on("userns max_user_namespaces");
+        let e = set_user_namespace_limits(&mut k, &p).unwrap_err();
+        assert!(e.contains("max_user_namespaces"), "{e}");
+        assert!(!k.calls.iter().any(|c| c.contains("max_mnt_namespaces")));
     }
 
     #[test]

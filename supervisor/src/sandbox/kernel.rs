@@ -25,6 +25,8 @@ pub(crate) trait Kernel {
     ) -> io::Result<()>;
     /// Sets `attrs` on the mount at `path` and every mount below it.
     fn set_mount_attrs(&mut self, path: &Path, attrs: MountAttrs) -> io::Result<()>;
+    /// Sets one of this user namespace's own budgets (`/proc/sys/user/<name>`).
+    fn set_user_namespace_limit(&mut self, name: &str, value: u64) -> io::Result<()>;
     /// Attaches a detached mount (the idmapped work dir) at `path`.
     fn attach_tree(&mut self, tree: &OwnedFd, path: &Path) -> io::Result<()>;
     fn unmount_detach(&mut self, path: &Path) -> io::Result<()>;
@@ -156,6 +158,12 @@ pub(crate) mod tests {
         }
         fn set_mount_attrs(&mut self, path: &Path, attrs: MountAttrs) -> io::Result<()> {
             self.call(format!("setattr {} {}", path.display(), attrs_text(attrs)))
+        }
+        fn set_user_namespace_limit(&mut self, name: &str, value: u64) -> io::Result<()> {
+            if self.absent.contains(Path::new(name)) {
+                return Err(io::ErrorKind::NotFound.into());
+            }
+            self.call(format!("userns {name}={value}"))
         }
         fn attach_tree(&mut self, _: &OwnedFd, path: &Path) -> io::Result<()> {
             self.call(format!("attach {}", path.display()))

@@ -130,13 +130,18 @@ fn network_table() {
 #[test]
 fn limits_table() {
     type Edit = fn(&mut RawLimits);
-    let refused: [(Edit, &str); 7] = [
+    let refused: [(Edit, &str); 9] = [
         (|l| l.memory_mib = Some(0), "limits.memory_mib"),
         (|l| l.pids = Some(0), "limits.pids"),
         (|l| l.pids = Some(3), "limits.pids"),
         (|l| l.cpu_percent = Some(0), "limits.cpu_percent"),
         (|l| l.wall_time_secs = Some(0), "limits.wall_time_secs"),
         (|l| l.open_files = Some(0), "limits.open_files"),
+        (
+            |l| l.inotify_instances = Some(0),
+            "limits.inotify_instances",
+        ),
+        (|l| l.inotify_watches = Some(0), "limits.inotify_watches"),
         (|l| l.pids = Some(2), "limits.pids"),
     ];
     for (edit, key) in refused {
@@ -153,6 +158,8 @@ fn limits_table() {
             cpu_percent: None,
             wall_time_secs: None,
             open_files: 1024,
+            inotify_instances: 32,
+            inotify_watches: 65536,
         }
     );
     let set = limits(&RawLimits {
@@ -161,6 +168,8 @@ fn limits_table() {
         cpu_percent: Some(150),
         wall_time_secs: Some(60),
         open_files: Some(64),
+        inotify_instances: Some(8),
+        inotify_watches: Some(100),
     })
     .unwrap();
     assert_eq!(
@@ -169,9 +178,11 @@ fn limits_table() {
             set.pids,
             set.cpu_percent,
             set.wall_time_secs,
-            set.open_files
+            set.open_files,
+            set.inotify_instances,
+            set.inotify_watches
         ),
-        (Some(512), Some(4), Some(150), Some(60), 64)
+        (Some(512), Some(4), Some(150), Some(60), 64, 8, 100)
     );
 }
 

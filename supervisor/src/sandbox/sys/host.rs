@@ -59,6 +59,9 @@ impl Kernel for Host {
     fn set_mount_attrs(&mut self, path: &Path, attrs: MountAttrs) -> io::Result<()> {
         mount_setattr_recursive(path, attr_bits(attrs))
     }
+    fn set_user_namespace_limit(&mut self, name: &str, value: u64) -> io::Result<()> {
+        std::fs::write(Path::new("/proc/sys/user").join(name), value.to_string())
+    }
     fn attach_tree(&mut self, tree: &std::os::fd::OwnedFd, path: &Path) -> io::Result<()> {
         super::idmap::attach(tree, path)
     }

@@ -2,23 +2,24 @@
 //! over a 0600 unix socket, so only the proxy's own user — and root — can
 //! use it).
 //!
-//! - `POST /identities` `{"name", "rule_sets", "tunnel_hosts", "variables"}` →
-//!   `201 {"name", "socket"}`; 400 for a bad request, 409 if the name exists.
+//! - `POST /identities` [`NewIdentity`] `{"name", "rule_sets", "tunnel_hosts",
+//!   "variables"}` → `201` [`CreatedIdentity`] `{"name", "socket"}`; 400 for
+//!   a bad request, 409 if the name exists. Both bodies are the shared wire
+//!   types the supervisor's client uses too.
 //! - `DELETE /identities/{name}` → 204 (socket removed, connections cut); 404.
 //! - `GET /identities` → 200 `[{"name", "socket", "rule_sets", "tunnel_hosts", "variables"}]`.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use gatehouse_types::wire::{CreatedIdentity, NewIdentity};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use serde::Deserialize;
 use serde_json::json;
 use tokio::net::UnixListener;
 
@@ -38,17 +39,6 @@ pub enum AdminError {
         #[source]
         source: std::io::Error,
     },
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewIdentity {
-    name: String,
-    rule_sets: Vec<String>,
-    #[serde(default)]
-    tunnel_hosts: Vec<String>,
-    #[serde(default)]
-    variables: BTreeMap<String, String>,
 }
 
 /// Binds the admin socket (0600) and serves it until the process ends.
@@ -88,7 +78,11 @@ pub fn serve(proxy: Arc<Proxy>, path: &Path) -> Result<tokio::task::JoinHandle<(
 }
 
 fn reply(status: StatusCode, value: serde_json::Value) -> Response<ProxyBody> {
-    let mut resp = Response::new(body::full(value.to_string()));
+    reply_text(status, value.to_string())
+}
+
+fn reply_text(status: StatusCode, json: String) -> Response<ProxyBody> {
+    let mut resp = Response::new(body::full(json));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -133,26 +127,50 @@ async fn create(proxy: &Arc<Proxy>, req: Request<Incoming>) -> Response<ProxyBod
         Ok(c) => c.to_bytes(),
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("reading the body: {e}")),
     };
-    let new: NewIdentity = match serde_json::from_slice(&bytes) {
-        Ok(n) => n,
+    let spec = match parse_new_identity(&bytes) {
+        Ok(spec) => spec,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid identity: {e}")),
     };
-    let spec = IdentitySpec {
-        name: new.name.clone(),
-        rule_sets: new.rule_sets,
-        tunnel_hosts: new.tunnel_hosts,
-        variables: new.variables,
-        socket: None,
-    };
+    let name = spec.name.clone();
     match proxy.add_identity(spec) {
-        Ok(socket) => reply(
-            StatusCode::CREATED,
-            json!({"name": new.name, "socket": socket}),
-        ),
+        Ok(socket) => created_reply(&name, socket),
         Err(e @ IdentityError::Exists(_)) => error(StatusCode::CONFLICT, e),
         Err(e @ IdentityError::Socket { .. }) => {
             error(StatusCode::INTERNAL_SERVER_ERROR, with_causes(&e))
         }
         Err(e) => error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+/// Parses a `POST /identities` body into the spec [`Proxy::add_identity`]
+/// checks (pure): the shared wire type, so what the supervisor sends is
+/// what is parsed here.
+pub fn parse_new_identity(bytes: &[u8]) -> Result<IdentitySpec, serde_json::Error> {
+    let new: NewIdentity = serde_json::from_slice(bytes)?;
+    Ok(IdentitySpec {
+        name: new.name.into_string(),
+        rule_sets: new.rule_sets.into_iter().map(String::from).collect(),
+        tunnel_hosts: new.tunnel_hosts.into_iter().map(String::from).collect(),
+        variables: new.variables,
+        socket: None,
+    })
+}
+
+/// The `201` body for a created identity (pure).
+pub fn created_body(name: &str, socket: PathBuf) -> Result<String, CreatedBodyError> {
+    let name = name.parse().map_err(|_| CreatedBodyError)?;
+    serde_json::to_string(&CreatedIdentity { name, socket }).map_err(|_| CreatedBodyError)
+}
+
+/// A created identity whose answer cannot be written (not reached: the name
+/// was checked when the identity was created).
+#[derive(Debug, thiserror::Error)]
+#[error("the created identity's answer could not be encoded")]
+pub struct CreatedBodyError;
+
+fn created_reply(name: &str, socket: PathBuf) -> Response<ProxyBody> {
+    match created_body(name, socket) {
+        Ok(body) => reply_text(StatusCode::CREATED, body),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }

@@ -271,7 +271,9 @@ impl<J: Judge> Router<J> {
         self.store.transaction(|tx| {
             let mut ticket = tx.read().ticket(&input.ticket)?;
             let result = match &input.report.answers {
-                Some(answered) if tx.read().trigger(answered)?.thread != ticket.thread => {
+                Some(answered)
+                    if tx.read().trigger(&issued(answered)?)?.thread != ticket.thread =>
+                {
                     Err(ReportRefusal::AnswersOtherThread)
                 }
                 _ => apply_report(&mut ticket, input.report.clone(), now),
@@ -456,6 +458,16 @@ fn apply_ticket_action(
             TicketOutcome::Resumed { ticket, mandate }
         }
         TicketAction::StaysEnded { ticket, reason } => TicketOutcome::StaysEnded { ticket, reason },
+    })
+}
+
+/// The router's trigger id for one a report names. The wire's rule is
+/// wider than the shape the router issues; an id of another shape was never
+/// issued here, so it is not found, as an unknown one is.
+fn issued(id: &gatehouse_types::TriggerId) -> Result<TriggerId, StoreError> {
+    TriggerId::parse(id.as_str()).ok_or_else(|| StoreError::NotFound {
+        kind: "trigger",
+        id: id.to_string(),
     })
 }
 

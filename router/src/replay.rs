@@ -293,7 +293,10 @@ fn report_line<J: Judge>(
     let ticket = ticket_field(&mut obj, labels)?;
     let answers = trigger_field(&mut obj, "answers", labels)?;
     let mut report: Report = parse("report", obj)?;
-    report.answers = answers;
+    report.answers = answers
+        .map(|t| gatehouse_types::TriggerId::parse(t.as_str()))
+        .transpose()
+        .map_err(|e| Rejected::Input(e.to_string()))?;
     Ok(router.on_report(ReportInput { ticket, report }, at)?)
 }
 

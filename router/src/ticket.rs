@@ -68,31 +68,9 @@ pub struct Mandate {
     pub trigger: TriggerId,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReportState {
-    Working,
-    Ready,
-    Blocked,
-}
-
-/// What a worker says about its ticket. Data for the reply checks, never
-/// text that is forwarded to people as is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Report {
-    pub state: ReportState,
-    /// One line.
-    pub summary: String,
-    /// A question for a person; the only text an `attention` reply may carry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub question: Option<String>,
-    /// The human message this report answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answers: Option<TriggerId>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub links: Vec<String>,
-}
+/// What a worker says about its ticket: the wire type the supervisor's
+/// control socket receives, kept as the ticket's latest report.
+pub use gatehouse_types::wire::{Report, ReportState};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ticket {

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Subcommand;
 use gatehouse_supervisor::jobs::{control, launcher, report};
+use gatehouse_types::TriggerId;
 
 #[derive(Subcommand)]
 pub enum Commands {
@@ -63,6 +64,10 @@ impl Commands {
                 answers,
                 links,
             } => {
+                let answers = answers
+                    .map(|a| TriggerId::parse(&a))
+                    .transpose()
+                    .context("--answers")?;
                 let report = report::Report {
                     state: report::ReportState::parse(&state)
                         .context("--state must be working, ready or blocked")?,
@@ -71,7 +76,7 @@ impl Commands {
                     answers,
                     links,
                 };
-                report.validate()?;
+                report::check_report(&report)?;
                 let socket = control_socket();
                 let answer = current_thread()?
                     .block_on(control::send_report(&socket, &report))
@@ -89,10 +94,11 @@ impl Commands {
                     .context("reading the inbox")?;
                 let mut out = std::io::stdout().lock();
                 for m in &messages {
-                    writeln!(out, "{m}").context("printing the inbox")?;
+                    let line = serde_json::to_string(m).context("printing the inbox")?;
+                    writeln!(out, "{line}").context("printing the inbox")?;
                 }
                 out.flush().context("printing the inbox")?;
-                if let Some(last) = messages.iter().filter_map(|m| m["seq"].as_i64()).max() {
+                if let Some(last) = messages.iter().map(|m| m.seq).max() {
                     runtime
                         .block_on(control::ack_inbox(&socket, last))
                         .context("acknowledging the inbox")?;

@@ -9,13 +9,15 @@
 //! router ──JobRequest{ticket: TicketId, profile: ProfileName, rule_sets: [RuleSetName],
 //!          │          tunnel_hosts: [TunnelTarget], repo: RepoSlug}──► supervisor
 //! supervisor ──NewIdentity{name: IdentityName (= the TicketId), …}──► proxy admin
-//! worker ──WorkerReport{answers: TriggerId}──► supervisor ──► router
+//! worker ──Report{answers: TriggerId}──► supervisor ──► router
 //! ```
 //!
 //! - [`name`]: identity, team, rule-set and profile names, repository slugs;
 //! - [`id`]: ticket, trigger and job ids;
 //! - [`host`]: DNS host names and tunnel targets (`host:port`);
 //! - [`variables`]: the variables an identity binds into rule paths;
+//! - [`wire`]: the bodies two processes exchange (proxy admin, worker
+//!   reports, inbox messages);
 //!
 //! The crate depends on serde only; its error is [`ParseError`].
 
@@ -27,6 +29,7 @@ pub mod host;
 pub mod id;
 pub mod name;
 pub mod variables;
+pub mod wire;
 
 pub use error::ParseError;
 pub use host::{DnsName, TunnelTarget};

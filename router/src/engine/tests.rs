@@ -431,7 +431,7 @@ fn answers_follow_reports_once() {
         .unwrap();
     assert_eq!(refusal_of(&early), "not_answered");
     let mut rep = report(&ticket, ReportState::Working);
-    rep.report.answers = Some(question.clone());
+    rep.report.answers = Some(question.as_str().parse().unwrap());
     assert!(is_allowed(&r.on_report(rep, 13).unwrap()));
     assert!(is_allowed(
         &r.on_reply(
@@ -452,7 +452,7 @@ fn answers_follow_reports_once() {
     elsewhere.thread = "gh:acme/widgets#9".into();
     let other = trig(&r.on_trigger(elsewhere, 16).unwrap()).trigger.clone();
     let mut rep = report(&ticket, ReportState::Working);
-    rep.report.answers = Some(other);
+    rep.report.answers = Some(other.as_str().parse().unwrap());
     assert_eq!(
         refusal_of(&r.on_report(rep, 17).unwrap()),
         "answers_other_thread"

@@ -2,13 +2,18 @@
 //! `/run/gatehouse/control.sock`. The socket is the identity: everything that
 //! arrives on it concerns this one job, and no request can name another.
 //!
-//! - `POST /report` `{state, summary, question?, answers?, links?}` → 201
-//! - `GET /inbox[?wait=1]` → 200 `{messages: [{seq, at, text, trigger?}]}`,
-//!   every message not acknowledged yet (at-least-once delivery)
-//! - `POST /inbox/ack` `{through: seq}` → 200 `{acknowledged: n}`
+//! - `POST /report` [`Report`] `{state, summary, question?, answers?, links?}` → 201
+//! - `GET /inbox[?wait=1]` → 200 [`InboxPage`] `{messages: [{seq, at, text,
+//!   trigger?}]}`, every message not acknowledged yet (at-least-once delivery)
+//! - `POST /inbox/ack` [`InboxAck`] `{through: seq}` → 200 `{acknowledged: n}`
+//!
+//! The bodies are the shared wire types, used here by both ends: the
+//! server below and the worker's client (`send_report`, `read_inbox`,
+//! `ack_inbox`).
 
 use std::path::Path;
 
+use gatehouse_types::wire::{InboxAck, InboxDelivery, InboxPage};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
@@ -21,13 +26,6 @@ use super::service::{ServiceError, Supervisor};
 
 const MAX_REPORT_BODY: usize = 32 * 1024;
 const MAX_ACK_BODY: usize = 1024;
-
-/// `POST /inbox/ack`: the worker has every message up to `through`.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Ack {
-    through: i64,
-}
 
 pub async fn serve(listener: UnixListener, supervisor: Supervisor, job_id: String) {
     super::http::serve(listener, move |req| {
@@ -66,7 +64,7 @@ async fn handle(supervisor: &Supervisor, job_id: &str, req: Request<Incoming>) -
                 .query()
                 .is_some_and(|q| q.split('&').any(|kv| kv == "wait=1" || kv == "wait=true"));
             match supervisor.read_inbox(job_id, wait).await {
-                Ok(messages) => json_response(StatusCode::OK, &json!({"messages": messages})),
+                Ok(messages) => json_response(StatusCode::OK, &InboxPage { messages }),
                 Err(e) => {
                     error_response(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
                 }
@@ -77,7 +75,7 @@ async fn handle(supervisor: &Supervisor, job_id: &str, req: Request<Incoming>) -
                 Ok(b) => b,
                 Err(resp) => return *resp,
             };
-            let ack: Ack = match parse_json(&bytes) {
+            let ack: InboxAck = match parse_json(&bytes) {
                 Ok(a) => a,
                 Err(resp) => return *resp,
             };
@@ -112,6 +110,9 @@ pub enum ControlError {
     /// the request could not be encoded
     #[error(transparent)]
     Codec(#[from] CodecError),
+    /// the supervisor answered something this client does not understand
+    #[error("the supervisor's answer to {what} is malformed")]
+    Malformed { what: &'static str },
 }
 
 fn refused(status: StatusCode, body: &Value) -> ControlError {
@@ -138,7 +139,7 @@ pub async fn send_report(socket: &Path, report: &Report) -> Result<Value, Contro
 /// `gatehouse inbox`, after printing: acknowledges every message up to
 /// `through`, so they are not sent again.
 pub async fn ack_inbox(socket: &Path, through: i64) -> Result<Value, ControlError> {
-    let body = to_json_bytes("acknowledgement", &json!({ "through": through }))?;
+    let body = to_json_bytes("acknowledgement", &InboxAck { through })?;
     let resp = request(socket, Method::POST, "/inbox/ack", &[], Some(body)).await?;
     let json = resp.json();
     if resp.status != StatusCode::OK {
@@ -148,12 +149,14 @@ pub async fn ack_inbox(socket: &Path, through: i64) -> Result<Value, ControlErro
 }
 
 /// `gatehouse inbox`: fetches the messages not acknowledged yet.
-pub async fn read_inbox(socket: &Path, wait: bool) -> Result<Vec<Value>, ControlError> {
+pub async fn read_inbox(socket: &Path, wait: bool) -> Result<Vec<InboxDelivery>, ControlError> {
     let path = if wait { "/inbox?wait=1" } else { "/inbox" };
     let resp = request(socket, Method::GET, path, &[], None).await?;
     let json = resp.json();
     if resp.status != StatusCode::OK {
         return Err(refused(resp.status, &json));
     }
-    Ok(json["messages"].as_array().cloned().unwrap_or_default())
+    let page: InboxPage =
+        serde_json::from_value(json).map_err(|_| ControlError::Malformed { what: "the inbox" })?;
+    Ok(page.messages)
 }

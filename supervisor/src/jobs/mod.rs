@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Decisions are pure: [`state::next_state`], [`state::admission`],
-//! [`state::cancel_decision`], [`report::Report::validate`],
+//! [`state::cancel_decision`], [`report::check_report`],
 //! [`spec::JobRequest::validate`], [`prompts::render`],
 //! [`worker_env::worker_env`], [`runner::worker_command`]. Everything else
 //! is I/O at the edges; what is hashed or stored as JSON goes through

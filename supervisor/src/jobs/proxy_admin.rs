@@ -1,14 +1,15 @@
 //! Client of the proxy's admin socket: one identity per job, created before
 //! the sandbox starts and revoked when the job ends.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use gatehouse_types::wire::{CreatedIdentity, NewIdentity};
+use gatehouse_types::ParseError;
 use http::{Method, StatusCode};
-use serde::Serialize;
 
 use super::codec::{to_json_bytes, CodecError};
 use super::http::{request, HttpError};
+use super::spec::JobSpec;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyAdminError {
@@ -28,14 +29,34 @@ pub enum ProxyAdminError {
     /// the request could not be encoded
     #[error(transparent)]
     Codec(#[from] CodecError),
+    /// a job's field is not what an identity takes (not reached for a job
+    /// the API accepted: it checks the same types)
+    #[error("the job's identity: {0}")]
+    Spec(#[from] ParseError),
 }
 
-#[derive(Serialize)]
-pub struct NewIdentity<'a> {
-    pub name: &'a str,
-    pub rule_sets: &'a [String],
-    pub tunnel_hosts: &'a [String],
-    pub variables: &'a BTreeMap<String, String>,
+/// The identity a job's worker gets: named after its ticket, with the
+/// job's rule sets, tunnel hosts and variables (pure).
+pub fn identity_for(spec: &JobSpec) -> Result<NewIdentity, ParseError> {
+    Ok(NewIdentity {
+        name: spec.ticket.parse()?,
+        rule_sets: parse_all(&spec.rule_sets)?,
+        tunnel_hosts: parse_all(&spec.tunnel_hosts)?,
+        variables: spec.variables.clone(),
+    })
+}
+
+fn parse_all<T: std::str::FromStr<Err = ParseError>>(
+    items: &[String],
+) -> Result<Vec<T>, ParseError> {
+    items.iter().map(|s| s.parse()).collect()
+}
+
+/// The socket in the proxy's `201` answer (pure).
+pub fn created_socket(body: &[u8]) -> Option<PathBuf> {
+    serde_json::from_slice::<CreatedIdentity>(body)
+        .ok()
+        .map(|created| created.socket)
 }
 
 pub struct ProxyAdmin {
@@ -46,7 +67,7 @@ impl ProxyAdmin {
     /// Creates the identity and returns the path of its socket. An identity
     /// of the same name left over from a crash is revoked and created anew:
     /// the supervisor is the only party that creates ticket identities.
-    pub async fn create(&self, identity: &NewIdentity<'_>) -> Result<PathBuf, ProxyAdminError> {
+    pub async fn create(&self, identity: &NewIdentity) -> Result<PathBuf, ProxyAdminError> {
         let body = to_json_bytes("new identity", identity)?;
         for attempt in 0..2 {
             let resp = request(
@@ -58,7 +79,7 @@ impl ProxyAdmin {
             )
             .await?;
             if resp.status == StatusCode::CONFLICT && attempt == 0 {
-                self.revoke(identity.name).await?;
+                self.revoke(identity.name.as_str()).await?;
                 continue;
             }
             if resp.status != StatusCode::CREATED {
@@ -68,8 +89,7 @@ impl ProxyAdmin {
                     body: String::from_utf8_lossy(&resp.body).into_owned(),
                 });
             }
-            let socket = resp.json()["socket"].as_str().map(PathBuf::from);
-            return socket.ok_or_else(|| ProxyAdminError::Malformed {
+            return created_socket(&resp.body).ok_or_else(|| ProxyAdminError::Malformed {
                 what: format!("creating identity {}", identity.name),
             });
         }

@@ -26,7 +26,7 @@ use super::config::{Config, LauncherKind};
 use super::launcher::{exit_parts, LaunchCommand, LaunchRequest};
 use super::logs;
 use super::process;
-use super::proxy_admin::NewIdentity;
+use super::proxy_admin::{identity_for, ProxyAdminError};
 use super::service::{io, now_ms, Inner, Recovery, ServiceError, Supervisor};
 use super::spec::JobSpec;
 use super::state::{JobEvent, StopReason};
@@ -287,17 +287,11 @@ impl Inner {
             return Ok(None);
         };
         let spec = &job.spec;
+        let identity = identity_for(spec).map_err(ProxyAdminError::from)?;
         // Recorded before it exists, so a crash in between cannot leak it.
         self.store.set_identity(&job.id, &spec.ticket)?;
         res.identity = Some(spec.ticket.clone());
-        let socket = proxy
-            .create(&NewIdentity {
-                name: &spec.ticket,
-                rule_sets: &spec.rule_sets,
-                tunnel_hosts: &spec.tunnel_hosts,
-                variables: &spec.variables,
-            })
-            .await?;
+        let socket = proxy.create(&identity).await?;
         Ok(Some(socket))
     }
 

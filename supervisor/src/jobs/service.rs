@@ -10,6 +10,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use gatehouse_types::wire::InboxDelivery;
 use serde_json::{json, Value};
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
@@ -19,12 +20,10 @@ use super::config::{Config, LauncherKind};
 use super::launcher::{Launcher, SandboxLauncher, UnsandboxedLauncher};
 use super::prompts::PromptError;
 use super::proxy_admin::{ProxyAdmin, ProxyAdminError};
-use super::report::{InboxMessage, Report, ReportError};
+use super::report::{self, InboxMessage, Report, ReportError};
 use super::spec::{check_scope, JobRequest, SpecError};
 use super::state::{cancel_decision, CancelDecision, JobEvent, JobState};
-use super::store::{
-    EventRecord, ExitStatus, Inserted, JobRecord, NewJob, Store, StoreError, StoredMessage,
-};
+use super::store::{EventRecord, ExitStatus, Inserted, JobRecord, NewJob, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -313,7 +312,7 @@ impl Supervisor {
 
     /// `POST /jobs/{id}/inbox`: a message for a live job's worker.
     pub fn push_inbox(&self, id: &str, message: &InboxMessage) -> Result<i64, ServiceError> {
-        message.validate()?;
+        report::check_inbox(message)?;
         let job = self.get(id)?;
         if job.state.is_final() {
             return Err(ServiceError::Ended {
@@ -355,7 +354,7 @@ impl Supervisor {
 
     /// A report arriving on job `id`'s control socket.
     pub fn report(&self, id: &str, report: &Report) -> Result<i64, ServiceError> {
-        report.validate()?;
+        report::check_report(report)?;
         let (stored, seq) = self.inner.store.add_report(id, report, now_ms())?;
         self.inner.notify(Some(seq));
         Ok(stored.id)
@@ -367,7 +366,7 @@ impl Supervisor {
         &self,
         id: &str,
         wait: bool,
-    ) -> Result<Vec<StoredMessage>, ServiceError> {
+    ) -> Result<Vec<InboxDelivery>, ServiceError> {
         let mut rx = match self.inner.lock_live().get(id) {
             Some(live) => live.inbox.subscribe(),
             None => return Ok(self.inner.store.pending_inbox(id)?),

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::sync::Mutex;
 
+use gatehouse_types::wire::InboxDelivery;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::json;
 
@@ -16,9 +17,7 @@ use super::state::{admission, next_state, Admission, JobEvent, JobState, StateEr
 mod records;
 mod rows;
 
-pub use records::{
-    EventRecord, ExitStatus, Inserted, JobRecord, NewJob, StoredMessage, StoredReport,
-};
+pub use records::{EventRecord, ExitStatus, Inserted, JobRecord, NewJob, StoredReport};
 use rows::{append_event, decode, get_job, job_from_row, state_event, JOB_COLUMNS, SCHEMA};
 
 #[derive(Debug, thiserror::Error)]
@@ -302,7 +301,7 @@ impl Store {
     /// The messages the worker has not acknowledged yet, oldest first. They
     /// stay until [`Store::ack_inbox`]: delivery is at least once, so a
     /// response lost on the way to the worker loses nothing.
-    pub fn pending_inbox(&self, job_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
+    pub fn pending_inbox(&self, job_id: &str) -> Result<Vec<InboxDelivery>, StoreError> {
         let conn = self.conn();
         let mut out = vec![];
         let mut stmt = conn.prepare_cached(
@@ -321,7 +320,7 @@ impl Store {
                 what: "inbox message",
                 job_id: job_id.into(),
             })?;
-            out.push(StoredMessage { seq, at, message });
+            out.push(InboxDelivery::new(seq, at, message));
         }
         Ok(out)
     }

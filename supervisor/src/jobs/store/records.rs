@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::jobs::report::{InboxMessage, Report};
+use crate::jobs::report::Report;
 use crate::jobs::spec::JobSpec;
 use crate::jobs::state::JobState;
 
@@ -80,12 +80,4 @@ pub struct StoredReport {
     pub at: i64,
     #[serde(flatten)]
     pub report: Report,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct StoredMessage {
-    pub seq: i64,
-    pub at: i64,
-    #[serde(flatten)]
-    pub message: InboxMessage,
 }

@@ -12,6 +12,7 @@ use gatehouse_router::id::{ThreadId, TicketId};
 use gatehouse_router::policy::Policy;
 use gatehouse_router::replay::{first_at, replay};
 use gatehouse_router::store::{Durability, Store};
+use gatehouse_types::env;
 
 #[derive(Subcommand)]
 pub enum Commands {
@@ -67,7 +68,7 @@ pub enum Sync {
 #[derive(Args)]
 pub struct StateArg {
     /// The router's state database
-    #[arg(long, env = "GATEHOUSE_STATE")]
+    #[arg(long, env = env::STATE)]
     state: PathBuf,
     /// Print JSON instead of a table
     #[arg(long)]
@@ -109,7 +110,7 @@ pub enum ThreadsCommand {
 pub enum RepliesCommand {
     /// The reply log as JSON lines, oldest first
     Export {
-        #[arg(long, env = "GATEHOUSE_STATE")]
+        #[arg(long, env = env::STATE)]
         state: PathBuf,
     },
 }

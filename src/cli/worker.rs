@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Subcommand;
-use gatehouse_supervisor::jobs::{control, launcher, report};
-use gatehouse_types::TriggerId;
+use gatehouse_supervisor::jobs::{control, report};
+use gatehouse_types::{env, sandbox, TriggerId};
 
 #[derive(Subcommand)]
 pub enum Commands {
@@ -42,9 +42,9 @@ pub enum Commands {
 }
 
 fn control_socket() -> PathBuf {
-    std::env::var_os(launcher::CONTROL_SOCKET_ENV)
+    std::env::var_os(env::CONTROL_SOCKET)
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(launcher::SANDBOX_CONTROL_SOCKET))
+        .unwrap_or_else(|| PathBuf::from(sandbox::CONTROL_SOCKET))
 }
 
 fn current_thread() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -11,23 +11,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gatehouse_types::env as vars;
+
 use crate::profile::{is_env_name, Limits, Profile, Require};
 
 mod seccomp;
 
 pub use seccomp::seccomp_denials;
 
-/// Where things live inside the sandbox.
-pub mod inside {
-    pub const WORK: &str = "/work";
-    pub const TMP: &str = "/tmp";
-    pub const RUN: &str = "/run/gatehouse";
-    pub const PROXY_SOCKET: &str = "/run/gatehouse/proxy.sock";
-    pub const CONTROL_SOCKET: &str = "/run/gatehouse/control.sock";
-    pub const CA_BUNDLE: &str = "/run/gatehouse/ca-bundle.pem";
-    pub const BIN_DIR: &str = "/run/gatehouse/bin";
-    pub const GATEHOUSE_BIN: &str = "/run/gatehouse/bin/gatehouse";
-}
+/// Where things live inside the sandbox (shared with the launcher and the
+/// worker's commands).
+pub use gatehouse_types::sandbox as inside;
 
 /// The relay listens here inside the sandbox's network namespace.
 pub const RELAY_PORT: u16 = 3128;
@@ -557,7 +551,7 @@ pub fn build_env(
         "CURL_CA_BUNDLE",
         "REQUESTS_CA_BUNDLE",
         "NODE_EXTRA_CA_CERTS",
-        "GATEHOUSE_CONTROL_SOCKET",
+        vars::CONTROL_SOCKET,
     ] {
         env.remove(k);
     }
@@ -580,7 +574,7 @@ pub fn build_env(
     }
     if request.control_socket.is_some() {
         env.insert(
-            "GATEHOUSE_CONTROL_SOCKET".to_string(),
+            vars::CONTROL_SOCKET.to_string(),
             inside::CONTROL_SOCKET.to_string(),
         );
         let path = env.get("PATH").cloned().unwrap_or_default();

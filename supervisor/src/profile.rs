@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use gatehouse_types::ProfileName;
+use gatehouse_types::{sandbox, ProfileName};
 use serde::Serialize;
 
 mod raw;
@@ -23,7 +23,14 @@ pub use validate::is_env_name;
 const MAX_EXTENDS_DEPTH: usize = 8;
 
 /// Inside paths the sandbox builds itself; a profile may not bind over them.
-pub const RESERVED_INSIDE: &[&str] = &["/", "/work", "/tmp", "/proc", "/dev", "/run/gatehouse"];
+pub const RESERVED_INSIDE: &[&str] = &[
+    "/",
+    sandbox::WORK,
+    sandbox::TMP,
+    "/proc",
+    "/dev",
+    sandbox::RUN,
+];
 
 /// Profiles shipped with gatehouse, built into the binary so `default`
 /// always resolves.

@@ -18,16 +18,19 @@
 //! - [`variables`]: the variables an identity binds into rule paths;
 //! - [`wire`]: the bodies two processes exchange (proxy admin, worker
 //!   reports, inbox messages);
+//! - [`sandbox`]: paths inside a sandbox; [`env`]: `GATEHOUSE_*` variables;
 //!
 //! The crate depends on serde only; its error is [`ParseError`].
 
 #[macro_use]
 mod newtype;
 
+pub mod env;
 mod error;
 pub mod host;
 pub mod id;
 pub mod name;
+pub mod sandbox;
 pub mod variables;
 pub mod wire;
 

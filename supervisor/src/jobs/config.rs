@@ -244,7 +244,7 @@ fn check_sandbox_env(env: &BTreeMap<String, String>) -> Result<(), Refusal> {
     for key in env.keys() {
         let ok = !key.is_empty()
             && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            && !key.starts_with("GATEHOUSE_");
+            && !key.starts_with(gatehouse_types::env::PREFIX);
         if !ok {
             return Err((
                 "sandbox.env",

@@ -9,13 +9,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::state::ExitKind;
+use gatehouse_types::{env as vars, sandbox};
 
-/// The environment variable naming the control socket for `gatehouse report`
-/// and `gatehouse inbox`; inside a sandbox they default to the mounted path.
-pub const CONTROL_SOCKET_ENV: &str = "GATEHOUSE_CONTROL_SOCKET";
-/// Where the sandbox mounts the job's control socket.
-pub const SANDBOX_CONTROL_SOCKET: &str = "/run/gatehouse/control.sock";
+use super::state::ExitKind;
 
 /// `gatehouse sandbox run` exits with this when the sandbox could not be built.
 pub const SANDBOX_EXIT_UNAVAILABLE: i32 = crate::sandbox::EXIT_SANDBOX_FAILED as i32;
@@ -110,7 +106,7 @@ impl Launcher for SandboxLauncher {
     }
 
     fn control_socket_inside(&self, _host_path: &Path) -> PathBuf {
-        PathBuf::from(SANDBOX_CONTROL_SOCKET)
+        PathBuf::from(sandbox::CONTROL_SOCKET)
     }
 }
 
@@ -132,7 +128,7 @@ impl Launcher for UnsandboxedLauncher {
         let mut env = vec![("PATH".to_owned(), format!("{bin_dir}:{SYSTEM_PATH}"))];
         env.extend(req.env.iter().cloned());
         env.push((
-            CONTROL_SOCKET_ENV.into(),
+            vars::CONTROL_SOCKET.into(),
             req.control_socket.display().to_string(),
         ));
         let (program, rest) = match req.command.split_first() {
@@ -241,7 +237,7 @@ mod tests {
         assert_eq!(c.cwd.as_deref(), Some(Path::new("/s/tickets/tkt_1/work")));
         assert!(c.env[0].1.starts_with("/opt/g:"));
         assert!(c.env.contains(&(
-            CONTROL_SOCKET_ENV.into(),
+            "GATEHOUSE_CONTROL_SOCKET".into(),
             "/s/run/job_1/control.sock".into()
         )));
     }

@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use gatehouse_types::{env as vars, variables};
+
 use super::spec::JobSpec;
 
 /// The configured `sandbox.env` (in name order), then the job's own:
@@ -20,10 +22,10 @@ pub fn worker_env(
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    env.push(("GATEHOUSE_JOB".into(), job_id.to_owned()));
-    env.push(("GATEHOUSE_TICKET".into(), spec.ticket.clone()));
-    env.push(("GATEHOUSE_PROMPT".into(), prompt_path.to_owned()));
-    if let Some(repo) = spec.variables.get("repo") {
+    env.push((vars::JOB.into(), job_id.to_owned()));
+    env.push((vars::TICKET.into(), spec.ticket.clone()));
+    env.push((vars::PROMPT.into(), prompt_path.to_owned()));
+    if let Some(repo) = spec.variables.get(variables::REPO) {
         env.push(("GH_REPO".into(), repo.clone()));
     }
     env

@@ -13,29 +13,13 @@ use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use gatehouse::binaries::{self, LAUNCHER_COMMANDS, SERVICES};
-use gatehouse::cli;
+use gatehouse::cli::{self, LauncherArgs as Args, LauncherCommand as Command};
 
 /// Exit status when `gatehouse-services` cannot be run, as a shell's for a
 /// command it cannot find.
 const EXIT_NO_SERVICES: u8 = 127;
-
-/// Hand AI coding agents real work on GitHub and Feishu without handing them keys.
-#[derive(Parser)]
-#[command(name = "gatehouse", bin_name = "gatehouse", version, about, long_about = None)]
-struct Args {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    #[command(flatten)]
-    Sandbox(cli::sandbox::Commands),
-    #[command(flatten)]
-    Worker(cli::worker::Commands),
-}
 
 fn main() -> ExitCode {
     let mut argv = std::env::args_os();

@@ -289,3 +289,126 @@ fn bench(
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use clap::Parser;
+    use gatehouse_supervisor::jobs::launcher::{LaunchRequest, Launcher, SandboxLauncher};
+
+    use super::{Commands, RunArgs, SandboxCommand};
+    use crate::cli::{LauncherArgs, LauncherCommand};
+
+    /// Parses what a launcher emits with the `gatehouse` binary's own parser.
+    fn parse(args: &[OsString]) -> Result<RunArgs, clap::Error> {
+        let argv = std::iter::once(OsString::from("gatehouse")).chain(args.iter().cloned());
+        match LauncherArgs::try_parse_from(argv)?.command {
+            LauncherCommand::Sandbox(Commands::Sandbox(SandboxCommand::Run(run))) => Ok(*run),
+            _ => panic!("not `sandbox run`: {args:?}"),
+        }
+    }
+
+    fn launcher(profiles_dir: Option<&str>) -> SandboxLauncher {
+        SandboxLauncher {
+            gatehouse_bin: "/usr/lib/gatehouse/gatehouse".into(),
+            profiles_dir: profiles_dir.map(PathBuf::from),
+        }
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Every field the launcher sets arrives in the field of the same
+    /// meaning, and nothing else is set.
+    fn assert_parsed_as(req: &LaunchRequest<'_>, profiles_dir: Option<&str>, run: &RunArgs) {
+        assert_eq!(run.profile, req.profile);
+        assert_eq!(run.workdir, req.work_dir);
+        assert_eq!(run.proxy_socket.as_deref(), req.proxy_socket);
+        assert_eq!(run.control_socket.as_deref(), Some(req.control_socket));
+        assert_eq!(run.ca_cert.as_deref(), req.ca_cert);
+        assert_eq!(run.profiles_dir.as_deref(), profiles_dir.map(Path::new));
+        let env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(run.env, env);
+        let secs = req.wall_time.as_millis().div_ceil(1000).max(1) as u64;
+        assert_eq!(run.wall_time, Some(secs));
+        assert_eq!(run.command, req.command);
+        assert_eq!(run.worker_user, "gatehouse-worker", "left to its default");
+        assert!(!run.quiet);
+    }
+
+    #[test]
+    fn the_sandbox_launcher_speaks_sandbox_run() {
+        let env = [
+            ("GATEHOUSE_JOB".to_owned(), "job_1".to_owned()),
+            ("MODE".to_owned(), "a=b c".to_owned()),
+        ];
+        // A worker command whose arguments look like flags of `sandbox run`.
+        let command = strings(&["agent", "--profile", "evil", "--", "-x", "--wall-time=1"]);
+        let full = LaunchRequest {
+            profile: "team/web",
+            work_dir: Path::new("/var/lib/gatehouse/tickets/tkt_1/work"),
+            proxy_socket: Some(Path::new("/var/lib/gatehouse/proxy/sockets/tkt_1.sock")),
+            control_socket: Path::new("/var/lib/gatehouse/run/job_1/control.sock"),
+            ca_cert: Some(Path::new("/var/lib/gatehouse/proxy/ca.pem")),
+            env: &env,
+            wall_time: Duration::from_millis(1500),
+            command: &command,
+        };
+        let bare = LaunchRequest {
+            profile: "default",
+            proxy_socket: None,
+            ca_cert: None,
+            env: &[],
+            wall_time: Duration::from_millis(200),
+            command: &[],
+            ..full.clone()
+        };
+        for (req, profiles_dir) in [
+            (&full, Some("/etc/gatehouse/profiles")),
+            (&full, None),
+            (&bare, None),
+        ] {
+            let emitted = launcher(profiles_dir).command(req);
+            let run = parse(&emitted.args)
+                .unwrap_or_else(|e| panic!("{:?} is refused: {e}", emitted.args));
+            assert_parsed_as(req, profiles_dir, &run);
+        }
+    }
+
+    #[test]
+    fn a_drifted_flag_or_value_is_refused() {
+        let command = strings(&["agent"]);
+        let req = LaunchRequest {
+            profile: "default",
+            work_dir: Path::new("/w"),
+            proxy_socket: None,
+            control_socket: Path::new("/c.sock"),
+            ca_cert: None,
+            env: &[],
+            wall_time: Duration::from_secs(60),
+            command: &command,
+        };
+        let emitted = launcher(None).command(&req).args;
+        // The positive control: what is emitted parses.
+        assert!(parse(&emitted).is_ok());
+        let replace = |from: &str, to: &str| -> Vec<OsString> {
+            assert!(emitted.iter().any(|a| a == from), "{from} not emitted");
+            emitted
+                .iter()
+                .map(|a| if a == from { to.into() } else { a.clone() })
+                .collect()
+        };
+        for drifted in [
+            replace("--wall-time", "--wall-time-secs"),
+            replace("--control-socket", "--control"),
+            replace("60", "60s"),
+            replace("run", "start"),
+        ] {
+            assert!(parse(&drifted).is_err(), "{drifted:?} was accepted");
+        }
+    }
+}

@@ -471,9 +471,12 @@ fn a_root_callers_private_work_dir_is_the_workers_through_an_idmapped_mount() {
     let r = Run::from(out);
     r.ok();
     let lines: Vec<&str> = r.stdout.lines().collect();
-    // The worker is still the worker's host user, never root.
+    // The worker runs as a host uid of its own, never root (nor the
+    // directory's owner).
     let map: Vec<&str> = lines[0].split_whitespace().collect();
-    assert_eq!(map, ["0", &worker_uid.to_string(), "1"], "{r:#?}");
+    let host_uid: u32 = map[1].parse().unwrap();
+    assert_eq!((map[0], map[2]), ("0", "1"), "{r:#?}");
+    assert!(host_uid >= 1_879_048_192, "{r:#?}");
     assert_eq!(&lines[1..], ["root's file", "others-refused"], "{r:#?}");
     // What the worker wrote belongs to the directory's owner on the host;
     // nothing was chowned.
@@ -486,4 +489,118 @@ fn a_root_callers_private_work_dir_is_the_workers_through_an_idmapped_mount() {
     let dir = std::fs::metadata(&private).unwrap();
     assert_eq!((dir.uid(), dir.mode() & 0o777), (0, 0o700));
     assert_eq!(std::fs::metadata(&other).unwrap().uid(), worker_uid + 1);
+}
+
+/// The host uid the sandbox's worker runs as, from its uid map.
+fn host_uid_of(r: &Run) -> u32 {
+    let map: Vec<&str> = r.stdout.split_whitespace().collect();
+    assert_eq!((map.len(), map[0], map[2]), (3, "0", "1"), "{r:#?}");
+    map[1].parse().unwrap()
+}
+
+/// Starts a sandbox that holds its worker uid (from `range`) for 30 s, and
+/// returns it with that uid once it runs. A uid freed a moment ago may
+/// still read as held: retried until `deadline`.
+fn hold_a_uid(s: &Scratch, range: &str, deadline: std::time::Instant) -> (KillOnDrop, u32) {
+    loop {
+        let child = s
+            .command(&[
+                "sandbox",
+                "run",
+                "--profile",
+                "default",
+                "--worker-uids",
+                range,
+                "--workdir",
+                s.work.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                "cat /proc/self/uid_map; exec sleep 30",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut child = KillOnDrop(child);
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.0.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        if let Some(uid) = line.split_whitespace().nth(1) {
+            return (child, uid.parse().unwrap());
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no uid of {range} could be held"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn each_live_sandbox_started_by_root_has_a_host_uid_of_its_own() {
+    if !mode_available(Mode::Root) {
+        return;
+    }
+    let s = Scratch::new(Mode::Root);
+    let range = "1879113000-1879113001";
+    let both = [1_879_113_000, 1_879_113_001];
+    let uid_map = "cat /proc/self/uid_map";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // Two live sandboxes hold the two uids of the range, one each...
+    let (first_holder, first) = hold_a_uid(&s, range, deadline);
+    let (_second_holder, second) = hold_a_uid(&s, range, deadline);
+    assert_ne!(first, second);
+    assert!(
+        both.contains(&first) && both.contains(&second),
+        "{first} {second}"
+    );
+    // ...so a third finds none free and does not start.
+    let r = s.sh_with("default", &["--worker-uids", range], uid_map);
+    assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{r:#?}");
+    assert!(r.stderr.contains("in use by live sandboxes"), "{r:#?}");
+    assert!(r.stdout.is_empty(), "{r:#?}");
+    // When the first ends, its uid is free again.
+    drop(first_holder);
+    loop {
+        let r = s.sh_with("default", &["--worker-uids", range], uid_map);
+        if r.code == Some(0) {
+            assert_eq!(host_uid_of(&r), first);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{r:#?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Kills (and reaps) the child when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_unknown_worker_user_is_refused_not_a_crash() {
+    let Some(mode) = any_mode() else {
+        return;
+    };
+    if mode != Mode::Root {
+        return;
+    }
+    let s = Scratch::new(mode);
+    let r = s.sh_with(
+        "default",
+        &["--worker-user", "gatehouse-no-such-user"],
+        "true",
+    );
+    assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{r:#?}");
+    assert!(r.stderr.contains("no such user"), "{r:#?}");
 }

@@ -94,9 +94,14 @@ pub struct RunArgs {
     /// Look for named profiles here first
     #[arg(long)]
     profiles_dir: Option<PathBuf>,
-    /// Host user the worker runs as when started by root
-    #[arg(long, default_value = "gatehouse-worker")]
-    worker_user: String,
+    /// Started by root, each sandbox's worker gets a host uid (and gid) of
+    /// its own from this range, held while the sandbox lives
+    #[arg(long, value_name = "FIRST-LAST", default_value = sandbox::worker_uids::DEFAULT_RANGE)]
+    worker_uids: String,
+    /// Started by root, run the worker as this unprivileged account instead
+    /// of a uid of its own (every sandbox given it shares its budgets)
+    #[arg(long, conflicts_with = "worker_uids")]
+    worker_user: Option<String>,
     /// Do not report limits that could not be enforced by cgroups
     #[arg(long)]
     quiet: bool,
@@ -180,7 +185,8 @@ fn doctor(json: bool) -> anyhow::Result<ExitCode> {
 /// a caller can tell "not run" from the command's own failure.
 fn run_sandbox(args: RunArgs) -> ExitCode {
     let quiet = args.quiet;
-    match prepare(args).and_then(|plan| Ok(sandbox::run(&plan)?)) {
+    // The worker's leased uid stays the sandbox's until the run is over.
+    match prepare(args).and_then(|(plan, _lease)| Ok(sandbox::run(&plan)?)) {
         Ok((outcome, limits)) => {
             if !quiet {
                 report_limits(&limits);
@@ -224,7 +230,7 @@ fn report_limits(l: &sandbox::LimitReport) {
     }
 }
 
-fn prepare(args: RunArgs) -> anyhow::Result<Plan> {
+fn prepare(args: RunArgs) -> anyhow::Result<(Plan, Option<sandbox::worker_uids::Lease>)> {
     let profile = load_profile(&args.profile, args.profiles_dir.as_deref())?;
     let absolute = |flag: &str, p: &Path| -> anyhow::Result<PathBuf> {
         std::fs::canonicalize(p).with_context(|| format!("{flag} {}", p.display()))
@@ -253,7 +259,11 @@ fn prepare(args: RunArgs) -> anyhow::Result<Plan> {
         Some(_) => Some(std::env::current_exe().context("locating the gatehouse binary")?),
         None => None,
     };
-    let identity = sandbox::worker_identity(&args.worker_user)?;
+    let account = match &args.worker_user {
+        Some(name) => sandbox::WorkerAccount::User(name),
+        None => sandbox::WorkerAccount::Leased(args.worker_uids.parse()?),
+    };
+    let (identity, lease) = sandbox::worker_identity(account)?;
     let caller_env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
@@ -267,7 +277,10 @@ fn prepare(args: RunArgs) -> anyhow::Result<Plan> {
         wall_time_secs: args.wall_time,
         command: args.command,
     };
-    Ok(Plan::build(&profile, &request, identity, &caller_env)?)
+    Ok((
+        Plan::build(&profile, &request, identity, &caller_env)?,
+        lease,
+    ))
 }
 
 fn bench(

@@ -31,6 +31,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod accounts;
 pub mod bench;
 pub mod ca_bundle;
 pub mod doctor;

@@ -48,19 +48,15 @@ pub fn bind_api(config: &Config) -> std::io::Result<tokio::net::UnixListener> {
     let Some(group) = &config.api_socket_group else {
         return http::bind(&config.api_socket, 0o600);
     };
-    let gid = nix::unistd::Group::from_name(group)
-        .ok()
-        .flatten()
-        .ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("api_socket_group: no group `{group}`"),
-            )
-        })?
-        .gid;
+    let gid = crate::accounts::group(group)?.ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("api_socket_group: no group `{group}` in /etc/group"),
+        )
+    })?;
     // Bound 0600 first, opened to the group only once it owns the socket.
     let listener = http::bind(&config.api_socket, 0o600)?;
-    std::os::unix::fs::chown(&config.api_socket, None, Some(gid.as_raw()))?;
+    std::os::unix::fs::chown(&config.api_socket, None, Some(gid))?;
     std::fs::set_permissions(
         &config.api_socket,
         std::os::unix::fs::PermissionsExt::from_mode(0o660),

@@ -58,7 +58,7 @@ fn give_to_worker(config: &Config, work_dir: &Path) -> Result<(), ServiceError> 
     if config.launcher != LauncherKind::Sandbox || !nix::unistd::geteuid().is_root() {
         return Ok(());
     }
-    let user = nix::unistd::User::from_name(WORKER_USER)
+    let user = crate::accounts::user(WORKER_USER)
         .ok()
         .flatten()
         .ok_or_else(|| ServiceError::Io {
@@ -72,7 +72,7 @@ fn give_to_worker(config: &Config, work_dir: &Path) -> Result<(), ServiceError> 
         gatehouse_dir.join("prompt.md"),
         gatehouse_dir.join(".gitignore"),
     ] {
-        std::os::unix::fs::lchown(&path, Some(user.uid.as_raw()), Some(user.gid.as_raw()))
+        std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid))
             .map_err(io(format!("giving {} to {WORKER_USER}", path.display())))?;
     }
     Ok(())

@@ -29,6 +29,7 @@ pub mod seccomp;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 mod worker;
+pub mod worker_uids;
 
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -392,34 +393,68 @@ fn wait(child: i32, wall_time: Option<Duration>, started: Instant, parent: i32) 
     }
 }
 
-/// Who the worker runs as: started by root, the unprivileged
-/// `worker_user`; otherwise the caller itself.
-pub fn worker_identity(worker_user: &str) -> Result<Identity, SandboxError> {
+/// Whose host ids the worker of a sandbox started by root takes.
+#[derive(Debug, Clone, Copy)]
+pub enum WorkerAccount<'a> {
+    /// Its own uid (and gid of the same number), leased from the range for
+    /// as long as the sandbox lives (see [`worker_uids`]).
+    Leased(worker_uids::UidRange),
+    /// A named unprivileged account, shared by every sandbox given it.
+    User(&'a str),
+}
+
+/// Who the worker runs as: started by root, per `account`; otherwise the
+/// caller itself. A lease, when there is one, must be kept until the
+/// sandbox has ended.
+pub fn worker_identity(
+    account: WorkerAccount<'_>,
+) -> Result<(Identity, Option<worker_uids::Lease>), SandboxError> {
     let uid = nix::unistd::geteuid();
     if !uid.is_root() {
-        return Ok(Identity {
+        let identity = Identity {
             host_uid: uid.as_raw(),
             host_gid: nix::unistd::getegid().as_raw(),
             caller_is_root: false,
-        });
+        };
+        return Ok((identity, None));
     }
+    match account {
+        WorkerAccount::User(name) => Ok((named_worker(name)?, None)),
+        WorkerAccount::Leased(range) => {
+            let lease = worker_uids::lease(range).map_err(|e| SandboxError::Missing {
+                what: format!("a host uid of its own for the worker ({e})"),
+                fix: "Wait for a sandbox to end, widen --worker-uids, or pass --worker-user"
+                    .to_string(),
+            })?;
+            let identity = Identity {
+                host_uid: lease.uid,
+                host_gid: lease.uid,
+                caller_is_root: true,
+            };
+            Ok((identity, Some(lease)))
+        }
+    }
+}
+
+/// The ids of the named account, which must not be root's.
+fn named_worker(worker_user: &str) -> Result<Identity, SandboxError> {
     let missing = |why: String| {
         SandboxError::Missing {
         what: format!("worker user `{worker_user}` ({why})"),
         fix: format!("Create it (useradd --system --no-create-home {worker_user}) or pass --worker-user with another unprivileged user"),
     }
     };
-    let user = nix::unistd::User::from_name(worker_user)
-        .map_err(|e| missing(e.to_string()))?
-        .ok_or_else(|| missing("no such user".to_string()))?;
-    if user.uid.is_root() || user.gid.as_raw() == 0 {
+    let user = crate::accounts::user(worker_user)
+        .map_err(|e| missing(format!("reading /etc/passwd: {e}")))?
+        .ok_or_else(|| missing("no such user in /etc/passwd".to_string()))?;
+    if user.uid == 0 || user.gid == 0 {
         return Err(missing(
             "it is uid or gid 0; workers never run as host root".to_string(),
         ));
     }
     Ok(Identity {
-        host_uid: user.uid.as_raw(),
-        host_gid: user.gid.as_raw(),
+        host_uid: user.uid,
+        host_gid: user.gid,
         caller_is_root: true,
     })
 }

@@ -214,14 +214,23 @@ pub struct LandlockPlan {
     pub required: bool,
 }
 
-/// A seccomp argument test: `(arg & mask) == value` on the low 32 bits or
-/// all 64.
+/// A seccomp argument test: `(arg & mask) == value` (or `!=`) on the low
+/// 32 bits or all 64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArgMatch {
     pub index: u8,
     pub dword: bool,
     pub mask: u64,
     pub value: u64,
+    pub op: ArgOp,
+}
+
+/// How an [`ArgMatch`] compares. `Ne` is for 32-bit arguments only (a
+/// 64-bit one would need either half to differ, which one test cannot say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgOp {
+    Eq,
+    Ne,
 }
 
 /// Deny `syscall` (with `errno`) when all `when` tests hold (always, if empty).

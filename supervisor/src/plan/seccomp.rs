@@ -1,13 +1,20 @@
 //! The seccomp denials every worker gets, as data (compiled and proven in
 //! `sandbox::seccomp`).
 
-use super::{ArgMatch, Denial};
+use super::{ArgMatch, ArgOp, Denial};
+
+/// Syscalls newer than the `libc` crate's table (x86-64 numbers).
+const SYS_OPEN_TREE_ATTR: i64 = 467;
+
+/// `personality(2)`'s query: returns the persona, changes nothing.
+const PERSONALITY_QUERY: u64 = 0xffff_ffff;
 
 /// What a worker never needs. Everything else is allowed: a coding worker
 /// runs arbitrary toolchains, so an allowlist would break them; the
 /// namespaces and Landlock are the main walls, seccomp removes the kernel
-/// surface that could get through them. A table, one entry per denial, so
-/// longer than a function should be.
+/// surface that could get through them. `supervisor/README.md` says why
+/// each allowed call that reaches beyond the process stays allowed. A
+/// table, one entry per denial, so longer than a function should be.
 pub fn seccomp_denials() -> Vec<Denial> {
     use libc::*;
     let eperm = EPERM;
@@ -63,6 +70,27 @@ pub fn seccomp_denials() -> Vec<Denial> {
         always("pidfd_getfd", SYS_pidfd_getfd),
         always("lookup_dcookie", SYS_lookup_dcookie),
         always("vhangup", SYS_vhangup),
+        // A handle names a file by inode, past every mount and Landlock
+        // rule; only open_by_handle_at (denied) turns it back into a file,
+        // but the handle itself leaks which host file a path is.
+        always("name_to_handle_at", SYS_name_to_handle_at),
+        // open_tree with mount attributes: the mount API, like open_tree.
+        always("open_tree_attr", SYS_OPEN_TREE_ATTR),
+        // Compares kernel objects of two processes: an ordering oracle on
+        // kernel pointers, no use outside checkpoint/restore.
+        always("kcmp", SYS_kcmp),
+        // 16-bit segments: no use in 64-bit code, a long history of bugs.
+        always("modify_ldt", SYS_modify_ldt),
+        // Memory removed from the kernel's direct map, never swapped: no
+        // use in a worker.
+        always("memfd_secret", SYS_memfd_secret),
+        // Quotas of the filesystem under an fd: the work dir's is the
+        // host's (quotactl is denied for the same reason).
+        always("quotactl_fd", SYS_quotactl_fd),
+        // Advice on another process's memory, as ptrace-like access.
+        always("process_madvise", SYS_process_madvise),
+        // Loads a library from a path: obsolete since ELF.
+        always("uselib", SYS_uselib),
         // glibc falls back to clone(2) only on ENOSYS; EPERM would break
         // pthread_create. clone3's flags live in memory, which seccomp
         // cannot inspect, so it goes entirely.
@@ -96,6 +124,7 @@ pub fn seccomp_denials() -> Vec<Denial> {
                     dword: false,
                     mask: flag,
                     value: flag,
+                    op: ArgOp::Eq,
                 }],
             });
         }
@@ -115,6 +144,7 @@ pub fn seccomp_denials() -> Vec<Denial> {
                     dword: true,
                     mask: 0xffff_ffff,
                     value: family as u64,
+                    op: ArgOp::Eq,
                 }],
             });
         }
@@ -131,8 +161,31 @@ pub fn seccomp_denials() -> Vec<Denial> {
                 dword: true,
                 mask: 0xffff_ffff,
                 value: req,
+                op: ArgOp::Eq,
             }],
         });
     }
+    d.push(personality_denial());
     d
+}
+
+/// `personality(2)` may only query or keep the default (`PER_LINUX`, 0):
+/// `ADDR_NO_RANDOMIZE` turns off ASLR for what the worker runs next,
+/// `READ_IMPLIES_EXEC` makes readable mappings executable, other personas
+/// change how the kernel treats the process. The argument is an unsigned
+/// int: the upper half is ignored by the kernel, so it is here.
+fn personality_denial() -> Denial {
+    let differs = |value| ArgMatch {
+        index: 0,
+        dword: true,
+        mask: 0xffff_ffff,
+        value,
+        op: ArgOp::Ne,
+    };
+    Denial {
+        name: "personality",
+        nr: libc::SYS_personality,
+        errno: libc::EPERM,
+        when: vec![differs(0), differs(PERSONALITY_QUERY)],
+    }
 }

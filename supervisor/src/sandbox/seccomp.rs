@@ -16,8 +16,8 @@
 //! ```
 //!
 //! So an unlisted number costs ~log2(runs) jumps to emulate; only the few
-//! syscalls that test arguments (clone, unshare, socket, socketpair, ioctl)
-//! have bodies, shared when equal, with the namespace flags tested by one
+//! syscalls that test arguments (clone, unshare, socket, socketpair, ioctl,
+//! personality) have bodies, shared when equal, with the namespace flags tested by one
 //! JSET and the socket families by ranges: ~150 instructions in all, and
 //! the kernel's convert/JIT cost grows with the length.
 //!
@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use seccompiler::{sock_filter, BpfProgram};
 
 use super::SandboxError;
-use crate::plan::{ArgMatch, Denial, SeccompPlan};
+use crate::plan::{ArgMatch, ArgOp, Denial, SeccompPlan};
 
 pub const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -153,7 +153,10 @@ fn checked_nr(d: &Denial) -> Result<u32, SandboxError> {
         )));
     }
     for m in &d.when {
-        if m.index > 5 || (m.dword && (m.mask | m.value) >> 32 != 0) {
+        if m.index > 5
+            || (m.dword && (m.mask | m.value) >> 32 != 0)
+            || (m.op == ArgOp::Ne && !m.dword)
+        {
             return Err(SandboxError::Seccomp(format!(
                 "{}: bad argument test {m:?}",
                 d.name
@@ -301,31 +304,77 @@ enum Test {
     AnyBit { offset: u32, bits: u32 },
     /// `word` is one of `values`: full-mask equality rules, merged.
     OneOf { offset: u32, values: Vec<u32> },
-    /// Every `(word & mask) == value` holds (none: always).
-    All(Vec<(u32, u32, u32)>),
+    /// Every word test holds (none: always).
+    All(Vec<Word>),
+}
+
+/// `(word at offset & mask) == value`, or `!=` when not `equal`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Word {
+    offset: u32,
+    mask: u32,
+    value: u32,
+    equal: bool,
+}
+
+/// The rule's tests on 32-bit words, without those that always hold;
+/// `None` when one can never hold.
+fn words(conditions: &[ArgMatch]) -> Option<Vec<Word>> {
+    let mut words = Vec::new();
+    for m in conditions {
+        let low = ARGS_OFFSET + 8 * u32::from(m.index);
+        let equal = m.op == ArgOp::Eq;
+        words.push(Word {
+            offset: low,
+            mask: m.mask as u32,
+            value: m.value as u32,
+            equal,
+        });
+        if !m.dword {
+            words.push(Word {
+                offset: low + 4,
+                mask: (m.mask >> 32) as u32,
+                value: (m.value >> 32) as u32,
+                equal,
+            });
+        }
+    }
+    let mut kept = Vec::with_capacity(words.len());
+    for w in words {
+        // Value bits outside the mask: `==` never holds, `!=` always does.
+        let impossible = w.value & !w.mask != 0;
+        match (w.equal, impossible) {
+            (true, true) => return None,
+            (false, true) => {}
+            // 0 == 0 always holds; 0 != 0 never does.
+            (true, false) if w.mask == 0 => {}
+            (false, false) if w.mask == 0 => return None,
+            _ => kept.push(w),
+        }
+    }
+    Some(kept)
 }
 
 fn simplify(body: &Body) -> Vec<(i32, Test)> {
     let mut out: Vec<(i32, Test)> = Vec::new();
     for (errno, conditions) in body {
-        // One `(word & mask) == value` test per 32-bit half that matters.
-        let mut words = Vec::new();
-        for m in conditions {
-            let low = ARGS_OFFSET + 8 * u32::from(m.index);
-            words.push((low, m.mask as u32, m.value as u32));
-            if !m.dword {
-                words.push((low + 4, (m.mask >> 32) as u32, (m.value >> 32) as u32));
-            }
-        }
-        if words.iter().any(|&(_, mask, value)| value & !mask != 0) {
+        // One test per 32-bit half that matters.
+        let Some(words) = words(conditions) else {
             continue; // can never hold
-        }
-        words.retain(|&(_, mask, _)| mask != 0); // 0 == 0 always holds
+        };
         let test = match words[..] {
-            [(offset, mask, value)] if mask == value && mask.count_ones() == 1 => {
-                Test::AnyBit { offset, bits: mask }
-            }
-            [(offset, u32::MAX, value)] => Test::OneOf {
+            [Word {
+                offset,
+                mask,
+                value,
+                equal: true,
+            }] if mask == value && mask.count_ones() == 1 => Test::AnyBit { offset, bits: mask },
+            [Word {
+                offset,
+                mask: u32::MAX,
+                value,
+                equal: true,
+            }] => Test::OneOf {
                 offset,
                 values: vec![value],
             },
@@ -372,9 +421,11 @@ fn ranges(values: &[u32]) -> Vec<(u32, u32)> {
 fn emit_body(body: &Body, out: &mut Vec<sock_filter>) -> Result<(), SandboxError> {
     for (errno, test) in simplify(body) {
         let mut rule = Vec::new();
-        // Compares whose false branch skips the rule, and ones whose true
-        // (`jt`) or false (`jf`) branch goes to the rule's return.
-        let (mut misses, mut hits_jt, mut hits_jf) = (Vec::new(), Vec::new(), Vec::new());
+        // Compares whose false (`misses`) or true (`misses_jt`) branch
+        // skips the rule, and ones whose true (`jt`) or false (`jf`)
+        // branch goes to the rule's return.
+        let (mut misses, mut misses_jt) = (Vec::new(), Vec::new());
+        let (mut hits_jt, mut hits_jf) = (Vec::new(), Vec::new());
         match test {
             Test::AnyBit { offset, bits } => {
                 rule.push(ins(BPF_LD_W_ABS, 0, 0, offset));
@@ -396,13 +447,14 @@ fn emit_body(body: &Body, out: &mut Vec<sock_filter>) -> Result<(), SandboxError
                 rule.push(ins(BPF_JA, 0, 0, 1));
             }
             Test::All(words) => {
-                for (offset, mask, value) in words {
-                    rule.push(ins(BPF_LD_W_ABS, 0, 0, offset));
-                    if mask != u32::MAX {
-                        rule.push(ins(BPF_AND_K, 0, 0, mask));
+                for w in words {
+                    rule.push(ins(BPF_LD_W_ABS, 0, 0, w.offset));
+                    if w.mask != u32::MAX {
+                        rule.push(ins(BPF_AND_K, 0, 0, w.mask));
                     }
+                    let misses = if w.equal { &mut misses } else { &mut misses_jt };
                     misses.push(rule.len());
-                    rule.push(ins(BPF_JEQ_K, 0, 0, value));
+                    rule.push(ins(BPF_JEQ_K, 0, 0, w.value));
                 }
             }
         }
@@ -410,6 +462,9 @@ fn emit_body(body: &Body, out: &mut Vec<sock_filter>) -> Result<(), SandboxError
         let len = rule.len();
         for at in misses {
             rule[at].jf = short_jump(len - at - 1)?;
+        }
+        for at in misses_jt {
+            rule[at].jt = short_jump(len - at - 1)?;
         }
         for at in hits_jt {
             rule[at].jt = short_jump(len - at - 2)?;

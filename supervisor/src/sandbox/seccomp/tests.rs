@@ -9,7 +9,7 @@ use seccompiler::{
 };
 
 use super::*;
-use crate::plan::{seccomp_denials, Denial, SeccompPlan};
+use crate::plan::{seccomp_denials, ArgOp, Denial, SeccompPlan};
 
 struct Data {
     nr: u32,
@@ -102,7 +102,10 @@ fn linear_reference(plan: &SeccompPlan) -> Vec<BpfProgram> {
         // A test `(arg & mask) == value` with bits of `value` outside `mask`
         // never holds. seccompiler masks the value first (so it can hold);
         // leave such rules out so the reference means what `ArgMatch` says.
-        if d.when.iter().any(|m| m.value & !m.mask != 0) {
+        if d.when
+            .iter()
+            .any(|m| m.op == ArgOp::Eq && m.value & !m.mask != 0)
+        {
             continue;
         }
         let rules = by_errno
@@ -122,8 +125,14 @@ fn linear_reference(plan: &SeccompPlan) -> Vec<BpfProgram> {
                 } else {
                     SeccompCmpArgLen::Qword
                 };
-                SeccompCondition::new(m.index, len, SeccompCmpOp::MaskedEq(m.mask), m.value)
-                    .unwrap()
+                // seccompiler has no masked `!=`: plans here use `!=` on
+                // whole 32-bit arguments only.
+                let op = match m.op {
+                    ArgOp::Eq => SeccompCmpOp::MaskedEq(m.mask),
+                    ArgOp::Ne if m.dword && m.mask == 0xffff_ffff => SeccompCmpOp::Ne,
+                    ArgOp::Ne => panic!("the reference cannot express {m:?}"),
+                };
+                SeccompCondition::new(m.index, len, op, m.value).unwrap()
             })
             .collect();
         rules.push(SeccompRule::new(conditions).unwrap());
@@ -208,6 +217,67 @@ fn decisions_for_the_listed_attacks() {
         ),
         ("tioclinux", SYS_ioctl, a(0, TIOCLINUX), errno(EPERM)),
         ("tcgets", SYS_ioctl, a(0, TCGETS), RET_ALLOW),
+        (
+            "name_to_handle_at",
+            SYS_name_to_handle_at,
+            a(0, 0),
+            errno(EPERM),
+        ),
+        ("open_tree_attr", 467, a(0, 0), errno(EPERM)),
+        ("kcmp", SYS_kcmp, a(0, 0), errno(EPERM)),
+        ("modify_ldt", SYS_modify_ldt, a(0, 0), errno(EPERM)),
+        ("memfd_secret", SYS_memfd_secret, a(0, 0), errno(EPERM)),
+        ("quotactl_fd", SYS_quotactl_fd, a(0, 0), errno(EPERM)),
+        (
+            "process_madvise",
+            SYS_process_madvise,
+            a(0, 0),
+            errno(EPERM),
+        ),
+        ("uselib", SYS_uselib, a(0, 0), errno(EPERM)),
+        ("personality default", SYS_personality, a(0, 0), RET_ALLOW),
+        (
+            "personality query",
+            SYS_personality,
+            a(0xffff_ffff, 0),
+            RET_ALLOW,
+        ),
+        (
+            "personality query, high bits",
+            SYS_personality,
+            a(0xdead_ffff_ffff, 0),
+            RET_ALLOW,
+        ),
+        (
+            "personality default, high bits",
+            SYS_personality,
+            a(1 << 40, 0),
+            RET_ALLOW,
+        ),
+        (
+            "personality ADDR_NO_RANDOMIZE",
+            SYS_personality,
+            a(ADDR_NO_RANDOMIZE as u64, 0),
+            errno(EPERM),
+        ),
+        (
+            "personality READ_IMPLIES_EXEC",
+            SYS_personality,
+            a(READ_IMPLIES_EXEC as u64, 0),
+            errno(EPERM),
+        ),
+        (
+            "personality PER_LINUX32",
+            SYS_personality,
+            a(8, 0),
+            errno(EPERM),
+        ),
+        (
+            "personality all but one bit",
+            SYS_personality,
+            a(0xffff_fffe, 0),
+            errno(EPERM),
+        ),
         ("read", SYS_read, a(0, 0), RET_ALLOW),
         (
             "x32 read",
@@ -305,7 +375,15 @@ fn same_decisions_as_the_linear_filters_for_every_number() {
 fn interesting_args() -> Vec<[u64; 6]> {
     let mut a0: Vec<u64> = (0..70).collect();
     a0.extend((0..64).map(|b| 1u64 << b));
-    a0.extend([libc::SIGCHLD as u64, 0x3d0f00, u64::MAX, 0xdead_0000_0002]);
+    a0.extend([
+        libc::SIGCHLD as u64,
+        0x3d0f00,
+        u64::MAX,
+        0xdead_0000_0002,
+        0xffff_ffff,
+        0xffff_fffe,
+        0x1_ffff_ffff,
+    ]);
     let a1 = [
         0,
         libc::TIOCSTI,
@@ -334,6 +412,8 @@ fn any_arg() -> impl Strategy<Value = u64> {
         0u64..80,
         (any::<u32>(), 0u64..70).prop_map(|(h, l)| (u64::from(h) << 32) | l),
         (0u32..64).prop_map(|b| 1u64 << b),
+        (any::<u32>(), 0u32..32).prop_map(|(h, b)| (u64::from(h) << 32) | (0xffff_ffff ^ 1 << b)),
+        any::<u32>().prop_map(|h| (u64::from(h) << 32) | 0xffff_ffff),
         (any::<u64>(), 0u32..64).prop_map(|(x, b)| x | 1 << b),
         (
             any::<u32>(),
@@ -347,8 +427,23 @@ fn any_arg() -> impl Strategy<Value = u64> {
 /// A random plan: few syscall numbers so denials collide, errnos that
 /// conflict, conditions of both widths (some that can never hold).
 fn any_plan() -> impl Strategy<Value = SeccompPlan> {
-    let cond = (0u8..3, any::<bool>(), any::<u64>(), any::<u64>(), 0u8..4).prop_map(
+    let cond = (0u8..3, any::<bool>(), any::<u64>(), any::<u64>(), 0u8..5).prop_map(
         |(index, dword, mask, value, kind)| {
+            if kind == 4 {
+                // `!=` on a whole 32-bit argument (as personality's rule).
+                let value = if value % 2 == 0 {
+                    value % 8
+                } else {
+                    0xffff_ffff
+                };
+                return ArgMatch {
+                    index,
+                    dword: true,
+                    mask: 0xffff_ffff,
+                    value,
+                    op: ArgOp::Ne,
+                };
+            }
             let (mask, value) = match kind {
                 0 => (mask, value & mask),
                 1 => (mask, value), // usually impossible
@@ -365,6 +460,7 @@ fn any_plan() -> impl Strategy<Value = SeccompPlan> {
                 dword,
                 mask,
                 value,
+                op: ArgOp::Eq,
             }
         },
     );
@@ -452,6 +548,7 @@ fn a_long_deny_list_decides_alike() {
                     dword: true,
                     mask: 0xff,
                     value: 7,
+                    op: ArgOp::Eq,
                 }]
             } else {
                 vec![]
@@ -509,4 +606,75 @@ fn the_default_filter_is_small() {
     // Namespace flags become one JSET, socket families three ranges.
     let len = programs()[0].len();
     assert!(len < 200, "{len} instructions");
+}
+
+#[test]
+fn masked_inequality_tests_decide_as_written() {
+    // seccompiler has no masked `!=`, so the reference cannot check these:
+    // a table, including tests that always or never hold.
+    let ne = |mask: u64, value: u64| ArgMatch {
+        index: 1,
+        dword: true,
+        mask,
+        value,
+        op: ArgOp::Ne,
+    };
+    let deny = |when: Vec<ArgMatch>| SeccompPlan {
+        denials: vec![Denial {
+            name: "t",
+            nr: 7,
+            errno: libc::EPERM,
+            when,
+        }],
+        required: true,
+    };
+    type Case = (&'static str, Vec<ArgMatch>, u64, bool);
+    let cases: Vec<Case> = vec![
+        ("masked, differs", vec![ne(0xf0, 0x30)], 0x40, true),
+        ("masked, equal", vec![ne(0xf0, 0x30)], 0x3f, false),
+        (
+            "masked, upper half ignored",
+            vec![ne(0xf0, 0x30)],
+            0x5_0000_0031,
+            false,
+        ),
+        (
+            "value outside mask: always",
+            vec![ne(0xf0, 0x31)],
+            0x30,
+            true,
+        ),
+        ("zero mask, zero value: never", vec![ne(0, 0)], 0x30, false),
+        ("both must differ", vec![ne(0xff, 1), ne(0xff, 2)], 2, false),
+        ("both differ", vec![ne(0xff, 1), ne(0xff, 2)], 3, true),
+    ];
+    for (what, when, arg, denied) in cases {
+        let p = vec![compile(&deny(when)).unwrap()];
+        let want = if denied {
+            errno(libc::EPERM)
+        } else {
+            RET_ALLOW
+        };
+        assert_eq!(decide(&p, 7, [0, arg, 0, 0, 0, 0]), want, "{what}");
+    }
+}
+
+#[test]
+fn a_64_bit_inequality_is_refused() {
+    let plan = SeccompPlan {
+        denials: vec![Denial {
+            name: "t",
+            nr: 7,
+            errno: libc::EPERM,
+            when: vec![ArgMatch {
+                index: 0,
+                dword: false,
+                mask: u64::MAX,
+                value: 0,
+                op: ArgOp::Ne,
+            }],
+        }],
+        required: true,
+    };
+    assert!(compile(&plan).is_err());
 }

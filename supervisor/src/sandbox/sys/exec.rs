@@ -187,6 +187,7 @@ impl Start<'_> {
         let fail = |args: fmt::Arguments<'_>| StackMessage::format(args);
         nix::unistd::setsid().map_err(|e| fail(format_args!("setsid: {e}")))?;
         super::reset_signals();
+        default_persona().map_err(|e| fail(format_args!("personality: {e}")))?;
         for &(res, v, what) in &self.rlimits {
             setrlimit(res, v, v).map_err(|e| fail(format_args!("setrlimit {what}={v}: {e}")))?;
         }
@@ -249,6 +250,19 @@ impl Start<'_> {
 }
 
 /// The errno of an OS error (formatting an `io::Error` itself allocates).
+/// `PER_LINUX`: the persona is the caller's until here (e.g. one started
+/// under `setarch -R`), and the seccomp filter lets the worker keep only
+/// the default, not change it.
+fn default_persona() -> Result<(), Errno> {
+    // SAFETY: personality(2) takes a plain integer and changes only the
+    // calling process's persona; it touches no memory of ours.
+    let r = unsafe { libc::personality(0) };
+    if r == -1 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
 fn errno(e: &std::io::Error) -> Errno {
     e.raw_os_error()
         .map_or(Errno::UnknownErrno, Errno::from_raw)

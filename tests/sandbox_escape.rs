@@ -669,3 +669,128 @@ fn the_worker_starts_with_the_default_persona() {
         assert_eq!(r.stdout.trim(), "00000000", "{mode:?}: {r:#?}");
     }
 }
+
+/// Every way to run an ELF held in memory or in an unnamed file: each line
+/// says whether `true` ran from it.
+const MEMORY_EXEC_PROBE: &str = r#"
+import ctypes, errno, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ELF = open("/usr/bin/true", "rb").read()
+LOADER = "/lib64/ld-linux-x86-64.so.2"
+AT_EMPTY_PATH, MFD_EXEC = 0x1000, 0x10
+
+def memfd(flags=0):
+    fd = os.memfd_create("elf", flags)
+    os.write(fd, ELF)
+    return fd
+
+def tmpfile(directory):
+    # An unnamed file, then a read-only descriptor of it: execve refuses
+    # files open for writing.
+    w = os.open(directory, os.O_TMPFILE | os.O_RDWR, 0o755)
+    os.write(w, ELF)
+    fd = os.open(f"/proc/self/fd/{w}", os.O_RDONLY)
+    os.close(w)
+    return fd
+
+def in_child(do_exec):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            do_exec()
+        except OSError as e:
+            os._exit(e.errno if 0 < e.errno < 100 else 99)
+        os._exit(99)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code != 0:
+        raise OSError(code, os.strerror(code))
+    return True
+
+def execveat(fd):
+    argv = (ctypes.c_char_p * 2)(b"true", None)
+    envp = (ctypes.c_char_p * 1)(None)
+    libc.syscall(ctypes.c_long(322), fd, b"", argv, envp, AT_EMPTY_PATH)
+    raise OSError(ctypes.get_errno(), "execveat")
+
+def run_path(fd):
+    return subprocess.run([f"/proc/self/fd/{fd}"], pass_fds=[fd]).returncode == 0
+
+def loader(fd):
+    return subprocess.run([LOADER, f"/proc/self/fd/{fd}"], pass_fds=[fd],
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+ways = [
+    ("memfd_fexecve", lambda: in_child(lambda: os.execve(memfd(), ["true"], {}))),
+    ("memfd_execveat", lambda: in_child(lambda: execveat(memfd()))),
+    ("memfd_proc_fd", lambda: run_path(memfd())),
+    ("memfd_loader", lambda: loader(memfd())),
+    ("memfd_mfd_exec", lambda: run_path(memfd(MFD_EXEC))),
+    ("tmp_tmpfile_execveat", lambda: in_child(lambda: execveat(tmpfile("/tmp")))),
+    ("tmp_tmpfile_loader", lambda: loader(tmpfile("/tmp"))),
+    ("shm_tmpfile_execveat", lambda: in_child(lambda: execveat(tmpfile("/dev/shm")))),
+    ("shm_tmpfile_loader", lambda: loader(tmpfile("/dev/shm"))),
+    ("installed_execveat", lambda: in_child(lambda: execveat(os.open("/usr/bin/true", os.O_RDONLY)))),
+    ("installed_loader", lambda: loader(os.open("/usr/bin/true", os.O_RDONLY))),
+]
+for way, attempt in ways:
+    try:
+        print(way, "RAN" if attempt() else "FAILED", flush=True)
+    except OSError as e:
+        print(way, "DENIED", errno.errorcode.get(e.errno, e.errno), flush=True)
+"#;
+
+#[test]
+fn without_writable_exec_nothing_runs_from_memory_files() {
+    // Under teams/web (writable_exec = false) no way runs anything but
+    // the installed binary; under default (positive control) the memory
+    // and /tmp ways do, so each refusal is the setting's. /dev/shm is
+    // noexec under every profile.
+    let memory_ways = [
+        "memfd_fexecve",
+        "memfd_execveat",
+        "memfd_proc_fd",
+        "memfd_loader",
+        "memfd_mfd_exec",
+    ];
+    let tmp_ways = ["tmp_tmpfile_execveat", "tmp_tmpfile_loader"];
+    let never = ["shm_tmpfile_execveat", "shm_tmpfile_loader"];
+    let always = ["installed_execveat", "installed_loader"];
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        std::fs::write(s.work.join("probe.py"), MEMORY_EXEC_PROBE).unwrap();
+        let web = s.sh_with("teams/web", &[], "python3 probe.py");
+        web.ok();
+        let web_results = probe_results(&web);
+        let default = s.sh("python3 probe.py");
+        default.ok();
+        let default_results = probe_results(&default);
+        let ran = |results: &std::collections::BTreeMap<String, String>, way: &str| {
+            results
+                .get(way)
+                .unwrap_or_else(|| panic!("{mode:?}: no result for {way}"))
+                == "RAN"
+        };
+        for way in memory_ways.iter().chain(&tmp_ways) {
+            assert!(!ran(&web_results, way), "{mode:?}: web: {way}: {web:#?}");
+            assert!(
+                ran(&default_results, way),
+                "{mode:?}: default: {way}: {default:#?}"
+            );
+        }
+        for way in never {
+            assert!(!ran(&web_results, way), "{mode:?}: web: {way}: {web:#?}");
+            assert!(
+                !ran(&default_results, way),
+                "{mode:?}: default: {way}: {default:#?}"
+            );
+        }
+        for way in always {
+            assert!(ran(&web_results, way), "{mode:?}: web: {way}: {web:#?}");
+            assert!(
+                ran(&default_results, way),
+                "{mode:?}: default: {way}: {default:#?}"
+            );
+        }
+    }
+}

@@ -365,7 +365,7 @@ impl Plan {
             proc_read_only,
             landlock: build_landlock(profile, request),
             seccomp: SeccompPlan {
-                denials: seccomp_denials(),
+                denials: seccomp_denials(profile.filesystem.writable_exec),
                 required: profile.require.seccomp,
             },
             limits: profile.limits,

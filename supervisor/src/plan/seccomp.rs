@@ -13,9 +13,11 @@ const PERSONALITY_QUERY: u64 = 0xffff_ffff;
 /// runs arbitrary toolchains, so an allowlist would break them; the
 /// namespaces and Landlock are the main walls, seccomp removes the kernel
 /// surface that could get through them. `supervisor/README.md` says why
-/// each allowed call that reaches beyond the process stays allowed. A
-/// table, one entry per denial, so longer than a function should be.
-pub fn seccomp_denials() -> Vec<Denial> {
+/// each allowed call that reaches beyond the process stays allowed.
+/// `writable_exec` is the profile's: without it, memory files go too (see
+/// [`memfd_denial`]). A table, one entry per denial, so longer than a
+/// function should be.
+pub fn seccomp_denials(writable_exec: bool) -> Vec<Denial> {
     use libc::*;
     let eperm = EPERM;
     let always = |name: &'static str, nr: i64| Denial {
@@ -166,6 +168,9 @@ pub fn seccomp_denials() -> Vec<Denial> {
         });
     }
     d.push(personality_denial());
+    if !writable_exec {
+        d.push(memfd_denial());
+    }
     d
 }
 
@@ -187,5 +192,22 @@ fn personality_denial() -> Denial {
         nr: libc::SYS_personality,
         errno: libc::EPERM,
         when: vec![differs(0), differs(PERSONALITY_QUERY)],
+    }
+}
+
+/// Without `writable_exec`, no memory file: a memfd is on the kernel's
+/// internal mount, which no Landlock rule or noexec mount covers, so an
+/// ELF written into one runs (fexecve, execveat with `AT_EMPTY_PATH`,
+/// `/proc/self/fd/N`). `vm.memfd_noexec` and `MFD_NOEXEC_SEAL` stop those,
+/// but not the dynamic loader mapping the memfd executable (it needs no
+/// exec permission, only a mount without noexec), so `memfd_create` goes
+/// whole. ENOSYS, as on a kernel without memfds: programs then take their
+/// fallback (a file in /dev/shm or /tmp, both noexec here).
+fn memfd_denial() -> Denial {
+    Denial {
+        name: "memfd_create",
+        nr: libc::SYS_memfd_create,
+        errno: libc::ENOSYS,
+        when: vec![],
     }
 }

@@ -232,8 +232,23 @@ fn landlock_grants_writes_only_to_work_tmp_and_shm() {
 }
 
 #[test]
+fn memory_files_are_denied_with_writable_exec_off() {
+    let mut profile = default_profile();
+    for writable_exec in [false, true] {
+        profile.filesystem.writable_exec = writable_exec;
+        let plan = Plan::build(&profile, &request(), ROOTLESS, &[]).unwrap();
+        let memfd = plan
+            .seccomp
+            .denials
+            .iter()
+            .any(|d| d.name == "memfd_create");
+        assert_eq!(memfd, !writable_exec, "writable_exec = {writable_exec}");
+    }
+}
+
+#[test]
 fn seccomp_denies_what_the_issue_lists() {
-    let d = seccomp_denials();
+    let d = seccomp_denials(true);
     let names: Vec<&str> = d.iter().map(|d| d.name).collect();
     for must in [
         "mount",

@@ -38,7 +38,8 @@ pub struct RawFilesystem {
     /// Read-only data: readable, never executable.
     #[serde(default)]
     pub read: Vec<String>,
-    /// Whether programs may be executed from the work dir and /tmp.
+    /// Whether programs may be executed from the work dir, /tmp and memory
+    /// files (memfds). Anonymous executable memory (JITs) is not affected.
     pub writable_exec: Option<bool>,
     /// Size of the sandbox's /tmp.
     pub tmp_size_mib: Option<u64>,

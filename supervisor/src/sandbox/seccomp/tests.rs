@@ -76,9 +76,15 @@ fn decide(programs: &[BpfProgram], nr: i64, args: [u64; 6]) -> u32 {
     decide_on(programs, &d)
 }
 
+/// The denials of a profile without `writable_exec` (a superset of the
+/// other's).
 fn default_plan() -> SeccompPlan {
+    plan_for(false)
+}
+
+fn plan_for(writable_exec: bool) -> SeccompPlan {
     SeccompPlan {
-        denials: seccomp_denials(),
+        denials: seccomp_denials(writable_exec),
         required: true,
     }
 }
@@ -278,6 +284,13 @@ fn decisions_for_the_listed_attacks() {
             a(0xffff_fffe, 0),
             errno(EPERM),
         ),
+        ("memfd_create", SYS_memfd_create, a(0, 0), errno(ENOSYS)),
+        (
+            "memfd_create, MFD_EXEC",
+            SYS_memfd_create,
+            a(0, 0x10),
+            errno(ENOSYS),
+        ),
         ("read", SYS_read, a(0, 0), RET_ALLOW),
         (
             "x32 read",
@@ -398,7 +411,7 @@ fn interesting_args() -> Vec<[u64; 6]> {
 
 /// A syscall number near the listed ones, or anything.
 fn any_nr() -> impl Strategy<Value = u32> {
-    let listed: Vec<u32> = seccomp_denials().iter().map(|d| d.nr as u32).collect();
+    let listed: Vec<u32> = seccomp_denials(false).iter().map(|d| d.nr as u32).collect();
     prop_oneof![
         (prop::sample::select(listed), -1i64..=1).prop_map(|(nr, d)| (i64::from(nr) + d) as u32),
         0u32..1024,
@@ -677,4 +690,20 @@ fn a_64_bit_inequality_is_refused() {
         required: true,
     };
     assert!(compile(&plan).is_err());
+}
+
+#[test]
+fn memory_files_are_denied_only_without_writable_exec() {
+    let args = [0, 0, 0, 0, 0, 0];
+    let with = vec![compile(&plan_for(true)).unwrap()];
+    let without = vec![compile(&plan_for(false)).unwrap()];
+    assert_eq!(decide(&with, libc::SYS_memfd_create, args), RET_ALLOW);
+    assert_eq!(
+        decide(&without, libc::SYS_memfd_create, args),
+        errno(libc::ENOSYS)
+    );
+    // Everything else alike.
+    for nr in (0..1024).filter(|&nr| nr != libc::SYS_memfd_create) {
+        assert_eq!(decide(&with, nr, args), decide(&without, nr, args), "{nr}");
+    }
 }

@@ -16,8 +16,10 @@ use serde::Serialize;
 use crate::profile::{DirSource, Profile, ProfileError};
 
 mod report;
+mod scratch;
 
 pub use report::{IdleMemory, Report, Row};
+use scratch::Scratch;
 
 /// Errors running the benchmark.
 #[derive(Debug, thiserror::Error)]
@@ -55,22 +57,20 @@ pub struct BenchOptions {
     pub against: Option<PathBuf>,
 }
 
-/// Runs the whole benchmark in a scratch directory that is removed after.
+/// Runs the whole benchmark in a private scratch directory that is
+/// removed after.
 pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
-    let scratch = std::env::temp_dir().join(format!("gatehouse-bench-{}", std::process::id()));
-    let result = run_in(&scratch, options);
-    let _ = std::fs::remove_dir_all(&scratch);
-    result
+    let parent = std::env::temp_dir();
+    let scratch = Scratch::create(&parent).map_err(setup(format!(
+        "creating a scratch directory in {}",
+        parent.display()
+    )))?;
+    run_in(&scratch, options)
 }
 
-fn run_in(scratch: &Path, options: &BenchOptions) -> Result<Report, BenchError> {
-    use std::os::unix::fs::PermissionsExt;
-    let work = scratch.join("work");
-    std::fs::create_dir_all(&work).map_err(setup("creating the bench work dir"))?;
-    std::fs::set_permissions(scratch, std::fs::Permissions::from_mode(0o755))
-        .map_err(setup(format!("opening {}", scratch.display())))?;
-    std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o777))
-        .map_err(setup(format!("opening {}", work.display())))?;
+fn run_in(scratch: &Scratch, options: &BenchOptions) -> Result<Report, BenchError> {
+    let work = scratch.work();
+    let scratch = scratch.path();
     // The relay connects only when the worker does; /bin/true never does.
     let sock = scratch.join("proxy.sock");
     let _proxy = std::os::unix::net::UnixListener::bind(&sock)

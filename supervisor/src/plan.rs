@@ -17,7 +17,7 @@ use crate::profile::{is_env_name, Limits, Profile, Require};
 
 mod seccomp;
 
-pub use seccomp::seccomp_denials;
+pub use seccomp::{seccomp_denials, ArgMatch, ArgOp, Denial, SeccompPlan};
 
 /// Where things live inside the sandbox (shared with the launcher and the
 /// worker's commands).
@@ -214,34 +214,6 @@ pub struct LandlockPlan {
     pub required: bool,
 }
 
-/// A seccomp argument test: `(arg & mask) == value` (or `!=`) on the low
-/// 32 bits or all 64.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ArgMatch {
-    pub index: u8,
-    pub dword: bool,
-    pub mask: u64,
-    pub value: u64,
-    pub op: ArgOp,
-}
-
-/// How an [`ArgMatch`] compares. `Ne` is for 32-bit arguments only (a
-/// 64-bit one would need either half to differ, which one test cannot say).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ArgOp {
-    Eq,
-    Ne,
-}
-
-/// Deny `syscall` (with `errno`) when all `when` tests hold (always, if empty).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Denial {
-    pub name: &'static str,
-    pub nr: i64,
-    pub errno: i32,
-    pub when: Vec<ArgMatch>,
-}
-
 /// One of the sandbox's user namespace's own budgets
 /// (`/proc/sys/user/<name>`): counted for everything the sandbox holds,
 /// and checked before the host user's, so one sandbox cannot use up what
@@ -289,12 +261,6 @@ pub fn user_namespace_limits(limits: &Limits) -> Vec<UserNamespaceLimit> {
         }),
     );
     out
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SeccompPlan {
-    pub denials: Vec<Denial>,
-    pub required: bool,
 }
 
 /// The whole sandbox, as data.

@@ -1,7 +1,39 @@
 //! The seccomp denials every worker gets, as data (compiled and proven in
 //! `sandbox::seccomp`).
 
-use super::{ArgMatch, ArgOp, Denial};
+/// A seccomp argument test: `(arg & mask) == value` (or `!=`) on the low
+/// 32 bits or all 64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArgMatch {
+    pub index: u8,
+    pub dword: bool,
+    pub mask: u64,
+    pub value: u64,
+    pub op: ArgOp,
+}
+
+/// How an [`ArgMatch`] compares. `Ne` is for 32-bit arguments only (a
+/// 64-bit one would need either half to differ, which one test cannot say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgOp {
+    Eq,
+    Ne,
+}
+
+/// Deny `syscall` (with `errno`) when all `when` tests hold (always, if empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub name: &'static str,
+    pub nr: i64,
+    pub errno: i32,
+    pub when: Vec<ArgMatch>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeccompPlan {
+    pub denials: Vec<Denial>,
+    pub required: bool,
+}
 
 /// Syscalls newer than the `libc` crate's table (x86-64 numbers).
 const SYS_OPEN_TREE_ATTR: i64 = 467;

@@ -349,7 +349,7 @@ mod tests {
         let secs = req.wall_time.as_millis().div_ceil(1000).max(1) as u64;
         assert_eq!(run.wall_time, Some(secs));
         assert_eq!(run.command, req.command);
-        assert_eq!(run.worker_user, "gatehouse-worker", "left to its default");
+        assert_eq!(run.worker_user, None, "left to its default: a leased uid");
         assert!(!run.quiet);
     }
 

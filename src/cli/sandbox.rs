@@ -349,7 +349,12 @@ mod tests {
         let secs = req.wall_time.as_millis().div_ceil(1000).max(1) as u64;
         assert_eq!(run.wall_time, Some(secs));
         assert_eq!(run.command, req.command);
-        assert_eq!(run.worker_user, None, "left to its default: a leased uid");
+        // Left to their defaults: a worker uid of its own from the range.
+        assert_eq!(run.worker_user, None);
+        assert_eq!(
+            run.worker_uids,
+            gatehouse_supervisor::sandbox::worker_uids::DEFAULT_RANGE
+        );
         assert!(!run.quiet);
     }
 

@@ -10,7 +10,7 @@ pub mod raw;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,12 +52,25 @@ pub const FEISHU_APP: &str = "cli_gatehouse_test";
 pub const TUNNEL_HOST: &str = "registry.example.test";
 pub const REPO: &str = "acme/widgets";
 
-impl Harness {
-    pub fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
+/// The upstream emulators and the files the proxy reads about them.
+struct Emulators {
+    github: GithubHandle,
+    feishu: FeishuHandle,
+    token: String,
+    feishu_secret: String,
+    github_ca: PathBuf,
+    feishu_ca: PathBuf,
+    token_file: PathBuf,
+    feishu_secret_file: PathBuf,
+}
+
+impl Emulators {
+    /// GitHub (with the test repositories and an issue) and Feishu, each
+    /// with a fresh secret written to a file, and their CAs.
+    fn start(dir: &Path) -> Self {
         let token = random_token("ghs_");
         let github = GithubEmulator::start(
-            GithubOptions::new(dir.path().join("git"))
+            GithubOptions::new(dir.join("git"))
                 .token(&token, "gatehouse-test[bot]")
                 .repo(RepoSpec::new("acme", "widgets"))
                 .repo(RepoSpec::new("acme", "secret-plans")),
@@ -66,25 +79,32 @@ impl Harness {
         github
             .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
             .unwrap();
-        let upstream_ca = dir.path().join("upstream-ca.pem");
-        github.write_ca_pem(&upstream_ca).unwrap();
+        let github_ca = dir.join("upstream-ca.pem");
+        github.write_ca_pem(&github_ca).unwrap();
         let feishu_secret = random_token("");
         let feishu =
             FeishuEmulator::start(FeishuOptions::default().app(FEISHU_APP, &feishu_secret))
                 .unwrap();
-        let feishu_ca = dir.path().join("feishu-ca.pem");
+        let feishu_ca = dir.join("feishu-ca.pem");
         feishu.write_ca_pem(&feishu_ca).unwrap();
-        let feishu_secret_file = dir.path().join("feishu.secret");
+        let feishu_secret_file = dir.join("feishu.secret");
         std::fs::write(&feishu_secret_file, &feishu_secret).unwrap();
-        let token_file = dir.path().join("github.token");
+        let token_file = dir.join("github.token");
         std::fs::write(&token_file, &token).unwrap();
-        let audit_path = dir.path().join("audit.jsonl");
+        Self {
+            github,
+            feishu,
+            token,
+            feishu_secret,
+            github_ca,
+            feishu_ca,
+            token_file,
+            feishu_secret_file,
+        }
+    }
 
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+    /// Every host the tests reach, routed to its emulator.
+    fn overrides(&self) -> Vec<UpstreamOverride> {
         let mut overrides: Vec<UpstreamOverride> = [
             "api.github.com",
             "github.com",
@@ -94,59 +114,88 @@ impl Harness {
         .into_iter()
         .map(|host| UpstreamOverride {
             host: host.into(),
-            url: github.base_url(),
-            ca_file: Some(upstream_ca.clone()),
+            url: self.github.base_url(),
+            ca_file: Some(self.github_ca.clone()),
         })
         .collect();
         overrides.push(UpstreamOverride {
             host: "open.feishu.cn".into(),
-            url: feishu.base_url(),
-            ca_file: Some(feishu_ca.clone()),
+            url: self.feishu.base_url(),
+            ca_file: Some(self.feishu_ca.clone()),
         });
+        overrides
+    }
+
+    /// The GitHub token and the Feishu app, read from their files.
+    fn credentials(&self, upstreams: &Upstreams) -> Credentials {
+        let specs = BTreeMap::from([
+            (
+                "github".to_string(),
+                CredentialSpec::GithubToken {
+                    token_file: self.token_file.clone(),
+                },
+            ),
+            (
+                "feishu".to_string(),
+                CredentialSpec::FeishuApp {
+                    app_id: FEISHU_APP.into(),
+                    app_secret_file: self.feishu_secret_file.clone(),
+                    base_url: "https://open.feishu.cn".into(),
+                },
+            ),
+        ]);
+        Credentials::load(&specs, upstreams).unwrap()
+    }
+}
+
+/// The proxy, in-process, with the test rule set, the [`IDENTITY`] and its
+/// relay; returns the identity's socket and the relay's port.
+async fn start_proxy(
+    dir: &Path,
+    emulators: &Emulators,
+    proxy_ca: &Path,
+    audit_path: &Path,
+) -> (Arc<Proxy>, PathBuf, u16) {
+    let upstreams = Upstreams::new(&emulators.overrides()).unwrap();
+    let credentials = emulators.credentials(&upstreams);
+    let ca = CertificateAuthority::load_or_generate(proxy_ca, &dir.join("proxy-ca.key")).unwrap();
+    let book =
+        RuleBook::new([RuleSet::parse(&format!("{TEST_RULE_SET}.toml"), TEST_RULES).unwrap()])
+            .unwrap();
+    let proxy = Proxy::new(ProxyParts {
+        ca: Arc::new(ca),
+        upstreams,
+        policy: Arc::new(book),
+        credentials: Arc::new(credentials),
+        audit: AuditWriter::start(AuditLog::open(audit_path).unwrap()).unwrap(),
+        socket_dir: dir.join("sockets"),
+    })
+    .unwrap();
+    let socket = proxy.add_identity(identity(IDENTITY)).unwrap();
+    let relay_port = relay(socket.clone()).await;
+    (proxy, socket, relay_port)
+}
+
+impl Harness {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let emulators = Emulators::start(dir.path());
+        let audit_path = dir.path().join("audit.jsonl");
         let proxy_ca = dir.path().join("proxy-ca.pem");
-        let (proxy, socket, relay_port) = rt.block_on(async {
-            let upstreams = Upstreams::new(&overrides).unwrap();
-            let credentials = Credentials::load(
-                &BTreeMap::from([
-                    (
-                        "github".to_string(),
-                        CredentialSpec::GithubToken {
-                            token_file: token_file.clone(),
-                        },
-                    ),
-                    (
-                        "feishu".to_string(),
-                        CredentialSpec::FeishuApp {
-                            app_id: FEISHU_APP.into(),
-                            app_secret_file: feishu_secret_file.clone(),
-                            base_url: "https://open.feishu.cn".into(),
-                        },
-                    ),
-                ]),
-                &upstreams,
-            )
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
             .unwrap();
-            let ca =
-                CertificateAuthority::load_or_generate(&proxy_ca, &dir.path().join("proxy-ca.key"))
-                    .unwrap();
-            let book =
-                RuleBook::new([
-                    RuleSet::parse(&format!("{TEST_RULE_SET}.toml"), TEST_RULES).unwrap()
-                ])
-                .unwrap();
-            let proxy = Proxy::new(ProxyParts {
-                ca: Arc::new(ca),
-                upstreams,
-                policy: Arc::new(book),
-                credentials: Arc::new(credentials),
-                audit: AuditWriter::start(AuditLog::open(&audit_path).unwrap()).unwrap(),
-                socket_dir: dir.path().join("sockets"),
-            })
-            .unwrap();
-            let socket = proxy.add_identity(identity(IDENTITY)).unwrap();
-            let relay_port = relay(socket.clone()).await;
-            (proxy, socket, relay_port)
-        });
+        let (proxy, socket, relay_port) =
+            rt.block_on(start_proxy(dir.path(), &emulators, &proxy_ca, &audit_path));
+        let Emulators {
+            github,
+            feishu,
+            token,
+            feishu_secret,
+            ..
+        } = emulators;
         Self {
             rt,
             dir,

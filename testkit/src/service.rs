@@ -9,9 +9,11 @@ use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ::http::Response;
 use gatehouse_supervisor::jobs::http::{
-    self, ClientResponse, HttpMethod as Method, HttpStatus as StatusCode,
+    self, Body, ClientResponse, HttpMethod as Method, HttpStatus as StatusCode,
 };
+use gatehouse_types::wire::{CreatedIdentity, NewIdentity};
 use serde_json::{json, Value};
 
 use crate::rules::TEST_RULE_SET;
@@ -294,79 +296,24 @@ impl FakeProxyAdmin {
         let dir = tempfile::Builder::new().prefix("gh-fpa").tempdir().unwrap();
         let socket = dir.path().join("admin.sock");
         let listener = http::bind(&socket, 0o600).unwrap();
-        let calls: Arc<Mutex<Vec<AdminCall>>> = Arc::default();
-        let live: Arc<Mutex<BTreeMap<String, PathBuf>>> = Arc::default();
-        let (c, l, base) = (calls.clone(), live.clone(), dir.path().to_owned());
+        let state = FakeState {
+            calls: Arc::default(),
+            live: Arc::default(),
+            base: dir.path().to_owned(),
+        };
+        let served = state.clone();
         let task = tokio::spawn(http::serve(listener, move |req| {
-            let (calls, live, base) = (c.clone(), l.clone(), base.clone());
+            let state = served.clone();
             async move {
                 let (parts, body) = req.into_parts();
                 let bytes = http::read_body(body, 1 << 20).await.unwrap();
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let path = parts.uri.path().to_owned();
-                calls.lock().unwrap().push(AdminCall {
-                    method: parts.method.to_string(),
-                    path: path.clone(),
-                    body: body.clone(),
-                });
-                let mut live = live.lock().unwrap();
-                match (parts.method.as_str(), path.as_str()) {
-                    ("POST", "/identities") => {
-                        let name = body["name"].as_str().unwrap_or("").to_owned();
-                        let unknown = body["rule_sets"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .any(|r| r.as_str() == Some("no-such-rules"));
-                        if unknown {
-                            return http::error_response(
-                                StatusCode::BAD_REQUEST,
-                                "unknown_rule_set",
-                                "unknown rule set no-such-rules",
-                            );
-                        }
-                        if live.contains_key(&name) {
-                            return http::error_response(
-                                StatusCode::CONFLICT,
-                                "exists",
-                                "identity exists",
-                            );
-                        }
-                        let sock = base.join(format!("{name}.sock"));
-                        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-                        std::mem::forget(listener);
-                        live.insert(name.clone(), sock.clone());
-                        http::json_response(
-                            StatusCode::CREATED,
-                            &json!({"name": name, "socket": sock}),
-                        )
-                    }
-                    ("GET", "/identities") => {
-                        let names: Vec<&String> = live.keys().collect();
-                        http::json_response(StatusCode::OK, &json!(names))
-                    }
-                    ("DELETE", p) if p.starts_with("/identities/") => {
-                        let name = &p["/identities/".len()..];
-                        match live.remove(name) {
-                            Some(sock) => {
-                                let _ = std::fs::remove_file(sock);
-                                http::json_response(StatusCode::NO_CONTENT, &json!(null))
-                            }
-                            None => http::error_response(
-                                StatusCode::NOT_FOUND,
-                                "not_found",
-                                "no such identity",
-                            ),
-                        }
-                    }
-                    _ => http::error_response(StatusCode::NOT_FOUND, "not_found", "no route"),
-                }
+                state.answer(parts.method.as_str(), parts.uri.path(), &bytes)
             }
         }));
         FakeProxyAdmin {
             socket,
-            calls,
-            live,
+            calls: state.calls,
+            live: state.live,
             _dir: dir,
             task,
         }
@@ -384,6 +331,79 @@ impl FakeProxyAdmin {
 impl Drop for FakeProxyAdmin {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// What the fake admin API shares between its connections.
+#[derive(Clone)]
+struct FakeState {
+    calls: Arc<Mutex<Vec<AdminCall>>>,
+    live: Arc<Mutex<BTreeMap<String, PathBuf>>>,
+    /// Where identity sockets are made.
+    base: PathBuf,
+}
+
+impl FakeState {
+    /// Records the call, then answers it as the proxy would.
+    fn answer(&self, method: &str, path: &str, body: &[u8]) -> Response<Body> {
+        self.calls.lock().unwrap().push(AdminCall {
+            method: method.to_owned(),
+            path: path.to_owned(),
+            body: serde_json::from_slice(body).unwrap_or(Value::Null),
+        });
+        match (method, path.strip_prefix("/identities")) {
+            ("POST", Some("")) => self.create(body),
+            ("GET", Some("")) => {
+                let live = self.live.lock().unwrap();
+                let names: Vec<&String> = live.keys().collect();
+                http::json_response(StatusCode::OK, &json!(names))
+            }
+            ("DELETE", Some(rest)) if rest.starts_with('/') => self.revoke(&rest[1..]),
+            _ => http::error_response(StatusCode::NOT_FOUND, "not_found", "no route"),
+        }
+    }
+
+    /// `POST /identities`: the body is the shared wire type, as the proxy
+    /// reads it; the rule set `no-such-rules` stands for one the proxy
+    /// does not have.
+    fn create(&self, body: &[u8]) -> Response<Body> {
+        let new: NewIdentity = match serde_json::from_slice(body) {
+            Ok(new) => new,
+            Err(e) => {
+                return http::error_response(StatusCode::BAD_REQUEST, "invalid", e.to_string())
+            }
+        };
+        if new.rule_sets.iter().any(|r| r.as_str() == "no-such-rules") {
+            return http::error_response(
+                StatusCode::BAD_REQUEST,
+                "unknown_rule_set",
+                "unknown rule set no-such-rules",
+            );
+        }
+        let mut live = self.live.lock().unwrap();
+        if live.contains_key(new.name.as_str()) {
+            return http::error_response(StatusCode::CONFLICT, "exists", "identity exists");
+        }
+        let socket = self.base.join(format!("{}.sock", new.name));
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        std::mem::forget(listener);
+        live.insert(new.name.to_string(), socket.clone());
+        let created = CreatedIdentity {
+            name: new.name,
+            socket,
+        };
+        http::json_response(StatusCode::CREATED, &created)
+    }
+
+    /// `DELETE /identities/{name}`: the socket is removed.
+    fn revoke(&self, name: &str) -> Response<Body> {
+        match self.live.lock().unwrap().remove(name) {
+            Some(socket) => {
+                let _ = std::fs::remove_file(socket);
+                http::json_response(StatusCode::NO_CONTENT, &json!(null))
+            }
+            None => http::error_response(StatusCode::NOT_FOUND, "not_found", "no such identity"),
+        }
     }
 }
 

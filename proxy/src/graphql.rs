@@ -150,6 +150,9 @@ struct Request {
 /// caller knows which rule set allowed the request line.
 pub fn check(body: &[u8], allowed: &GraphQlAllow) -> Result<GraphQlSummary, Denial> {
     let deny = |reason: String| Denial::new(reason, &[]);
+    // One meaning per document: no duplicate key (the upstream might read
+    // the `query` this check did not), bounded depth and keys.
+    crate::json::check_document(body).map_err(deny)?;
     let value: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| deny(format!("the GraphQL body is not JSON: {e}")))?;
     if value.is_array() {

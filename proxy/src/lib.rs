@@ -27,6 +27,7 @@
 //!                  rules/decide: the decision)
 //!   path           canonical paths, path templates and their variables
 //!   graphql        a GraphQL document against a rule's allowlist
+//!   json           one meaning per JSON body: no duplicate key, bounded depth and keys
 //!   receive_pack   a push's ref updates against a ref policy; git's report-status
 //!   config         the TOML config → Config, one validator per section
 //!   audit          hash-chained JSONL records and their verification
@@ -59,6 +60,7 @@ pub mod ca;
 pub mod config;
 pub mod credentials;
 pub mod graphql;
+pub mod json;
 pub mod path;
 pub mod receive_pack;
 pub mod redact;

@@ -325,3 +325,20 @@ fn a_document_over_the_token_limit_is_refused_before_parsing() {
         format!("mutation {{ addReaction(input: {{body: \"{body}\"}}) {{ clientMutationId }} }}");
     assert!(run(serde_json::json!({ "query": query })).is_ok());
 }
+
+#[test]
+fn a_second_query_key_in_any_spelling_is_denied() {
+    let allowed = r#"{ rateLimit { remaining } }"#;
+    let smuggled = r#"mutation { addComment(input: {}) { clientMutationId } }"#;
+    let ok = format!(r#"{{"query":"{allowed}"}}"#);
+    assert!(check(ok.as_bytes(), &allow()).is_ok(), "control");
+    for body in [
+        format!(r#"{{"query":"{allowed}","query":"{smuggled}"}}"#),
+        format!(r#"{{"query":"{smuggled}","\u0071uery":"{allowed}"}}"#),
+        format!(r#"{{"\u0071uery":"{allowed}","query":"{smuggled}"}}"#),
+        format!(r#"{{"query":"{allowed}","variables":{{"a":1,"\u0061":2}}}}"#),
+    ] {
+        let denial = check(body.as_bytes(), &allow()).expect_err(&body);
+        assert!(denial.reason.contains("twice"), "{body}: {}", denial.reason);
+    }
+}

@@ -109,6 +109,9 @@ fn match_rule(
     if !rule.methods.iter().any(|m| m == head.method) {
         return Err(Progress::Method(rule.methods.clone()));
     }
+    if !matches!(rule.body, BodyRule::None) {
+        only_listed_query_keys(head.query, &rule.query).map_err(Progress::Query)?;
+    }
     for (key, allowed) in &rule.query {
         let values: Vec<&[u8]> = query
             .iter()
@@ -133,6 +136,40 @@ fn match_rule(
         }
     }
     Ok(captures)
+}
+
+/// On a route whose rule checks the body, the body is not the whole
+/// request: many servers (GraphQL ones among them) read URL parameters
+/// before or instead of it. So such a route takes no query but the keys its
+/// rule lists, each `key=value` spelled literally: a percent-encoded key, an
+/// empty key or pair, `;` anywhere, `+` in a key, a bare `?`, all are refused
+/// rather than interpreted. The listed keys' values are checked as usual.
+fn only_listed_query_keys(
+    query: Option<&str>,
+    listed: &std::collections::BTreeMap<String, Vec<String>>,
+) -> Result<(), String> {
+    let Some(query) = query else {
+        return Ok(());
+    };
+    let refused = || {
+        let keys: Vec<&str> = listed.keys().map(String::as_str).collect();
+        Err(format!(
+            "this route's body is checked, so its query may hold only the keys {keys:?}, spelled literally"
+        ))
+    };
+    // Some servers split pairs on `;` as well as `&`.
+    if query.is_empty() || query.contains(';') {
+        return refused();
+    }
+    for pair in query.split('&') {
+        let Some((key, _)) = pair.split_once('=') else {
+            return refused();
+        };
+        if !listed.contains_key(key) {
+            return refused();
+        }
+    }
+    Ok(())
 }
 
 /// A percent-decoded query `(key, value)`.
@@ -210,4 +247,42 @@ fn render(template: &str, vars: &Vars, captures: &Captures) -> String {
         out = out.replace(&format!("{{{name}}}"), value);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_checked_routes_take_only_listed_query_keys() {
+        let listed = std::collections::BTreeMap::from([("kind".to_owned(), vec!["a".to_owned()])]);
+        let none = std::collections::BTreeMap::new();
+        // (query, listed keys, allowed)
+        let cases = [
+            (None, &none, true),
+            (None, &listed, true),
+            (Some("kind=a"), &listed, true),
+            (Some("kind=b"), &listed, true), // the value is the constraint's to check
+            (Some(""), &none, false),
+            (Some(""), &listed, false),
+            (Some("query=x"), &none, false),
+            (Some("kind=a&query=x"), &listed, false),
+            (Some("%6bind=a"), &listed, false),
+            (Some("kind=a&"), &listed, false),
+            (Some("&kind=a"), &listed, false),
+            (Some("=a"), &listed, false),
+            (Some("kind"), &listed, false),
+            (Some("kind=a;query=x"), &listed, false), // some servers split on `;`
+            (Some("kind;query=x"), &listed, false),
+            (Some("kind+=a"), &listed, false),
+            (Some("KIND=a"), &listed, false),
+        ];
+        for (query, listed, allowed) in cases {
+            assert_eq!(
+                only_listed_query_keys(query, listed).is_ok(),
+                allowed,
+                "{query:?}"
+            );
+        }
+    }
 }

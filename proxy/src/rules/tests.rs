@@ -145,6 +145,15 @@ fn decisions_table() {
         ("POST open.feishu.cn/open-apis/im/v1/messages?receive_id_type=chat_id&receive_id_type=email", None),
         ("POST open.feishu.cn/open-apis/im/v1/messages?receive_id_type=chat_id&receive%5fid_type=email", None),
         ("POST open.feishu.cn/open-apis/im/v1/messages?receive_id_type=chat_id&x=%zz", None),
+        // a route whose body is checked takes no query its rule does not list
+        ("POST api.github.com/graphql?query=mutation%7Bx%7D", None),
+        ("POST api.github.com/graphql?%71uery=mutation%7Bx%7D", None),
+        ("POST api.github.com/graphql?", None),
+        ("POST api.github.com/graphql?&", None),
+        ("POST api.github.com/graphql?=x", None),
+        ("POST api.github.com/graphql?x", None),
+        ("POST api.github.com/graphql?a=1;query=x", None),
+        ("POST github.com/octo/hello.git/git-receive-pack?x=1", None),
         // token endpoints, never
         ("POST api.github.com/app/installations/1/access_tokens", None),
         ("POST open.feishu.cn/open-apis/auth/v3/tenant_access_token/internal", None),

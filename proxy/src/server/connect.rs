@@ -89,10 +89,18 @@ async fn outer(
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     if *identity.revoked.borrow() {
-        return Ok(refused_identity());
+        return Ok(closing(refused_identity()));
     }
     if req.method() == Method::CONNECT {
-        return Ok(connect(proxy, identity, req).await);
+        let answer = connect(proxy, identity, req).await;
+        // After a CONNECT head the framing guard passes the stream through
+        // untouched (it is a tunnel); a refused CONNECT must therefore end
+        // the connection, or the next request would go unguarded.
+        return Ok(if answer.status().is_success() {
+            answer
+        } else {
+            closing(answer)
+        });
     }
     // Plain HTTP: only absolute-form `http://host/...` on the default port.
     let uri = req.uri();
@@ -167,6 +175,16 @@ async fn connect(
     let upgrade = hyper::upgrade::on(req);
     tokio::spawn(intercept(proxy, identity, host, upgrade));
     established()
+}
+
+/// The answer with `Connection: close`: hyper closes the connection after
+/// it and reads nothing more from it.
+fn closing(mut answer: Response<ProxyBody>) -> Response<ProxyBody> {
+    answer.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    answer
 }
 
 fn established() -> Response<ProxyBody> {

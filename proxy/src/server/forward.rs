@@ -30,7 +30,7 @@ use hyper::body::Incoming;
 
 use super::answers::{audit_unavailable, bad_request, denied, push_refused, redact_text};
 use super::answers::{refused_identity, upstream_failed};
-use super::headers::{strip_response_headers, upstream_request_headers};
+use super::headers::{method_changing_header, strip_response_headers, upstream_request_headers};
 use super::inspect::{inspect_body, BodyRefusal, MESSAGE_BODY_LIMIT};
 use super::message::{created_message_id, message_record};
 use super::policy::{Grant, MessageSpec, RequestView};
@@ -133,6 +133,13 @@ pub(super) async fn handle(
         req.method(),
         req.uri(),
     );
+    if let Some(name) = method_changing_header(req.headers()) {
+        let reason = format!(
+            "the header {name} could make the upstream read another method than {}; it is refused",
+            req.method()
+        );
+        return Ok(deny(&proxy, record, &reason, &identity.scope.rule_sets));
+    }
     let view = RequestView {
         method: req.method().as_str(),
         host,

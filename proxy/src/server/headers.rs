@@ -93,6 +93,23 @@ fn forwardable_headers(incoming: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// A request header that would make the upstream treat the request as
+/// another method than the one the rules decided on (`X-HTTP-Method-Override:
+/// DELETE` on an allowed `POST`), named for the refusal. The family is
+/// decided by a rule, not a list: any header name with a word `method` in it
+/// (words split at `-` and `_`, any case), which covers
+/// `X-HTTP-Method-Override`, `X-HTTP-Method`, `X-Method-Override`,
+/// `X_HTTP_METHOD`, `X-Original-Method` and kin. They are refused rather than
+/// dropped: a client that sends one means a method it did not send, and
+/// forwarding the request as something else would act on a request the
+/// client did not make.
+pub(super) fn method_changing_header(headers: &HeaderMap) -> Option<&str> {
+    headers.keys().map(HeaderName::as_str).find(|name| {
+        name.split(['-', '_'])
+            .any(|word| word.eq_ignore_ascii_case("method"))
+    })
+}
+
 pub(super) fn strip_response_headers(headers: &mut HeaderMap, secrets: &[Vec<u8>]) {
     for name in DROPPED_RESPONSE_HEADERS {
         headers.remove(*name);
@@ -132,6 +149,37 @@ mod tests {
         let out = forwardable_headers(&h);
         let names: Vec<&str> = out.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, vec!["accept", "user-agent"]);
+    }
+
+    #[test]
+    fn method_changing_headers_table() {
+        let cases = [
+            ("x-http-method-override", true),
+            ("x-http-method", true),
+            ("x-method-override", true),
+            ("x-http_method_override", true),
+            ("x_http_method", true),
+            ("method", true),
+            ("x-original-method", true),
+            ("access-control-request-method", true),
+            ("accept", false),
+            ("x-methods", false),
+            ("x-github-api-version", false),
+            ("content-type", false),
+        ];
+        for (name, refused) in cases {
+            let mut h = HeaderMap::new();
+            h.insert("accept", HeaderValue::from_static("*/*"));
+            h.insert(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_static("DELETE"),
+            );
+            let found = method_changing_header(&h);
+            assert_eq!(found.is_some(), refused, "{name}");
+            if refused {
+                assert_eq!(found, Some(name));
+            }
+        }
     }
 
     #[test]

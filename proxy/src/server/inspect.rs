@@ -55,6 +55,23 @@ fn read_limit(grant: &Grant) -> usize {
     })
 }
 
+/// Whether the body is what the proxy reads: every `Content-Encoding`
+/// header, every comma-separated coding in each, is `identity` (any case).
+/// `identity, gzip` or a second `Content-Encoding: gzip` header make the
+/// upstream decode what the check saw as opaque bytes; an empty or
+/// unreadable value is refused too.
+fn identity_encoded(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .all(|value| {
+            value.to_str().is_ok_and(|v| {
+                v.split(',')
+                    .all(|coding| coding.trim().eq_ignore_ascii_case("identity"))
+            })
+        })
+}
+
 /// A body check's decision on the bytes read so far: `Ok(true)` to let the
 /// body pass, `Ok(false)` to read more. `name` is the check's.
 fn judge(
@@ -91,11 +108,7 @@ pub(super) async fn inspect_body(
             whole: None,
         });
     }
-    if grant.body.is_some()
-        && headers
-            .get(header::CONTENT_ENCODING)
-            .is_some_and(|v| v.as_bytes() != b"identity")
-    {
+    if !identity_encoded(headers) {
         return Err(
             "encoded (compressed) bodies cannot be inspected and are refused for this rule".into(),
         );
@@ -177,6 +190,33 @@ mod tests {
             }),
             body,
             permissions: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn content_encodings_table() {
+        // (Content-Encoding headers, the body is read as sent)
+        let cases: &[(&[&str], bool)] = &[
+            (&[], true),
+            (&["identity"], true),
+            (&["IDENTITY"], true),
+            (&["identity, identity"], true),
+            (&["identity", "identity"], true),
+            (&["gzip"], false),
+            (&["identity, gzip"], false),
+            (&["identity", "gzip"], false),
+            (&["identity", "identity,br"], false),
+            (&["gzip, identity"], false),
+            (&[""], false),
+            (&["identity,"], false),
+            (&["x-identity"], false),
+        ];
+        for (values, plain) in cases {
+            let mut h = HeaderMap::new();
+            for v in *values {
+                h.append(header::CONTENT_ENCODING, v.parse().unwrap());
+            }
+            assert_eq!(identity_encoded(&h), *plain, "{values:?}");
         }
     }
 

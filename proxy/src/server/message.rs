@@ -8,14 +8,19 @@ use super::policy::MessageSpec;
 use crate::audit::MessageRecord;
 
 /// The message record of an allowed message-bearing call. `body` is the
-/// whole request body, read to hash it; when the rule completes the target
-/// from the body (e.g. Feishu's `/receive_id`), a body without that value is
-/// refused, with the reason.
+/// whole request body, read to hash it. Every message API the rules name
+/// takes JSON, so a body must be one JSON document with one meaning (no
+/// duplicate key: the log and the platform must read the same target and
+/// text). When the rule completes the target from the body (e.g. Feishu's
+/// `/receive_id`), a body without that value is refused, with the reason.
 pub(super) fn message_record(
     spec: &MessageSpec,
     body_sha256: &str,
     body: Option<&[u8]>,
 ) -> Result<MessageRecord, String> {
+    if let Some(body) = body {
+        crate::json::check_document(body)?;
+    }
     let mut target = spec.target.clone();
     if let Some(pointer) = &spec.target_body_pointer {
         let value = body
@@ -72,13 +77,25 @@ mod tests {
             Option<&'a [u8]>,
             Result<&'a str, &'a str>,
         );
-        let cases: [Case; 8] = [
+        let cases: [Case; 10] = [
             ("no pointer, no body", None, None, Ok("chat_id")),
             (
-                "no pointer, body ignored",
+                "no pointer, JSON body",
+                None,
+                Some(br#"{"text":"hi"}"#),
+                Ok("chat_id"),
+            ),
+            (
+                "no pointer, body not JSON",
                 None,
                 Some(b"not json"),
-                Ok("chat_id"),
+                Err("JSON body is refused"),
+            ),
+            (
+                "a second receive_id",
+                Some("/receive_id"),
+                Some(br#"{"receive_id":"oc_1","receive_id":"oc_2"}"#),
+                Err("twice"),
             ),
             (
                 "string value",
@@ -108,7 +125,7 @@ mod tests {
                 "body not JSON",
                 Some("/receive_id"),
                 Some(b"receive_id=oc_1"),
-                Err("has no /receive_id"),
+                Err("JSON body is refused"),
             ),
             (
                 "no body",

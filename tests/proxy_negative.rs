@@ -332,15 +332,81 @@ fn header_name_with_space_before_colon_is_refused() {
     );
 }
 
+/// A request head of exactly `len` bytes.
+fn head_of(len: usize) -> String {
+    let start = format!("GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nX-Pad: ");
+    let fill = len - start.len() - "\r\nConnection: close\r\n\r\n".len();
+    format!("{start}{}\r\nConnection: close\r\n\r\n", "a".repeat(fill))
+}
+
+/// Sends `raw` inside a tunnel in pieces of `piece` bytes (each its own TLS
+/// record, so the proxy reads it in pieces); what came back.
+fn inside_tunnel_in_pieces(h: &Harness, raw: &[u8], piece: usize) -> (bool, String) {
+    let mut tls = h.tunnel("api.github.com", "api.github.com");
+    for part in raw.chunks(piece) {
+        // After a refusal the proxy closes; later writes may fail.
+        if tls.write_all(part).and_then(|()| tls.flush()).is_err() {
+            break;
+        }
+    }
+    read_until_closed(&mut tls)
+}
+
 #[test]
-fn oversized_head_is_refused_and_closed() {
+fn oversized_heads_are_refused_at_one_limit_however_they_arrive() {
     let h = Harness::start();
-    let big = "a".repeat(64 * 1024);
-    let raw = format!("GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nX-Big: {big}\r\n\r\n");
-    let (closed, answer) = inside_tunnel(&h, raw.as_bytes());
-    // hyper answers an oversized head with 431 and closes.
-    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
-    assert!(closed);
+    let max = gatehouse_proxy::server::framing::MAX_HEAD_BYTES;
+    for piece in [usize::MAX, 1000, 7] {
+        // Control: a head of exactly the limit is served.
+        let (_, answer) = inside_tunnel_in_pieces(&h, head_of(max).as_bytes(), piece);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{piece}: {answer}");
+        // In pieces, only one byte too many: the proxy closes at its
+        // verdict, and bytes still in flight then would reset the
+        // connection before the answer is read (max is not a multiple of
+        // the piece sizes, so the last piece holds the deciding byte).
+        let lens = if piece == usize::MAX {
+            vec![max + 1, 2 * max, 3 * max]
+        } else {
+            vec![max + 1]
+        };
+        for len in lens {
+            let (closed, answer) = inside_tunnel_in_pieces(&h, head_of(len).as_bytes(), piece);
+            // The guard refuses it (400), not hyper (431).
+            assert!(
+                answer.starts_with("HTTP/1.1 400"),
+                "{len} by {piece}: {answer}"
+            );
+            assert!(closed);
+        }
+    }
+    assert_eq!(h.github.requests().len(), 3, "only the controls");
+}
+
+#[test]
+fn a_long_chunk_extension_is_refused_however_it_arrives() {
+    let h = Harness::start();
+    let body = |ext: usize| {
+        format!(
+            "POST /graphql HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n1;{}\r\n{{\r\n0\r\n\r\n",
+            "e".repeat(ext)
+        )
+    };
+    for piece in [usize::MAX, 100] {
+        // The head has passed; the guard cuts the body, so the body check
+        // cannot read it and the request is refused, the connection closed.
+        let (closed, answer) = inside_tunnel_in_pieces(&h, body(8000).as_bytes(), piece);
+        assert!(answer.starts_with("HTTP/1.1 403"), "{piece}: {answer}");
+        assert!(
+            answer.contains("reading the request body failed"),
+            "{piece}: {answer}"
+        );
+        assert!(closed);
+        // Control: a short extension reaches the body check, which judges
+        // the one-byte document itself.
+        let (_, answer) = inside_tunnel_in_pieces(&h, body(10).as_bytes(), piece);
+        assert!(answer.starts_with("HTTP/1.1 403"), "{piece}: {answer}");
+        assert!(answer.contains("JSON body"), "{piece}: {answer}");
+    }
     assert!(h.github.requests().is_empty());
 }
 

@@ -16,22 +16,21 @@ use tokio_rustls::TlsAcceptor;
 
 use super::answers::{audit_unavailable, bad_request, denied, refused_identity};
 use super::forward::{self, Target};
-use super::framing::Guarded;
+use super::framing::{Guarded, MAX_HEADERS, MAX_HEAD_BYTES};
 use super::records::{connect_record, now};
 use super::{is_dns_name, Identity, Proxy};
 use crate::audit::{Outcome, Record};
 use crate::body::{self, ProxyBody};
-
-/// Largest request head accepted (bigger ones get 431 from hyper).
-pub(super) const MAX_HEAD_BYTES: usize = 32 * 1024;
 
 pub(super) fn http1_server() -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(30))
+        // The framing guard's limits: one number each for both, so hyper
+        // never refuses (431) a head the guard passed, however it arrives.
         .max_buf_size(MAX_HEAD_BYTES)
-        .max_headers(100)
+        .max_headers(MAX_HEADERS)
         .keep_alive(true);
     builder
 }

@@ -2,14 +2,19 @@
 //! ambiguous request framing hyper would otherwise smooth over: a request
 //! with both `Content-Length` and `Transfer-Encoding` (hyper drops the
 //! length and reads chunked), repeated `Content-Length` lines (hyper merges
-//! equal ones), `Transfer-Encoding` other than exactly `chunked`, and bare
-//! LF line endings in a head.
+//! equal ones), `Transfer-Encoding` other than exactly `chunked`, bare LF
+//! line endings in a head, and heads, chunk lines and trailers over the
+//! limits hyper is configured with ([`MAX_HEAD_BYTES`], [`MAX_HEADERS`]).
 //!
 //! [`Tracker`] is pure: it follows the client's byte stream request by
-//! request (heads, fixed-length and chunked bodies), holds each head back
-//! until it is complete and checked, and on a violation emits a head hyper
-//! cannot parse, so hyper answers 400 and closes; nothing after it is read.
-//! After a `CONNECT` head the stream is a tunnel and passes untouched.
+//! request (heads, fixed-length and chunked bodies), holds each head, chunk
+//! line and trailer line back until it is complete and checked, and on a
+//! violation emits a head hyper cannot parse, so hyper answers 400 and
+//! closes; nothing after it is read. Every verdict depends only on the
+//! bytes, never on how the network split them: each limit is a predicate
+//! on a quantity that only grows, checked on every piece. After a `CONNECT`
+//! head the stream is a tunnel and passes untouched (a refused CONNECT
+//! closes the connection).
 
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -21,30 +26,65 @@ use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 /// token, so hyper answers 400 Bad Request and closes the connection.
 pub const POISON: &[u8] = b"\x00\r\n\r\n";
 
-/// Heads longer than this are passed to hyper unchecked, which refuses
-/// them (431) against its own, smaller limit.
-const MAX_HEAD: usize = 64 * 1024;
+/// Largest request head, empty lines before it included: the guard refuses
+/// longer ones and hyper's read buffer is configured with the same number,
+/// so a head one accepts the other accepts too.
+pub const MAX_HEAD_BYTES: usize = 32 * 1024;
 
-/// Longest chunk-size line accepted (size plus extensions).
+/// Most header lines in a head, for the guard and hyper alike.
+pub const MAX_HEADERS: usize = 100;
+
+/// Longest chunk-size line accepted (size plus extensions, without LF).
 const MAX_CHUNK_LINE: usize = 4096;
+
+/// Chunk-extension bytes accepted in one body, all chunks together (hyper
+/// refuses a body at 16 KiB of them; the guard decides first).
+const MAX_CHUNK_EXTENSIONS: usize = 4096;
+
+/// Trailer bytes accepted after one chunked body (hyper's limit is 16 KiB).
+const MAX_TRAILER_BYTES: usize = 4096;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
-    /// Collecting a request head.
-    Head(Vec<u8>),
+    /// Collecting a request head, after `blank` bytes of empty lines.
+    Head {
+        buf: Vec<u8>,
+        blank: usize,
+    },
     /// Reading a fixed-length body.
     Fixed(u64),
-    /// Reading a chunk-size line.
-    ChunkSize(Vec<u8>),
+    /// Reading a chunk-size line; `extensions` counts this body's so far.
+    ChunkSize {
+        line: Vec<u8>,
+        extensions: usize,
+    },
     /// Reading chunk data, then its CRLF.
-    ChunkData(u64),
-    ChunkEnd(u8),
-    /// Reading trailer lines after the last chunk.
-    Trailers(Vec<u8>),
-    /// A tunnel or a stream hyper will refuse anyway: pass everything.
+    ChunkData {
+        left: u64,
+        extensions: usize,
+    },
+    ChunkEnd {
+        seen: u8,
+        extensions: usize,
+    },
+    /// Reading trailer lines after the last chunk; `total` counts them.
+    Trailers {
+        line: Vec<u8>,
+        total: usize,
+    },
+    /// A tunnel: pass everything.
     Passthrough,
     /// A violation was found: deliver nothing more.
     Refused,
+}
+
+impl State {
+    fn head() -> Self {
+        State::Head {
+            buf: Vec::new(),
+            blank: 0,
+        }
+    }
 }
 
 /// Why a request was refused (for logs and tests).
@@ -55,6 +95,10 @@ pub enum Violation {
     TransferEncodingNotChunked,
     BareLineFeed,
     BadChunk,
+    HeadTooLarge,
+    TooManyHeaders,
+    /// A head hyper could not parse either (bad method, bad length, …).
+    Malformed,
 }
 
 /// Follows one client connection's request framing.
@@ -67,10 +111,37 @@ pub struct Tracker {
 impl Default for Tracker {
     fn default() -> Self {
         Self {
-            state: State::Head(Vec::new()),
+            state: State::head(),
             violation: None,
         }
     }
+}
+
+/// Where a line-based state stands after a piece of input.
+enum Line {
+    /// The line is not complete; all input was taken.
+    Partial,
+    /// The line is complete; this many input bytes were taken.
+    Complete(usize),
+}
+
+/// Appends `input` up to and including the first LF to `line`.
+fn take_line(line: &mut Vec<u8>, input: &[u8]) -> Line {
+    match input.iter().position(|b| *b == b'\n') {
+        Some(nl) => {
+            line.extend_from_slice(&input[..=nl]);
+            Line::Complete(nl + 1)
+        }
+        None => {
+            line.extend_from_slice(input);
+            Line::Partial
+        }
+    }
+}
+
+/// A line's length without its LF: the quantity the line limits bound.
+fn without_lf(line: &[u8]) -> usize {
+    line.len() - usize::from(line.ends_with(b"\n"))
 }
 
 impl Tracker {
@@ -91,34 +162,31 @@ impl Tracker {
                     out.extend_from_slice(input);
                     return;
                 }
-                State::Head(buf) => {
+                State::Head { buf, blank } => {
                     if buf.is_empty() {
-                        // Empty lines before a request are allowed (RFC 9112 §2.2).
+                        // Empty lines before a request are allowed (RFC 9112
+                        // §2.2); hyper keeps them in its buffer, so they count.
                         let skip = input
                             .iter()
                             .take_while(|b| **b == b'\r' || **b == b'\n')
                             .count();
                         out.extend_from_slice(&input[..skip]);
+                        *blank += skip;
                         input = &input[skip..];
+                        if *blank >= MAX_HEAD_BYTES {
+                            return self.refuse(Violation::HeadTooLarge, out);
+                        }
                         if input.is_empty() {
                             return;
                         }
                     }
-                    let start = buf.len().saturating_sub(3);
+                    let from = buf.len();
                     buf.extend_from_slice(input);
                     input = &[];
-                    let Some(end) = find(&buf[start..], b"\r\n\r\n").map(|i| start + i + 4) else {
-                        // A bare LF would let the head end where hyper
-                        // sees it end but this tracker does not.
-                        if has_bare_lf(buf) {
-                            self.refuse(Violation::BareLineFeed, out);
-                            return;
-                        }
-                        if buf.len() > MAX_HEAD {
-                            out.extend_from_slice(buf);
-                            self.state = State::Passthrough;
-                        }
-                        continue;
+                    let end = match scan_head(buf, from, MAX_HEAD_BYTES - *blank) {
+                        Err(violation) => return self.refuse(violation, out),
+                        Ok(None) => continue,
+                        Ok(Some(end)) => end,
                     };
                     let rest = buf.split_off(end);
                     let head = std::mem::take(buf);
@@ -129,13 +197,7 @@ impl Tracker {
                             // Re-feed what followed the head in the new state.
                             self.feed(&rest, out);
                         }
-                        Err(Some(violation)) => self.refuse(violation, out),
-                        // Unparseable: hyper refuses it itself.
-                        Err(None) => {
-                            out.extend_from_slice(&head);
-                            out.extend_from_slice(&rest);
-                            self.state = State::Passthrough;
-                        }
+                        Err(violation) => self.refuse(violation, out),
                     }
                     return;
                 }
@@ -145,66 +207,80 @@ impl Tracker {
                     input = &input[n..];
                     *left -= n as u64;
                     if *left == 0 {
-                        self.state = State::Head(Vec::new());
+                        self.state = State::head();
                     }
                 }
-                State::ChunkSize(line) => {
-                    let Some(nl) = input.iter().position(|b| *b == b'\n') else {
-                        line.extend_from_slice(input);
-                        out.extend_from_slice(input);
-                        input = &[];
-                        if line.len() > MAX_CHUNK_LINE {
-                            self.refuse(Violation::BadChunk, out);
-                        }
-                        continue;
+                State::ChunkSize { line, extensions } => {
+                    let taken = take_line(line, input);
+                    if without_lf(line) > MAX_CHUNK_LINE {
+                        return self.refuse(Violation::BadChunk, out);
+                    }
+                    let Line::Complete(n) = taken else {
+                        return;
                     };
-                    line.extend_from_slice(&input[..=nl]);
-                    out.extend_from_slice(&input[..=nl]);
-                    input = &input[nl + 1..];
-                    match chunk_size(line) {
-                        Some(0) => self.state = State::Trailers(Vec::new()),
-                        Some(size) => self.state = State::ChunkData(size),
-                        None => self.refuse(Violation::BadChunk, out),
+                    input = &input[n..];
+                    let Some((size, ext)) = chunk_size(line) else {
+                        return self.refuse(Violation::BadChunk, out);
+                    };
+                    let extensions = *extensions + ext;
+                    if extensions > MAX_CHUNK_EXTENSIONS {
+                        return self.refuse(Violation::BadChunk, out);
                     }
+                    out.extend_from_slice(line);
+                    self.state = match size {
+                        0 => State::Trailers {
+                            line: Vec::new(),
+                            total: 0,
+                        },
+                        left => State::ChunkData { left, extensions },
+                    };
                 }
-                State::ChunkData(left) => {
+                State::ChunkData { left, extensions } => {
                     let n = (*left).min(input.len() as u64) as usize;
                     out.extend_from_slice(&input[..n]);
                     input = &input[n..];
                     *left -= n as u64;
                     if *left == 0 {
-                        self.state = State::ChunkEnd(0);
+                        let extensions = *extensions;
+                        self.state = State::ChunkEnd {
+                            seen: 0,
+                            extensions,
+                        };
                     }
                 }
-                State::ChunkEnd(seen) => {
+                State::ChunkEnd { seen, extensions } => {
                     let expected = b"\r\n"[usize::from(*seen)];
                     if input[0] != expected {
-                        self.refuse(Violation::BadChunk, out);
-                        return;
+                        return self.refuse(Violation::BadChunk, out);
                     }
                     out.extend_from_slice(&input[..1]);
                     input = &input[1..];
                     *seen += 1;
                     if *seen == 2 {
-                        self.state = State::ChunkSize(Vec::new());
+                        let extensions = *extensions;
+                        self.state = State::ChunkSize {
+                            line: Vec::new(),
+                            extensions,
+                        };
                     }
                 }
-                State::Trailers(line) => {
-                    let Some(nl) = input.iter().position(|b| *b == b'\n') else {
-                        line.extend_from_slice(input);
-                        out.extend_from_slice(input);
-                        input = &[];
-                        if line.len() > MAX_CHUNK_LINE {
-                            self.refuse(Violation::BadChunk, out);
-                        }
-                        continue;
+                State::Trailers { line, total } => {
+                    let taken = take_line(line, input);
+                    if *total + without_lf(line) > MAX_TRAILER_BYTES {
+                        return self.refuse(Violation::BadChunk, out);
+                    }
+                    let Line::Complete(n) = taken else {
+                        return;
                     };
-                    line.extend_from_slice(&input[..=nl]);
-                    out.extend_from_slice(&input[..=nl]);
-                    input = &input[nl + 1..];
+                    input = &input[n..];
+                    if !line.ends_with(b"\r\n") {
+                        return self.refuse(Violation::BareLineFeed, out);
+                    }
+                    out.extend_from_slice(line);
                     if line.as_slice() == b"\r\n" {
-                        self.state = State::Head(Vec::new());
+                        self.state = State::head();
                     } else {
+                        *total += line.len();
                         line.clear();
                     }
                 }
@@ -212,9 +288,10 @@ impl Tracker {
         }
     }
 
-    /// The client closed its side: release a partial head so hyper sees it.
+    /// The client closed its side: release a partial head so hyper sees it
+    /// (and refuses it as incomplete).
     pub fn finish(&mut self, out: &mut BytesMut) {
-        if let State::Head(buf) = &mut self.state {
+        if let State::Head { buf, .. } = &mut self.state {
             out.extend_from_slice(buf);
             buf.clear();
         }
@@ -228,29 +305,54 @@ impl Tracker {
     }
 }
 
-/// An LF not preceded by CR (the first byte counts as unpreceded).
-fn has_bare_lf(bytes: &[u8]) -> bool {
-    bytes
-        .iter()
-        .enumerate()
-        .any(|(i, b)| *b == b'\n' && (i == 0 || bytes[i - 1] != b'\r'))
+/// Looks for the end of a head in `buf`, of which the first `from` bytes
+/// were scanned before; `limit` is the most bytes the head may have. The
+/// end (after the empty line), `None` while the head is incomplete, or a
+/// violation. Work is linear in the bytes over all calls, and the verdict
+/// is the same however the head arrived: a bare LF within the first
+/// `limit` bytes is refused first, then a head not ended within `limit`.
+fn scan_head(buf: &[u8], from: usize, limit: usize) -> Result<Option<usize>, Violation> {
+    let start = from.saturating_sub(3);
+    let end = find(&buf[start..], b"\r\n\r\n").map(|i| start + i + 4);
+    let checked = end.unwrap_or(buf.len()).min(limit);
+    let look_from = from.min(checked).saturating_sub(1);
+    if has_bare_lf(&buf[look_from..checked], look_from == 0) {
+        return Err(Violation::BareLineFeed);
+    }
+    match end {
+        Some(end) if end > limit => Err(Violation::HeadTooLarge),
+        Some(end) => Ok(Some(end)),
+        None if buf.len() >= limit => Err(Violation::HeadTooLarge),
+        None => Ok(None),
+    }
+}
+
+/// An LF not preceded by CR in `bytes`; the first byte is an LF's
+/// predecessor only if `at_start` is false.
+fn has_bare_lf(bytes: &[u8], at_start: bool) -> bool {
+    bytes.iter().enumerate().any(|(i, b)| {
+        *b == b'\n'
+            && (if i == 0 {
+                at_start
+            } else {
+                bytes[i - 1] != b'\r'
+            })
+    })
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Decides a complete head: the state its body puts the stream in, a
-/// violation, or `Err(None)` when it does not parse at all.
-fn check_head(head: &[u8]) -> Result<State, Option<Violation>> {
-    if has_bare_lf(head) {
-        return Err(Some(Violation::BareLineFeed));
-    }
-    let mut headers = [httparse::EMPTY_HEADER; 128];
+/// Decides a complete head: the state its body puts the stream in, or a
+/// violation (a head hyper could not parse either is one too).
+fn check_head(head: &[u8]) -> Result<State, Violation> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
-        _ => return Err(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(Violation::TooManyHeaders),
+        _ => return Err(Violation::Malformed),
     }
     if req.method == Some("CONNECT") {
         return Ok(State::Passthrough);
@@ -265,30 +367,35 @@ fn check_head(head: &[u8]) -> Result<State, Option<Violation>> {
         .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"));
     let (length, encoding) = (lengths.next(), encodings.next());
     if lengths.next().is_some() {
-        return Err(Some(Violation::RepeatedContentLength));
+        return Err(Violation::RepeatedContentLength);
     }
     match (length, encoding) {
-        (Some(_), Some(_)) => Err(Some(Violation::ContentLengthAndTransferEncoding)),
+        (Some(_), Some(_)) => Err(Violation::ContentLengthAndTransferEncoding),
         (None, Some(te)) => {
             if encodings.next().is_some() || !te.value.eq_ignore_ascii_case(b"chunked") {
-                return Err(Some(Violation::TransferEncodingNotChunked));
+                return Err(Violation::TransferEncodingNotChunked);
             }
-            Ok(State::ChunkSize(Vec::new()))
+            Ok(State::ChunkSize {
+                line: Vec::new(),
+                extensions: 0,
+            })
         }
         (Some(cl), None) => {
-            let text = std::str::from_utf8(cl.value).map_err(|_| None)?;
-            // Hyper refuses anything but digits; pass those through to it.
+            // Digits only, as hyper requires.
+            let digits = cl.value.iter().all(u8::is_ascii_digit);
+            let text = std::str::from_utf8(cl.value).map_err(|_| Violation::Malformed)?;
             match text.parse::<u64>() {
-                Ok(0) => Ok(State::Head(Vec::new())),
-                Ok(n) if text.bytes().all(|b| b.is_ascii_digit()) => Ok(State::Fixed(n)),
-                _ => Err(None),
+                Ok(0) if digits => Ok(State::head()),
+                Ok(n) if digits => Ok(State::Fixed(n)),
+                _ => Err(Violation::Malformed),
             }
         }
-        (None, None) => Ok(State::Head(Vec::new())),
+        (None, None) => Ok(State::head()),
     }
 }
 
-fn chunk_size(line: &[u8]) -> Option<u64> {
+/// A complete chunk-size line's size and the length of its extensions.
+fn chunk_size(line: &[u8]) -> Option<(u64, usize)> {
     let line = line.strip_suffix(b"\r\n")?;
     let hex_end = line
         .iter()
@@ -298,7 +405,11 @@ fn chunk_size(line: &[u8]) -> Option<u64> {
     if digits.is_empty() || digits.len() > 15 || !(rest.is_empty() || rest[0] == b';') {
         return None;
     }
-    u64::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+    if rest.iter().any(|b| *b == b'\r' || *b == b'\n') {
+        return None;
+    }
+    let size = u64::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()?;
+    Some((size, rest.len()))
 }
 
 /// A client connection read through a [`Tracker`].
@@ -379,95 +490,4 @@ impl<T: Write + Unpin> Write for Guarded<T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn run(chunks: &[&[u8]]) -> (Vec<u8>, Option<Violation>) {
-        let mut t = Tracker::default();
-        let mut out = BytesMut::new();
-        for c in chunks {
-            t.feed(c, &mut out);
-        }
-        (out.to_vec(), t.violation().cloned())
-    }
-
-    const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n";
-
-    #[test]
-    fn framing_table() {
-        use Violation::*;
-        let cases: &[(&[u8], Option<Violation>)] = &[
-            (GET, None),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", None),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", None),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n0\r\nX-T: 1\r\n\r\n", None),
-            (b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", Some(ContentLengthAndTransferEncoding)),
-            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", Some(ContentLengthAndTransferEncoding)),
-            (b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc", Some(RepeatedContentLength)),
-            (b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", Some(TransferEncodingNotChunked)),
-            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", Some(TransferEncodingNotChunked)),
-            (b"GET / HTTP/1.1\nHost: a\r\n\r\n", Some(BareLineFeed)),
-            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", Some(BadChunk)),
-            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY", Some(BadChunk)),
-        ];
-        for (input, want) in cases {
-            let (out, got) = run(&[input]);
-            assert_eq!(&got, want, "{}", String::from_utf8_lossy(input));
-            if want.is_none() {
-                assert_eq!(&out, input);
-            } else {
-                assert!(out.ends_with(POISON));
-            }
-        }
-    }
-
-    #[test]
-    fn a_smuggled_request_after_a_violation_is_never_delivered() {
-        let attack = b"POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin HTTP/1.1\r\nHost: a\r\n\r\n";
-        let (out, v) = run(&[attack]);
-        assert_eq!(v, Some(Violation::ContentLengthAndTransferEncoding));
-        assert_eq!(out, POISON);
-    }
-
-    #[test]
-    fn pipelined_requests_are_each_checked() {
-        let mut input = GET.to_vec();
-        input.extend_from_slice(
-            b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
-        );
-        let (out, v) = run(&[&input]);
-        assert_eq!(v, Some(Violation::RepeatedContentLength));
-        assert!(out.starts_with(GET));
-    }
-
-    #[test]
-    fn connect_turns_into_a_tunnel() {
-        let input = b"CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\n\r\n\x16\x03\x01anything\nContent-Length: 1\r\n";
-        let (out, v) = run(&[input]);
-        assert_eq!(v, None);
-        assert_eq!(&out[..], &input[..]);
-    }
-
-    proptest! {
-        /// However the stream is split, the output is the same.
-        #[test]
-        fn splitting_does_not_change_the_outcome(cuts in proptest::collection::vec(0usize..200, 0..8)) {
-            let mut stream = Vec::new();
-            stream.extend_from_slice(b"POST /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
-            stream.extend_from_slice(b"POST /b HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nworld");
-            stream.extend_from_slice(GET);
-            stream.extend_from_slice(b"POST /c HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n");
-            let (whole, v_whole) = run(&[&stream]);
-            let mut points: Vec<usize> = cuts.into_iter().map(|c| c % (stream.len() + 1)).collect();
-            points.sort_unstable();
-            let mut chunks: Vec<&[u8]> = Vec::new();
-            let mut last = 0;
-            for p in points { chunks.push(&stream[last..p]); last = p; }
-            chunks.push(&stream[last..]);
-            let (split, v_split) = run(&chunks);
-            prop_assert_eq!(whole, split);
-            prop_assert_eq!(v_whole, v_split);
-        }
-    }
-}
+mod tests;

@@ -10,7 +10,11 @@
 //! that elsewhere if the threat needs it.
 //!
 //! [`AuditLog::append`] writes whole lines and `fdatasync`s before returning,
-//! so a record the proxy has acted on survives a crash. Records carry no
+//! so a record the proxy has acted on survives a crash. A record is written
+//! whole or not at all: a failed write (disk full, I/O error) is cut back to
+//! the last whole record. A log whose last line was torn by a crash is cut
+//! back the same way when it is next opened, and a `recovery` line records
+//! what was cut, so the chain stays verifiable and [`verify`] can say so. Records carry no
 //! secret, no query value and no body text: query keys only, and a SHA-256 of
 //! a message's body.
 
@@ -113,12 +117,26 @@ pub struct CompletionRecord {
     pub error: Option<String>,
 }
 
+/// Written when the log is opened after its last line was torn (a crash
+/// or a full disk mid-write): what was cut off to get back to the last whole
+/// record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryRecord {
+    pub time: String,
+    /// Bytes of the torn line that were cut off.
+    pub truncated_bytes: u64,
+    /// Hex SHA-256 of those bytes.
+    pub truncated_sha256: String,
+}
+
 /// One audit event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Record {
     Request(RequestRecord),
     Completion(CompletionRecord),
+    Recovery(RecoveryRecord),
 }
 
 /// A line as stored: chain fields first, then the record.
@@ -145,12 +163,30 @@ pub struct AuditLog {
     path: PathBuf,
     file: File,
     head: Head,
+    /// Bytes of whole records in the file: where a failed write is cut back to.
+    len: u64,
+    /// A failed write's tail could not be cut off yet; cut it before the next.
+    torn: bool,
+}
+
+/// A log's bytes split at the end of its last whole line: the whole lines,
+/// and a torn tail (empty when the last line is complete).
+pub fn split_torn_tail(bytes: &[u8]) -> (&[u8], &[u8]) {
+    let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    bytes.split_at(whole)
 }
 
 impl AuditLog {
     /// Open (or create, mode 0600) the log at `path`. An existing file is
-    /// verified first; a broken one is refused.
+    /// verified first; a broken one is refused. A torn last line (no
+    /// newline) is cut off, and a [`RecoveryRecord`] saying so is appended,
+    /// timed `now`, before the log is used.
     pub fn open(path: &Path) -> Result<Self, AuditError> {
+        Self::open_at(path, &now_rfc3339())
+    }
+
+    /// [`AuditLog::open`] with the time a recovery record would carry.
+    pub fn open_at(path: &Path, now: &str) -> Result<Self, AuditError> {
         let io = |source| AuditError::Io {
             path: path.to_owned(),
             source,
@@ -165,7 +201,8 @@ impl AuditLog {
             .map_err(io)?;
         let mut existing = Vec::new();
         file.read_to_end(&mut existing).map_err(io)?;
-        let report = verify_bytes(&existing).map_err(|broken| AuditError::Broken {
+        let (whole, torn) = split_torn_tail(&existing);
+        let report = verify_bytes(whole).map_err(|broken| AuditError::Broken {
             path: path.to_owned(),
             broken,
         })?;
@@ -176,14 +213,30 @@ impl AuditLog {
                 File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
             }
         }
-        Ok(Self {
+        let mut log = Self {
             path: path.to_owned(),
             file,
             head: Head {
                 lines: report.lines,
                 hash: report.last_hash,
             },
-        })
+            len: whole.len() as u64,
+            torn: !torn.is_empty(),
+        };
+        if !torn.is_empty() {
+            let recovery = Record::Recovery(RecoveryRecord {
+                time: now.to_owned(),
+                truncated_bytes: torn.len() as u64,
+                truncated_sha256: hex::encode(Sha256::digest(torn)),
+            });
+            tracing::warn!(
+                path = %path.display(),
+                bytes = torn.len(),
+                "the audit log's last line was torn; cut back to the last whole record"
+            );
+            log.append(&recovery)?;
+        }
+        Ok(log)
     }
 
     /// The last line written; anchor it elsewhere to detect truncation.
@@ -223,15 +276,31 @@ impl AuditLog {
             buffer.extend_from_slice(&line);
             buffer.push(b'\n');
         }
-        // One write call per batch: lines are never interleaved or split by us.
-        self.file
-            .write_all(&buffer)
-            .map_err(|source| AuditError::Io {
-                path: self.path.clone(),
-                source,
-            })?;
+        let io = |source| AuditError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        if self.torn {
+            self.file.set_len(self.len).map_err(io)?;
+            self.torn = false;
+        }
+        // One write call per batch: lines are never interleaved or split by
+        // us. A failed write may have written part of the batch: cut it
+        // back, so the file ends on a whole record and the chain on `head`.
+        if let Err(source) = self.file.write_all(&buffer) {
+            self.torn = self.file.set_len(self.len).is_err();
+            return Err(io(source));
+        }
+        self.len += buffer.len() as u64;
         self.head = head.clone();
         Ok(head)
+    }
+
+    /// A second descriptor of the file, to sync it without this log's
+    /// lock (its `fdatasync` makes everything written through this log
+    /// durable).
+    pub fn sync_handle(&self) -> Result<File, std::io::Error> {
+        self.file.try_clone()
     }
 
     /// Make everything written so far durable (`fdatasync`).
@@ -249,10 +318,35 @@ pub struct VerifyReport {
     pub lines: u64,
     pub requests: u64,
     pub completions: u64,
+    /// Each start-up that cut a torn last line off: its recovery line.
+    pub recoveries: Vec<Recovery>,
     /// Requests with no completion line (in flight, or cut off by a crash).
     pub open_requests: Vec<String>,
     /// Hex SHA-256 of the last line.
     pub last_hash: String,
+}
+
+/// A recovery line found by [`verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// 1-based line number of the recovery line.
+    pub line: usize,
+    pub record: RecoveryRecord,
+}
+
+impl std::fmt::Display for Recovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = &self.record;
+        write!(
+            f,
+            "line {}: at {} the proxy found the last line torn (a crash or a full disk during a write), cut its {} bytes off (SHA-256 {}) and went on from line {}, the last whole record (a request whose line was torn was not forwarded: its line is written first; a torn completion leaves its request without one)",
+            self.line,
+            r.time,
+            r.truncated_bytes,
+            r.truncated_sha256,
+            self.line - 1
+        )
+    }
 }
 
 /// Read and verify the log at `path`.
@@ -274,6 +368,7 @@ pub fn verify_bytes(bytes: &[u8]) -> Result<VerifyReport, BrokenAt> {
         lines: 0,
         requests: 0,
         completions: 0,
+        recoveries: Vec::new(),
         open_requests: Vec::new(),
         last_hash: GENESIS.to_owned(),
     };
@@ -287,7 +382,7 @@ pub fn verify_bytes(bytes: &[u8]) -> Result<VerifyReport, BrokenAt> {
         };
         let Some(end) = rest.iter().position(|&b| b == b'\n') else {
             return Err(broken(
-                "the last line is incomplete (no newline): a write was cut off".into(),
+                "the last line is incomplete (no newline): a write was cut off; the proxy cuts it back to the last whole record, and records that, when it next opens the log".into(),
             ));
         };
         let line = &rest[..end];
@@ -322,12 +417,24 @@ pub fn verify_bytes(bytes: &[u8]) -> Result<VerifyReport, BrokenAt> {
                     )));
                 }
             }
+            Record::Recovery(record) => report.recoveries.push(Recovery {
+                line: line_number,
+                record,
+            }),
         }
         report.lines += 1;
         report.last_hash = hex::encode(Sha256::digest(line));
     }
     report.open_requests = open.into_iter().collect();
     Ok(report)
+}
+
+/// Now, as [`rfc3339_utc`] renders it.
+pub fn now_rfc3339() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    rfc3339_utc(ms)
 }
 
 /// Render milliseconds since the Unix epoch as RFC 3339 UTC with milliseconds,

@@ -44,7 +44,7 @@
 //!                    its pure steps: head checks, what headers cross, body
 //!                    verdicts, message and audit records, the proxy's own answers
 //!     policy         the rule book as the server asks it (Grant, BodyChecker)
-//!     audit_writer   the audit log's writer thread (group commit)
+//!     audit_writer   audit lines written on the request path, synced in batches
 //!   credentials    the registry and the Authorization header; one module per
 //!                  kind: static_token, feishu_app, github_app
 //!   upstream       verified TLS to the real hosts (and test overrides)

@@ -86,6 +86,9 @@ fn verify(file: PathBuf) -> anyhow::Result<ExitCode> {
                 report.open_requests.len(),
                 report.last_hash
             );
+            for recovery in &report.recoveries {
+                println!("recovered: {recovery}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {

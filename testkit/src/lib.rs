@@ -12,6 +12,7 @@
 //!   the repository's files.
 //! - [`random`], [`procs`]: random tokens and `/proc` scans.
 //! - [`rules`]: the rule-set fixture the end-to-end tests run under.
+//! - [`smallfs`]: a small tmpfs to fill (root), for full-disk tests.
 //! - [`proxy`], [`sandbox`], [`service`], [`router`]: harnesses for each
 //!   part's end-to-end tests (an in-process proxy in front of the emulators,
 //!   sandboxes in both modes, a `gatehouse supervisor` child and a fake proxy
@@ -31,5 +32,6 @@ pub mod rules;
 pub mod sandbox;
 pub mod service;
 pub mod skip;
+pub mod smallfs;
 
 pub use skip::Need;

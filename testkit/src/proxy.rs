@@ -178,9 +178,15 @@ async fn start_proxy(
 
 impl Harness {
     pub fn start() -> Self {
+        Self::start_logging_to(None)
+    }
+
+    /// [`Harness::start`] with the audit log at `audit_path` (by default in
+    /// the harness's directory), e.g. on a small filesystem to fill.
+    pub fn start_logging_to(audit_path: Option<PathBuf>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let emulators = Emulators::start(dir.path());
-        let audit_path = dir.path().join("audit.jsonl");
+        let audit_path = audit_path.unwrap_or_else(|| dir.path().join("audit.jsonl"));
         let proxy_ca = dir.path().join("proxy-ca.pem");
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -216,7 +222,8 @@ impl Harness {
     }
 
     pub fn audit_lines(&self) -> Vec<serde_json::Value> {
-        // The writer thread appends asynchronously; give it a moment.
+        // A line is in the file before its request is answered; a
+        // completion line may still be on its way.
         std::thread::sleep(Duration::from_millis(100));
         std::fs::read_to_string(&self.audit_path)
             .unwrap()

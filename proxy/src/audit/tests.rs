@@ -244,3 +244,67 @@ fn timestamps_are_rfc3339_utc() {
         assert_eq!(rfc3339_utc(ms), expected);
     }
 }
+
+#[test]
+fn a_torn_last_line_is_cut_back_and_the_recovery_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_log(dir.path(), 3);
+    let whole = std::fs::read(&path).unwrap();
+    let before = verify(&path).unwrap();
+    // A write cut off mid-line: the start of a seventh line.
+    let torn = br#"{"seq":6,"prev":"ab12","event":"requ"#;
+    let mut bytes = whole.clone();
+    bytes.extend_from_slice(torn);
+    std::fs::write(&path, &bytes).unwrap();
+    let error = verify(&path).unwrap_err().to_string();
+    assert!(
+        error.contains("line 7") && error.contains("incomplete"),
+        "{error}"
+    );
+
+    let mut log = AuditLog::open_at(&path, "2026-12-01T00:00:00.000Z").unwrap();
+    assert_eq!(log.head().lines, 7);
+    let report = verify(&path).unwrap();
+    assert_eq!(report.lines, 7);
+    assert_eq!(report.requests, before.requests);
+    let [recovery] = report.recoveries.as_slice() else {
+        panic!("one recovery expected: {report:?}")
+    };
+    assert_eq!(recovery.line, 7);
+    assert_eq!(recovery.record.truncated_bytes, torn.len() as u64);
+    assert_eq!(
+        recovery.record.truncated_sha256,
+        hex::encode(Sha256::digest(torn))
+    );
+    let told = recovery.to_string();
+    assert!(told.contains("torn") && told.contains("line 6"), "{told}");
+    // The whole records before it are untouched, and the chain goes on.
+    assert!(std::fs::read(&path).unwrap().starts_with(&whole));
+    log.append(&request("after", false)).unwrap();
+    drop(log);
+    let reopened = AuditLog::open(&path).unwrap();
+    assert_eq!(reopened.head().lines, 8, "no second recovery");
+    assert_eq!(verify(&path).unwrap().recoveries.len(), 1);
+}
+
+#[test]
+fn recovery_cuts_only_a_torn_tail_never_a_broken_line() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing but a torn line: cut to empty, the recovery is line 1.
+    let path = dir.path().join("only-torn.jsonl");
+    std::fs::write(&path, br#"{"seq":0,"pr"#).unwrap();
+    AuditLog::open(&path).unwrap();
+    let report = verify(&path).unwrap();
+    assert_eq!((report.lines, report.recoveries.len()), (1, 1));
+    assert_eq!(report.recoveries[0].line, 1);
+    // A changed whole line before a torn tail: refused as before.
+    let path = write_log(dir.path(), 2);
+    let mut text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replacen("tkt_1", "tkt_X", 1);
+    text.push_str(r#"{"seq":4"#);
+    std::fs::write(&path, &text).unwrap();
+    let error = AuditLog::open(&path).unwrap_err().to_string();
+    assert!(error.contains("line 2"), "{error}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "untouched");
+}

@@ -1,19 +1,25 @@
-//! Hands audit records to a dedicated writer thread, in order.
+//! Writes audit records on the request path and makes them durable in
+//! batches.
 //!
-//! Every request's record is queued *before* it is forwarded and its
-//! completion after. Records of message-bearing calls are waited for until
-//! they are on disk (fdatasync), so an acknowledged message is never missing
-//! after a crash; other records are written in order and synced in batches
-//! (group commit), which keeps an fsync off the path of every ordinary
-//! request.
+//! A request's record is *written* (one `write(2)` of the whole line) by
+//! the task that is about to forward it, before it does: if the write
+//! fails (disk full, I/O error) the caller gets [`AuditUnavailable`] and
+//! forwards nothing, and the log is cut back to its last whole record. So
+//! no forwarded request, no spliced tunnel, is missing from the file.
 //!
-//! After each batch the writer pauses for up to [`GATHER`] before taking
-//! the next one, so under load ordinary records are gathered without the
-//! request path waking the thread for each of them (a wake-up is a syscall
-//! and a context switch, per record). A caller that waits for the disk
-//! (message records, flush) cuts the pause short.
+//! Making records *durable* (`fdatasync`) is the sync thread's: records of
+//! message-bearing calls are waited for until they are on disk, so an
+//! acknowledged message is never missing after a crash; other records are
+//! synced in batches (group commit), which keeps an fsync off the path of
+//! every ordinary request. After the first record of a batch the sync
+//! thread waits up to [`GATHER`] for more; a caller that waits for the disk
+//! cuts that short. A failed sync leaves the file's state unknown, so the
+//! log refuses every later record (503) until the proxy is restarted and
+//! the log reopened.
 
-use std::sync::mpsc;
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -25,20 +31,50 @@ use crate::audit::{AuditLog, Record};
 #[error("the audit log could not be written; refusing to forward")]
 pub struct AuditUnavailable;
 
-/// The longest an ordinary record waits before the writer takes it.
+/// The longest an ordinary record waits before the sync thread takes it.
 const GATHER: Duration = Duration::from_millis(1);
 
-struct Job {
-    /// None: a flush marker, acknowledged once everything before it is on disk.
-    record: Option<Record>,
-    durable: Option<oneshot::Sender<bool>>,
+/// What the sync thread is asked to do.
+#[derive(Default)]
+struct Pending {
+    /// Records were written since the last sync.
+    dirty: bool,
+    /// Callers waiting until everything written so far is on disk.
+    waiters: Vec<oneshot::Sender<bool>>,
+    /// Every handle is gone: sync once more and end.
+    closed: bool,
 }
 
-/// A cloneable handle to the writer thread.
+/// What the writers and the sync thread share.
+struct Shared {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    /// A sync failed: nothing more is accepted.
+    failed: AtomicBool,
+}
+
+impl Shared {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Ends the sync thread when the last [`AuditWriter`] is dropped.
+struct Closer(Arc<Shared>);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.0.pending().closed = true;
+        self.0.wake.notify_one();
+    }
+}
+
+/// A cloneable handle to the audit log.
 #[derive(Clone)]
 pub struct AuditWriter {
-    jobs: mpsc::Sender<Job>,
-    writer: std::thread::Thread,
+    log: Arc<Mutex<AuditLog>>,
+    shared: Arc<Shared>,
+    _closer: Arc<Closer>,
 }
 
 impl std::fmt::Debug for AuditWriter {
@@ -48,78 +84,150 @@ impl std::fmt::Debug for AuditWriter {
 }
 
 impl AuditWriter {
-    /// Starts the writer thread over `log`.
-    pub fn start(mut log: AuditLog) -> Result<Self, std::io::Error> {
-        let (jobs, queue) = mpsc::channel::<Job>();
-        let writer = std::thread::Builder::new()
+    /// Starts the sync thread over `log`.
+    pub fn start(log: AuditLog) -> Result<Self, std::io::Error> {
+        // The sync thread syncs through its own descriptor of the file, so
+        // writers never wait for a sync to take the log's lock.
+        let file = log.sync_handle()?;
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            failed: AtomicBool::new(false),
+        });
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
             .name("gatehouse-audit".into())
-            .spawn(move || {
-                while let Ok(first) = queue.recv() {
-                    let mut batch = vec![first];
-                    batch.extend(queue.try_iter());
-                    let records: Vec<Record> =
-                        batch.iter_mut().filter_map(|j| j.record.take()).collect();
-                    let ok = match log.append_all(&records) {
-                        Ok(_) => true,
-                        Err(error) => {
-                            tracing::error!(%error, "writing the audit log");
-                            false
-                        }
-                    };
-                    for job in batch {
-                        if let Some(done) = job.durable {
-                            let _ = done.send(ok);
-                        }
-                    }
-                    // Ended early by `unpark` from a waiting caller.
-                    std::thread::park_timeout(GATHER);
-                }
-            })?;
+            .spawn(move || sync_loop(&thread_shared, &file))?;
         Ok(Self {
-            jobs,
-            writer: writer.thread().clone(),
+            log: Arc::new(Mutex::new(log)),
+            _closer: Arc::new(Closer(shared.clone())),
+            shared,
         })
     }
 
-    /// Queues a record; it is written after every record queued before it.
+    /// Writes a record after every record written before it; `Err` when it
+    /// could not be written (nothing of it is in the file then).
     pub fn record(&self, record: Record) -> Result<(), AuditUnavailable> {
-        self.jobs
-            .send(Job {
-                record: Some(record),
-                durable: None,
-            })
-            .map_err(|_| AuditUnavailable)
+        if self.shared.failed.load(Ordering::Acquire) {
+            return Err(AuditUnavailable);
+        }
+        let written = {
+            let mut log = self.log.lock().map_err(|_| AuditUnavailable)?;
+            log.write_all(std::slice::from_ref(&record))
+        };
+        if let Err(error) = written {
+            tracing::error!(%error, "writing the audit log");
+            return Err(AuditUnavailable);
+        }
+        let mut pending = self.shared.pending();
+        if !pending.dirty {
+            pending.dirty = true;
+            self.shared.wake.notify_one();
+        }
+        Ok(())
     }
 
-    /// Waits until every record queued so far is on disk.
+    /// Waits until every record written so far is on disk.
     pub async fn flush(&self) -> Result<(), AuditUnavailable> {
         let (done, wait) = oneshot::channel();
-        self.jobs
-            .send(Job {
-                record: None,
-                durable: Some(done),
-            })
-            .map_err(|_| AuditUnavailable)?;
-        self.writer.unpark();
+        {
+            let mut pending = self.shared.pending();
+            pending.waiters.push(done);
+            self.shared.wake.notify_one();
+        }
         match wait.await {
             Ok(true) => Ok(()),
             _ => Err(AuditUnavailable),
         }
     }
 
-    /// Queues a record and waits until it is on disk.
+    /// Writes a record and waits until it is on disk.
     pub async fn record_durably(&self, record: Record) -> Result<(), AuditUnavailable> {
-        let (done, wait) = oneshot::channel();
-        self.jobs
-            .send(Job {
-                record: Some(record),
-                durable: Some(done),
-            })
-            .map_err(|_| AuditUnavailable)?;
-        self.writer.unpark();
-        match wait.await {
-            Ok(true) => Ok(()),
-            _ => Err(AuditUnavailable),
+        self.record(record)?;
+        self.flush().await
+    }
+}
+
+/// The sync thread: waits for written records, gathers a batch, syncs it,
+/// answers the callers waiting for it. A state machine over [`Pending`].
+fn sync_loop(shared: &Shared, file: &File) {
+    loop {
+        let mut pending = shared.pending();
+        while !pending.dirty && pending.waiters.is_empty() && !pending.closed {
+            pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
         }
+        if pending.waiters.is_empty() && !pending.closed {
+            // Ordinary records only: let more of them gather first.
+            pending = shared
+                .wake
+                .wait_timeout(pending, GATHER)
+                .map_or_else(|p| p.into_inner().0, |(p, _)| p);
+        }
+        let waiters = std::mem::take(&mut pending.waiters);
+        let closed = pending.closed;
+        pending.dirty = false;
+        drop(pending);
+        let ok = !shared.failed.load(Ordering::Acquire) && file.sync_data().is_ok();
+        if !ok && !shared.failed.swap(true, Ordering::AcqRel) {
+            tracing::error!("syncing the audit log failed; refusing every request from now on");
+        }
+        for waiter in waiters {
+            let _ = waiter.send(ok);
+        }
+        if closed {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::{CompletionRecord, Outcome, RequestRecord};
+
+    fn request(id: &str) -> Record {
+        Record::Request(RequestRecord {
+            time: "2026-01-01T00:00:00.000Z".into(),
+            request_id: id.into(),
+            identity: "tkt_1".into(),
+            method: "GET".into(),
+            host: "api.github.com".into(),
+            path: "/".into(),
+            query_keys: vec![],
+            outcome: Outcome::Deny {
+                reason: "r".into(),
+                rule_sets_tried: vec![],
+            },
+            message: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn records_are_in_the_file_when_record_returns_and_durable_after_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let writer = AuditWriter::start(AuditLog::open(&path).unwrap()).unwrap();
+        for i in 0..50 {
+            writer.record(request(&format!("r{i}"))).unwrap();
+            // Written, not merely queued: the file already holds it.
+            let report = crate::audit::verify(&path).unwrap();
+            assert_eq!(report.lines, i + 1);
+        }
+        writer
+            .record_durably(Record::Completion(CompletionRecord {
+                time: "2026-01-01T00:00:00.000Z".into(),
+                request_id: "r0".into(),
+                status: 200,
+                bytes_sent: 0,
+                bytes_received: 0,
+                duration_ms: 0,
+                message_id: None,
+                error: None,
+            }))
+            .await
+            .unwrap();
+        writer.flush().await.unwrap();
+        drop(writer);
+        assert_eq!(crate::audit::verify(&path).unwrap().lines, 51);
     }
 }

@@ -156,8 +156,11 @@ async fn connect(
                 return deny_connect(&proxy, &identity, &host, authority.as_str(), &reason);
             }
         };
+        // No tunnel that is not on record.
+        if audit_tunnel(&proxy, &identity, &host).is_err() {
+            return audit_unavailable();
+        }
         let upgrade = hyper::upgrade::on(req);
-        audit_tunnel(&proxy, &identity, &host);
         tokio::spawn(splice(identity, upgrade, upstream));
         return established();
     }
@@ -301,14 +304,18 @@ fn deny_connect(
 }
 
 /// Records a spliced tunnel (it carries no credential and is not inspected).
-fn audit_tunnel(proxy: &Proxy, identity: &Identity, host: &str) {
+fn audit_tunnel(
+    proxy: &Proxy,
+    identity: &Identity,
+    host: &str,
+) -> Result<(), super::audit_writer::AuditUnavailable> {
     let outcome = Outcome::Allow {
         rule_set: "(tunnel)".into(),
         rule: "tunnel_hosts".into(),
     };
-    let _ = proxy
+    proxy
         .audit
-        .record(connect_line(proxy, identity, host, outcome));
+        .record(connect_line(proxy, identity, host, outcome))
 }
 
 fn audit_refused_tls(proxy: &Proxy, identity: &Identity, host: &str, sni: Option<&str>) {

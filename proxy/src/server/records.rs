@@ -2,14 +2,11 @@
 //! request (pure but for [`now`]): a CONNECT's line, and an inner request's
 //! line before its decision is known.
 
-use crate::audit::{rfc3339_utc, Outcome, Record, RequestRecord};
+use crate::audit::{Outcome, Record, RequestRecord};
 
 /// The current time as an audit record writes it.
 pub(super) fn now() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    rfc3339_utc(now.as_millis() as u64)
+    crate::audit::now_rfc3339()
 }
 
 /// The keys of a query, never its values.

@@ -1,0 +1,174 @@
+//! The audit log on a real full disk (a small tmpfs, so these tests need
+//! root): a record is written whole or not at all, and nothing is forwarded
+//! and no tunnel spliced that is not on record; once space is back, the
+//! proxy serves again and the chain is intact.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+
+use gatehouse_proxy::audit::{self, AuditError, AuditLog, Outcome, Record, RequestRecord};
+use gatehouse_testkit::proxy::{read_head, Harness, TUNNEL_HOST};
+use gatehouse_testkit::require;
+use gatehouse_testkit::skip::Need;
+use gatehouse_testkit::smallfs::SmallFs;
+
+/// A denial record of about 1 KiB.
+fn record(i: usize) -> Record {
+    Record::Request(RequestRecord {
+        time: audit::rfc3339_utc(1_795_969_800_123),
+        request_id: format!("req-{i}"),
+        identity: "tkt_1".into(),
+        method: "GET".into(),
+        host: "api.github.com".into(),
+        path: format!("/repos/octo/hello/issues/{}", "1".repeat(900)),
+        query_keys: vec![],
+        outcome: Outcome::Deny {
+            reason: "no rule".into(),
+            rule_sets_tried: vec![],
+        },
+        message: None,
+    })
+}
+
+#[test]
+fn a_record_that_does_not_fit_leaves_no_trace_and_the_log_goes_on_after() {
+    require!(Need::Root);
+    let fs = SmallFs::mount(64);
+    let path = fs.path().join("audit.jsonl");
+    let mut log = AuditLog::open(&path).unwrap();
+    // Some records first, so the log's last page has room left when the
+    // disk fills: the failing write is then cut off part-way through.
+    for i in 0..3 {
+        log.append(&record(i)).unwrap();
+    }
+    let filler = fs.fill();
+    let mut written = 3;
+    let error = loop {
+        match log.append(&record(written)) {
+            Ok(_) => written += 1,
+            Err(error) => break error,
+        }
+        assert!(written < 100, "the disk never filled");
+    };
+    let AuditError::Io { source, .. } = &error else {
+        panic!("{error}")
+    };
+    assert_eq!(source.raw_os_error(), Some(28), "ENOSPC: {error}");
+    // Whole records only, the chain at the log's head.
+    let report = audit::verify(&path).unwrap();
+    assert_eq!(report.lines, written as u64);
+    assert_eq!(report.last_hash, log.head().hash);
+    assert!(log.append(&record(1000)).is_err(), "still full");
+    assert_eq!(audit::verify(&path).unwrap().lines, written as u64);
+    // Space again: the chain goes on from the last whole record.
+    std::fs::remove_file(filler).unwrap();
+    log.append(&record(1001)).unwrap();
+    drop(log);
+    let report = audit::verify(&path).unwrap();
+    assert_eq!(report.lines, written as u64 + 1);
+    assert!(report.recoveries.is_empty(), "nothing torn: {report:?}");
+}
+
+#[test]
+fn nothing_is_forwarded_or_spliced_while_the_log_cannot_be_written() {
+    require!(Need::Root);
+    let fs = SmallFs::mount(256);
+    let h = Harness::start_logging_to(Some(fs.path().join("audit.jsonl")));
+    let issue = "https://api.github.com/repos/acme/widgets/issues/1";
+    let graphql = [
+        "-X",
+        "POST",
+        "-d",
+        r#"{"query":"{ repository(owner: \"acme\", name: \"widgets\") { id } }"}"#,
+    ];
+    let (status, _, body) = h.curl(&[], issue);
+    assert_eq!(status, 200, "control: {body}");
+    let (status, _, body) = h.curl(&graphql, "https://api.github.com/graphql");
+    assert_eq!(status, 200, "control: {body}");
+
+    let filler = fs.fill();
+    // The log's last page may still hold a few records: GraphQL queries,
+    // whose records are the smallest of those sent here, until one does
+    // not fit. Every record sent after is larger, so none fits either.
+    let mut tries = 0;
+    loop {
+        let (status, _, body) = h.curl(&graphql, "https://api.github.com/graphql");
+        if status == 503 {
+            assert!(body.contains("gatehouse_audit_unavailable"), "{body}");
+            break;
+        }
+        assert_eq!(status, 200, "{body}");
+        tries += 1;
+        assert!(tries < 100, "the log never filled");
+    }
+    let served = h.github.requests().len();
+    let (status, _, body) = h.curl(&[], issue);
+    assert_eq!(status, 503, "{body}");
+    let (status, _, body) = h.curl(&[], "https://api.github.com/repos/acme/secret-plans");
+    assert_eq!(status, 503, "a denial that cannot be recorded: {body}");
+    let mut s = h.raw();
+    write!(
+        s,
+        "CONNECT {TUNNEL_HOST}:443 HTTP/1.1\r\nHost: {TUNNEL_HOST}:443\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_head(&mut s);
+    assert!(head.starts_with("HTTP/1.1 503"), "tunnel: {head}");
+    assert_eq!(h.github.requests().len(), served, "nothing forwarded");
+    assert!(audit::verify(&h.audit_path).is_ok(), "whole records only");
+
+    std::fs::remove_file(filler).unwrap();
+    let (status, _, body) = h.curl(&[], issue);
+    assert_eq!(status, 200, "served again: {body}");
+    let report = audit::verify(&h.audit_path).unwrap();
+    assert!(report.recoveries.is_empty());
+    assert!(h
+        .audit_lines()
+        .iter()
+        .all(|l| l["outcome"]["rule"] != "tunnel_hosts"));
+}
+
+#[test]
+fn audit_verify_explains_a_recovered_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let mut log = AuditLog::open(&path).unwrap();
+    for i in 0..3 {
+        log.append(&record(i)).unwrap();
+    }
+    drop(log);
+    let verify = || {
+        gatehouse_testkit::bin::command()
+            .args(["audit", "verify"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    // Control: intact, nothing to explain.
+    let out = verify();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("recovered"));
+    // A crash mid-write: the tail is torn, and verify says what start-up will do.
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    file.write_all(br#"{"seq":3,"prev":"#).unwrap();
+    drop(file);
+    let out = verify();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 4") && err.contains("incomplete"),
+        "{err}"
+    );
+    // The proxy's next start cuts it back and records that; verify explains.
+    drop(AuditLog::open(&path).unwrap());
+    let out = verify();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("recovered: line 4") && text.contains("cut its 16 bytes off"),
+        "{text}"
+    );
+}

@@ -18,13 +18,13 @@ const COMMENTS: &str = "/repos/acme/widgets/issues/1/comments";
 /// close`; returns the status and the whole answer.
 fn exchange(h: &Harness, host: &str, head: &str, body: &str) -> (u16, String) {
     let mut tls = h.tunnel(host, host);
-    write!(
-        tls,
+    let request = format!(
         "{head}\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    )
-    .unwrap();
-    tls.flush().unwrap();
+    );
+    // In one write: the proxy may refuse on the head alone and close, and a
+    // later write would then fail before the answer is read.
+    let _ = tls.write_all(request.as_bytes()).and_then(|()| tls.flush());
     let answer = read_all(&mut tls);
     let status = answer.split(' ').nth(1).unwrap_or("0").parse().unwrap_or(0);
     (status, answer)

@@ -224,6 +224,18 @@ impl<J: Judge> Router<J> {
 
     /// Gate, then pass-through, revalidation or eval; records it all.
     pub fn on_trigger(&mut self, input: TriggerInput, now: u64) -> Result<Decision, EngineError> {
+        self.on_trigger_with(input, now, |_, _| Ok(()))
+    }
+
+    /// [`Router::on_trigger`], and `also` in the same transaction once the
+    /// decision is recorded (a source marks the delivery the trigger came
+    /// from processed); if `also` fails, the decision is rolled back too.
+    pub fn on_trigger_with(
+        &mut self,
+        input: TriggerInput,
+        now: u64,
+        also: impl FnOnce(&mut Tx<'_>, &TriggerDecision) -> Result<(), StoreError>,
+    ) -> Result<Decision, EngineError> {
         let Self {
             store,
             policy,
@@ -262,6 +274,9 @@ impl<J: Judge> Router<J> {
                     .map(|(ticket, reason)| RefusedResume { ticket, reason }),
             }));
             record(tx, now, &decision)?;
+            if let Decision::Trigger(d) = &decision {
+                also(tx, d)?;
+            }
             Ok(decision)
         })
     }

@@ -34,6 +34,9 @@
 //!              store       Store: schema, writes (Tx), reads (Reader), cache, codec,
 //!                          records, WAL checkpoint
 //!              replay      JSON lines ─► engine ─► one JSON decision per line
+//! sources      intake      GitHub webhooks: verified, stored, then answered; each
+//!                          stored delivery ─► engine once (signature, mention,
+//!                          github mapping, listener, process)
 //! ```
 
 #![forbid(unsafe_code)]
@@ -42,6 +45,7 @@ pub mod engine;
 pub mod eval;
 pub mod gate;
 pub mod id;
+pub mod intake;
 pub mod json;
 pub mod policy;
 pub mod replay;

@@ -28,11 +28,13 @@
 //! holds the migrations, `writes` the decision's [`Tx`], `reads` the
 //! [`Reader`] (inside a transaction or not), `cache` what the decision path
 //! would otherwise read back, `codec` how values map to columns, `records`
-//! the types handed out, and `checkpoint` the WAL checkpoint thread.
+//! the types handed out, `deliveries` the platform deliveries waiting for
+//! their decision, and `checkpoint` the WAL checkpoint thread.
 
 mod cache;
 mod checkpoint;
 mod codec;
+mod deliveries;
 mod reads;
 mod records;
 mod schema;
@@ -48,6 +50,7 @@ use crate::id::IdClock;
 
 use cache::Cache;
 use checkpoint::Checkpointer;
+pub use deliveries::{DeliveryLog, Inserted, NewDelivery, Processed, StoredDelivery};
 pub use reads::{ExportError, Reader};
 pub use records::{InboxItem, Page, ReplyRecord, ReplyTarget, ThreadRecord, TriggerSummary};
 use schema::{clock_rows, migrate};

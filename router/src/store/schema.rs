@@ -113,9 +113,31 @@ INSERT INTO notes (seq, ticket_id, after_trigger, body, at)
     FROM inbox WHERE note IS NOT NULL;
 DROP TABLE inbox;
 "#,
+    // 3: platform deliveries (webhooks), stored before they are acknowledged
+    // and deduplicated twice: by the platform's delivery id (a redelivery
+    // reuses it) and by what the event means (object, action, update time),
+    // so a delivery that reaches the router twice by any path counts once.
+    // A delivery is marked processed in the transaction of its decision.
+    r#"
+CREATE TABLE deliveries (
+    seq INTEGER PRIMARY KEY,
+    platform TEXT NOT NULL,
+    delivery_id TEXT NOT NULL,
+    event TEXT NOT NULL,
+    meaning TEXT NOT NULL,
+    body BLOB NOT NULL,
+    received_at INTEGER NOT NULL,
+    processed_at INTEGER,
+    outcome TEXT,
+    trigger_id TEXT REFERENCES triggers(id)
+) STRICT;
+CREATE UNIQUE INDEX deliveries_by_id ON deliveries(platform, delivery_id);
+CREATE UNIQUE INDEX deliveries_by_meaning ON deliveries(platform, meaning);
+CREATE INDEX deliveries_pending ON deliveries(seq) WHERE processed_at IS NULL;
+"#,
 ];
 
-pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
+pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     let known = i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX);
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;

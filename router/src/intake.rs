@@ -1,0 +1,202 @@
+//! Live intake: platform deliveries become triggers, durably, exactly once.
+//!
+//! ```text
+//! GitHub ──POST──► listener: head ─► body (≤ 25 MB) ─► signature ─► JSON ─► route ─► meaning
+//!                     │                                  any refusal: 4xx, nothing stored
+//!                     └─► DeliveryLog (own connection): insert unless the delivery id or
+//!                         the meaning is stored ─► commit ─► 2xx ─► wake the processor
+//! processor (thread): pending deliveries ─► github::map ─► Router::on_trigger_with
+//!                     (decision + "delivery processed" in one transaction)
+//! ```
+//!
+//! The listener holds only the webhook secrets, never an API credential.
+//! A delivery is acknowledged only once committed, and processed by a
+//! transaction that also marks it processed, so after a crash (kill -9
+//! included) every acknowledged delivery is processed once on restart.
+//!
+//! ```text
+//! signature  X-Hub-Signature-256 over the raw body; several secrets (rotation)
+//! mention    does GitHub Markdown mention the bot (code and quotes excluded)
+//! github     route (event + action), meaning (dedup key), map (─► TriggerInput)
+//! listener   the HTTP listener: bounded body, connections and time
+//! process    stored deliveries ─► engine, each marked in its decision's transaction
+//! ```
+
+pub mod github;
+pub mod listener;
+pub mod mention;
+pub mod process;
+pub mod signature;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::engine::Router;
+use crate::eval::Judge;
+use crate::store::{DeliveryLog, Durability, StoreError};
+
+pub use listener::ListenerConfig;
+pub use signature::WebhookSecrets;
+
+/// Failure to start the intake.
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    /// The state database could not be opened for the listener.
+    #[error("cannot open the delivery log: {0}")]
+    Store(#[from] StoreError),
+    /// The listening socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// A thread or the runtime could not be started.
+    #[error("cannot start the intake: {0}")]
+    Start(std::io::Error),
+}
+
+/// How often the processor looks for pending deliveries without being woken
+/// (deliveries stored by another process, or left by an earlier run).
+const POLL: Duration = Duration::from_millis(500);
+
+/// A running GitHub intake; [`GithubIntake::stop`] or dropping it stops it.
+pub struct GithubIntake {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: Option<std::thread::JoinHandle<()>>,
+    processor: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for GithubIntake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GithubIntake")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl GithubIntake {
+    /// Binds `listen`, processes what earlier runs left pending, then serves.
+    /// `state` is the database `router`'s store was opened on.
+    pub fn start<J: Judge + Send + 'static>(
+        router: Router<J>,
+        state: &Path,
+        durability: Durability,
+        secrets: WebhookSecrets,
+        listen: SocketAddr,
+        config: ListenerConfig,
+    ) -> Result<Self, IntakeError> {
+        let log = DeliveryLog::open(state, durability)?;
+        let bind = |source| IntakeError::Bind {
+            addr: listen,
+            source,
+        };
+        let std_listener = std::net::TcpListener::bind(listen).map_err(bind)?;
+        let addr = std_listener.local_addr().map_err(bind)?;
+        std_listener.set_nonblocking(true).map_err(bind)?;
+        let (wake, woken) = sync_channel(1);
+        let (stop, stopped) = watch::channel(false);
+        let processor = spawn_processor(router, woken, stopped.clone())?;
+        let shared = Arc::new(listener::Listener {
+            secrets,
+            log: Arc::new(Mutex::new(log)),
+            wake,
+            config,
+            clock: wall_clock_ms,
+        });
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("gatehouse-intake")
+            .enable_all()
+            .build()
+            .map_err(IntakeError::Start)?;
+        let server = std::thread::Builder::new()
+            .name("intake-server".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    match tokio::net::TcpListener::from_std(std_listener) {
+                        Ok(l) => listener::serve(l, shared, stopped).await,
+                        Err(error) => {
+                            tracing::error!(%error, "the webhook listener could not start")
+                        }
+                    }
+                });
+                runtime.shutdown_background();
+            })
+            .map_err(IntakeError::Start)?;
+        Ok(Self {
+            addr,
+            stop,
+            server: Some(server),
+            processor: Some(processor),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, cuts open connections, lets the processor finish
+    /// the delivery it is on, and waits for both.
+    pub fn stop(&mut self) {
+        let _ = self.stop.send(true);
+        for thread in [self.server.take(), self.processor.take()]
+            .into_iter()
+            .flatten()
+        {
+            if thread.join().is_err() {
+                tracing::error!("an intake thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for GithubIntake {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn spawn_processor<J: Judge + Send + 'static>(
+    mut router: Router<J>,
+    woken: Receiver<()>,
+    stopped: watch::Receiver<bool>,
+) -> Result<std::thread::JoinHandle<()>, IntakeError> {
+    std::thread::Builder::new()
+        .name("intake-processor".into())
+        .spawn(move || loop {
+            match process::process_pending(&mut router, wall_clock_ms) {
+                Ok(done) if done.total() > 0 => {
+                    tracing::debug!(?done, "deliveries processed");
+                }
+                Ok(_) => {}
+                // The delivery stays pending; the next pass retries it.
+                Err(error) => tracing::error!(%error, "processing deliveries failed"),
+            }
+            if *stopped.borrow() {
+                return;
+            }
+            match woken.recv_timeout(POLL) {
+                Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    if *stopped.borrow() {
+                        return;
+                    }
+                    std::thread::sleep(POLL);
+                }
+            }
+        })
+        .map_err(IntakeError::Start)
+}

@@ -30,8 +30,8 @@ pub use feishu::{
     FeishuApp, FeishuEmulator, FeishuError, FeishuHandle, FeishuMessage, FeishuOptions,
 };
 pub use github::{
-    Comment, CommentKind, GithubEmulator, GithubError, GithubHandle, GithubOptions, GithubToken,
-    RepoSpec, GIT_USER,
+    user_id, webhook_signature, Comment, CommentKind, GithubEmulator, GithubError, GithubHandle,
+    GithubOptions, GithubToken, RepoSpec, WebhookDelivery, WebhookFaults, WebhookTarget, GIT_USER,
 };
 pub use record::RecordedRequest;
 pub use server::ServeError;

@@ -11,6 +11,7 @@ mod git;
 mod graphql;
 mod model;
 mod rest;
+mod webhooks;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,13 @@ use hyper::Request;
 use serde_json::Value;
 
 pub use model::{Comment, CommentKind};
+pub use webhooks::{signature as webhook_signature, WebhookDelivery, WebhookFaults, WebhookTarget};
+
+/// The numeric id the emulator gives `login` (users are not modelled; the
+/// id is derived from the login and stable across runs).
+pub fn user_id(login: &str) -> u64 {
+    model::stable_user_id(login)
+}
 
 use crate::ca::{CaError, TestCa};
 use crate::record::{lock, record_head, RecordedRequest, Recorder, BODY_RECORD_LIMIT};
@@ -127,6 +135,8 @@ pub struct GithubOptions {
     pub worker_threads: usize,
     /// The CA to sign the server certificate with; `None` generates one.
     pub ca: Option<Arc<TestCa>>,
+    /// Where state changes are delivered as signed webhooks.
+    pub webhooks: Vec<WebhookTarget>,
 }
 
 impl GithubOptions {
@@ -140,6 +150,7 @@ impl GithubOptions {
             logs_base_url: "https://pipelines.actions.githubusercontent.com".to_owned(),
             worker_threads: 2,
             ca: None,
+            webhooks: Vec::new(),
         }
     }
 
@@ -148,6 +159,15 @@ impl GithubOptions {
         self.tokens.push(GithubToken {
             token: token.to_owned(),
             login: login.to_owned(),
+        });
+        self
+    }
+
+    /// Deliver state changes to `url` (`http://…`), signed with `secret`.
+    pub fn webhook(mut self, url: &str, secret: &str) -> Self {
+        self.webhooks.push(WebhookTarget {
+            url: url.to_owned(),
+            secret: secret.to_owned(),
         });
         self
     }
@@ -198,6 +218,7 @@ impl GithubEmulator {
             logs_base_url: options.logs_base_url.trim_end_matches('/').to_owned(),
             logs_host: url_host(&options.logs_base_url),
             logs_signature: random_hex(16),
+            webhooks: webhooks::Webhooks::new(options.webhooks),
         });
         let server = Server::start(
             options.listen,
@@ -285,7 +306,10 @@ impl GithubHandle {
     ) -> Result<u64, GithubError> {
         let mut model = lock(&self.state.model);
         let repo_id = repo_id_of(&model, full_name)?;
-        Ok(model.add_issue(repo_id, title, body, author, None, unix_now()))
+        let number = model.add_issue(repo_id, title, body, author, None, unix_now());
+        drop(model);
+        self.emit_issue("opened", repo_id, number, author, None);
+        Ok(number)
     }
 
     /// Open a pull request from `head` (which must exist in the bare
@@ -311,7 +335,10 @@ impl GithubHandle {
             merged: false,
             requested_reviewers: Vec::new(),
         };
-        Ok(model.add_issue(repo_id, title, "", author, Some(pull), unix_now()))
+        let number = model.add_issue(repo_id, title, "", author, Some(pull), unix_now());
+        drop(model);
+        self.emit_issue("opened", repo_id, number, author, None);
+        Ok(number)
     }
 
     /// Add a comment to issue or pull request `number` as `author`; returns its id.
@@ -327,7 +354,7 @@ impl GithubHandle {
         model
             .issue(repo_id, number)
             .ok_or_else(|| GithubError::NotFound(format!("issue {full_name}#{number}")))?;
-        Ok(model.add_comment(
+        let id = model.add_comment(
             CommentKind::Issue,
             repo_id,
             number,
@@ -338,7 +365,10 @@ impl GithubHandle {
             None,
             None,
             unix_now(),
-        ))
+        );
+        drop(model);
+        self.emit_comment(CommentKind::Issue, repo_id, id);
+        Ok(id)
     }
 
     /// Add a top-level review comment on `path:line` of pull request `number`.
@@ -358,7 +388,7 @@ impl GithubHandle {
             .and_then(|i| i.pull.as_ref())
             .map(|p| p.head_sha.clone())
             .ok_or_else(|| GithubError::NotFound(format!("pull {full_name}#{number}")))?;
-        Ok(model.add_comment(
+        let id = model.add_comment(
             CommentKind::Review,
             repo_id,
             number,
@@ -369,7 +399,10 @@ impl GithubHandle {
             Some(line),
             Some(head_sha),
             unix_now(),
-        ))
+        );
+        drop(model);
+        self.emit_comment(CommentKind::Review, repo_id, id);
+        Ok(id)
     }
 
     /// Record a finished Actions run with one job (also visible as a check
@@ -425,6 +458,7 @@ struct GithubState {
     logs_base_url: String,
     logs_host: String,
     logs_signature: String,
+    webhooks: webhooks::Webhooks,
 }
 
 /// Where a request goes.

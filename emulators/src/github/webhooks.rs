@@ -1,0 +1,360 @@
+//! Webhooks: the emulator's state changes, delivered as GitHub delivers them.
+//!
+//! Each change (a new issue or pull request, a comment, a review comment,
+//! an assignment, a review request) becomes one delivery per configured
+//! target: a JSON body shaped like GitHub's, `X-GitHub-Event`,
+//! `X-GitHub-Delivery` (a fresh GUID; a redelivery reuses it) and
+//! `X-Hub-Signature-256` (HMAC-SHA256 of the body under the target's
+//! secret). Deliveries are sent over plain HTTP (a router sits behind a
+//! reverse proxy) synchronously, so when a seeding call returns, the
+//! receiver has answered. Every delivery and each attempt's answer is kept.
+//! Faults on request: send each delivery twice, or sign it with a wrong
+//! secret.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ring::hmac;
+use serde_json::{json, Value};
+
+use super::model::{CommentKind, Model};
+use super::{repo_id_of, GithubError, GithubHandle};
+use crate::record::lock;
+use crate::time::unix_now;
+use crate::util::random_hex;
+
+/// Where deliveries go, and the secret that signs them.
+#[derive(Clone)]
+pub struct WebhookTarget {
+    /// `http://host:port/path`.
+    pub url: String,
+    pub secret: String,
+}
+
+impl std::fmt::Debug for WebhookTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookTarget")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Faults to inject into the next deliveries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WebhookFaults {
+    /// Send every delivery twice (same delivery id), as a redelivery would.
+    pub duplicate: bool,
+    /// Sign with a secret the receiver does not know.
+    pub bad_signature: bool,
+}
+
+/// One delivery and what its attempts got back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookDelivery {
+    /// `X-GitHub-Delivery`.
+    pub guid: String,
+    pub event: String,
+    pub action: Option<String>,
+    pub url: String,
+    pub body: Vec<u8>,
+    /// Per attempt: the status answered, or why there was none.
+    pub attempts: Vec<Result<u16, String>>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Webhooks {
+    targets: Vec<WebhookTarget>,
+    deliveries: Mutex<Vec<WebhookDelivery>>,
+    faults: Mutex<WebhookFaults>,
+}
+
+/// `sha256=` + hex HMAC-SHA256 of `body` under `secret`.
+pub fn signature(secret: &[u8], body: &[u8]) -> String {
+    let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, secret), body);
+    format!("sha256={}", hex::encode(tag.as_ref()))
+}
+
+fn guid() -> String {
+    let h = random_hex(16);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+impl Webhooks {
+    pub(crate) fn new(targets: Vec<WebhookTarget>) -> Self {
+        Self {
+            targets,
+            ..Self::default()
+        }
+    }
+
+    /// Sends `payload` as `event` to every target.
+    fn emit(&self, event: &str, payload: &Value) {
+        let body = payload.to_string().into_bytes();
+        let action = payload
+            .get("action")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let faults = *lock(&self.faults);
+        for target in &self.targets {
+            let mut d = WebhookDelivery {
+                guid: guid(),
+                event: event.to_owned(),
+                action: action.clone(),
+                url: target.url.clone(),
+                body: body.clone(),
+                attempts: Vec::new(),
+            };
+            let secret = if faults.bad_signature {
+                "not-the-configured-secret"
+            } else {
+                target.secret.as_str()
+            };
+            let times = if faults.duplicate { 2 } else { 1 };
+            for _ in 0..times {
+                d.attempts.push(send(&d, secret));
+            }
+            lock(&self.deliveries).push(d);
+        }
+    }
+
+    /// Sends a stored delivery again, with its delivery id.
+    fn redeliver(&self, guid: &str) -> Result<Result<u16, String>, GithubError> {
+        let d = lock(&self.deliveries)
+            .iter()
+            .find(|d| d.guid == guid)
+            .cloned()
+            .ok_or_else(|| GithubError::NotFound(format!("webhook delivery {guid}")))?;
+        let secret = self
+            .targets
+            .iter()
+            .find(|t| t.url == d.url)
+            .map(|t| t.secret.clone())
+            .unwrap_or_default();
+        let result = send(&d, &secret);
+        if let Some(stored) = lock(&self.deliveries).iter_mut().find(|s| s.guid == guid) {
+            stored.attempts.push(result.clone());
+        }
+        Ok(result)
+    }
+}
+
+/// One HTTP/1.1 POST over plain TCP; the answer's status.
+fn send(d: &WebhookDelivery, secret: &str) -> Result<u16, String> {
+    let rest = d
+        .url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{}: only http:// targets are supported", d.url))?;
+    let (authority, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
+    let mut stream =
+        TcpStream::connect(authority).map_err(|e| format!("connect {authority}: {e}"))?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: GitHub-Hookshot/emulator\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\
+         X-GitHub-Event: {}\r\nX-GitHub-Delivery: {}\r\nX-GitHub-Hook-ID: 1\r\n\
+         X-Hub-Signature-256: {}\r\n\r\n",
+        d.body.len(),
+        d.event,
+        d.guid,
+        signature(secret.as_bytes(), &d.body),
+    );
+    stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(&d.body))
+        .map_err(|e| format!("send: {e}"))?;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer)
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| "no HTTP status in the answer".to_owned())
+}
+
+// === Payloads, shaped like GitHub's ===
+
+impl Model {
+    fn envelope(&self, action: &str, repo_id: u64, sender: &str) -> Value {
+        let repo = self
+            .repo_by_id(repo_id)
+            .map_or(Value::Null, Model::repo_json);
+        json!({"action": action, "repository": repo, "sender": Model::user_json(sender)})
+    }
+
+    /// `issue_comment` or `pull_request_review_comment` for a new comment.
+    fn comment_event(
+        &self,
+        kind: CommentKind,
+        repo_id: u64,
+        id: u64,
+    ) -> Option<(&'static str, Value)> {
+        let stored = self.comment(kind, repo_id, id)?;
+        let issue = self.issue(repo_id, stored.comment.number)?;
+        let mut v = self.envelope("created", repo_id, &stored.comment.author);
+        v["comment"] = self.comment_json(stored);
+        Some(match kind {
+            CommentKind::Issue => {
+                v["issue"] = self.issue_json(issue);
+                ("issue_comment", v)
+            }
+            CommentKind::Review => {
+                v["pull_request"] = self.pull_json(issue);
+                ("pull_request_review_comment", v)
+            }
+        })
+    }
+
+    /// `issues` or `pull_request` with `action` on `number`.
+    fn issue_event(
+        &self,
+        action: &str,
+        repo_id: u64,
+        number: u64,
+        sender: &str,
+    ) -> Option<(&'static str, Value)> {
+        let issue = self.issue(repo_id, number)?;
+        let mut v = self.envelope(action, repo_id, sender);
+        Some(if issue.pull.is_some() {
+            v["number"] = json!(number);
+            v["pull_request"] = self.pull_json(issue);
+            ("pull_request", v)
+        } else {
+            v["issue"] = self.issue_json(issue);
+            ("issues", v)
+        })
+    }
+}
+
+// === impl GithubHandle: webhooks ===
+
+impl GithubHandle {
+    /// Every webhook delivery so far, in order.
+    pub fn webhook_deliveries(&self) -> Vec<WebhookDelivery> {
+        lock(&self.state.webhooks.deliveries).clone()
+    }
+
+    /// Faults for the deliveries from now on.
+    pub fn set_webhook_faults(&self, faults: WebhookFaults) {
+        *lock(&self.state.webhooks.faults) = faults;
+    }
+
+    /// Sends delivery `guid` again (GitHub's redelivery: same delivery id).
+    pub fn redeliver(&self, guid: &str) -> Result<Result<u16, String>, GithubError> {
+        self.state.webhooks.redeliver(guid)
+    }
+
+    pub(super) fn emit_comment(&self, kind: CommentKind, repo_id: u64, id: u64) {
+        let event = lock(&self.state.model).comment_event(kind, repo_id, id);
+        if let Some((name, payload)) = event {
+            self.state.webhooks.emit(name, &payload);
+        }
+    }
+
+    pub(super) fn emit_issue(
+        &self,
+        action: &str,
+        repo_id: u64,
+        number: u64,
+        sender: &str,
+        extra: Option<(&str, Value)>,
+    ) {
+        let event = lock(&self.state.model).issue_event(action, repo_id, number, sender);
+        if let Some((name, mut payload)) = event {
+            if let Some((key, value)) = extra {
+                payload[key] = value;
+            }
+            self.state.webhooks.emit(name, &payload);
+        }
+    }
+
+    /// Assign issue or pull request `number` to `assignee`, by `by`.
+    pub fn assign(
+        &self,
+        full_name: &str,
+        number: u64,
+        assignee: &str,
+        by: &str,
+    ) -> Result<(), GithubError> {
+        let repo_id = {
+            let mut model = lock(&self.state.model);
+            let repo_id = repo_id_of(&model, full_name)?;
+            let issue = model
+                .issue_mut(repo_id, number)
+                .ok_or_else(|| GithubError::NotFound(format!("issue {full_name}#{number}")))?;
+            issue.updated_at = unix_now();
+            repo_id
+        };
+        let assignee = Some(("assignee", Model::user_json(assignee)));
+        self.emit_issue("assigned", repo_id, number, by, assignee);
+        Ok(())
+    }
+
+    /// Request a review of pull request `number` from `reviewer`, by `by`.
+    pub fn request_review(
+        &self,
+        full_name: &str,
+        number: u64,
+        reviewer: &str,
+        by: &str,
+    ) -> Result<(), GithubError> {
+        let repo_id = {
+            let mut model = lock(&self.state.model);
+            let repo_id = repo_id_of(&model, full_name)?;
+            let issue = model
+                .issue_mut(repo_id, number)
+                .ok_or_else(|| GithubError::NotFound(format!("pull {full_name}#{number}")))?;
+            let pull = issue
+                .pull
+                .as_mut()
+                .ok_or_else(|| GithubError::NotFound(format!("pull {full_name}#{number}")))?;
+            pull.requested_reviewers.push(reviewer.to_owned());
+            issue.updated_at = unix_now();
+            repo_id
+        };
+        let reviewer = Some(("requested_reviewer", Model::user_json(reviewer)));
+        self.emit_issue("review_requested", repo_id, number, by, reviewer);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signature_is_githubs() {
+        // GitHub's documented example.
+        assert_eq!(
+            signature(b"It's a Secret to Everybody", b"Hello, World!"),
+            "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+        );
+    }
+
+    #[test]
+    fn guids_look_like_githubs() {
+        let g = guid();
+        assert_eq!(g.len(), 36);
+        assert_eq!(g.matches('-').count(), 4);
+        assert_ne!(g, guid());
+    }
+
+    #[test]
+    fn target_debug_hides_the_secret() {
+        let t = WebhookTarget {
+            url: "http://127.0.0.1:1/hook".into(),
+            secret: "hunter2-secret".into(),
+        };
+        assert!(!format!("{t:?}").contains("hunter2"));
+    }
+}

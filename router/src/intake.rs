@@ -98,49 +98,39 @@ impl GithubIntake {
         listen: SocketAddr,
         config: ListenerConfig,
     ) -> Result<Self, IntakeError> {
-        let log = DeliveryLog::open(state, durability)?;
-        let bind = |source| IntakeError::Bind {
-            addr: listen,
-            source,
-        };
-        let std_listener = std::net::TcpListener::bind(listen).map_err(bind)?;
-        let addr = std_listener.local_addr().map_err(bind)?;
-        std_listener.set_nonblocking(true).map_err(bind)?;
+        let (log, std_listener, addr) = open(state, durability, listen)?;
         let (wake, woken) = sync_channel(1);
         let (stop, stopped) = watch::channel(false);
         let processor = spawn_processor(router, woken, stopped.clone())?;
-        let shared = Arc::new(listener::Listener {
-            secrets,
-            log: Arc::new(Mutex::new(log)),
-            wake,
-            config,
-            clock: wall_clock_ms,
-        });
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("gatehouse-intake")
-            .enable_all()
-            .build()
-            .map_err(IntakeError::Start)?;
-        let server = std::thread::Builder::new()
-            .name("intake-server".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    match tokio::net::TcpListener::from_std(std_listener) {
-                        Ok(l) => listener::serve(l, shared, stopped).await,
-                        Err(error) => {
-                            tracing::error!(%error, "the webhook listener could not start")
-                        }
-                    }
-                });
-                runtime.shutdown_background();
-            })
-            .map_err(IntakeError::Start)?;
+        let server = spawn_server(std_listener, log, secrets, config, wake, stopped)?;
         Ok(Self {
             addr,
             stop,
             server: Some(server),
             processor: Some(processor),
+        })
+    }
+
+    /// Receives only: verifies, stores and acknowledges deliveries and
+    /// decides none. A router started later on the same state (or running
+    /// beside this on it) decides them.
+    pub fn store_only(
+        state: &Path,
+        durability: Durability,
+        secrets: WebhookSecrets,
+        listen: SocketAddr,
+        config: ListenerConfig,
+    ) -> Result<Self, IntakeError> {
+        let (log, std_listener, addr) = open(state, durability, listen)?;
+        // Nobody to wake: sending fails and is ignored.
+        let (wake, _) = sync_channel(1);
+        let (stop, stopped) = watch::channel(false);
+        let server = spawn_server(std_listener, log, secrets, config, wake, stopped)?;
+        Ok(Self {
+            addr,
+            stop,
+            server: Some(server),
+            processor: None,
         })
     }
 
@@ -167,6 +157,57 @@ impl Drop for GithubIntake {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+fn open(
+    state: &Path,
+    durability: Durability,
+    listen: SocketAddr,
+) -> Result<(DeliveryLog, std::net::TcpListener, SocketAddr), IntakeError> {
+    let log = DeliveryLog::open(state, durability)?;
+    let bind = |source| IntakeError::Bind {
+        addr: listen,
+        source,
+    };
+    let std_listener = std::net::TcpListener::bind(listen).map_err(bind)?;
+    let addr = std_listener.local_addr().map_err(bind)?;
+    std_listener.set_nonblocking(true).map_err(bind)?;
+    Ok((log, std_listener, addr))
+}
+
+fn spawn_server(
+    std_listener: std::net::TcpListener,
+    log: DeliveryLog,
+    secrets: WebhookSecrets,
+    config: ListenerConfig,
+    wake: std::sync::mpsc::SyncSender<()>,
+    stopped: watch::Receiver<bool>,
+) -> Result<std::thread::JoinHandle<()>, IntakeError> {
+    let shared = Arc::new(listener::Listener {
+        secrets,
+        log: Arc::new(Mutex::new(log)),
+        wake,
+        config,
+        clock: wall_clock_ms,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gatehouse-intake")
+        .enable_all()
+        .build()
+        .map_err(IntakeError::Start)?;
+    std::thread::Builder::new()
+        .name("intake-server".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                match tokio::net::TcpListener::from_std(std_listener) {
+                    Ok(l) => listener::serve(l, shared, stopped).await,
+                    Err(error) => tracing::error!(%error, "the webhook listener could not start"),
+                }
+            });
+            runtime.shutdown_background();
+        })
+        .map_err(IntakeError::Start)
 }
 
 fn spawn_processor<J: Judge + Send + 'static>(

@@ -1,6 +1,7 @@
 //! `gatehouse router`, `tickets`, `threads` and `replies` subcommands.
 
 use std::io::{BufReader, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -9,6 +10,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use gatehouse_router::engine::Router;
 use gatehouse_router::eval::RulesOnlyJudge;
 use gatehouse_router::id::{ThreadId, TicketId};
+use gatehouse_router::intake::{wall_clock_ms, GithubIntake, ListenerConfig, WebhookSecrets};
 use gatehouse_router::policy::Policy;
 use gatehouse_router::replay::{first_at, replay};
 use gatehouse_router::store::{Durability, Store};
@@ -16,7 +18,7 @@ use gatehouse_types::env;
 
 #[derive(Subcommand)]
 pub enum Commands {
-    /// The router: replay recorded inputs through its decisions
+    /// The router: replay recorded inputs, or receive live events, through its decisions
     Router {
         #[command(subcommand)]
         command: RouterCommand,
@@ -55,6 +57,45 @@ pub enum RouterCommand {
         #[arg(long, value_enum, default_value_t = Sync::Normal)]
         sync: Sync,
     },
+    /// Receive GitHub webhooks: verify, store, acknowledge, then decide each delivery once
+    ///
+    /// Plain HTTP; TLS, if any, is a reverse proxy's. Prints
+    /// {"listening":"ADDR"} on stdout once ready; stops on SIGTERM or Ctrl-C.
+    /// Deliveries stored but not yet decided (a crash, kill -9) are decided
+    /// when it starts again.
+    Listen {
+        /// The policy file (TOML)
+        #[arg(long)]
+        policy: PathBuf,
+        /// The router's state database (created if missing)
+        #[arg(long)]
+        state: PathBuf,
+        /// Address and port to listen on
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// A file holding the webhook secret; repeat to accept several (rotation)
+        #[arg(long = "webhook-secret-file", required = true)]
+        webhook_secret_files: Vec<PathBuf>,
+        /// Connections served at once; more wait in the listen backlog
+        #[arg(long, default_value_t = 64)]
+        max_connections: usize,
+        /// How hard each commit (delivery and decision) waits for the disk
+        #[arg(long, value_enum, default_value_t = Sync::Normal)]
+        sync: Sync,
+        /// Store and acknowledge deliveries, decide none (a router listening
+        /// on the same state, now or later, decides them)
+        #[arg(long)]
+        store_only: bool,
+    },
+}
+
+impl Sync {
+    fn durability(self) -> Durability {
+        match self {
+            Sync::Normal => Durability::Normal,
+            Sync::Full => Durability::Full,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -127,6 +168,26 @@ impl Commands {
                         sync,
                     },
             } => run_replay(&policy, &state, &events, sync),
+            Commands::Router {
+                command:
+                    RouterCommand::Listen {
+                        policy,
+                        state,
+                        listen,
+                        webhook_secret_files,
+                        max_connections,
+                        sync,
+                        store_only,
+                    },
+            } => run_listen(Listen {
+                policy,
+                state,
+                listen,
+                secret_files: webhook_secret_files,
+                max_connections,
+                sync,
+                store_only,
+            }),
             Commands::Tickets { command } => match command {
                 TicketsCommand::List { state } => tickets_list(&state),
                 TicketsCommand::Show { id, state } => tickets_show(&id, &state),
@@ -158,11 +219,7 @@ fn run_replay(policy: &Path, state: &Path, events: &Path, sync: Sync) -> anyhow:
     let policy = Policy::load(policy)?;
     let text = std::fs::read_to_string(events)
         .with_context(|| format!("cannot read the events file {}", events.display()))?;
-    let durability = match sync {
-        Sync::Normal => Durability::Normal,
-        Sync::Full => Durability::Full,
-    };
-    let store = Store::open(state, durability)
+    let store = Store::open(state, sync.durability())
         .with_context(|| format!("cannot open the state {}", state.display()))?;
     let mut router = Router::new(store, policy, RulesOnlyJudge, first_at(&text))?;
     let base_dir = events.parent().unwrap_or(Path::new("."));
@@ -181,6 +238,73 @@ fn run_replay(policy: &Path, state: &Path, events: &Path, sync: Sync) -> anyhow:
             summary.rejected
         );
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+struct Listen {
+    policy: PathBuf,
+    state: PathBuf,
+    listen: SocketAddr,
+    secret_files: Vec<PathBuf>,
+    max_connections: usize,
+    sync: Sync,
+    store_only: bool,
+}
+
+fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
+    let Listen {
+        policy,
+        state,
+        listen,
+        secret_files,
+        max_connections,
+        sync,
+        store_only,
+    } = args;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    // The policy is checked in both modes: a bad one fails at start.
+    let policy = Policy::load(&policy)?;
+    let secrets = WebhookSecrets::from_files(&secret_files)?;
+    let config = ListenerConfig {
+        max_connections,
+        ..ListenerConfig::default()
+    };
+    let durability = sync.durability();
+    let mut intake = if store_only {
+        GithubIntake::store_only(&state, durability, secrets, listen, config)?
+    } else {
+        let store = Store::open(&state, durability)
+            .with_context(|| format!("cannot open the state {}", state.display()))?;
+        let router = Router::new(store, policy, RulesOnlyJudge, wall_clock_ms())?;
+        GithubIntake::start(router, &state, durability, secrets, listen, config)?
+    };
+    println!(
+        "{}",
+        serde_json::json!({ "listening": intake.addr().to_string() })
+    );
+    std::io::stdout().flush()?;
+    tracing::info!(addr = %intake.addr(), "gatehouse router listening for GitHub webhooks");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the signal runtime")?;
+    runtime.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("installing the SIGTERM handler")?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        anyhow::Ok(())
+    })?;
+    tracing::info!("shutting down");
+    intake.stop();
     Ok(ExitCode::SUCCESS)
 }
 

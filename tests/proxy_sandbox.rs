@@ -52,6 +52,9 @@ echo "== gh read"
 gh api repos/acme/widgets/issues/1 && echo
 echo "== gh comment"
 gh api repos/acme/widgets/issues/1/comments -f body='posted from the sandbox' && echo
+gh api repos/acme/widgets/issues/1/comments -f body='and a second' >/dev/null && echo
+echo "== gh paginate"
+gh api --paginate 'repos/acme/widgets/issues/1/comments?per_page=1' --jq '.[].body' | sed 's/^/PAGE: /'
 echo "== curl denied"
 curl -sS https://api.github.com/repos/acme/secret-plans/issues/1; echo
 echo "== env"
@@ -92,6 +95,22 @@ fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
     );
     assert!(out.contains("Widgets wobble"), "{all}");
     assert!(out.contains("posted from the sandbox"), "{all}");
+    // Page 2 is reached through the proxy: GitHub's `next` link names the
+    // repository by id (`/repositories/{id}/…`), which the proxy rewrites to
+    // the repository's name so the rules can check it.
+    let pages: Vec<&str> = out.lines().filter(|l| l.starts_with("PAGE: ")).collect();
+    assert_eq!(
+        pages,
+        ["PAGE: posted from the sandbox", "PAGE: and a second"],
+        "{all}"
+    );
+    let seen = h.github.requests();
+    assert!(
+        seen.iter()
+            .any(|r| r.path == "/repos/acme/widgets/issues/1/comments"
+                && r.query.as_deref().is_some_and(|q| q.contains("page=2"))),
+        "{seen:?}"
+    );
     assert!(out.contains(r#""error":"gatehouse_denied""#), "{all}");
 
     // The emulator saw the injected credential on git and REST calls, and

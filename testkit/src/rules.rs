@@ -21,6 +21,15 @@ credential = "github"
 inject = "bearer"
 
 [[rule]]
+name = "issue-comments-read"
+source = "GitHub REST: issues/list-comments"
+host = "api.github.com"
+methods = ["GET"]
+path = "/repos/{repo}/issues/{n}/comments"
+credential = "github"
+inject = "bearer"
+
+[[rule]]
 name = "issue-comment"
 source = "GitHub REST: issues/create-comment"
 host = "api.github.com"

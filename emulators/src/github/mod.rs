@@ -678,6 +678,7 @@ impl GithubState {
             builder = builder.header(http::header::ETAG, etag);
         }
         if let Some(page) = reply.next_page {
+            let path = id_form(&lock(&self.model), &path);
             builder = builder.header(
                 http::header::LINK,
                 next_link(host.as_deref(), &path, query.as_deref(), page),
@@ -858,6 +859,27 @@ impl Handler for GithubState {
     }
 }
 
+/// A path under `/repos/{owner}/{repo}` in the form GitHub's pagination
+/// links use, `/repositories/{id}/…` (as api.github.com answers, e.g.
+/// `GET /repos/cli/cli/issues` links `/repositories/212613049/issues?page=2`);
+/// any other path as it is.
+fn id_form(model: &model::Model, path: &str) -> String {
+    let Some(rest) = path.strip_prefix("/repos/") else {
+        return path.to_owned();
+    };
+    let mut segments = rest.splitn(3, '/');
+    let (Some(owner), Some(name)) = (segments.next(), segments.next()) else {
+        return path.to_owned();
+    };
+    match model.repo(owner, name) {
+        Some(repo) => {
+            let tail = segments.next().map_or(String::new(), |t| format!("/{t}"));
+            format!("/repositories/{}{tail}", repo.id)
+        }
+        None => path.to_owned(),
+    }
+}
+
 /// `Link: <https://HOST/PATH?…&page=N>; rel="next"` for a list, on the host
 /// the client asked (api.github.com on GitHub; `localhost:PORT` for gh in
 /// Enterprise mode).
@@ -978,6 +1000,31 @@ fn create_bare_repo(root: &Path, spec: &RepoSpec) -> Result<(), GithubError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pagination_links_name_the_repository_by_id_as_github_does() {
+        let mut model = model::Model::new();
+        let id = model.add_repo("acme", "widgets", "main");
+        for (path, expected) in [
+            (
+                "/repos/acme/widgets/issues",
+                format!("/repositories/{id}/issues"),
+            ),
+            (
+                "/repos/ACME/widgets/pulls/1/files",
+                format!("/repositories/{id}/pulls/1/files"),
+            ),
+            ("/repos/acme/widgets", format!("/repositories/{id}")),
+            (
+                "/repos/acme/other/issues",
+                "/repos/acme/other/issues".to_owned(),
+            ),
+            ("/user/repos", "/user/repos".to_owned()),
+            ("/repos/acme", "/repos/acme".to_owned()),
+        ] {
+            assert_eq!(id_form(&model, path), expected, "{path}");
+        }
+    }
 
     #[test]
     fn classifies_by_host_then_path() {

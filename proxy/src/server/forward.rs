@@ -30,7 +30,8 @@ use hyper::body::Incoming;
 
 use super::answers::{audit_unavailable, bad_request, denied, push_refused, redact_text};
 use super::answers::{refused_identity, upstream_failed};
-use super::headers::{method_changing_header, strip_response_headers, upstream_request_headers};
+use super::headers::upstream_request_headers;
+use super::headers::{self, method_changing_header, strip_response_headers};
 use super::inspect::{inspect_body, BodyRefusal, MESSAGE_BODY_LIMIT};
 use super::message::{created_message_id, message_record};
 use super::policy::{Grant, MessageSpec, RequestView};
@@ -270,10 +271,12 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
     if queued.is_err() {
         return audit_unavailable();
     }
-    let response = match send(&completion, &identity, &host, &parts.method, upstream_req).await {
+    let mut response = match send(&completion, &identity, &host, &parts.method, upstream_req).await
+    {
         Ok(response) => response,
         Err(answer) => return answer,
     };
+    headers::name_repository_links(response.headers_mut(), parts.uri.path());
     respond(completion, &parts.method, grant.message.as_ref(), response).await
 }
 

@@ -124,9 +124,119 @@ pub(super) fn strip_response_headers(headers: &mut HeaderMap, secrets: &[Vec<u8>
     }
 }
 
+/// GitHub's pagination links name a repository by id
+/// (`/repositories/{id}/issues?page=2`), a form no rule can tie to the
+/// identity's repository, so every client following `next` (`gh api
+/// --paginate`) would be refused on page 2. The answer to a request under
+/// `/repos/{owner}/{repo}` is about that repository: its links are
+/// rewritten to the same resource under the repository's name, which the
+/// rules check as any other request. Links to anything else are left as
+/// they are (and refused if followed).
+pub(super) fn name_repository_links(headers: &mut HeaderMap, request_path: &str) {
+    let Some(named) = repository_prefix(request_path) else {
+        return;
+    };
+    let values: Vec<HeaderValue> = headers
+        .get_all(header::LINK)
+        .iter()
+        .map(|v| match v.to_str() {
+            Ok(text) => HeaderValue::from_str(&rename_repository_ids(text, named))
+                .unwrap_or_else(|_| v.clone()),
+            Err(_) => v.clone(),
+        })
+        .collect();
+    if values.is_empty() {
+        return;
+    }
+    headers.remove(header::LINK);
+    for v in values {
+        headers.append(header::LINK, v);
+    }
+}
+
+/// `/repos/{owner}/{repo}` of a path under it, if it is one.
+fn repository_prefix(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/repos/")?;
+    let mut segments = rest.splitn(3, '/');
+    let (owner, repo) = (segments.next()?, segments.next()?);
+    let valid = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    };
+    (valid(owner) && valid(repo)).then(|| &path[..("/repos/".len() + owner.len() + 1 + repo.len())])
+}
+
+/// `text` with each `/repositories/{digits}` followed by `/`, `?` or `>`
+/// replaced by `named`.
+fn rename_repository_ids(text: &str, named: &str) -> String {
+    const ALIAS: &str = "/repositories/";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(ALIAS) {
+        let after = &rest[at + ALIAS.len()..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let ends = matches!(after.as_bytes().get(digits), Some(b'/' | b'?' | b'>'));
+        out.push_str(&rest[..at]);
+        if digits > 0 && ends {
+            out.push_str(named);
+            rest = &after[digits..];
+        } else {
+            out.push_str(ALIAS);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repository_links_are_renamed_only_under_a_named_repository() {
+        let link = "<https://api.github.com/repositories/1296269/issues?per_page=1&page=2>; rel=\"next\", \
+                    <https://api.github.com/repositories/1296269/issues?per_page=1&page=5>; rel=\"last\"";
+        let named = "<https://api.github.com/repos/acme/widgets/issues?per_page=1&page=2>; rel=\"next\", \
+                     <https://api.github.com/repos/acme/widgets/issues?per_page=1&page=5>; rel=\"last\"";
+        // (request path, link in, link out)
+        let cases = [
+            ("/repos/acme/widgets/issues", link, named),
+            (
+                "/repos/acme/widgets",
+                "<https://api.github.com/repositories/7>; rel=\"next\"",
+                "<https://api.github.com/repos/acme/widgets>; rel=\"next\"",
+            ),
+            // Not under a named repository: left alone.
+            ("/user/repos", link, link),
+            ("/repos/acme", link, link),
+            ("/repos//widgets/issues", link, link),
+            ("/repos/acme/wid%2fgets/issues", link, link),
+            // Not an id alias: left alone.
+            (
+                "/repos/acme/widgets/issues",
+                "<https://x/repositories/abc/issues>; rel=\"next\"",
+                "<https://x/repositories/abc/issues>; rel=\"next\"",
+            ),
+            (
+                "/repos/acme/widgets/issues",
+                "<https://x/repositories/12x/issues>; rel=\"next\"",
+                "<https://x/repositories/12x/issues>; rel=\"next\"",
+            ),
+        ];
+        for (i, (path, input, expected)) in cases.into_iter().enumerate() {
+            let mut h = HeaderMap::new();
+            h.insert(header::LINK, HeaderValue::from_str(input).unwrap());
+            h.insert(header::ETAG, HeaderValue::from_static("\"e\""));
+            name_repository_links(&mut h, path);
+            assert_eq!(h.get(header::LINK).unwrap(), expected, "case {i}");
+            assert_eq!(h.get(header::ETAG).unwrap(), "\"e\"", "case {i}");
+        }
+        let mut none = HeaderMap::new();
+        name_repository_links(&mut none, "/repos/acme/widgets/issues");
+        assert!(none.is_empty());
+    }
 
     #[test]
     fn client_credentials_and_forwarding_headers_are_dropped() {

@@ -61,16 +61,27 @@ unsafe fn clone_namespaces() -> io::Result<i32> {
         | libc::CLONE_NEWPID
         | libc::CLONE_NEWNET
         | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS
-        | libc::SIGCHLD;
-    // SAFETY: raw clone without CLONE_VM and with a null stack behaves like
-    // fork(2): the child gets a copy of the address space and continues
-    // here. The caller guarantees there is no other thread whose locks the
-    // child could inherit.
+        | libc::CLONE_NEWUTS;
+    // SAFETY: the caller guarantees there is no other thread whose locks
+    // the child could inherit.
+    unsafe { clone_like_fork(flags) }
+}
+
+/// clone(2) with `flags` (namespaces) and fork semantics: no CLONE_VM and
+/// a null stack, so the child gets a copy of the address space and
+/// continues here; SIGCHLD to the parent when it ends. `Ok(0)` in the child.
+///
+/// # Safety
+///
+/// As for [`fork`]: one thread in the caller, or a child that makes only
+/// async-signal-safe calls until it exits or execs.
+unsafe fn clone_like_fork(flags: libc::c_int) -> io::Result<i32> {
+    // SAFETY: no pointer is passed (null stack, no tid or tls pointers);
+    // the caller keeps the threading contract above.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_clone,
-            flags as libc::c_ulong,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
             0usize,
             0usize,
             0usize,
@@ -98,25 +109,12 @@ pub fn clone_into_namespaces() -> Result<i32, ForkError> {
 /// write the namespace's maps and open it. Sound with any number of
 /// threads: the child makes only system calls.
 pub fn clone_into_user_namespace_until_eof(hold: &OwnedFd, write_end: &OwnedFd) -> io::Result<i32> {
-    let flags = libc::CLONE_NEWUSER | libc::SIGCHLD;
-    // SAFETY: fork semantics as in `clone_namespaces` (no CLONE_VM, null
-    // stack); the child runs only `wait_for_eof_then_exit`, which makes
+    // SAFETY: the child runs only `wait_for_eof_then_exit`, which makes
     // system calls and never returns, so no lock or heap state of another
     // thread matters.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            flags as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
-    match ret {
-        r if r < 0 => Err(io::Error::last_os_error()),
+    match unsafe { clone_like_fork(libc::CLONE_NEWUSER) }? {
         0 => super::idmap::wait_for_eof_then_exit(hold, write_end),
-        pid => Ok(pid as i32),
+        pid => Ok(pid),
     }
 }
 

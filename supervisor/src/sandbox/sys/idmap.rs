@@ -16,7 +16,7 @@ use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
-use super::inside::cstring;
+use super::inside::{cstring, MountAttr};
 
 /// `open_tree(2)` flags and the `mount_setattr(2)` idmap bit (uapi
 /// `linux/mount.h`).
@@ -64,14 +64,6 @@ fn mapping_namespace(shift: IdShift) -> io::Result<OwnedFd> {
     drop(hold_w);
     let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
     opened
-}
-
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
 }
 
 /// A detached, idmapped copy of the mount at `dir` (the directory alone,

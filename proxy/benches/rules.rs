@@ -1,13 +1,19 @@
 //! Cost of one rule decision on the shipped `github-worker` set, against a
-//! baseline every request pays anyway: the SHA-256 of a 1 KiB audit line.
+//! baseline every request pays anyway: the SHA-256 of a 1 KiB audit line;
+//! then the cost of the checks on bodies and bytes: the JSON check (one
+//! meaning per document) on a `gh` query and on a 1 MiB document at its
+//! limits, and the framing guard on a head at its limit, whole and a byte
+//! at a time.
 //!
 //! Run: `cargo bench -p gatehouse-proxy --bench rules`
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use gatehouse_proxy::json;
 use gatehouse_proxy::path::Vars;
 use gatehouse_proxy::rules::{Decision, RequestHead, RuleBook, RuleSet};
+use gatehouse_proxy::server::framing::{Tracker, MAX_HEAD_BYTES};
 use sha2::{Digest, Sha256};
 
 const SETS: &[(&str, &str)] = &[
@@ -144,6 +150,61 @@ fn main() {
             "{label:<36} {:>8.2} µs  = {:>5.2}x baseline",
             cost.as_secs_f64() * 1e6,
             cost.as_secs_f64() / baseline.as_secs_f64()
+        );
+    }
+    checks(baseline);
+}
+
+/// The body and byte checks, timed against `baseline`.
+fn checks(baseline: Duration) {
+    let report = |label: &str, cost: Duration| {
+        println!(
+            "{label:<36} {:>8.2} µs  = {:>5.2}x baseline",
+            cost.as_secs_f64() * 1e6,
+            cost.as_secs_f64() / baseline.as_secs_f64()
+        );
+    };
+    let gh = br#"{"query":"query RepositoryInfo($owner: String!, $name: String!) { repository(owner: $owner, name: $name) { id name description defaultBranchRef { name } } }","variables":{"owner":"octo-org","name":"hello-world"}}"#;
+    assert!(json::check_document(gh).is_ok());
+    report(
+        "JSON check, gh query (250 B)",
+        median(51, 2000, || {
+            black_box(json::check_document(black_box(gh)).is_ok());
+        }),
+    );
+    // 1 MiB: the most keys allowed, each with a long string, and one value
+    // nested as deep as allowed.
+    let value = "v".repeat(240);
+    let mut big = String::from("{\"deep\":");
+    big.push_str(&"[".repeat(json::MAX_DEPTH - 1));
+    big.push_str(&"]".repeat(json::MAX_DEPTH - 1));
+    for i in 1..json::MAX_KEYS {
+        big.push_str(&format!(",\"k{i}\":\"{value}\""));
+    }
+    big.push('}');
+    assert!(json::check_document(big.as_bytes()).is_ok());
+    report(
+        &format!("JSON check, {} KiB at the limits", big.len() / 1024),
+        median(11, 5, || {
+            black_box(json::check_document(black_box(big.as_bytes())).is_ok());
+        }),
+    );
+    let mut head = b"GET / HTTP/1.1\r\nX: ".to_vec();
+    head.resize(MAX_HEAD_BYTES - 4, b'a');
+    head.extend_from_slice(b"\r\n\r\n");
+    let mut out = bytes::BytesMut::new();
+    for (label, piece) in [("whole", head.len()), ("a byte at a time", 1)] {
+        report(
+            &format!("framing guard, 32 KiB head, {label}"),
+            median(11, 20, || {
+                let mut tracker = Tracker::default();
+                out.clear();
+                for part in head.chunks(piece) {
+                    tracker.feed(part, &mut out);
+                }
+                assert!(tracker.violation().is_none());
+                black_box(&out);
+            }),
         );
     }
 }

@@ -3,7 +3,6 @@
 //! (same process, same arguments, same exit status).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -26,8 +25,7 @@ fn text(out: &Output) -> String {
 fn lone_launcher() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("gatehouse");
-    std::fs::copy(bin::gatehouse(), &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin::copy_executable(&bin::gatehouse(), &bin);
     (dir, bin)
 }
 

@@ -5,7 +5,7 @@
 //! real sandboxes.
 
 use gatehouse_supervisor::jobs::http::{self, HttpMethod as Method, HttpStatus as StatusCode};
-use gatehouse_testkit::procs::{alive, pids_in};
+use gatehouse_testkit::procs::{alive, pids_in, wait_for_pids};
 use gatehouse_testkit::service::*;
 use serde_json::{json, Value};
 
@@ -213,7 +213,7 @@ async fn cancel_while_queued_running_and_after_done() {
     assert!(b_end["started_at"].is_null(), "a queued job never starts");
     assert!(!svc.work_dir("tkt_b").join("started").exists());
 
-    let pid = pids_in(&svc.work_dir("tkt_a").join("pid"))[0];
+    let pid = wait_for_pids(&svc.work_dir("tkt_a").join("pid")).await[0];
     assert!(alive(pid));
     let resp = svc.call(Method::DELETE, &format!("/jobs/{a}"), None).await;
     assert_eq!(resp.status, StatusCode::ACCEPTED);
@@ -253,9 +253,7 @@ async fn cancel_escalates_to_sigkill() {
         )
         .await;
     svc.wait_for(&id, |s| s == "running").await;
-    while pids_in(&svc.work_dir("tkt_stubborn").join("pid")).is_empty() {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    wait_for_pids(&svc.work_dir("tkt_stubborn").join("pid")).await;
     svc.call(Method::DELETE, &format!("/jobs/{id}"), None).await;
     let end = svc.wait_ended(&id).await;
     assert_eq!(end["state"], "cancelled");

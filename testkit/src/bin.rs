@@ -5,7 +5,6 @@
 //! the directory of the test executable (`target/…/debug/deps/test-…` →
 //! `target/…/debug/gatehouse`).
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -47,11 +46,28 @@ pub fn command() -> Command {
 /// traverse the build directory; returns the launcher's path there.
 pub fn copy_to(dir: &Path) -> PathBuf {
     for name in [GATEHOUSE, SERVICES] {
-        let to = dir.join(name);
-        std::fs::copy(path(name), &to).unwrap();
-        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+        copy_executable(&path(name), &dir.join(name));
     }
     dir.join(GATEHOUSE)
+}
+
+/// Copies an executable (mode 0755) through `install`, a process of its
+/// own: were the copy written here, a child another test thread forks at
+/// that moment would inherit the open write descriptor until it execs,
+/// and executing the copy meanwhile fails with ETXTBSY ("text file busy").
+pub fn copy_executable(from: &Path, to: &Path) {
+    let status = Command::new("install")
+        .args(["-m", "0755"])
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "install {} {}",
+        from.display(),
+        to.display()
+    );
 }
 
 /// The repository's root directory.

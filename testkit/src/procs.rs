@@ -78,6 +78,25 @@ pub fn pids_in(file: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// The pids `file` lists, once it lists one: a job reports "running" when
+/// its process has started, a moment before its shell writes `$$`.
+/// Panics after 30 s.
+pub async fn wait_for_pids(file: &Path) -> Vec<i32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let pids = pids_in(file);
+        if !pids.is_empty() {
+            return pids;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pid in {}",
+            file.display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// How many mounts this process sees.
 pub fn mount_count() -> usize {
     std::fs::read_to_string("/proc/self/mountinfo")

@@ -22,6 +22,7 @@
 //! process    stored deliveries ─► engine, each marked in its decision's transaction
 //! ```
 
+pub mod feishu;
 pub mod github;
 pub mod listener;
 pub mod mention;

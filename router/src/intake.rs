@@ -41,8 +41,28 @@ use crate::engine::Router;
 use crate::eval::Judge;
 use crate::store::{DeliveryLog, Durability, StoreError};
 
+pub use feishu::FeishuKeys;
 pub use listener::ListenerConfig;
 pub use signature::WebhookSecrets;
+
+/// What a listener verifies requests with, and so which source it serves.
+#[derive(Debug)]
+pub enum Verifier {
+    Github(WebhookSecrets),
+    Feishu(FeishuKeys),
+}
+
+impl From<WebhookSecrets> for Verifier {
+    fn from(s: WebhookSecrets) -> Self {
+        Verifier::Github(s)
+    }
+}
+
+impl From<FeishuKeys> for Verifier {
+    fn from(k: FeishuKeys) -> Self {
+        Verifier::Feishu(k)
+    }
+}
 
 /// Failure to start the intake.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +85,7 @@ pub enum IntakeError {
 /// (deliveries stored by another process, or left by an earlier run).
 const POLL: Duration = Duration::from_millis(500);
 
-/// A running GitHub intake; [`GithubIntake::stop`] or dropping it stops it.
+/// A running intake (GitHub webhooks or Feishu events, by its [`Verifier`]); [`GithubIntake::stop`] or dropping it stops it.
 pub struct GithubIntake {
     addr: SocketAddr,
     stop: watch::Sender<bool>,
@@ -95,7 +115,7 @@ impl GithubIntake {
         router: Router<J>,
         state: &Path,
         durability: Durability,
-        secrets: WebhookSecrets,
+        secrets: impl Into<Verifier>,
         listen: SocketAddr,
         config: ListenerConfig,
     ) -> Result<Self, IntakeError> {
@@ -103,7 +123,7 @@ impl GithubIntake {
         let (wake, woken) = sync_channel(1);
         let (stop, stopped) = watch::channel(false);
         let processor = spawn_processor(router, woken, stopped.clone())?;
-        let server = spawn_server(std_listener, log, secrets, config, wake, stopped)?;
+        let server = spawn_server(std_listener, log, secrets.into(), config, wake, stopped)?;
         Ok(Self {
             addr,
             stop,
@@ -118,7 +138,7 @@ impl GithubIntake {
     pub fn store_only(
         state: &Path,
         durability: Durability,
-        secrets: WebhookSecrets,
+        secrets: impl Into<Verifier>,
         listen: SocketAddr,
         config: ListenerConfig,
     ) -> Result<Self, IntakeError> {
@@ -126,7 +146,7 @@ impl GithubIntake {
         // Nobody to wake: sending fails and is ignored.
         let (wake, _) = sync_channel(1);
         let (stop, stopped) = watch::channel(false);
-        let server = spawn_server(std_listener, log, secrets, config, wake, stopped)?;
+        let server = spawn_server(std_listener, log, secrets.into(), config, wake, stopped)?;
         Ok(Self {
             addr,
             stop,
@@ -179,13 +199,13 @@ fn open(
 fn spawn_server(
     std_listener: std::net::TcpListener,
     log: DeliveryLog,
-    secrets: WebhookSecrets,
+    verifier: Verifier,
     config: ListenerConfig,
     wake: std::sync::mpsc::SyncSender<()>,
     stopped: watch::Receiver<bool>,
 ) -> Result<std::thread::JoinHandle<()>, IntakeError> {
     let shared = Arc::new(listener::Listener {
-        secrets,
+        verifier,
         log: Arc::new(Mutex::new(log)),
         wake,
         config,

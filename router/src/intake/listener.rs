@@ -1,11 +1,14 @@
-//! The GitHub webhook listener: plain HTTP/1.1 (TLS is the reverse proxy's).
+//! The webhook listener: plain HTTP/1.1 (TLS is the reverse proxy's), for
+//! GitHub deliveries or Feishu events, one source per listener.
 //!
-//! One request reads as steps: the head ([`check_head`]: method, event,
+//! One GitHub request reads as steps: the head ([`check_head`]: method, event,
 //! delivery id, declared length), the body (bounded in size and time), the
 //! signature over the exact raw body, the JSON, the route on event and
 //! action, the meaning, and the store. Only a delivery committed to the
 //! store is answered 2xx as stored; everything refused is a 4xx naming why,
-//! and nothing of it is stored. Connections are bounded by a semaphore, so
+//! and nothing of it is stored. A Feishu request is checked and opened by
+//! [`feishu::open`] (signature, decryption, token, envelope), then stored
+//! the same way. Connections are bounded by a semaphore, so
 //! a flood waits in the kernel's backlog instead of growing memory.
 
 use std::sync::{Arc, Mutex};
@@ -21,8 +24,9 @@ use serde_json::Value;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
+use super::feishu::{self, Opened, Signed};
 use super::github::{self, Route};
-use super::signature::WebhookSecrets;
+use super::Verifier;
 use crate::store::{DeliveryLog, Inserted, NewDelivery};
 
 /// GitHub sends at most 25 MB.
@@ -53,7 +57,7 @@ impl Default for ListenerConfig {
 
 /// What the listener shares between connections.
 pub struct Listener {
-    pub(super) secrets: WebhookSecrets,
+    pub(super) verifier: Verifier,
     pub(super) log: Arc<Mutex<DeliveryLog>>,
     /// Wakes the processor after a delivery is stored.
     pub(super) wake: std::sync::mpsc::SyncSender<()>,
@@ -66,12 +70,15 @@ pub struct Listener {
 pub struct Answer {
     pub status: StatusCode,
     pub message: String,
+    /// A JSON body to send instead of the message (Feishu's challenge).
+    pub json: Option<String>,
 }
 
 fn answer(status: StatusCode, message: impl Into<String>) -> Answer {
     Answer {
         status,
         message: message.into(),
+        json: None,
     }
 }
 
@@ -148,19 +155,33 @@ impl Listener {
         if a.status.is_client_error() {
             tracing::info!(status = a.status.as_u16(), reason = %a.message, "webhook refused");
         }
-        let mut response = Response::new(Full::new(Bytes::from(format!("{}\n", a.message))));
+        let (body, kind) = match a.json {
+            Some(json) => (json, "application/json"),
+            None => (format!("{}\n", a.message), "text/plain; charset=utf-8"),
+        };
+        let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = a.status;
         response.headers_mut().insert(
             http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("text/plain; charset=utf-8"),
+            http::HeaderValue::from_static(kind),
         );
         response
     }
 
     async fn receive(&self, request: Request<Incoming>) -> Result<Answer, Answer> {
+        match &self.verifier {
+            Verifier::Github(_) => self.receive_github(request).await,
+            Verifier::Feishu(_) => self.receive_feishu(request).await,
+        }
+    }
+
+    async fn receive_github(&self, request: Request<Incoming>) -> Result<Answer, Answer> {
+        let Verifier::Github(secrets) = &self.verifier else {
+            return Err(answer(StatusCode::NOT_FOUND, "not a GitHub listener"));
+        };
         let head = check_head(request.method(), request.headers(), self.config.max_body)?;
         let body = self.read_body(request.into_body()).await?;
-        self.secrets
+        secrets
             .verify(head.signature.as_deref(), &body)
             .map_err(|e| answer(StatusCode::UNAUTHORIZED, e.to_string()))?;
         let payload: Value = serde_json::from_slice(&body).map_err(|e| {
@@ -187,7 +208,61 @@ impl Listener {
             Some(Route::Store) => {
                 let meaning = github::meaning(&head.event, &payload)
                     .map_err(|e| answer(StatusCode::BAD_REQUEST, e.to_string()))?;
-                self.store(head, meaning, body).await
+                self.store("github", head.delivery, head.event, meaning, body)
+                    .await
+            }
+        }
+    }
+
+    /// Feishu: verified and opened as one pure step, then stored.
+    async fn receive_feishu(&self, request: Request<Incoming>) -> Result<Answer, Answer> {
+        let Verifier::Feishu(keys) = &self.verifier else {
+            return Err(answer(StatusCode::NOT_FOUND, "not a Feishu listener"));
+        };
+        if request.method() != Method::POST {
+            return Err(answer(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "only POST is accepted",
+            ));
+        }
+        let declared = request
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > self.config.max_body as u64) {
+            return Err(too_large(self.config.max_body));
+        }
+        let headers = request.headers().clone();
+        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let signed = Signed {
+            timestamp: text("x-lark-request-timestamp"),
+            nonce: text("x-lark-request-nonce"),
+            signature: text("x-lark-signature"),
+        };
+        let body = self.read_body(request.into_body()).await?;
+        let now = (self.clock)() / 1000;
+        let opened = feishu::open(keys, signed, &body, now).map_err(|e| {
+            let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+            answer(status, e.to_string())
+        })?;
+        match opened {
+            Opened::Challenge(challenge) => Ok(Answer {
+                json: Some(serde_json::json!({ "challenge": challenge }).to_string()),
+                ..answer(StatusCode::OK, "challenge answered")
+            }),
+            Opened::Ignore { event_type } => Ok(answer(
+                StatusCode::OK,
+                format!("ignored: {event_type} leads to no trigger"),
+            )),
+            Opened::Store {
+                event_id,
+                event_type,
+                meaning,
+                plain,
+            } => {
+                self.store("feishu", event_id, event_type, meaning, Bytes::from(plain))
+                    .await
             }
         }
     }
@@ -214,18 +289,25 @@ impl Listener {
     }
 
     /// Commits the delivery, then answers: the 2xx means it is durable.
-    async fn store(&self, head: Head, meaning: String, body: Bytes) -> Result<Answer, Answer> {
+    async fn store(
+        &self,
+        platform: &'static str,
+        delivery: String,
+        event: String,
+        meaning: String,
+        body: Bytes,
+    ) -> Result<Answer, Answer> {
         let log = self.log.clone();
         let now = (self.clock)();
-        let delivery = head.delivery.clone();
+        let id = delivery.clone();
         let inserted = tokio::task::spawn_blocking(move || {
             let mut log = log
                 .lock()
                 .map_err(|_| "the delivery log is poisoned".to_owned())?;
             log.insert(&NewDelivery {
-                platform: "github",
-                delivery_id: &head.delivery,
-                event: &head.event,
+                platform,
+                delivery_id: &id,
+                event: &event,
                 meaning: &meaning,
                 body: &body,
                 received_at: now,
@@ -250,7 +332,8 @@ impl Listener {
                 format!("duplicate: the event of {delivery} is already stored"),
             )),
             Err(problem) => {
-                // Not acknowledged: GitHub lists it as failed, to be redelivered.
+                // Not acknowledged: GitHub lists it as failed, to be
+                // redelivered; Feishu retries by itself.
                 tracing::error!(%delivery, %problem, "storing a delivery failed");
                 Err(answer(
                     StatusCode::SERVICE_UNAVAILABLE,

@@ -14,6 +14,7 @@ use crate::engine::{EngineError, Router};
 use crate::eval::Judge;
 use crate::store::{StoreError, StoredDelivery};
 
+use super::feishu;
 use super::github::{self, BotAccount, Mapped};
 
 /// What processing a batch did.
@@ -60,6 +61,10 @@ fn process_one<J: Judge>(
     let mapped = match d.platform.as_str() {
         "github" => {
             github::map(&d.event, &d.delivery_id, &d.body, bot.as_ref()).map_err(|e| e.to_string())
+        }
+        "feishu" => {
+            let bot = router.policy().identity.feishu.clone();
+            feishu::map(&d.body, bot.as_deref()).map_err(|e| e.to_string())
         }
         other => Err(format!("no source maps `{other}` deliveries")),
     };

@@ -7,6 +7,9 @@
 //! `Authorization: Bearer <a live token it issued>` and answer
 //! code 99991663 otherwise. Responses use Feishu's `{code, msg, data}` shape.
 //! The token rules are plain functions over data with `now` passed in.
+//! Messages people send are pushed to configured event targets ([`events`]).
+
+pub mod events;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -99,6 +102,8 @@ pub struct FeishuOptions {
     pub worker_threads: usize,
     /// The CA to sign the server certificate with; `None` generates one.
     pub ca: Option<Arc<TestCa>>,
+    /// Where messages people send are pushed as events.
+    pub event_targets: Vec<events::EventTarget>,
 }
 
 impl Default for FeishuOptions {
@@ -111,6 +116,7 @@ impl Default for FeishuOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             worker_threads: 2,
             ca: None,
+            event_targets: Vec::new(),
         }
     }
 }
@@ -121,6 +127,24 @@ impl FeishuOptions {
         self.apps.push(FeishuApp {
             app_id: app_id.to_owned(),
             app_secret: app_secret.to_owned(),
+        });
+        self
+    }
+
+    /// Push message events for `app_id` to `url`, encrypted and signed
+    /// when `encrypt_key` is set.
+    pub fn event_target(
+        mut self,
+        url: &str,
+        app_id: &str,
+        encrypt_key: Option<&str>,
+        token: &str,
+    ) -> Self {
+        self.event_targets.push(events::EventTarget {
+            url: url.to_owned(),
+            app_id: app_id.to_owned(),
+            encrypt_key: encrypt_key.map(str::to_owned),
+            verification_token: token.to_owned(),
         });
         self
     }
@@ -248,6 +272,7 @@ impl FeishuEmulator {
             model: Mutex::new(FeishuModel::default()),
             recorder: Recorder::default(),
             clock: Clock::default(),
+            events: events::Events::new(options.event_targets.clone()),
             options: options.clone(),
         });
         let server = Server::start(
@@ -332,9 +357,23 @@ impl FeishuHandle {
     /// Seed a text message from a person in `chat_id`; returns its `om_…` id
     /// (a target for replies).
     pub fn add_user_message(&self, chat_id: &str, sender_open_id: &str, text: &str) -> String {
+        self.send_user_message(chat_id, "group", sender_open_id, text, &[])
+    }
+
+    /// A person sends a text message to `chat_id` (a chat of `chat_type`:
+    /// `p2p`, `group`); its text names the n-th of `mentions` `@_user_n`.
+    /// It is stored and pushed to every event target; returns its id.
+    pub fn send_user_message(
+        &self,
+        chat_id: &str,
+        chat_type: &str,
+        sender_open_id: &str,
+        text: &str,
+        mentions: &[events::Mention<'_>],
+    ) -> String {
         let mut model = lock(&self.state.model);
         let message_id = model.fresh("om");
-        model.messages.push(FeishuMessage {
+        let message = FeishuMessage {
             message_id: message_id.clone(),
             chat_id: chat_id.to_owned(),
             root_id: String::new(),
@@ -346,8 +385,24 @@ impl FeishuHandle {
             receive_id: None,
             uuid: None,
             create_time_ms: crate::time::unix_now() * 1000,
-        });
+        };
+        model.messages.push(message.clone());
+        // Pushed after the lock is released: the receiver may call back.
+        drop(model);
+        self.state
+            .events
+            .message_received(&message, chat_type, mentions);
         message_id
+    }
+
+    /// Faults for the next pushed events.
+    pub fn set_event_faults(&self, faults: events::EventFaults) {
+        self.state.events.set_faults(faults);
+    }
+
+    /// Every event pushed so far, with what each attempt got back.
+    pub fn event_deliveries(&self) -> Vec<events::EventDelivery> {
+        self.state.events.deliveries()
     }
 
     /// Stop serving and join the server thread.
@@ -378,6 +433,7 @@ struct FeishuState {
     recorder: Recorder,
     clock: Clock,
     options: FeishuOptions,
+    events: events::Events,
 }
 
 /// An answer before it is put on the wire.

@@ -27,6 +27,7 @@ mod util;
 
 pub use ca::{CaError, TestCa};
 pub use feishu::{
+    events::{EventDelivery, EventFaults, EventTarget},
     FeishuApp, FeishuEmulator, FeishuError, FeishuHandle, FeishuMessage, FeishuOptions,
 };
 pub use github::{

@@ -1,0 +1,243 @@
+//! Event subscription: messages sent to a chat, pushed as Feishu pushes them.
+//!
+//! Each message a person sends (seeded through the handle) becomes one
+//! `im.message.receive_v1` event (schema 2.0, a fresh `event_id`) per
+//! configured target. With an encrypt key the body is `{"encrypt": …}`
+//! (AES-256-CBC under SHA-256 of the key, a random IV in front, PKCS#7) and
+//! signed: `X-Lark-Signature` = hex SHA-256 of timestamp + nonce + key +
+//! body; without one the body is plain and carries the verification token.
+//! Sent over plain HTTP, synchronously, so when a seeding call returns the
+//! receiver has answered. Faults on request: send each event twice (a
+//! retry: same event id), or sign it with a wrong key.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use aes::cipher::{block_padding::Pkcs7, BlockEncryptMut, KeyIvInit};
+use base64::Engine as _;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::FeishuMessage;
+use crate::record::lock;
+use crate::time::unix_now;
+use crate::util::random_hex;
+
+/// Where events go, and what secures them.
+#[derive(Clone)]
+pub struct EventTarget {
+    /// `http://host:port/path`.
+    pub url: String,
+    /// The app the events are for (`header.app_id`).
+    pub app_id: String,
+    /// Encrypt and sign when set.
+    pub encrypt_key: Option<String>,
+    /// `header.token`.
+    pub verification_token: String,
+}
+
+impl std::fmt::Debug for EventTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventTarget")
+            .field("url", &self.url)
+            .field("app_id", &self.app_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Faults to inject into the next pushes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventFaults {
+    /// Send every event twice (same event id), as Feishu's retry would.
+    pub duplicate: bool,
+    /// Sign with a key the receiver does not know.
+    pub bad_signature: bool,
+}
+
+/// One pushed event and what its attempts got back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventDelivery {
+    pub event_id: String,
+    pub url: String,
+    /// The event before encryption.
+    pub event: Value,
+    /// Per attempt: the status answered, or why there was none.
+    pub attempts: Vec<Result<u16, String>>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Events {
+    targets: Vec<EventTarget>,
+    deliveries: Mutex<Vec<EventDelivery>>,
+    faults: Mutex<EventFaults>,
+}
+
+/// A mention in a pushed message: the open_id and the display name. The
+/// text names the n-th mention `@_user_n`, as Feishu's does.
+pub type Mention<'a> = (&'a str, &'a str);
+
+impl Events {
+    pub(crate) fn new(targets: Vec<EventTarget>) -> Self {
+        Self {
+            targets,
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn set_faults(&self, faults: EventFaults) {
+        *lock(&self.faults) = faults;
+    }
+
+    pub(crate) fn deliveries(&self) -> Vec<EventDelivery> {
+        lock(&self.deliveries).clone()
+    }
+
+    /// Pushes `m` (sent in a chat of `chat_type`) to every target.
+    pub(crate) fn message_received(
+        &self,
+        m: &FeishuMessage,
+        chat_type: &str,
+        mentions: &[Mention<'_>],
+    ) {
+        let faults = *lock(&self.faults);
+        for target in &self.targets {
+            let event_id = random_hex(16);
+            let event = message_event(target, &event_id, m, chat_type, mentions);
+            let key = match (&target.encrypt_key, faults.bad_signature) {
+                (Some(_), true) => Some("not-the-configured-key"),
+                (key, _) => key.as_deref(),
+            };
+            let mut d = EventDelivery {
+                event_id,
+                url: target.url.clone(),
+                event,
+                attempts: Vec::new(),
+            };
+            let body = seal(target.encrypt_key.as_deref(), &d.event);
+            for _ in 0..if faults.duplicate { 2 } else { 1 } {
+                d.attempts.push(send(&target.url, key, &body));
+            }
+            lock(&self.deliveries).push(d);
+        }
+    }
+}
+
+fn message_event(
+    target: &EventTarget,
+    event_id: &str,
+    m: &FeishuMessage,
+    chat_type: &str,
+    mentions: &[Mention<'_>],
+) -> Value {
+    let mentions: Vec<Value> = mentions
+        .iter()
+        .enumerate()
+        .map(|(i, (open_id, name))| {
+            json!({"key": format!("@_user_{}", i + 1), "id": {"open_id": open_id}, "name": name,
+                   "tenant_key": "tenant_emulator"})
+        })
+        .collect();
+    json!({"schema": "2.0",
+           "header": {"event_id": event_id, "event_type": "im.message.receive_v1",
+                      "create_time": m.create_time_ms.to_string(), "token": target.verification_token,
+                      "app_id": target.app_id, "tenant_key": "tenant_emulator"},
+           "event": {"sender": {"sender_id": {"open_id": m.sender_id}, "sender_type": m.sender_type,
+                                "tenant_key": "tenant_emulator"},
+                     "message": {"message_id": m.message_id, "root_id": m.root_id,
+                                 "parent_id": m.parent_id, "create_time": m.create_time_ms.to_string(),
+                                 "chat_id": m.chat_id, "chat_type": chat_type,
+                                 "message_type": m.msg_type, "content": m.content,
+                                 "mentions": mentions}}})
+}
+
+/// The body as sent: encrypted under `key` when there is one.
+pub fn seal(key: Option<&str>, event: &Value) -> Vec<u8> {
+    let plain = event.to_string().into_bytes();
+    let Some(key) = key else {
+        return plain;
+    };
+    let mut iv = [0u8; 16];
+    if let Ok(bytes) = hex::decode(random_hex(16)) {
+        iv.copy_from_slice(&bytes);
+    }
+    let aes_key: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+    let ciphertext = cbc::Encryptor::<aes::Aes256>::new(&aes_key.into(), &iv.into())
+        .encrypt_padded_vec_mut::<Pkcs7>(&plain);
+    let mut sealed = iv.to_vec();
+    sealed.extend_from_slice(&ciphertext);
+    json!({ "encrypt": base64::engine::general_purpose::STANDARD.encode(sealed) })
+        .to_string()
+        .into_bytes()
+}
+
+/// `X-Lark-Signature`: hex SHA-256 of timestamp, nonce, key and body.
+pub fn lark_signature(timestamp: &str, nonce: &str, key: &str, body: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(timestamp.as_bytes());
+    h.update(nonce.as_bytes());
+    h.update(key.as_bytes());
+    h.update(body);
+    hex::encode(h.finalize())
+}
+
+/// One HTTP/1.1 POST over plain TCP, signed when `key` is set.
+fn send(url: &str, key: Option<&str>, body: &[u8]) -> Result<u16, String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url}: only http:// targets are supported"))?;
+    let (authority, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
+    let mut stream =
+        TcpStream::connect(authority).map_err(|e| format!("connect {authority}: {e}"))?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: Feishu-Event/emulator\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if let Some(key) = key {
+        let (timestamp, nonce) = (unix_now().to_string(), random_hex(8));
+        head.push_str(&format!(
+            "X-Lark-Request-Timestamp: {timestamp}\r\nX-Lark-Request-Nonce: {nonce}\r\n\
+             X-Lark-Signature: {}\r\n",
+            lark_signature(&timestamp, &nonce, key, body)
+        ));
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(body))
+        .map_err(|e| format!("send: {e}"))?;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer)
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| "no HTTP status in the answer".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same vector the router's decryption is tested with.
+    #[test]
+    fn signature_vector() {
+        assert_eq!(
+            lark_signature("1700000000", "n1", "ek", b"{}"),
+            "001f046b4bb8b103bc3d4de31943942f10ea8bef28a23f107d952bf20782f26f"
+        );
+    }
+
+    #[test]
+    fn unencrypted_bodies_are_the_event() {
+        let v = json!({"a": 1});
+        assert_eq!(seal(None, &v), v.to_string().into_bytes());
+        let sealed: Value = serde_json::from_slice(&seal(Some("k"), &v)).unwrap();
+        assert!(sealed["encrypt"].is_string());
+    }
+}

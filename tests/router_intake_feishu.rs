@@ -1,0 +1,179 @@
+//! Feishu intake end to end: messages people send in the Feishu emulator
+//! are pushed, encrypted and signed, to the router's listener and become
+//! decisions once, also when an event is retried or badly signed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gatehouse_emulators::{EventFaults, FeishuEmulator, FeishuHandle, FeishuOptions};
+use gatehouse_router::engine::Router;
+use gatehouse_router::eval::RulesOnlyJudge;
+use gatehouse_router::intake::{FeishuKeys, GithubIntake, ListenerConfig};
+use gatehouse_router::policy::Policy;
+use gatehouse_router::store::{DeliveryLog, Durability, Store};
+use serde_json::Value;
+
+const APP: &str = "cli_gatehouse";
+const KEY: &str = "emulator-encrypt-key";
+const TOKEN: &str = "emulator-verification-token";
+const BOT: &str = "ou_gatehouse_bot";
+
+const POLICY: &str = r#"
+identity = { feishu = "ou_gatehouse_bot" }
+
+[[people]]
+name = "alice"
+team = "core"
+feishu = "ou_alice"
+
+[teams.core.repos."acme/widgets"]
+sandbox_profile = "rust"
+rule_sets = ["github-repo"]
+
+[[chats]]
+id = "oc_core"
+team = "core"
+repo = "acme/widgets"
+"#;
+
+struct World {
+    _dir: tempfile::TempDir,
+    state: std::path::PathBuf,
+    _intake: GithubIntake,
+    feishu: FeishuHandle,
+}
+
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("router.db");
+    let store = Store::open(&state, Durability::Normal).unwrap();
+    let policy = Policy::from_toml("policy.toml", POLICY).unwrap();
+    let router = Router::new(store, policy, RulesOnlyJudge, 1).unwrap();
+    let keys = FeishuKeys::new(APP, Some(KEY.as_bytes()), Some(TOKEN.as_bytes())).unwrap();
+    let intake = GithubIntake::start(
+        router,
+        &state,
+        Durability::Normal,
+        keys,
+        "127.0.0.1:0".parse().unwrap(),
+        ListenerConfig::default(),
+    )
+    .unwrap();
+    let url = format!("http://{}/feishu/events", intake.addr());
+    let feishu = FeishuEmulator::start(FeishuOptions {
+        bot_open_id: BOT.to_owned(),
+        ..FeishuOptions::default().event_target(&url, APP, Some(KEY), TOKEN)
+    })
+    .unwrap();
+    World {
+        _dir: dir,
+        state,
+        _intake: intake,
+        feishu,
+    }
+}
+
+/// Waits until the router has processed every stored delivery (its
+/// processor is a thread of its own); a deadline, not a timing assertion.
+fn settle(state: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = DeliveryLog::open(state, Durability::Normal).unwrap();
+        if log.read().pending_deliveries(1).unwrap().is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "deliveries still pending");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn trigger_decisions(state: &Path) -> Vec<Value> {
+    let store = Store::open(state, Durability::Normal).unwrap();
+    store
+        .read()
+        .decisions()
+        .unwrap()
+        .iter()
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter(|d| d["type"] == "trigger")
+        .collect()
+}
+
+fn statuses(feishu: &FeishuHandle) -> Vec<Vec<Result<u16, String>>> {
+    feishu
+        .event_deliveries()
+        .into_iter()
+        .map(|d| d.attempts)
+        .collect()
+}
+
+#[test]
+fn a_message_mentioning_the_bot_is_one_decision() {
+    let w = world();
+    let id = w.feishu.send_user_message(
+        "oc_core",
+        "group",
+        "ou_alice",
+        "@_user_1 the login form rejects valid emails",
+        &[(BOT, "gatehouse")],
+    );
+    assert_eq!(statuses(&w.feishu), vec![vec![Ok(200)]]);
+    settle(&w.state);
+    let decisions = trigger_decisions(&w.state);
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(decisions[0]["admission"], "explicit", "{:?}", decisions[0]);
+    assert_eq!(decisions[0]["via"], "mention");
+    let stored = DeliveryLog::open(&w.state, Durability::Normal)
+        .unwrap()
+        .read()
+        .deliveries()
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert!(String::from_utf8_lossy(&stored[0].body).contains(&id));
+}
+
+#[test]
+fn retried_events_are_one_decision_and_badly_signed_ones_none() {
+    let w = world();
+    w.feishu.set_event_faults(EventFaults {
+        duplicate: true,
+        ..EventFaults::default()
+    });
+    w.feishu.send_user_message(
+        "oc_core",
+        "group",
+        "ou_alice",
+        "@_user_1 fix it",
+        &[(BOT, "gatehouse")],
+    );
+    w.feishu.set_event_faults(EventFaults {
+        bad_signature: true,
+        ..EventFaults::default()
+    });
+    w.feishu.send_user_message(
+        "oc_core",
+        "group",
+        "ou_alice",
+        "@_user_1 and this",
+        &[(BOT, "gatehouse")],
+    );
+    assert_eq!(
+        statuses(&w.feishu),
+        vec![vec![Ok(200), Ok(200)], vec![Ok(401)]]
+    );
+    settle(&w.state);
+    assert_eq!(trigger_decisions(&w.state).len(), 1);
+    // Positive control: signed properly again, the next message is decided.
+    w.feishu.set_event_faults(EventFaults::default());
+    w.feishu.send_user_message(
+        "oc_core",
+        "group",
+        "ou_alice",
+        "@_user_1 please",
+        &[(BOT, "gatehouse")],
+    );
+    settle(&w.state);
+    assert_eq!(trigger_decisions(&w.state).len(), 2);
+}

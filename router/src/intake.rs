@@ -9,7 +9,11 @@
 //!                     (decision + "delivery processed" in one transaction)
 //! ```
 //!
-//! The listener holds only the webhook secrets, never an API credential.
+//! A Feishu listener is the same with [`feishu::open`] (signature,
+//! decryption, token, 2.0 envelope) in place of the GitHub steps, and
+//! [`feishu::map`] in the processor.
+//!
+//! The listener holds only verification secrets, never an API credential.
 //! A delivery is acknowledged only once committed, and processed by a
 //! transaction that also marks it processed, so after a crash (kill -9
 //! included) every acknowledged delivery is processed once on restart.
@@ -18,6 +22,7 @@
 //! signature  X-Hub-Signature-256 over the raw body; several secrets (rotation)
 //! mention    does GitHub Markdown mention the bot (code and quotes excluded)
 //! github     route (event + action), meaning (dedup key), map (─► TriggerInput)
+//! feishu     open (verify, decrypt, envelope, dedup keys), map (─► TriggerInput)
 //! listener   the HTTP listener: bounded body, connections and time
 //! process    stored deliveries ─► engine, each marked in its decision's transaction
 //! ```

@@ -224,5 +224,28 @@ mod tests {
                 prop_assert!(pair[0] < pair[1]);
             }
         }
+
+        /// The router issues the strict form of the ids that cross crates;
+        /// every one it issues is one the shared vocabulary (what the job
+        /// API, the proxy and the worker's inbox accept) accepts, so the
+        /// conversion at the boundary never fails.
+        #[test]
+        fn every_issued_id_is_one_the_other_parts_accept(
+            ms in 0u64..(1 << 48),
+            seq in 0u32..=SEQ_MAX,
+        ) {
+            let mut clock = IdClock::from_rows([
+                ("tkt".to_owned(), ms, seq),
+                ("trg".to_owned(), ms, seq),
+            ]);
+            let ticket: TicketId = clock.issue(ms);
+            let trigger: TriggerId = clock.issue(ms);
+            let shared_ticket = gatehouse_types::TicketId::parse(ticket.as_str());
+            prop_assert!(shared_ticket.is_ok(), "{}", ticket);
+            prop_assert!(gatehouse_types::TriggerId::parse(trigger.as_str()).is_ok(), "{}", trigger);
+            // A ticket id is also its worker's proxy identity name.
+            let identity = shared_ticket.map(|t| t.identity().to_string()).ok();
+            prop_assert_eq!(identity.as_deref(), Some(ticket.as_str()));
+        }
     }
 }

@@ -189,3 +189,63 @@ fn scenario(rt: &tokio::runtime::Runtime, admin: &Path, ca: &Path, token: &str, 
         "{env}"
     );
 }
+
+/// A tunnel the profile lists, granted through the job API, reaches the
+/// registry from inside the sandbox: job → identity with the tunnel →
+/// CONNECT through the sandbox's relay → TLS end to end with the registry
+/// (its own name, verified; the proxy only splices, adding no credential).
+/// A tunnel host the job was not granted is refused on the same run.
+#[test]
+fn a_granted_tunnel_reaches_the_registry_from_a_sandbox() {
+    use gatehouse_testkit::proxy::{REGISTRY_HOST, TUNNEL_HOST};
+    require!(Need::Sandbox);
+    let h = gatehouse_testkit::proxy::Harness::start();
+    let admin = h.dir.path().join("admin.sock");
+    let admin_task = {
+        let _runtime = h.rt.enter();
+        gatehouse_proxy::admin::serve(h.proxy.clone(), &admin).unwrap()
+    };
+    let svc = Service::start(Options {
+        unsandboxed: false,
+        proxy_admin: Some(admin.clone()),
+        ca_cert: Some(h.proxy_ca.clone()),
+        ..Options::default()
+    });
+    let ca = std::fs::read_to_string(h.dir.path().join("upstream-ca.pem")).unwrap();
+    let curl = "curl -sS -o /dev/null -w '%{http_code} %{http_connect}' --cacert registry-ca.pem";
+    let script = format!(
+        "printf '%s\\n' '{ca}' > registry-ca.pem; \
+         {curl} https://{REGISTRY_HOST}/left-pad > granted 2> granted.err; \
+         {curl} https://{TUNNEL_HOST}/left-pad > refused 2> refused.err; true"
+    );
+    let ticket = "tkt_tunnel";
+    let mut body = sh_job(ticket, &script);
+    body["rule_sets"] = json!(["test-worker"]);
+    body["tunnel_hosts"] = json!([format!("{REGISTRY_HOST}:443")]);
+    body["variables"] = json!({"repo": "acme/widgets"});
+    let id = h.rt.block_on(svc.submit("k", body));
+    let end = h.rt.block_on(svc.wait_ended(&id));
+    assert_eq!(end["state"], "done", "{end}");
+    let work = svc.work_dir(ticket);
+    let read = |name: &str| std::fs::read_to_string(work.join(name)).unwrap_or_default();
+    // The emulator answers the registry's name 404: reached, over TLS
+    // verified for that name, through a CONNECT the proxy accepted.
+    assert_eq!(read("granted"), "404 200", "{}", read("granted.err"));
+    let refused = read("refused");
+    assert!(
+        refused.starts_with("000") && !refused.ends_with("200"),
+        "an ungranted tunnel was spliced: {refused} {}",
+        read("refused.err")
+    );
+    let seen = h.github.requests();
+    let reached: Vec<_> = seen
+        .iter()
+        .filter(|r| r.host.as_deref() == Some(REGISTRY_HOST))
+        .collect();
+    assert_eq!(reached.len(), 1, "{seen:?}");
+    assert_eq!(reached[0].path, "/left-pad");
+    assert!(reached[0].authorization().is_none());
+    assert!(!seen.iter().any(|r| r.host.as_deref() == Some(TUNNEL_HOST)));
+    drop(svc);
+    admin_task.abort();
+}

@@ -24,6 +24,9 @@ pub const SERVER_NAMES: &[&str] = &[
     "pipelines.actions.githubusercontent.com",
     "open.feishu.cn",
     "open.larksuite.com",
+    // A package registry, so a tunnel test verifies TLS end to end with
+    // the registry's own name (the emulator answers it 404).
+    "registry.npmjs.org",
     "localhost",
     "127.0.0.1",
     "::1",

@@ -50,6 +50,9 @@ pub const IDENTITY: &str = "tkt_test";
 pub const FEISHU_APP: &str = "cli_gatehouse_test";
 /// A tunnel-only host (routed to the GitHub emulator by an override).
 pub const TUNNEL_HOST: &str = "registry.example.test";
+/// The registry the supervisor's test profile lists as a tunnel, routed to
+/// the GitHub emulator too (whose certificate names it).
+pub const REGISTRY_HOST: &str = "registry.npmjs.org";
 pub const REPO: &str = "acme/widgets";
 
 /// The upstream emulators and the files the proxy reads about them.
@@ -110,6 +113,7 @@ impl Emulators {
             "github.com",
             "pipelines.actions.githubusercontent.com",
             TUNNEL_HOST,
+            REGISTRY_HOST,
         ]
         .into_iter()
         .map(|host| UpstreamOverride {

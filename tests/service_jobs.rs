@@ -668,3 +668,67 @@ async fn events_cursor_never_skips_and_waits() {
     let bad = svc.call(Method::GET, "/events?cursor=1", None).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
 }
+
+/// Writes a request's head, pauses so an early answer would go out first,
+/// then its body; returns everything the server answered. Panics on a
+/// setup failure, like the tests.
+#[allow(clippy::unwrap_used)]
+fn head_then_body(socket: &std::path::Path, head: &str, body: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "{head}Host: localhost\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    s.write_all(body)
+        .unwrap_or_else(|e| panic!("{head:?}: the body could not be sent: {e}"));
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_early_error_is_answered_after_the_body() {
+    let svc = Service::start(Options::default());
+    let body = serde_json::to_vec(&sh_job("tkt_early", "true")).unwrap();
+    let socket = svc.socket.clone();
+    let cases = [
+        (
+            "POST /jobs HTTP/1.1\r\n",
+            "HTTP/1.1 400",
+            "missing_idempotency_key",
+        ),
+        (
+            "PUT /jobs HTTP/1.1\r\n",
+            "HTTP/1.1 405",
+            "method_not_allowed",
+        ),
+        ("POST /nowhere HTTP/1.1\r\n", "HTTP/1.1 404", "not_found"),
+        (
+            "POST /jobs/job_nope/inbox HTTP/1.1\r\n",
+            "HTTP/1.1 400",
+            "invalid_body",
+        ),
+        // The positive control: the same exchange, accepted.
+        (
+            "POST /jobs HTTP/1.1\r\nIdempotency-Key: k\r\n",
+            "HTTP/1.1 202",
+            "job_id",
+        ),
+    ];
+    for (head, status, code) in cases {
+        let socket = socket.clone();
+        let body = body.clone();
+        let answer = tokio::task::spawn_blocking(move || head_then_body(&socket, head, &body))
+            .await
+            .unwrap();
+        assert!(answer.starts_with(status), "{head:?}: {answer}");
+        assert!(answer.contains(code), "{head:?}: {answer}");
+    }
+}

@@ -302,11 +302,10 @@ impl FakeProxyAdmin {
             base: dir.path().to_owned(),
         };
         let served = state.clone();
-        let task = tokio::spawn(http::serve(listener, move |req| {
+        let task = tokio::spawn(http::serve(listener, 1 << 20, move |req| {
             let state = served.clone();
             async move {
-                let (parts, body) = req.into_parts();
-                let bytes = http::read_body(body, 1 << 20).await.unwrap();
+                let (parts, bytes) = req.into_parts();
                 state.answer(parts.method.as_str(), parts.uri.path(), &bytes)
             }
         }));

@@ -12,20 +12,23 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use serde_json::json;
 
-use super::http::{error_response, json_response, parse_json, read_body, Body};
+use super::http::{body_within, error_response, json_response, parse_json, Body};
 use super::report::InboxMessage;
 use super::service::{ServiceError, Supervisor};
 use super::spec::JobRequest;
 
+/// The largest body any call takes (a job); each route bounds its own.
+pub const MAX_BODY: usize = MAX_JOB_BODY;
 const MAX_JOB_BODY: usize = 2 << 20;
+const MAX_INBOX_BODY: usize = 64 * 1024;
 const MAX_WAIT: Duration = Duration::from_secs(60);
 const EVENTS_PAGE: usize = 500;
 
-pub async fn handle(supervisor: Supervisor, req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(supervisor: Supervisor, req: Request<Bytes>) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_owned();
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -65,7 +68,7 @@ pub async fn handle(supervisor: Supervisor, req: Request<Incoming>) -> Response<
 }
 
 /// `POST /jobs`.
-async fn submit(supervisor: &Supervisor, headers: &HeaderMap, body: Incoming) -> Response<Body> {
+async fn submit(supervisor: &Supervisor, headers: &HeaderMap, body: Bytes) -> Response<Body> {
     let Some(key) = headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
@@ -78,7 +81,7 @@ async fn submit(supervisor: &Supervisor, headers: &HeaderMap, body: Incoming) ->
         );
     };
     let key = key.to_owned();
-    let bytes = match read_body(body, MAX_JOB_BODY).await {
+    let bytes = match body_within(body, MAX_JOB_BODY) {
         Ok(b) => b,
         Err(resp) => return *resp,
     };
@@ -106,8 +109,8 @@ async fn submit(supervisor: &Supervisor, headers: &HeaderMap, body: Incoming) ->
 }
 
 /// `POST /jobs/{id}/inbox`.
-async fn push_inbox(supervisor: &Supervisor, id: &str, body: Incoming) -> Response<Body> {
-    let bytes = match read_body(body, 64 * 1024).await {
+async fn push_inbox(supervisor: &Supervisor, id: &str, body: Bytes) -> Response<Body> {
+    let bytes = match body_within(body, MAX_INBOX_BODY) {
         Ok(b) => b,
         Err(resp) => return *resp,
     };

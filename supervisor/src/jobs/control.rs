@@ -13,14 +13,16 @@
 
 use std::path::Path;
 
+use bytes::Bytes;
 use gatehouse_types::wire::{InboxAck, InboxDelivery, InboxPage};
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use serde_json::{json, Value};
 use tokio::net::UnixListener;
 
 use super::codec::{to_json_bytes, CodecError};
-use super::http::{error_response, json_response, parse_json, read_body, request, Body, HttpError};
+use super::http::{
+    body_within, error_response, json_response, parse_json, request, Body, HttpError,
+};
 use super::report::Report;
 use super::service::{ServiceError, Supervisor};
 
@@ -28,7 +30,7 @@ const MAX_REPORT_BODY: usize = 32 * 1024;
 const MAX_ACK_BODY: usize = 1024;
 
 pub async fn serve(listener: UnixListener, supervisor: Supervisor, job_id: String) {
-    super::http::serve(listener, move |req| {
+    super::http::serve(listener, MAX_REPORT_BODY, move |req| {
         let supervisor = supervisor.clone();
         let job_id = job_id.clone();
         async move { handle(&supervisor, &job_id, req).await }
@@ -36,11 +38,11 @@ pub async fn serve(listener: UnixListener, supervisor: Supervisor, job_id: Strin
     .await
 }
 
-async fn handle(supervisor: &Supervisor, job_id: &str, req: Request<Incoming>) -> Response<Body> {
+async fn handle(supervisor: &Supervisor, job_id: &str, req: Request<Bytes>) -> Response<Body> {
     let (parts, body) = req.into_parts();
     match (&parts.method, parts.uri.path()) {
         (&Method::POST, "/report") => {
-            let bytes = match read_body(body, MAX_REPORT_BODY).await {
+            let bytes = match body_within(body, MAX_REPORT_BODY) {
                 Ok(b) => b,
                 Err(resp) => return *resp,
             };
@@ -71,7 +73,7 @@ async fn handle(supervisor: &Supervisor, job_id: &str, req: Request<Incoming>) -
             }
         }
         (&Method::POST, "/inbox/ack") => {
-            let bytes = match read_body(body, MAX_ACK_BODY).await {
+            let bytes = match body_within(body, MAX_ACK_BODY) {
                 Ok(b) => b,
                 Err(resp) => return *resp,
             };

@@ -63,16 +63,28 @@ pub fn error_response(
     )
 }
 
-/// Reads a request body of at most `max` bytes.
-pub async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Box<Response<Body>>> {
+/// Reads a request body of at most `max` bytes; past that, 413.
+async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Box<Response<Body>>> {
     match Limited::new(body, max).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(_) => Err(Box::new(error_response(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("the request body must be at most {max} bytes"),
-        ))),
+        Err(_) => Err(too_large(max)),
     }
+}
+
+fn too_large(max: usize) -> Box<Response<Body>> {
+    Box::new(error_response(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("the request body must be at most {max} bytes"),
+    ))
+}
+
+/// A route's own bound on a body the server has read: 413 past `max`.
+pub fn body_within(body: Bytes, max: usize) -> Result<Bytes, Box<Response<Body>>> {
+    if body.len() > max {
+        return Err(too_large(max));
+    }
+    Ok(body)
 }
 
 /// Parses a JSON body strictly; the error names what was wrong.
@@ -109,9 +121,15 @@ pub fn bind(path: &Path, mode: u32) -> std::io::Result<UnixListener> {
 /// Serves HTTP/1.1 connections on `listener` until the returned future is
 /// dropped; dropping it also cuts every open connection (they live in a
 /// `JoinSet` owned by the future).
-pub async fn serve<H, F>(listener: UnixListener, handler: H)
+///
+/// The handler gets the request with its body already read, at most
+/// `max_body` bytes: every answer, an early refusal (400, 404, 405) too, is
+/// given after the body arrived, so a client that writes its head and then
+/// its body reads the answer instead of a broken pipe. Past `max_body` the
+/// answer is 413 and the connection closes, the rest unread.
+pub async fn serve<H, F>(listener: UnixListener, max_body: usize, handler: H)
 where
-    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<Bytes>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let mut connections = JoinSet::new();
@@ -129,9 +147,16 @@ where
                 };
                 let handler = handler.clone();
                 connections.spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                         let handler = handler.clone();
-                        async move { Ok::<_, Infallible>(handler(req).await) }
+                        async move {
+                            let (parts, body) = req.into_parts();
+                            let resp = match read_body(body, max_body).await {
+                                Ok(bytes) => handler(Request::from_parts(parts, bytes)).await,
+                                Err(resp) => *resp,
+                            };
+                            Ok::<_, Infallible>(resp)
+                        }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)

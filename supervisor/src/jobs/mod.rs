@@ -66,7 +66,7 @@ pub fn bind_api(config: &Config) -> std::io::Result<tokio::net::UnixListener> {
 
 /// Serves the job API on `listener` until the future is dropped.
 pub async fn serve_api(supervisor: Supervisor, listener: tokio::net::UnixListener) {
-    http::serve(listener, move |req| {
+    http::serve(listener, api::MAX_BODY, move |req| {
         let supervisor = supervisor.clone();
         async move { api::handle(supervisor, req).await }
     })

@@ -289,3 +289,29 @@ async fn api_socket_is_private_or_shared_with_one_group() {
     let resp = shared.call(Method::GET, "/events", None).await;
     assert_eq!(resp.status, StatusCode::OK);
 }
+
+/// SIGTERM with a live job ends within the cancel grace every time: the
+/// job dies on its SIGTERM at once, so the only way to exceed the grace is
+/// shutdown missing the job leaving the live set (it then waited out
+/// grace + 5 s). A bound that fails on that lost wake-up, not a target.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_with_a_live_job_ends_within_the_grace_every_time() {
+    let grace = std::time::Duration::from_secs(3);
+    let mut svc = Service::start(Options {
+        cancel_grace_ms: grace.as_millis() as u64,
+        ..Options::default()
+    });
+    for round in 0..20 {
+        let ticket = format!("tkt_term{round}");
+        let id = svc
+            .submit(&ticket, sh_job(&ticket, "exec sleep 1000"))
+            .await;
+        svc.wait_for(&id, |s| s == "running").await;
+        let asked = std::time::Instant::now();
+        assert!(svc.stop().success());
+        let took = asked.elapsed();
+        assert!(took < grace, "round {round}: shutdown took {took:?}");
+        svc.spawn();
+        assert_eq!(svc.job(&id).await["state"], "cancelled");
+    }
+}

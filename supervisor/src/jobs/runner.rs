@@ -167,7 +167,7 @@ impl Inner {
         ) {
             tracing::error!(job = %id, "recording the end of the job: {e}");
         }
-        self.lock_live().remove(&id);
+        self.remove_live(&id);
     }
 
     /// Runs the job in the slot it holds, then releases its resources.

@@ -110,6 +110,10 @@ pub(super) struct Inner {
     /// The last event sequence number written.
     events: watch::Sender<i64>,
     live: Mutex<HashMap<String, LiveJob>>,
+    /// The size of `live`, sent on every change under its lock: shutdown
+    /// waits on this, not on events (a job's final event is written
+    /// before it leaves `live`, so waking on it lost the last wake-up).
+    live_count: watch::Sender<usize>,
     pub(super) slots: Arc<Semaphore>,
 }
 
@@ -186,6 +190,7 @@ impl Supervisor {
             proxy,
             events,
             live: Mutex::new(HashMap::new()),
+            live_count: watch::channel(0).0,
             slots,
         });
         let recovery = inner.recover().await?;
@@ -236,9 +241,7 @@ impl Supervisor {
                 let job = *job;
                 let (cancel, cancel_rx) = watch::channel(false);
                 let (inbox, _) = watch::channel(0);
-                inner
-                    .lock_live()
-                    .insert(job.id.clone(), LiveJob { cancel, inbox });
+                inner.add_live(job.id.clone(), LiveJob { cancel, inbox });
                 let task_inner = inner.clone();
                 let task_job = job.clone();
                 tokio::spawn(async move { task_inner.run_job(task_job, cancel_rx).await });
@@ -394,16 +397,9 @@ impl Supervisor {
         for id in ids {
             let _ = self.cancel(&id);
         }
-        let mut rx = self.inner.events.subscribe();
-        let deadline = Instant::now() + timeout;
-        while self.live_count() > 0 {
-            if tokio::time::timeout_at(deadline, rx.changed())
-                .await
-                .is_err()
-            {
-                break;
-            }
-        }
+        let mut live = self.inner.live_count.subscribe();
+        // `wait_for` checks the current count first, then each change.
+        let _ = tokio::time::timeout(timeout, live.wait_for(|n| *n == 0)).await;
     }
 
     /// Jobs currently queued or running in this process.
@@ -415,6 +411,18 @@ impl Supervisor {
 impl Inner {
     pub(super) fn lock_live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveJob>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn add_live(&self, id: String, job: LiveJob) {
+        let mut live = self.lock_live();
+        live.insert(id, job);
+        self.live_count.send_replace(live.len());
+    }
+
+    pub(super) fn remove_live(&self, id: &str) {
+        let mut live = self.lock_live();
+        live.remove(id);
+        self.live_count.send_replace(live.len());
     }
 
     fn notify(&self, seq: Option<i64>) {

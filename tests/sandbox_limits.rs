@@ -354,3 +354,103 @@ fn no_namespace_can_be_made_inside_even_past_seccomp() {
         );
     }
 }
+
+/// The state letter of `pid` from `/proc/<pid>/stat`.
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// Where `gatehouse-<pid>` is, among the hierarchies a root run may use:
+/// the cgroup2 mount's `gatehouse/`, or this process's own v1 cgroups.
+fn cgroup_parent_of(pid: u32) -> Option<std::path::PathBuf> {
+    let name = format!("gatehouse-{pid}");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let mut candidates: Vec<std::path::PathBuf> = mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| std::path::Path::new(f[1]).join("gatehouse"))
+        })
+        .collect();
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    for line in own.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+        for ctrl in ctrls.split(',').filter(|c| !c.is_empty()) {
+            candidates.push(
+                std::path::Path::new("/sys/fs/cgroup")
+                    .join(ctrl)
+                    .join(path.trim_start_matches('/')),
+            );
+        }
+    }
+    candidates.into_iter().find(|p| p.join(&name).is_dir())
+}
+
+/// After a kill -9 the creator of a cgroup may linger as a zombie its
+/// parent never reaps: the next run's sweep removes that cgroup as it does
+/// one whose creator is gone, and leaves one whose creator runs.
+#[test]
+fn the_sweep_removes_cgroups_of_zombie_creators() {
+    if !mode_available(Mode::Root) {
+        return;
+    }
+    let s = Scratch::new(Mode::Root);
+    let p = s.profile("mem", "extends = \"default\"\n[limits]\nmemory_mib = 256\n");
+    // A run that holds its cgroup until told, to find where cgroups go.
+    let mut held = s
+        .command(&[
+            "sandbox",
+            "run",
+            "--profile",
+            p.to_str().unwrap(),
+            "--workdir",
+            s.work.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "while [ ! -e go ]; do sleep 0.02; done",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let parent = loop {
+        if let Some(parent) = cgroup_parent_of(held.id()) {
+            break parent;
+        }
+        assert!(Instant::now() < deadline, "the run made no cgroup");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::fs::write(s.work.join("go"), "").unwrap();
+    assert!(held.wait().unwrap().success());
+
+    // A zombie: a child that exited and that this test does not reap yet.
+    let mut zombie = std::process::Command::new("true").spawn().unwrap();
+    while proc_state(zombie.id()) != Some('Z') {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut live = std::process::Command::new("sleep")
+        .arg("1000")
+        .spawn()
+        .unwrap();
+    let stale = parent.join(format!("gatehouse-{}", zombie.id()));
+    let kept = parent.join(format!("gatehouse-{}", live.id()));
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::create_dir(&kept).unwrap();
+
+    let r = s.sh_with(p.to_str().unwrap(), &[], "true");
+    let (stale_left, kept_left) = (stale.exists(), kept.exists());
+    let _ = std::fs::remove_dir(&stale);
+    let _ = std::fs::remove_dir(&kept);
+    let _ = live.kill();
+    let _ = live.wait();
+    let _ = zombie.wait();
+    r.ok();
+    assert!(!stale_left, "a zombie creator's cgroup was left: {stale:?}");
+    assert!(
+        kept_left,
+        "a running creator's cgroup was removed: {kept:?}"
+    );
+}

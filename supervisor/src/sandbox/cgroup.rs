@@ -280,10 +280,28 @@ fn sweep_stale(parent: &Path) {
         else {
             continue;
         };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        if creator_gone(stat.as_deref()) {
             let _ = std::fs::remove_dir(e.path());
         }
     }
+}
+
+/// Whether a cgroup's creator is gone, from the text of its
+/// `/proc/<pid>/stat` (`None`: no such process). A zombie (`Z`) or dead
+/// (`X`) process is gone: it will never remove its cgroup, and a parent
+/// that does not reap it (a killed supervisor's) would keep it forever.
+/// Text that does not parse counts as running: the cgroup stays (pure).
+pub(crate) fn creator_gone(stat: Option<&str>) -> bool {
+    let Some(stat) = stat else {
+        return true;
+    };
+    // The command name (field 2) may hold spaces and parentheses: the state
+    // is the first field after the last `)`.
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    matches!(state, Some("Z" | "X"))
 }
 
 /// Which mechanism this run's limits will use; fails closed when cgroups
@@ -425,6 +443,29 @@ impl Cgroups {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn creator_gone_table() {
+        let table: &[(Option<&str>, bool)] = &[
+            (None, true),
+            (Some("4242 (gatehouse) Z 1 4242 4242 0 -1 4194560 0"), true),
+            (Some("4242 (gatehouse) X 1 4242 4242 0 -1 4194560 0"), true),
+            (Some("4242 (gatehouse) S 1 4242 4242 0 -1 4194560 0"), false),
+            (Some("4242 (gatehouse) R 1 4242 4242 0 -1 4194560 0"), false),
+            (Some("4242 (gatehouse) D 1 4242 4242 0 -1 4194560 0"), false),
+            (Some("4242 (gatehouse) T 1 4242 4242 0 -1 4194560 0"), false),
+            // A name that looks like a zombie's state is not one.
+            (Some("4242 (a) Z (b) S 1 4242 4242 0"), false),
+            (Some("4242 (x) S) Z 1 4242 4242 0"), true),
+            // Unreadable text: kept.
+            (Some(""), false),
+            (Some("4242 (gatehouse"), false),
+            (Some("4242 (gatehouse)"), false),
+        ];
+        for (stat, gone) in table {
+            assert_eq!(creator_gone(*stat), *gone, "{stat:?}");
+        }
+    }
 
     fn limits() -> Limits {
         Limits {

@@ -315,3 +315,72 @@ async fn sigterm_with_a_live_job_ends_within_the_grace_every_time() {
         assert_eq!(svc.job(&id).await["state"], "cancelled");
     }
 }
+
+/// A mistake in the config stops `gatehouse supervisor` at start, with an
+/// error naming the key, instead of failing the first job.
+#[test]
+fn config_mistakes_refuse_the_start_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = gatehouse_testkit::bin::repo_path("prompts");
+    let profiles = dir.path().join("profiles");
+    std::fs::create_dir(&profiles).unwrap();
+    std::fs::write(profiles.join("mine.toml"), "extends = \"default\"\n").unwrap();
+    let run = |prompts: &Path, profiles: &Path| {
+        let config = dir.path().join("supervisor.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "state_dir = {:?}\napi_socket = {:?}\nprompts_dir = {prompts:?}\n\
+                 [sandbox]\nprofiles_dir = {profiles:?}\ndangerously_unsandboxed = true\n\
+                 [worker]\ncommand = [\"true\"]\n",
+                dir.path().join("state"),
+                dir.path().join("api.sock"),
+            ),
+        )
+        .unwrap();
+        // A config that passes would serve forever: stop it once it does.
+        let mut child = gatehouse_testkit::bin::command()
+            .args(["supervisor", "--config"])
+            .arg(&config)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = String::new();
+        let mut pipe = child.stderr.take().unwrap();
+        let mut line = [0u8; 4096];
+        loop {
+            let n = std::io::Read::read(&mut pipe, &mut line).unwrap();
+            if n == 0 {
+                break;
+            }
+            stderr.push_str(&String::from_utf8_lossy(&line[..n]));
+            if stderr.contains("job API on") {
+                gatehouse_testkit::procs::signal(child.id(), "TERM");
+            }
+        }
+        (child.wait().unwrap(), stderr)
+    };
+    // The control: the same config with nothing wrong starts.
+    let (status, stderr) = run(&prompts, &profiles);
+    assert!(stderr.contains("job API on"), "{stderr}");
+    assert!(status.success(), "{stderr}");
+
+    let (status, stderr) = run(&dir.path().join("no-prompts"), &profiles);
+    assert!(!status.success());
+    assert!(stderr.contains("prompts_dir"), "{stderr}");
+    assert!(!stderr.contains("job API on"), "{stderr}");
+
+    let (status, stderr) = run(&prompts, &dir.path().join("no-profiles"));
+    assert!(!status.success());
+    assert!(stderr.contains("sandbox.profiles_dir"), "{stderr}");
+
+    std::fs::write(profiles.join("mine.toml"), "extends = \"no-such-base\"\n").unwrap();
+    let (status, stderr) = run(&prompts, &profiles);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("sandbox.profiles_dir") && stderr.contains("no-such-base"),
+        "{stderr}"
+    );
+}

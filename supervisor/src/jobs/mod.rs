@@ -24,6 +24,7 @@ pub mod control;
 pub mod http;
 pub mod launcher;
 pub mod logs;
+pub mod preflight;
 pub mod process;
 pub mod prompts;
 pub mod proxy_admin;

@@ -69,6 +69,9 @@ pub enum ServiceError {
     /// the request could not be encoded for its idempotency hash
     #[error(transparent)]
     Codec(#[from] CodecError),
+    /// the config names something a job would need that cannot work
+    #[error(transparent)]
+    Preflight(#[from] super::preflight::PreflightError),
 }
 
 pub(super) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServiceError {
@@ -152,6 +155,7 @@ impl Supervisor {
     /// Opens the state, recovers from a previous run, and returns a
     /// supervisor ready to serve.
     pub async fn start(config: Config) -> Result<(Supervisor, Recovery), ServiceError> {
+        super::preflight::check(&config)?;
         for dir in [
             config.state_dir.clone(),
             config.state_dir.join("tickets"),

@@ -530,7 +530,11 @@ async fn work_dir_survives_a_resume_and_prompt_is_rendered() {
         .submit("a", sh_job("tkt_resume", "echo first > notes"))
         .await;
     svc.wait_ended(&a).await;
-    let mut body = sh_job("tkt_resume", "cat notes > seen");
+    // $GATEHOUSE_PROMPT is absolute: it is found from another directory.
+    let mut body = sh_job(
+        "tkt_resume",
+        "cat notes > seen; w=$(pwd); cd / && cp \"$GATEHOUSE_PROMPT\" \"$w/via-env\"",
+    );
     body["task"] = json!("second round: {{literal braces}}");
     body["variables"] = json!({"repo": "acme/widgets"});
     let b = svc.submit("b", body).await;
@@ -550,6 +554,18 @@ async fn work_dir_survives_a_resume_and_prompt_is_rendered() {
         "the team prompt is included"
     );
     assert!(prompt.ends_with("second round: {{literal braces}}\n"));
+    assert_eq!(
+        std::fs::read_to_string(work.join("via-env")).unwrap(),
+        prompt
+    );
+    // A job naming no repository: its prompt says nothing empty.
+    let c = svc
+        .submit("c", sh_job("tkt_resume", "cp .gatehouse/prompt.md no-repo"))
+        .await;
+    assert_eq!(svc.wait_ended(&c).await["state"], "done");
+    let no_repo = std::fs::read_to_string(work.join("no-repo")).unwrap();
+    assert!(!no_repo.contains("``"), "{no_repo}");
+    assert!(!no_repo.contains("The repository is"), "{no_repo}");
     assert_eq!(
         std::fs::read_to_string(work.join(".gatehouse/.gitignore")).unwrap(),
         "*\n"

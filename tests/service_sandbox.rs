@@ -27,7 +27,9 @@ async fn report_and_inbox_from_inside_a_sandbox() {
                   gatehouse inbox --wait > got.jsonl || exit 93; \
                   gatehouse report --state blocked --summary 'need a decision' \
                       --question 'Merge now or after the release?' || exit 94; \
-                  head -1 .gatehouse/prompt.md > prompt-head";
+                  head -1 .gatehouse/prompt.md > prompt-head; \
+                  test \"$GATEHOUSE_PROMPT\" = /work/.gatehouse/prompt.md || exit 95; \
+                  (cd / && head -1 \"$GATEHOUSE_PROMPT\") > prompt-env-head || exit 96";
     let id = svc.submit("k", sh_job("tkt_sbx_talk", script)).await;
     svc.wait_for(&id, |s| s != "queued").await;
     // Wait for the first report before sending to the inbox.
@@ -77,6 +79,10 @@ async fn report_and_inbox_from_inside_a_sandbox() {
     assert_eq!(got["text"], "after the release");
     assert_eq!(
         std::fs::read_to_string(work.join("prompt-head")).unwrap(),
+        "# How you work here\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("prompt-env-head")).unwrap(),
         "# How you work here\n"
     );
 }

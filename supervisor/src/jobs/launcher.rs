@@ -48,6 +48,8 @@ pub trait Launcher: Send + Sync {
     fn classify(&self, status: std::process::ExitStatus) -> ExitKind;
     /// Where the worker finds its control socket.
     fn control_socket_inside(&self, host_path: &Path) -> PathBuf;
+    /// Where the worker finds its work dir.
+    fn work_dir_inside(&self, host_path: &Path) -> PathBuf;
 }
 
 const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -108,6 +110,10 @@ impl Launcher for SandboxLauncher {
     fn control_socket_inside(&self, _host_path: &Path) -> PathBuf {
         PathBuf::from(sandbox::CONTROL_SOCKET)
     }
+
+    fn work_dir_inside(&self, _host_path: &Path) -> PathBuf {
+        PathBuf::from(sandbox::WORK)
+    }
 }
 
 /// Runs each job as a plain child process in its work dir, with no isolation
@@ -152,6 +158,10 @@ impl Launcher for UnsandboxedLauncher {
     }
 
     fn control_socket_inside(&self, host_path: &Path) -> PathBuf {
+        host_path.to_owned()
+    }
+
+    fn work_dir_inside(&self, host_path: &Path) -> PathBuf {
         host_path.to_owned()
     }
 }

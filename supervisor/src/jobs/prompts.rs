@@ -12,7 +12,38 @@ pub enum PromptError {
 
 /// Replaces `{{name}}` with `vars[name]`; an unknown name is an error (a typo
 /// in a prompt should fail loudly, not reach a worker as literal braces).
+/// A line starting with `{{?name}}` is kept (without the marker) only when
+/// `name` is not empty, so a job without a repository reads no
+/// "The repository is ``.".
 pub fn render(
+    template_name: &str,
+    template: &str,
+    vars: &BTreeMap<&str, String>,
+) -> Result<String, PromptError> {
+    let mut kept = String::with_capacity(template.len());
+    for line in template.split_inclusive('\n') {
+        let Some(marked) = line.strip_prefix("{{?") else {
+            kept.push_str(line);
+            continue;
+        };
+        let Some((name, rest)) = marked.split_once("}}") else {
+            kept.push_str(line);
+            continue;
+        };
+        let value = vars
+            .get(name.trim())
+            .ok_or_else(|| PromptError::UnknownPlaceholder {
+                template: template_name.into(),
+                name: name.trim().into(),
+            })?;
+        if !value.is_empty() {
+            kept.push_str(rest);
+        }
+    }
+    substitute(template_name, &kept, vars)
+}
+
+fn substitute(
     template_name: &str,
     template: &str,
     vars: &BTreeMap<&str, String>,
@@ -64,13 +95,24 @@ mod tests {
 
     #[test]
     fn render_table() {
-        let vars: BTreeMap<&str, String> =
-            [("ticket", "tkt_1".to_owned()), ("repo", "o/r".to_owned())].into();
+        let vars: BTreeMap<&str, String> = [
+            ("ticket", "tkt_1".to_owned()),
+            ("repo", "o/r".to_owned()),
+            ("job", String::new()),
+        ]
+        .into();
         let cases = [
             ("plain", Ok("plain")),
             ("{{ticket}} on {{ repo }}", Ok("tkt_1 on o/r")),
             ("{{ticket", Ok("{{ticket")),
             ("a {{nope}} b", Err("nope")),
+            // A conditional line: kept without its marker when set, else
+            // dropped whole; an unknown name is still an error.
+            ("a\n{{?repo}}in {{repo}}.\nb", Ok("a\nin o/r.\nb")),
+            ("a\n{{?job}}job {{job}}.\nb", Ok("a\nb")),
+            ("{{?job}}last", Ok("")),
+            ("x {{?repo}} y", Err("?repo")),
+            ("{{?nope}}x", Err("nope")),
         ];
         for (template, want) in cases {
             let got = render("work.md", template, &vars);
@@ -85,6 +127,36 @@ mod tests {
                             name: name.into()
                         }
                     );
+                }
+            }
+        }
+    }
+
+    /// The shipped prompts, for a job that names no repository and one
+    /// that does.
+    #[test]
+    fn shipped_prompts_say_nothing_empty() {
+        let templates = [
+            ("work.md", include_str!("../../../prompts/work.md")),
+            (
+                "team/default.md",
+                include_str!("../../../prompts/team/default.md"),
+            ),
+        ];
+        for repo in ["", "acme/widgets"] {
+            let vars: BTreeMap<&str, String> = [
+                ("ticket", "tkt_1".to_owned()),
+                ("job", "job_1".to_owned()),
+                ("team", "default".to_owned()),
+                ("repo", repo.to_owned()),
+            ]
+            .into();
+            for (name, text) in templates {
+                let out = render(name, text, &vars).unwrap();
+                assert!(!out.contains("``"), "{name} with repo {repo:?}: {out}");
+                assert!(!out.contains("{{"), "{name}: {out}");
+                if !repo.is_empty() && name == "work.md" {
+                    assert!(out.contains("The repository is `acme/widgets`."), "{out}");
                 }
             }
         }

@@ -213,7 +213,17 @@ impl Inner {
         let control_socket = self.open_control(job, res)?;
         let t_prepared = Instant::now();
         let proxy_socket = self.create_identity(job, res).await?;
-        let env = worker_env(&self.config.sandbox_env, &job.id, spec, &prompt_path);
+        // Absolute, as the worker sees it: valid whatever its directory.
+        let prompt_path = self
+            .launcher
+            .work_dir_inside(&job.work_dir)
+            .join(prompt_path);
+        let env = worker_env(
+            &self.config.sandbox_env,
+            &job.id,
+            spec,
+            &prompt_path.display().to_string(),
+        );
         let command = worker_command(spec, &self.config)?;
         let wall_time = deadline.saturating_duration_since(Instant::now());
         let launch = self.launcher.command(&LaunchRequest {

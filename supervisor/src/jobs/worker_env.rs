@@ -10,8 +10,8 @@ use gatehouse_types::{env as vars, variables};
 use super::spec::JobSpec;
 
 /// The configured `sandbox.env` (in name order), then the job's own:
-/// `GATEHOUSE_JOB`, `GATEHOUSE_TICKET`, `GATEHOUSE_PROMPT` (relative to the
-/// work dir) and, when the job names a repository, `GH_REPO` for `gh`.
+/// `GATEHOUSE_JOB`, `GATEHOUSE_TICKET`, `GATEHOUSE_PROMPT` (the prompt's
+/// absolute path as the worker sees it) and, when the job names a repository, `GH_REPO` for `gh`.
 pub fn worker_env(
     sandbox_env: &BTreeMap<String, String>,
     job_id: &str,
@@ -61,7 +61,7 @@ mod tests {
     const JOB: [(&str, &str); 3] = [
         ("GATEHOUSE_JOB", "job_1"),
         ("GATEHOUSE_TICKET", "tkt_7"),
-        ("GATEHOUSE_PROMPT", ".gatehouse/prompt.md"),
+        ("GATEHOUSE_PROMPT", "/work/.gatehouse/prompt.md"),
     ];
 
     #[test]
@@ -100,7 +100,7 @@ mod tests {
                 &configured,
                 "job_1",
                 &spec(variables),
-                ".gatehouse/prompt.md",
+                "/work/.gatehouse/prompt.md",
             );
             assert_eq!(env, pairs(&expected), "{configured:?} {variables:?}");
         }

@@ -53,12 +53,14 @@ fn run_supervisor(config_path: PathBuf) -> anyhow::Result<ExitCode> {
             identities_revoked = recovery.identities_revoked.len(),
             "recovered state"
         );
+        // Handled before "job API on" is logged: a SIGTERM sent as soon as
+        // the API is announced must stop the supervisor cleanly, not kill it.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let socket = supervisor.config().api_socket.clone();
         let listener = jobs::bind_api(supervisor.config())
             .with_context(|| format!("binding the job API on {}", socket.display()))?;
         let mut api = tokio::spawn(jobs::serve_api(supervisor.clone(), listener));
         tracing::info!("job API on {}", socket.display());
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}

@@ -177,3 +177,102 @@ fn retried_events_are_one_decision_and_badly_signed_ones_none() {
     settle(&w.state);
     assert_eq!(trigger_decisions(&w.state).len(), 2);
 }
+
+/// `gatehouse router listen` for Feishu as a real process: a mention pushed
+/// by the emulator is one decision; a badly signed event is refused and
+/// decides nothing; a listener cannot be given both sources.
+#[test]
+fn router_listen_serves_feishu_events() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("router.db");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let key = dir.path().join("encrypt-key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN).unwrap();
+    let mut child = gatehouse_testkit::bin::command()
+        .args([
+            "router",
+            "listen",
+            "--listen",
+            "127.0.0.1:0",
+            "--feishu-app-id",
+            APP,
+        ])
+        .arg("--feishu-encrypt-key-file")
+        .arg(&key)
+        .arg("--feishu-verification-token-file")
+        .arg(&token)
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--state")
+        .arg(&state)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+    let url = format!(
+        "http://{}/feishu/events",
+        ready["listening"].as_str().unwrap()
+    );
+    let feishu = FeishuEmulator::start(FeishuOptions {
+        bot_open_id: BOT.to_owned(),
+        ..FeishuOptions::default().event_target(&url, APP, Some(KEY), TOKEN)
+    })
+    .unwrap();
+    feishu.set_event_faults(EventFaults {
+        bad_signature: true,
+        ..EventFaults::default()
+    });
+    feishu.send_user_message(
+        "oc_core",
+        "group",
+        "ou_alice",
+        "@_user_1 no",
+        &[(BOT, "gatehouse")],
+    );
+    feishu.set_event_faults(EventFaults::default());
+    feishu.send_user_message(
+        "oc_core",
+        "group",
+        "ou_alice",
+        "@_user_1 fix it",
+        &[(BOT, "gatehouse")],
+    );
+    assert_eq!(statuses(&feishu), vec![vec![Ok(401)], vec![Ok(200)]]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while trigger_decisions(&state).is_empty() {
+        assert!(Instant::now() < deadline, "no decision");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    settle(&state);
+    assert_eq!(trigger_decisions(&state).len(), 1);
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // One source per listener.
+    let both = gatehouse_testkit::bin::command()
+        .args([
+            "router",
+            "listen",
+            "--feishu-app-id",
+            APP,
+            "--webhook-secret-file",
+        ])
+        .arg(&token)
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--state")
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2), "{both:?}");
+    assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"));
+}

@@ -10,7 +10,9 @@ use clap::{Args, Subcommand, ValueEnum};
 use gatehouse_router::engine::Router;
 use gatehouse_router::eval::RulesOnlyJudge;
 use gatehouse_router::id::{ThreadId, TicketId};
-use gatehouse_router::intake::{wall_clock_ms, GithubIntake, ListenerConfig, WebhookSecrets};
+use gatehouse_router::intake::{
+    wall_clock_ms, FeishuKeys, GithubIntake, ListenerConfig, Verifier, WebhookSecrets,
+};
 use gatehouse_router::policy::Policy;
 use gatehouse_router::replay::{first_at, replay};
 use gatehouse_router::store::{Durability, Store};
@@ -57,8 +59,10 @@ pub enum RouterCommand {
         #[arg(long, value_enum, default_value_t = Sync::Normal)]
         sync: Sync,
     },
-    /// Receive GitHub webhooks: verify, store, acknowledge, then decide each delivery once
+    /// Receive GitHub webhooks or Feishu events: verify, store, acknowledge, then decide each delivery once
     ///
+    /// One source per listener: GitHub (--webhook-secret-file) or Feishu
+    /// (--feishu-app-id with its encrypt key and/or verification token).
     /// Plain HTTP; TLS, if any, is a reverse proxy's. Prints
     /// {"listening":"ADDR"} on stdout once ready; stops on SIGTERM or Ctrl-C.
     /// Deliveries stored but not yet decided (a crash, kill -9) are decided
@@ -73,9 +77,21 @@ pub enum RouterCommand {
         /// Address and port to listen on
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
-        /// A file holding the webhook secret; repeat to accept several (rotation)
-        #[arg(long = "webhook-secret-file", required = true)]
+        /// A file holding the GitHub webhook secret; repeat to accept several (rotation)
+        #[arg(
+            long = "webhook-secret-file",
+            required_unless_present = "feishu_app_id"
+        )]
         webhook_secret_files: Vec<PathBuf>,
+        /// Receive Feishu events for this app (cli_…) instead of GitHub webhooks
+        #[arg(long, conflicts_with = "webhook_secret_files")]
+        feishu_app_id: Option<String>,
+        /// A file holding the Feishu app's encrypt key (events are then encrypted and signed)
+        #[arg(long, requires = "feishu_app_id")]
+        feishu_encrypt_key_file: Option<PathBuf>,
+        /// A file holding the Feishu app's verification token
+        #[arg(long, requires = "feishu_app_id")]
+        feishu_verification_token_file: Option<PathBuf>,
         /// Connections served at once; more wait in the listen backlog
         #[arg(long, default_value_t = 64)]
         max_connections: usize,
@@ -175,6 +191,9 @@ impl Commands {
                         state,
                         listen,
                         webhook_secret_files,
+                        feishu_app_id,
+                        feishu_encrypt_key_file,
+                        feishu_verification_token_file,
                         max_connections,
                         sync,
                         store_only,
@@ -183,7 +202,14 @@ impl Commands {
                 policy,
                 state,
                 listen,
-                secret_files: webhook_secret_files,
+                source: match feishu_app_id {
+                    Some(app_id) => Source::Feishu {
+                        app_id,
+                        encrypt_key_file: feishu_encrypt_key_file,
+                        token_file: feishu_verification_token_file,
+                    },
+                    None => Source::Github(webhook_secret_files),
+                },
                 max_connections,
                 sync,
                 store_only,
@@ -241,11 +267,44 @@ fn run_replay(policy: &Path, state: &Path, events: &Path, sync: Sync) -> anyhow:
     Ok(ExitCode::SUCCESS)
 }
 
+/// Where a listener's deliveries come from, and the files of the secrets
+/// that verify them.
+enum Source {
+    Github(Vec<PathBuf>),
+    Feishu {
+        app_id: String,
+        encrypt_key_file: Option<PathBuf>,
+        token_file: Option<PathBuf>,
+    },
+}
+
+impl Source {
+    fn verifier(&self) -> anyhow::Result<Verifier> {
+        Ok(match self {
+            Source::Github(files) => WebhookSecrets::from_files(files)?.into(),
+            Source::Feishu {
+                app_id,
+                encrypt_key_file,
+                token_file,
+            } => FeishuKeys::from_files(app_id, encrypt_key_file.as_deref(), token_file.as_deref())
+                .context("--feishu-encrypt-key-file / --feishu-verification-token-file")?
+                .into(),
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Source::Github(_) => "GitHub webhooks",
+            Source::Feishu { .. } => "Feishu events",
+        }
+    }
+}
+
 struct Listen {
     policy: PathBuf,
     state: PathBuf,
     listen: SocketAddr,
-    secret_files: Vec<PathBuf>,
+    source: Source,
     max_connections: usize,
     sync: Sync,
     store_only: bool,
@@ -256,7 +315,7 @@ fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
         policy,
         state,
         listen,
-        secret_files,
+        source,
         max_connections,
         sync,
         store_only,
@@ -270,7 +329,7 @@ fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
         .try_init();
     // The policy is checked in both modes: a bad one fails at start.
     let policy = Policy::load(&policy)?;
-    let secrets = WebhookSecrets::from_files(&secret_files)?;
+    let secrets = source.verifier()?;
     let config = ListenerConfig {
         max_connections,
         ..ListenerConfig::default()
@@ -289,7 +348,7 @@ fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
         serde_json::json!({ "listening": intake.addr().to_string() })
     );
     std::io::stdout().flush()?;
-    tracing::info!(addr = %intake.addr(), "gatehouse router listening for GitHub webhooks");
+    tracing::info!(addr = %intake.addr(), source = source.name(), "gatehouse router listening");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1,4 +1,45 @@
-//! Small helpers shared by the emulators: query strings and random ids.
+//! Small helpers shared by the emulators: query strings, random ids, and
+//! the one HTTP client that pushes events (GitHub webhooks, Feishu events).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// POSTs a JSON `body` to an `http://` `url` with `headers` (each a whole
+/// `Name: value` line without its line end) and `Connection: close`;
+/// returns the answer's status, or why there was none.
+pub(crate) fn post_json(url: &str, headers: &[String], body: &[u8]) -> Result<u16, String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url}: only http:// targets are supported"))?;
+    let (authority, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
+    let mut stream =
+        TcpStream::connect(authority).map_err(|e| format!("connect {authority}: {e}"))?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for line in headers {
+        head.push_str(line);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(body))
+        .map_err(|e| format!("send: {e}"))?;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer)
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| "no HTTP status in the answer".to_owned())
+}
 
 /// `a=1&b=x%20y` → `[("a","1"),("b","x y")]`.
 pub(crate) fn parse_query(query: &str) -> Vec<(String, String)> {

@@ -10,10 +10,7 @@
 //! receiver has answered. Faults on request: send each event twice (a
 //! retry: same event id), or sign it with a wrong key.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use aes::cipher::{block_padding::Pkcs7, BlockEncryptMut, KeyIvInit};
 use base64::Engine as _;
@@ -23,7 +20,7 @@ use sha2::{Digest, Sha256};
 use super::FeishuMessage;
 use crate::record::lock;
 use crate::time::unix_now;
-use crate::util::random_hex;
+use crate::util::{post_json, random_hex};
 
 /// Where events go, and what secures them.
 #[derive(Clone)]
@@ -184,40 +181,19 @@ pub fn lark_signature(timestamp: &str, nonce: &str, key: &str, body: &[u8]) -> S
 
 /// One HTTP/1.1 POST over plain TCP, signed when `key` is set.
 fn send(url: &str, key: Option<&str>, body: &[u8]) -> Result<u16, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// targets are supported"))?;
-    let (authority, path) = rest
-        .split_once('/')
-        .map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
-    let mut stream =
-        TcpStream::connect(authority).map_err(|e| format!("connect {authority}: {e}"))?;
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: Feishu-Event/emulator\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
+    let mut headers = vec!["User-Agent: Feishu-Event/emulator".to_owned()];
     if let Some(key) = key {
         let (timestamp, nonce) = (unix_now().to_string(), random_hex(8));
-        head.push_str(&format!(
-            "X-Lark-Request-Timestamp: {timestamp}\r\nX-Lark-Request-Nonce: {nonce}\r\n\
-             X-Lark-Signature: {}\r\n",
-            lark_signature(&timestamp, &nonce, key, body)
-        ));
+        headers.extend([
+            format!(
+                "X-Lark-Signature: {}",
+                lark_signature(&timestamp, &nonce, key, body)
+            ),
+            format!("X-Lark-Request-Timestamp: {timestamp}"),
+            format!("X-Lark-Request-Nonce: {nonce}"),
+        ]);
     }
-    head.push_str("\r\n");
-    stream
-        .write_all(head.as_bytes())
-        .and_then(|()| stream.write_all(body))
-        .map_err(|e| format!("send: {e}"))?;
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    String::from_utf8_lossy(&answer)
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| "no HTTP status in the answer".to_owned())
+    post_json(url, &headers, body)
 }
 
 #[cfg(test)]

@@ -11,10 +11,7 @@
 //! Faults on request: send each delivery twice, or sign it with a wrong
 //! secret.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use ring::hmac;
 use serde_json::{json, Value};
@@ -23,7 +20,7 @@ use super::model::{CommentKind, Model};
 use super::{repo_id_of, GithubError, GithubHandle};
 use crate::record::lock;
 use crate::time::unix_now;
-use crate::util::random_hex;
+use crate::util::{post_json, random_hex};
 
 /// Where deliveries go, and the secret that signs them.
 #[derive(Clone)]
@@ -149,37 +146,17 @@ impl Webhooks {
 
 /// One HTTP/1.1 POST over plain TCP; the answer's status.
 fn send(d: &WebhookDelivery, secret: &str) -> Result<u16, String> {
-    let rest = d
-        .url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{}: only http:// targets are supported", d.url))?;
-    let (authority, path) = rest
-        .split_once('/')
-        .map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
-    let mut stream =
-        TcpStream::connect(authority).map_err(|e| format!("connect {authority}: {e}"))?;
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: GitHub-Hookshot/emulator\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\
-         X-GitHub-Event: {}\r\nX-GitHub-Delivery: {}\r\nX-GitHub-Hook-ID: 1\r\n\
-         X-Hub-Signature-256: {}\r\n\r\n",
-        d.body.len(),
-        d.event,
-        d.guid,
-        signature(secret.as_bytes(), &d.body),
-    );
-    stream
-        .write_all(head.as_bytes())
-        .and_then(|()| stream.write_all(&d.body))
-        .map_err(|e| format!("send: {e}"))?;
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    String::from_utf8_lossy(&answer)
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| "no HTTP status in the answer".to_owned())
+    let headers = [
+        "User-Agent: GitHub-Hookshot/emulator".to_owned(),
+        format!("X-GitHub-Event: {}", d.event),
+        format!("X-GitHub-Delivery: {}", d.guid),
+        "X-GitHub-Hook-ID: 1".to_owned(),
+        format!(
+            "X-Hub-Signature-256: {}",
+            signature(secret.as_bytes(), &d.body)
+        ),
+    ];
+    post_json(&d.url, &headers, &d.body)
 }
 
 // === Payloads, shaped like GitHub's ===

@@ -53,7 +53,7 @@ use checkpoint::Checkpointer;
 pub use deliveries::{DeliveryLog, Inserted, NewDelivery, Processed, StoredDelivery};
 pub use reads::{ExportError, Reader};
 pub use records::{InboxItem, Page, ReplyRecord, ReplyTarget, ThreadRecord, TriggerSummary};
-use schema::{clock_rows, migrate};
+use schema::clock_rows;
 pub use writes::Tx;
 
 /// Errors from the store.
@@ -131,16 +131,6 @@ impl Store {
     }
 
     fn init(mut conn: Connection, durability: Durability) -> Result<Self> {
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(
-            None,
-            "synchronous",
-            match durability {
-                Durability::Full => "FULL",
-                Durability::Normal => "NORMAL",
-            },
-        )?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
         // The background checkpointer copies most of the WAL off the
         // decision path. A WAL only restarts after a checkpoint that no
         // writer overlapped, so under sustained load this autocheckpoint
@@ -150,8 +140,7 @@ impl Store {
         // scans the cache's hash table (pcache1 truncate), and a 16 MiB cache
         // cost about 10% more CPU per decision in the benchmark.
         conn.pragma_update(None, "wal_autocheckpoint", 16384)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        migrate(&mut conn)?;
+        schema::prepare(&mut conn, durability)?;
         let clock = IdClock::from_rows(clock_rows(&conn)?);
         let data_version = conn.query_row("PRAGMA data_version", [], |r| r.get(0))?;
         Ok(Self {

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::codec::{from_sql_u64, sql_u64};
 use super::reads::Reader;
-use super::schema::migrate;
+use super::schema::prepare;
 use super::writes::Tx;
 use super::{Durability, Result, StoreError};
 use crate::id::TriggerId;
@@ -88,18 +88,7 @@ impl DeliveryLog {
     /// Opens the router's database (creating and migrating it if needed).
     pub fn open(path: &Path, durability: Durability) -> Result<Self> {
         let mut conn = Connection::open(path)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(
-            None,
-            "synchronous",
-            match durability {
-                Durability::Full => "FULL",
-                Durability::Normal => "NORMAL",
-            },
-        )?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        migrate(&mut conn)?;
+        prepare(&mut conn, durability)?;
         Ok(Self { conn })
     }
 

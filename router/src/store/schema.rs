@@ -137,6 +137,24 @@ CREATE INDEX deliveries_pending ON deliveries(seq) WHERE processed_at IS NULL;
 "#,
 ];
 
+/// What every connection to the router's database sets before it is used:
+/// WAL, the commit durability, foreign keys, a busy timeout (the listener
+/// and the router write the same file); then the schema is migrated.
+pub(super) fn prepare(conn: &mut Connection, durability: super::Durability) -> Result<()> {
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(
+        None,
+        "synchronous",
+        match durability {
+            super::Durability::Full => "FULL",
+            super::Durability::Normal => "NORMAL",
+        },
+    )?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    migrate(conn)
+}
+
 pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     let known = i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX);
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;

@@ -12,7 +12,7 @@ use gatehouse_emulators::{
 };
 use gatehouse_router::engine::Router;
 use gatehouse_router::eval::RulesOnlyJudge;
-use gatehouse_router::intake::{GithubIntake, ListenerConfig, WebhookSecrets};
+use gatehouse_router::intake::{Intake, ListenerConfig, WebhookSecrets};
 use gatehouse_router::policy::Policy;
 use gatehouse_router::store::{DeliveryLog, Durability, Store};
 use serde_json::Value;
@@ -42,7 +42,7 @@ rule_sets = ["github-repo"]
 struct World {
     _dir: tempfile::TempDir,
     state: std::path::PathBuf,
-    _intake: GithubIntake,
+    _intake: Intake,
     github: GithubHandle,
 }
 
@@ -51,7 +51,7 @@ fn world() -> World {
     let state = dir.path().join("router.db");
     let store = Store::open(&state, Durability::Normal).unwrap();
     let router = Router::new(store, policy(), RulesOnlyJudge, 1).unwrap();
-    let intake = GithubIntake::start(
+    let intake = Intake::start(
         router,
         &state,
         Durability::Normal,

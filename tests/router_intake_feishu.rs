@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use gatehouse_emulators::{EventFaults, FeishuEmulator, FeishuHandle, FeishuOptions};
 use gatehouse_router::engine::Router;
 use gatehouse_router::eval::RulesOnlyJudge;
-use gatehouse_router::intake::{FeishuKeys, GithubIntake, ListenerConfig};
+use gatehouse_router::intake::{FeishuKeys, Intake, ListenerConfig};
 use gatehouse_router::policy::Policy;
 use gatehouse_router::store::{DeliveryLog, Durability, Store};
 use serde_json::Value;
@@ -41,7 +41,7 @@ repo = "acme/widgets"
 struct World {
     _dir: tempfile::TempDir,
     state: std::path::PathBuf,
-    _intake: GithubIntake,
+    _intake: Intake,
     feishu: FeishuHandle,
 }
 
@@ -52,7 +52,7 @@ fn world() -> World {
     let policy = Policy::from_toml("policy.toml", POLICY).unwrap();
     let router = Router::new(store, policy, RulesOnlyJudge, 1).unwrap();
     let keys = FeishuKeys::new(APP, Some(KEY.as_bytes()), Some(TOKEN.as_bytes())).unwrap();
-    let intake = GithubIntake::start(
+    let intake = Intake::start(
         router,
         &state,
         Durability::Normal,

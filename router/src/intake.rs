@@ -90,17 +90,17 @@ pub enum IntakeError {
 /// (deliveries stored by another process, or left by an earlier run).
 const POLL: Duration = Duration::from_millis(500);
 
-/// A running intake (GitHub webhooks or Feishu events, by its [`Verifier`]); [`GithubIntake::stop`] or dropping it stops it.
-pub struct GithubIntake {
+/// A running intake (GitHub webhooks or Feishu events, by its [`Verifier`]); [`Intake::stop`] or dropping it stops it.
+pub struct Intake {
     addr: SocketAddr,
     stop: watch::Sender<bool>,
     server: Option<std::thread::JoinHandle<()>>,
     processor: Option<std::thread::JoinHandle<()>>,
 }
 
-impl std::fmt::Debug for GithubIntake {
+impl std::fmt::Debug for Intake {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GithubIntake")
+        f.debug_struct("Intake")
             .field("addr", &self.addr)
             .finish_non_exhaustive()
     }
@@ -113,7 +113,7 @@ pub fn wall_clock_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-impl GithubIntake {
+impl Intake {
     /// Binds `listen`, processes what earlier runs left pending, then serves.
     /// `state` is the database `router`'s store was opened on.
     pub fn start<J: Judge + Send + 'static>(
@@ -179,7 +179,7 @@ impl GithubIntake {
     }
 }
 
-impl Drop for GithubIntake {
+impl Drop for Intake {
     fn drop(&mut self) {
         self.stop();
     }

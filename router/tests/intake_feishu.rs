@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use gatehouse_router::engine::Router;
 use gatehouse_router::eval::RulesOnlyJudge;
 use gatehouse_router::intake::feishu::{encrypt, signature};
-use gatehouse_router::intake::{wall_clock_ms, FeishuKeys, GithubIntake, ListenerConfig};
+use gatehouse_router::intake::{wall_clock_ms, FeishuKeys, Intake, ListenerConfig};
 use gatehouse_router::policy::Policy;
 use gatehouse_router::store::{DeliveryLog, Durability, Store};
 use serde_json::{json, Value};
@@ -44,7 +44,7 @@ repo = "acme/widgets"
 struct Running {
     _dir: tempfile::TempDir,
     state: std::path::PathBuf,
-    intake: GithubIntake,
+    intake: Intake,
 }
 
 fn start() -> Running {
@@ -58,7 +58,7 @@ fn start() -> Running {
         max_body: MAX_BODY,
         ..ListenerConfig::default()
     };
-    let intake = GithubIntake::start(
+    let intake = Intake::start(
         router,
         &state,
         Durability::Normal,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use gatehouse_router::engine::Router;
 use gatehouse_router::eval::RulesOnlyJudge;
 use gatehouse_router::intake::signature::sign;
-use gatehouse_router::intake::{GithubIntake, ListenerConfig, WebhookSecrets};
+use gatehouse_router::intake::{Intake, ListenerConfig, WebhookSecrets};
 use gatehouse_router::policy::Policy;
 use gatehouse_router::store::{DeliveryLog, Durability, Store};
 use serde_json::json;
@@ -36,7 +36,7 @@ rule_sets = ["github-repo"]
 struct Running {
     _dir: tempfile::TempDir,
     state: std::path::PathBuf,
-    intake: GithubIntake,
+    intake: Intake,
 }
 
 fn start() -> Running {
@@ -50,7 +50,7 @@ fn start() -> Running {
         max_body: MAX_BODY,
         ..ListenerConfig::default()
     };
-    let intake = GithubIntake::start(
+    let intake = Intake::start(
         router,
         &state,
         Durability::Normal,

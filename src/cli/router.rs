@@ -11,7 +11,7 @@ use gatehouse_router::engine::Router;
 use gatehouse_router::eval::RulesOnlyJudge;
 use gatehouse_router::id::{ThreadId, TicketId};
 use gatehouse_router::intake::{
-    wall_clock_ms, FeishuKeys, GithubIntake, ListenerConfig, Verifier, WebhookSecrets,
+    wall_clock_ms, FeishuKeys, Intake, ListenerConfig, Verifier, WebhookSecrets,
 };
 use gatehouse_router::policy::Policy;
 use gatehouse_router::replay::{first_at, replay};
@@ -336,12 +336,12 @@ fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
     };
     let durability = sync.durability();
     let mut intake = if store_only {
-        GithubIntake::store_only(&state, durability, secrets, listen, config)?
+        Intake::store_only(&state, durability, secrets, listen, config)?
     } else {
         let store = Store::open(&state, durability)
             .with_context(|| format!("cannot open the state {}", state.display()))?;
         let router = Router::new(store, policy, RulesOnlyJudge, wall_clock_ms())?;
-        GithubIntake::start(router, &state, durability, secrets, listen, config)?
+        Intake::start(router, &state, durability, secrets, listen, config)?
     };
     println!(
         "{}",

@@ -283,6 +283,18 @@ impl<J: Judge> Router<J> {
 
     /// A worker's report on its ticket.
     pub fn on_report(&mut self, input: ReportInput, now: u64) -> Result<Decision, EngineError> {
+        self.on_report_with(input, now, |_, _| Ok(()))
+    }
+
+    /// [`Router::on_report`], and `also` in the same transaction once the
+    /// decision is recorded (the live loop records what the report causes
+    /// and its event cursor); if `also` fails, the decision is rolled back.
+    pub fn on_report_with(
+        &mut self,
+        input: ReportInput,
+        now: u64,
+        also: impl FnOnce(&mut Tx<'_>, &Decision) -> Result<(), StoreError>,
+    ) -> Result<Decision, EngineError> {
         self.store.transaction(|tx| {
             let mut ticket = tx.read().ticket(&input.ticket)?;
             let result = match &input.report.answers {
@@ -308,12 +320,25 @@ impl<J: Judge> Router<J> {
                 result,
             };
             record(tx, now, &decision)?;
+            also(tx, &decision)?;
             Ok(decision)
         })
     }
 
     /// A reply the router wants to send: checked, and if allowed, logged.
     pub fn on_reply(&mut self, attempt: ReplyAttempt, now: u64) -> Result<Decision, EngineError> {
+        self.on_reply_with(attempt, now, |_, _| Ok(()))
+    }
+
+    /// [`Router::on_reply`], and `also` in the same transaction once the
+    /// decision is recorded (the live loop queues the logged reply for
+    /// sending); if `also` fails, the decision is rolled back.
+    pub fn on_reply_with(
+        &mut self,
+        attempt: ReplyAttempt,
+        now: u64,
+        also: impl FnOnce(&mut Tx<'_>, &Decision) -> Result<(), StoreError>,
+    ) -> Result<Decision, EngineError> {
         let limits = self.policy.limits;
         self.store.transaction(|tx| {
             let ticket = tx.read().ticket(&attempt.ticket)?;
@@ -352,6 +377,7 @@ impl<J: Judge> Router<J> {
                 result,
             };
             record(tx, now, &decision)?;
+            also(tx, &decision)?;
             Ok(decision)
         })
     }
@@ -363,6 +389,19 @@ impl<J: Judge> Router<J> {
         outcome: Outcome,
         requested_by: Option<TriggerId>,
         now: u64,
+    ) -> Result<Decision, EngineError> {
+        self.on_end_with(ticket_id, outcome, requested_by, now, |_, _| Ok(()))
+    }
+
+    /// [`Router::on_end`], and `also` in the same transaction once the
+    /// decision is recorded; if `also` fails, the decision is rolled back.
+    pub fn on_end_with(
+        &mut self,
+        ticket_id: TicketId,
+        outcome: Outcome,
+        requested_by: Option<TriggerId>,
+        now: u64,
+        also: impl FnOnce(&mut Tx<'_>, &Decision) -> Result<(), StoreError>,
     ) -> Result<Decision, EngineError> {
         self.store.transaction(|tx| {
             let mut ticket = tx.read().ticket(&ticket_id)?;
@@ -395,6 +434,7 @@ impl<J: Judge> Router<J> {
                 result,
             };
             record(tx, now, &decision)?;
+            also(tx, &decision)?;
             Ok(decision)
         })
     }

@@ -92,16 +92,17 @@ const POLL: Duration = Duration::from_millis(500);
 
 /// A running intake (GitHub webhooks or Feishu events, by its [`Verifier`]); [`Intake::stop`] or dropping it stops it.
 pub struct Intake {
-    addr: SocketAddr,
+    /// Each listener's bound address, in the order given.
+    addrs: Vec<SocketAddr>,
     stop: watch::Sender<bool>,
-    server: Option<std::thread::JoinHandle<()>>,
+    servers: Vec<std::thread::JoinHandle<()>>,
     processor: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Intake {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Intake")
-            .field("addr", &self.addr)
+            .field("addrs", &self.addrs)
             .finish_non_exhaustive()
     }
 }
@@ -124,17 +125,49 @@ impl Intake {
         listen: SocketAddr,
         config: ListenerConfig,
     ) -> Result<Self, IntakeError> {
-        let (log, std_listener, addr) = open(state, durability, listen)?;
+        Self::start_many(
+            router,
+            state,
+            durability,
+            vec![(secrets.into(), listen)],
+            config,
+        )
+    }
+
+    /// One listener per (verifier, address), e.g. GitHub webhooks and
+    /// Feishu events, sharing one processor (one writer of decisions).
+    pub fn start_many<J: Judge + Send + 'static>(
+        router: Router<J>,
+        state: &Path,
+        durability: Durability,
+        listeners: Vec<(Verifier, SocketAddr)>,
+        config: ListenerConfig,
+    ) -> Result<Self, IntakeError> {
         let (wake, woken) = sync_channel(1);
         let (stop, stopped) = watch::channel(false);
-        let processor = spawn_processor(router, woken, stopped.clone())?;
-        let server = spawn_server(std_listener, log, secrets.into(), config, wake, stopped)?;
-        Ok(Self {
-            addr,
+        let mut intake = Self {
+            addrs: Vec::new(),
             stop,
-            server: Some(server),
-            processor: Some(processor),
-        })
+            servers: Vec::new(),
+            processor: None,
+        };
+        // Bound before the processor starts: a listener that cannot bind
+        // stops the start (dropping `intake` stops those already serving).
+        for (verifier, listen) in listeners {
+            let (log, std_listener, addr) = open(state, durability, listen)?;
+            let server = spawn_server(
+                std_listener,
+                log,
+                verifier,
+                config.clone(),
+                wake.clone(),
+                stopped.clone(),
+            )?;
+            intake.addrs.push(addr);
+            intake.servers.push(server);
+        }
+        intake.processor = Some(spawn_processor(router, woken, stopped)?);
+        Ok(intake)
     }
 
     /// Receives only: verifies, stores and acknowledges deliveries and
@@ -153,25 +186,32 @@ impl Intake {
         let (stop, stopped) = watch::channel(false);
         let server = spawn_server(std_listener, log, secrets.into(), config, wake, stopped)?;
         Ok(Self {
-            addr,
+            addrs: vec![addr],
             stop,
-            server: Some(server),
+            servers: vec![server],
             processor: None,
         })
     }
 
+    /// The first (or only) listener's address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.addrs
+            .first()
+            .copied()
+            .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// Every listener's address, in the order they were given.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
     }
 
     /// Stops accepting, cuts open connections, lets the processor finish
     /// the delivery it is on, and waits for both.
     pub fn stop(&mut self) {
         let _ = self.stop.send(true);
-        for thread in [self.server.take(), self.processor.take()]
-            .into_iter()
-            .flatten()
-        {
+        let servers = std::mem::take(&mut self.servers);
+        for thread in servers.into_iter().chain(self.processor.take()) {
             if thread.join().is_err() {
                 tracing::error!("an intake thread panicked");
             }

@@ -37,6 +37,7 @@
 //! sources      intake      GitHub webhooks: verified, stored, then answered; each
 //!                          stored delivery ─► engine once (signature, mention,
 //!                          github mapping, listener, process)
+//! live         the live router: router.toml; decisions ─► jobs, inbox, replies
 //! ```
 
 #![forbid(unsafe_code)]
@@ -47,6 +48,7 @@ pub mod gate;
 pub mod id;
 pub mod intake;
 pub mod json;
+pub mod live;
 pub mod policy;
 pub mod replay;
 pub mod reply;

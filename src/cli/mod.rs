@@ -3,6 +3,7 @@
 
 pub mod proxy;
 pub mod router;
+mod router_run;
 pub mod sandbox;
 pub mod supervisor;
 pub mod worker;

@@ -103,10 +103,25 @@ pub enum RouterCommand {
         #[arg(long)]
         store_only: bool,
     },
+    /// The live router: receive events, run jobs for tickets on the supervisor, send replies through the proxy
+    ///
+    /// Reads router.toml (see router/examples/router.toml). Prints
+    /// {"listening":{"github":ADDR,"feishu":ADDR}} on stdout once ready (a
+    /// source not configured is absent); stops on SIGTERM or Ctrl-C. Every
+    /// step is durable: a restart (after kill -9 too) continues where it
+    /// stopped, sending no reply twice.
+    Run {
+        /// The router's config (TOML)
+        #[arg(long)]
+        config: PathBuf,
+        /// How hard each commit waits for the disk
+        #[arg(long, value_enum, default_value_t = Sync::Normal)]
+        sync: Sync,
+    },
 }
 
 impl Sync {
-    fn durability(self) -> Durability {
+    pub(super) fn durability(self) -> Durability {
         match self {
             Sync::Normal => Durability::Normal,
             Sync::Full => Durability::Full,
@@ -214,6 +229,9 @@ impl Commands {
                 sync,
                 store_only,
             }),
+            Commands::Router {
+                command: RouterCommand::Run { config, sync },
+            } => super::router_run::run(&config, sync),
             Commands::Tickets { command } => match command {
                 TicketsCommand::List { state } => tickets_list(&state),
                 TicketsCommand::Show { id, state } => tickets_show(&id, &state),
@@ -269,7 +287,7 @@ fn run_replay(policy: &Path, state: &Path, events: &Path, sync: Sync) -> anyhow:
 
 /// Where a listener's deliveries come from, and the files of the secrets
 /// that verify them.
-enum Source {
+pub(super) enum Source {
     Github(Vec<PathBuf>),
     Feishu {
         app_id: String,
@@ -279,7 +297,7 @@ enum Source {
 }
 
 impl Source {
-    fn verifier(&self) -> anyhow::Result<Verifier> {
+    pub(super) fn verifier(&self) -> anyhow::Result<Verifier> {
         Ok(match self {
             Source::Github(files) => WebhookSecrets::from_files(files)?.into(),
             Source::Feishu {
@@ -292,7 +310,7 @@ impl Source {
         })
     }
 
-    fn name(&self) -> &'static str {
+    pub(super) fn name(&self) -> &'static str {
         match self {
             Source::Github(_) => "GitHub webhooks",
             Source::Feishu { .. } => "Feishu events",
@@ -320,13 +338,7 @@ fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
         sync,
         store_only,
     } = args;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    init_logging();
     // The policy is checked in both modes: a bad one fails at start.
     let policy = Policy::load(&policy)?;
     let secrets = source.verifier()?;
@@ -353,18 +365,31 @@ fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the signal runtime")?;
-    runtime.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("installing the SIGTERM handler")?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        anyhow::Ok(())
-    })?;
+    runtime.block_on(until_stopped())?;
     tracing::info!("shutting down");
     intake.stop();
     Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Returns on SIGTERM or Ctrl-C.
+pub(super) async fn until_stopped() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    Ok(())
 }
 
 /// Opens a state that must already exist: recall never creates an empty one.

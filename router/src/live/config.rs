@@ -1,0 +1,275 @@
+//! `router.toml`: what `gatehouse router run` reads. The file as written
+//! (every table denies unknown keys) is validated into [`RouterConfig`],
+//! with relative paths resolved against the file's directory and errors
+//! naming the file and the key.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// A mistake in the router's config.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read the router config: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    /// Not valid TOML, or an unknown or mistyped key.
+    #[error("{file}: {message}")]
+    Parse { file: String, message: String },
+    /// A key holds a value the router does not accept.
+    #[error("{file}: `{key}`: expected {expected}")]
+    Invalid {
+        file: String,
+        key: String,
+        expected: String,
+    },
+}
+
+// === The file as written ===
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    policy: PathBuf,
+    state: PathBuf,
+    jobs: JobsFile,
+    proxy: ProxyFile,
+    github: Option<GithubFile>,
+    feishu: Option<FeishuFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobsFile {
+    socket: PathBuf,
+    #[serde(default = "default_deadline")]
+    deadline_secs: u64,
+}
+
+fn default_deadline() -> u64 {
+    3600
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProxyFile {
+    ca_cert: PathBuf,
+    feishu_socket: Option<PathBuf>,
+    #[serde(default)]
+    github_sockets: BTreeMap<String, PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GithubFile {
+    listen: SocketAddr,
+    webhook_secret_files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FeishuFile {
+    listen: SocketAddr,
+    app_id: String,
+    encrypt_key_file: Option<PathBuf>,
+    verification_token_file: Option<PathBuf>,
+}
+
+// === The runtime config ===
+
+/// The router's live config, validated, every path absolute or relative to
+/// the working directory as the file's directory made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouterConfig {
+    /// The policy in force.
+    pub policy: PathBuf,
+    /// The router's SQLite store.
+    pub state: PathBuf,
+    pub jobs: JobsConfig,
+    pub proxy: ProxyConfig,
+    pub github: Option<GithubConfig>,
+    pub feishu: Option<FeishuConfig>,
+}
+
+/// The supervisor's job API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobsConfig {
+    pub socket: PathBuf,
+    /// Each job's deadline.
+    pub deadline_secs: u64,
+}
+
+/// The router's own proxy identities (sockets; no credential).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// The gatehouse CA the proxy mints its leaves from: the only root the
+    /// router's HTTPS client trusts.
+    pub ca_cert: PathBuf,
+    /// The identity with rule set `router-feishu`.
+    pub feishu_socket: Option<PathBuf>,
+    /// One identity per team repository (`owner/name`), rule set `router-github`.
+    pub github_sockets: BTreeMap<String, PathBuf>,
+}
+
+/// The GitHub webhook listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GithubConfig {
+    pub listen: SocketAddr,
+    pub webhook_secret_files: Vec<PathBuf>,
+}
+
+/// The Feishu event listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeishuConfig {
+    pub listen: SocketAddr,
+    pub app_id: String,
+    pub encrypt_key_file: Option<PathBuf>,
+    pub verification_token_file: Option<PathBuf>,
+}
+
+/// The longest job deadline the router asks for (a week).
+const MAX_DEADLINE_SECS: u64 = 7 * 24 * 3600;
+
+impl RouterConfig {
+    /// Reads and validates the config at `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        Self::from_toml(&file, &text, base)
+    }
+
+    /// Parses and validates config TOML; `file` names it in errors, and
+    /// relative paths are taken relative to `base`.
+    pub fn from_toml(file: &str, text: &str, base: &Path) -> Result<Self, ConfigError> {
+        let raw: File = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            file: file.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        validate(raw, file, base)
+    }
+}
+
+fn validate(raw: File, file: &str, base: &Path) -> Result<RouterConfig, ConfigError> {
+    let invalid = |key: &str, expected: &str| ConfigError::Invalid {
+        file: file.to_owned(),
+        key: key.to_owned(),
+        expected: expected.to_owned(),
+    };
+    let path = |key: &str, p: PathBuf| -> Result<PathBuf, ConfigError> {
+        if p.as_os_str().is_empty() {
+            return Err(invalid(key, "a path"));
+        }
+        Ok(base.join(p))
+    };
+    if raw.jobs.deadline_secs == 0 || raw.jobs.deadline_secs > MAX_DEADLINE_SECS {
+        return Err(invalid(
+            "jobs.deadline_secs",
+            "seconds between 1 and 604800 (a week)",
+        ));
+    }
+    let mut github_sockets = BTreeMap::new();
+    for (repo, socket) in raw.proxy.github_sockets {
+        let key = format!("proxy.github_sockets.\"{repo}\"");
+        if !is_repo(&repo) {
+            return Err(invalid(&key, "a repository written owner/name"));
+        }
+        github_sockets.insert(repo, path(&key, socket)?);
+    }
+    let github = match raw.github {
+        None => None,
+        Some(g) => {
+            if g.webhook_secret_files.is_empty() {
+                return Err(invalid(
+                    "github.webhook_secret_files",
+                    "at least one file holding a webhook secret",
+                ));
+            }
+            let files = g
+                .webhook_secret_files
+                .into_iter()
+                .map(|f| path("github.webhook_secret_files", f))
+                .collect::<Result<_, _>>()?;
+            Some(GithubConfig {
+                listen: g.listen,
+                webhook_secret_files: files,
+            })
+        }
+    };
+    let feishu = match raw.feishu {
+        None => None,
+        Some(f) => {
+            if f.encrypt_key_file.is_none() && f.verification_token_file.is_none() {
+                return Err(invalid(
+                    "feishu",
+                    "encrypt_key_file or verification_token_file (or both): events must be verified",
+                ));
+            }
+            if !f.app_id.starts_with("cli_") {
+                return Err(invalid("feishu.app_id", "a Feishu app id (cli_…)"));
+            }
+            Some(FeishuConfig {
+                listen: f.listen,
+                app_id: f.app_id,
+                encrypt_key_file: f
+                    .encrypt_key_file
+                    .map(|p| path("feishu.encrypt_key_file", p))
+                    .transpose()?,
+                verification_token_file: f
+                    .verification_token_file
+                    .map(|p| path("feishu.verification_token_file", p))
+                    .transpose()?,
+            })
+        }
+    };
+    if let (Some(g), Some(f)) = (&github, &feishu) {
+        if g.listen == f.listen && g.listen.port() != 0 {
+            return Err(invalid(
+                "feishu.listen",
+                "an address other than github.listen (one source per listener)",
+            ));
+        }
+    }
+    Ok(RouterConfig {
+        policy: path("policy", raw.policy)?,
+        state: path("state", raw.state)?,
+        jobs: JobsConfig {
+            socket: path("jobs.socket", raw.jobs.socket)?,
+            deadline_secs: raw.jobs.deadline_secs,
+        },
+        proxy: ProxyConfig {
+            ca_cert: path("proxy.ca_cert", raw.proxy.ca_cert)?,
+            feishu_socket: raw
+                .proxy
+                .feishu_socket
+                .map(|p| path("proxy.feishu_socket", p))
+                .transpose()?,
+            github_sockets,
+        },
+        github,
+        feishu,
+    })
+}
+
+/// `owner/name`, each part non-empty and of GitHub's characters.
+fn is_repo(s: &str) -> bool {
+    let ok = |p: &str| {
+        !p.is_empty()
+            && p != "."
+            && p != ".."
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    matches!(s.split_once('/'), Some((o, n)) if ok(o) && ok(n))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,119 @@
+use super::*;
+
+const MINIMAL: &str = r#"
+policy = "policy.toml"
+state = "state/router.db"
+[jobs]
+socket = "/run/jobs.sock"
+[proxy]
+ca_cert = "ca.pem"
+"#;
+
+fn load(text: &str) -> Result<RouterConfig, ConfigError> {
+    RouterConfig::from_toml("router.toml", text, Path::new("/etc/gh"))
+}
+
+#[test]
+fn the_shipped_example_loads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/router.toml");
+    let c = RouterConfig::load(&path).unwrap();
+    assert_eq!(c.policy, Path::new("/etc/gatehouse/policy.toml"));
+    assert_eq!(c.jobs.deadline_secs, 3600);
+    assert_eq!(
+        c.proxy.github_sockets["acme/widgets"],
+        Path::new("/run/gatehouse/router-proxy/gh-1.sock")
+    );
+    assert!(c.proxy.feishu_socket.is_some());
+    let g = c.github.unwrap();
+    assert_eq!(g.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(g.webhook_secret_files.len(), 1);
+    let f = c.feishu.unwrap();
+    assert_eq!(f.app_id, "cli_x");
+    assert!(f.encrypt_key_file.is_some() && f.verification_token_file.is_some());
+}
+
+#[test]
+fn relative_paths_are_taken_from_the_files_directory() {
+    let c = load(MINIMAL).unwrap();
+    assert_eq!(c.policy, Path::new("/etc/gh/policy.toml"));
+    assert_eq!(c.state, Path::new("/etc/gh/state/router.db"));
+    assert_eq!(c.proxy.ca_cert, Path::new("/etc/gh/ca.pem"));
+    // Absolute paths stay as written.
+    assert_eq!(c.jobs.socket, Path::new("/run/jobs.sock"));
+    assert_eq!(c.jobs.deadline_secs, 3600, "the default deadline");
+    assert!(c.github.is_none() && c.feishu.is_none());
+    assert!(c.proxy.github_sockets.is_empty());
+}
+
+#[test]
+fn mistakes_are_refused_naming_the_file_and_key() {
+    let cases: &[(&str, &str)] = &[
+        // Unknown keys, at every level.
+        ("colour = \"red\"\n", "unknown field `colour`"),
+        ("[jobs.extra]\n", "unknown field `extra`"),
+        (
+            "[github]\nlisten = \"127.0.0.1:1\"\nwebhook_secret_files = [\"s\"]\nsecret = \"x\"\n",
+            "unknown field `secret`",
+        ),
+        (
+            "[feishu]\nlisten = \"127.0.0.1:1\"\napp_id = \"cli_x\"\napp_secret_file = \"s\"\n",
+            "unknown field `app_secret_file`",
+        ),
+        (
+            "[github]\nlisten = \"127.0.0.1:1\"\nwebhook_secret_files = []\n",
+            "`github.webhook_secret_files`",
+        ),
+        (
+            "[github]\nlisten = \"not an address\"\nwebhook_secret_files = [\"s\"]\n",
+            "listen",
+        ),
+        (
+            "[feishu]\nlisten = \"127.0.0.1:1\"\napp_id = \"cli_x\"\n",
+            "`feishu`: expected encrypt_key_file or verification_token_file",
+        ),
+        (
+            "[feishu]\nlisten = \"127.0.0.1:1\"\napp_id = \"x\"\nencrypt_key_file = \"k\"\n",
+            "`feishu.app_id`",
+        ),
+        (
+            "[proxy.github_sockets]\n\"widgets\" = \"s.sock\"\n",
+            "`proxy.github_sockets.\"widgets\"`",
+        ),
+        (
+            "[github]\nlisten = \"127.0.0.1:9\"\nwebhook_secret_files = [\"s\"]\n[feishu]\nlisten = \"127.0.0.1:9\"\napp_id = \"cli_x\"\nencrypt_key_file = \"k\"\n",
+            "`feishu.listen`",
+        ),
+    ];
+    for (extra, expected) in cases {
+        // Tables after the minimal file's own would merge into it; put the
+        // extra text where TOML reads it as intended.
+        let text = if extra.starts_with('[') {
+            format!("{MINIMAL}{extra}")
+        } else {
+            format!("{extra}{MINIMAL}")
+        };
+        let err = load(&text).unwrap_err().to_string();
+        assert!(err.starts_with("router.toml: "), "{extra:?}: {err}");
+        assert!(err.contains(expected), "{extra:?}: {err}");
+    }
+    let zero = MINIMAL.replace("socket = \"/run/jobs.sock\"", "socket = \"/run/jobs.sock\"\ndeadline_secs = 0");
+    assert!(load(&zero)
+        .unwrap_err()
+        .to_string()
+        .contains("`jobs.deadline_secs`"));
+    for missing in ["policy", "state"] {
+        let text: String = MINIMAL
+            .lines()
+            .filter(|l| !l.starts_with(missing))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let err = load(&text).unwrap_err().to_string();
+        assert!(err.contains(&format!("missing field `{missing}`")), "{err}");
+    }
+}
+
+#[test]
+fn an_unreadable_file_is_named() {
+    let err = RouterConfig::load(Path::new("/nonexistent/router.toml")).unwrap_err();
+    assert!(err.to_string().starts_with("/nonexistent/router.toml: cannot read"), "{err}");
+}

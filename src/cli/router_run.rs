@@ -1,0 +1,83 @@
+//! `gatehouse router run`: the live router's process. It wires what the
+//! router crate provides: the intake listeners (one processor deciding
+//! their deliveries) and the live loop (jobs, inbox, events, replies).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use gatehouse_router::engine::Router;
+use gatehouse_router::eval::RulesOnlyJudge;
+use gatehouse_router::intake::{wall_clock_ms, Intake, ListenerConfig};
+use gatehouse_router::live::{LiveLoop, RouterConfig};
+use gatehouse_router::policy::Policy;
+use gatehouse_router::store::Store;
+
+use super::router::{init_logging, until_stopped, Source, Sync};
+
+pub(super) fn run(config_path: &Path, sync: Sync) -> anyhow::Result<ExitCode> {
+    init_logging();
+    let config = RouterConfig::load(config_path)?;
+    let policy = Policy::load(&config.policy)?;
+    let mut listeners = Vec::new();
+    let mut names = Vec::new();
+    if let Some(g) = &config.github {
+        let source = Source::Github(g.webhook_secret_files.clone());
+        listeners.push((
+            source
+                .verifier()
+                .context("[github] webhook_secret_files")?,
+            g.listen,
+        ));
+        names.push(("github", source.name()));
+    }
+    if let Some(f) = &config.feishu {
+        let source = Source::Feishu {
+            app_id: f.app_id.clone(),
+            encrypt_key_file: f.encrypt_key_file.clone(),
+            token_file: f.verification_token_file.clone(),
+        };
+        listeners.push((source.verifier().context("[feishu]")?, f.listen));
+        names.push(("feishu", source.name()));
+    }
+    let durability = sync.durability();
+    let open_store = || {
+        Store::open(&config.state, durability)
+            .with_context(|| format!("cannot open the state {}", config.state.display()))
+    };
+    // Two connections, two writers: the intake's processor decides
+    // deliveries, the loop acts on what is decided. The store is built for
+    // that (ids and caches follow the other connection's commits).
+    let now = wall_clock_ms();
+    let intake_router = Router::new(open_store()?, policy.clone(), RulesOnlyJudge, now)?;
+    let loop_router = Router::new(open_store()?, policy, RulesOnlyJudge, now)?;
+    let mut live = LiveLoop::start(loop_router, &config)?;
+    let mut intake = Intake::start_many(
+        intake_router,
+        &config.state,
+        durability,
+        listeners,
+        ListenerConfig::default(),
+    )?;
+    let listening: serde_json::Map<String, serde_json::Value> = names
+        .iter()
+        .zip(intake.addrs())
+        .map(|((key, _), addr)| ((*key).to_owned(), addr.to_string().into()))
+        .collect();
+    println!("{}", serde_json::json!({ "listening": listening }));
+    std::io::stdout().flush()?;
+    for ((_, name), addr) in names.iter().zip(intake.addrs()) {
+        tracing::info!(%addr, source = name, "gatehouse router listening");
+    }
+    tracing::info!("gatehouse router running");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the signal runtime")?;
+    runtime.block_on(until_stopped())?;
+    tracing::info!("shutting down");
+    intake.stop();
+    live.stop();
+    Ok(ExitCode::SUCCESS)
+}

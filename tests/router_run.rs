@@ -55,7 +55,12 @@ fn start(dir: &Path) -> (Child, Value) {
         .unwrap();
     let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
         let mut err = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
         panic!("{line:?}: {e}; stderr: {err}")
     });
     (child, ready)
@@ -102,8 +107,16 @@ fn sigterm(child: &mut Child) -> std::process::ExitStatus {
 fn both_listeners_decide_and_sigterm_stops_cleanly() {
     let dir = setup(LISTENERS);
     let (mut child, ready) = start(dir.path());
-    let github: SocketAddr = ready["listening"]["github"].as_str().unwrap().parse().unwrap();
-    let feishu: SocketAddr = ready["listening"]["feishu"].as_str().unwrap().parse().unwrap();
+    let github: SocketAddr = ready["listening"]["github"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let feishu: SocketAddr = ready["listening"]["feishu"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_ne!(github, feishu);
 
     let comment = json!({"action": "created",
@@ -118,10 +131,13 @@ fn both_listeners_decide_and_sigterm_stops_cleanly() {
     );
     assert_eq!(post(github, "/webhook", &headers, comment.as_bytes()), 200);
     // A badly signed delivery is refused: the control for the one above.
-    let forged = headers.replace("d-1", "d-2").replace("sha256=", "sha256=00");
+    let forged = headers
+        .replace("d-1", "d-2")
+        .replace("sha256=", "sha256=00");
     assert_eq!(post(github, "/webhook", &forged, comment.as_bytes()), 401);
     // The GitHub listener does not take Feishu's events, nor the other way.
-    let challenge = json!({"type": "url_verification", "challenge": "c-1", "token": "tok-123"}).to_string();
+    let challenge =
+        json!({"type": "url_verification", "challenge": "c-1", "token": "tok-123"}).to_string();
     assert_eq!(post(feishu, "/events", "", challenge.as_bytes()), 200);
     let status = post(github, "/events", "", challenge.as_bytes());
     assert!((400..500).contains(&status), "{status}");

@@ -25,9 +25,7 @@ pub(super) fn run(config_path: &Path, sync: Sync) -> anyhow::Result<ExitCode> {
     if let Some(g) = &config.github {
         let source = Source::Github(g.webhook_secret_files.clone());
         listeners.push((
-            source
-                .verifier()
-                .context("[github] webhook_secret_files")?,
+            source.verifier().context("[github] webhook_secret_files")?,
             g.listen,
         ));
         names.push(("github", source.name()));

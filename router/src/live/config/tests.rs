@@ -96,7 +96,10 @@ fn mistakes_are_refused_naming_the_file_and_key() {
         assert!(err.starts_with("router.toml: "), "{extra:?}: {err}");
         assert!(err.contains(expected), "{extra:?}: {err}");
     }
-    let zero = MINIMAL.replace("socket = \"/run/jobs.sock\"", "socket = \"/run/jobs.sock\"\ndeadline_secs = 0");
+    let zero = MINIMAL.replace(
+        "socket = \"/run/jobs.sock\"",
+        "socket = \"/run/jobs.sock\"\ndeadline_secs = 0",
+    );
     assert!(load(&zero)
         .unwrap_err()
         .to_string()
@@ -115,5 +118,9 @@ fn mistakes_are_refused_naming_the_file_and_key() {
 #[test]
 fn an_unreadable_file_is_named() {
     let err = RouterConfig::load(Path::new("/nonexistent/router.toml")).unwrap_err();
-    assert!(err.to_string().starts_with("/nonexistent/router.toml: cannot read"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("/nonexistent/router.toml: cannot read"),
+        "{err}"
+    );
 }

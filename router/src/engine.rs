@@ -128,8 +128,11 @@ pub enum Decision {
         #[serde(flatten)]
         result: Checked<Refusal, NoteAccepted>,
     },
+    /// A policy came into force; `previous` is the one it replaced.
     Policy {
         version: PolicyVersion,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        previous: Option<PolicyVersion>,
     },
 }
 
@@ -190,9 +193,18 @@ pub struct Router<J: Judge> {
 }
 
 impl<J: Judge> Router<J> {
-    /// A router over `store`, recording `policy` as current at `now`.
+    /// A router over `store`, with `policy` in force from `now`.
+    ///
+    /// The rule for which policy is in force: the one the router is started
+    /// (or [`Router::set_policy`]) with, never an older one the store
+    /// remembers. When it differs from the last recorded version (or none is
+    /// recorded), the change is written as a `policy` decision naming the
+    /// version it replaced; a restart on the same policy records nothing.
     pub fn new(mut store: Store, policy: Policy, judge: J, now: u64) -> Result<Self, EngineError> {
-        record_policy(&mut store, &policy, now)?;
+        let previous = store.read().current_policy_version()?;
+        if previous.as_ref() != Some(policy.version()) {
+            record_policy(&mut store, &policy, previous, now)?;
+        }
         Ok(Self {
             store,
             policy,
@@ -210,14 +222,8 @@ impl<J: Judge> Router<J> {
 
     /// Replaces the policy; later decisions and revalidations use it.
     pub fn set_policy(&mut self, policy: Policy, now: u64) -> Result<Decision, EngineError> {
-        let decision = Decision::Policy {
-            version: policy.version().clone(),
-        };
-        let body = json::encode("policy", &policy).map_err(StoreError::from)?;
-        self.store.transaction(|tx| {
-            tx.insert_policy(policy.version(), now, &body)?;
-            record(tx, now, &decision).map_err(EngineError::from)
-        })?;
+        let previous = Some(self.policy.version().clone());
+        let decision = record_policy(&mut self.store, &policy, previous, now)?;
         self.policy = policy;
         Ok(decision)
     }
@@ -505,8 +511,10 @@ fn apply_ticket_action(
             let mut t = tx.read().ticket(&ticket)?;
             t.state = TicketState::Open;
             t.outcome = None;
-            // Reports from before the end say nothing about the new work.
+            // Reports from before the end say nothing about the new work,
+            // and authorise no reply about it.
             t.latest_report = None;
+            tx.clear_reports(&ticket)?;
             t.mandate = mandate.clone();
             t.updated_at = now;
             tx.update_ticket(&t)?;
@@ -531,11 +539,21 @@ fn record(tx: &mut Tx<'_>, now: u64, decision: &Decision) -> Result<(), StoreErr
     tx.insert_decision(now, &body)
 }
 
-fn record_policy(store: &mut Store, policy: &Policy, now: u64) -> Result<(), EngineError> {
+fn record_policy(
+    store: &mut Store,
+    policy: &Policy,
+    previous: Option<PolicyVersion>,
+    now: u64,
+) -> Result<Decision, EngineError> {
+    let decision = Decision::Policy {
+        version: policy.version().clone(),
+        previous,
+    };
     let body = json::encode("policy", policy).map_err(StoreError::from)?;
     store.transaction(|tx| {
-        tx.insert_policy(policy.version(), now, &body)
-            .map_err(EngineError::from)
+        tx.insert_policy(policy.version(), now, &body)?;
+        record(tx, now, &decision)?;
+        Ok(decision)
     })
 }
 

@@ -12,13 +12,14 @@
 //! | anyone, in a chat/repo not allowed    | —                 | Ignore(place)      |
 //! | a listed bot                          | any               | Candidate          |
 //! | an unlisted bot                       | any               | Ignore(unlisted)   |
+//! | a person of another team (own_team)   | —                 | Ignore(other_team) |
 //! | an allowlisted person                 | yes               | Explicit           |
 //! | an allowlisted person                 | no                | Candidate          |
 //! | anyone else                           | any               | Ignore(unlisted)   |
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{Policy, Scope};
+use crate::policy::{Policy, Scope, TeamScoping};
 use crate::trigger::{AddressKind, ChatKind, Source, TriggerInput};
 
 /// How an allowlisted person addressed the bot.
@@ -65,6 +66,9 @@ pub enum IgnoreReason {
     UnlistedBot,
     /// A person who is not on the allowlist.
     NotAllowlisted,
+    /// An allowlisted person of another team, on this team's repository or
+    /// chat, under `team_scoping = "own_team"`.
+    OtherTeam,
 }
 
 /// The gate's verdict.
@@ -125,6 +129,11 @@ pub fn gate(trigger: &TriggerInput, policy: &Policy) -> Admission {
     let Some(person) = policy.person(source, &trigger.sender) else {
         return ignore(IgnoreReason::NotAllowlisted);
     };
+    if policy.team_scoping == TeamScoping::OwnTeam
+        && place_team(trigger, policy).is_some_and(|team| team != person.team)
+    {
+        return ignore(IgnoreReason::OtherTeam);
+    }
     match addressed_via(trigger, policy) {
         Some(via) => Admission::Explicit {
             requester: person.name.clone(),
@@ -155,6 +164,21 @@ fn place_allowed(trigger: &TriggerInput, policy: &Policy) -> Result<(), IgnoreRe
             Some(chat) if policy.chats.contains_key(&chat.id) => Ok(()),
             Some(_) => Err(IgnoreReason::ChatNotAllowed),
         },
+    }
+}
+
+/// The team that owns the place of the trigger: the repository's, or the
+/// group chat's. A direct message belongs to no team's place.
+fn place_team<'p>(trigger: &TriggerInput, policy: &'p Policy) -> Option<&'p str> {
+    match trigger.source {
+        Source::Github => policy.repo_team(trigger.repo.as_deref()?).map(|(t, _)| t),
+        Source::Feishu => {
+            let chat = trigger.chat.as_ref()?;
+            if chat.kind == ChatKind::Direct {
+                return None;
+            }
+            policy.chats.get(&chat.id).map(|c| c.team.as_str())
+        }
     }
 }
 

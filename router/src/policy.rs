@@ -223,8 +223,25 @@ pub struct Policy {
     pub teams: BTreeMap<String, Team>,
     pub chats: BTreeMap<String, ChatScope>,
     pub direct_messages: bool,
+    pub team_scoping: TeamScoping,
     pub rules: Vec<Rule>,
     pub limits: Limits,
+}
+
+/// Whose messages count on a team's repository or group chat.
+///
+/// The safe default is the team's own people: an allowlisted person of
+/// another team who mentions the bot on this team's repository is ignored
+/// (`other_team`), as is their comment there for the team's rules. A direct
+/// message is always scoped to the sender's own team.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TeamScoping {
+    /// Only people of the team that owns the repository or chat.
+    #[default]
+    OwnTeam,
+    /// Any allowlisted person, on any team's repository or chat.
+    AnyTeam,
 }
 
 /// The resolved scope of work: which team, repository, sandbox profile and

@@ -3,7 +3,7 @@
 //!
 //! | purpose     | allowed when                                                              |
 //! |-------------|---------------------------------------------------------------------------|
-//! | `ack`       | the target is an admitted person's message on the thread, not acked before |
+//! | `ack`       | the ticket is live, the target an admitted person's message on its thread, not acked before |
 //! | `answer`    | the target is a person's message a worker report answers, not answered before |
 //! | `result`    | the latest report is `ready`, or the ticket ended completed/merged/dropped |
 //! | `attention` | the text is, word for word, the `question` of the latest report           |
@@ -96,7 +96,7 @@ pub enum Refusal {
     /// `attention` whose text is not the worker's open question.
     #[error("the text is not, word for word, the question of the ticket's latest report")]
     NotAttention,
-    /// Notes go to live tickets only.
+    /// Acks and notes go to live tickets only.
     #[error("the ticket has ended")]
     TicketEnded,
 }
@@ -116,6 +116,10 @@ pub fn check_reply(
     let from_person = target.admission.human().is_some();
     match attempt.purpose {
         Purpose::Ack => {
+            // "On it" about a ticket that will do nothing is a false promise.
+            if !ticket.is_live() {
+                return Err(Refusal::TicketEnded);
+            }
             if !from_person {
                 return Err(Refusal::NotHumanMessage);
             }

@@ -593,3 +593,112 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_ended_ticket_is_never_acked() {
+    let mut r = router();
+    let ticket = opened(&r.on_trigger(ask("fix it"), 10).unwrap());
+    assert!(is_allowed(
+        &r.on_end(ticket.clone(), Outcome::Dropped, None, 11)
+            .unwrap()
+    ));
+    let ack = r
+        .on_reply(reply(&ticket, Purpose::Ack, None, "On it."), 12)
+        .unwrap();
+    assert_eq!(refusal_of(&ack), "ticket_ended");
+    // Positive control: the same ack on a live ticket goes out.
+    let mut live = ask("fix the other thing");
+    live.thread = "gh:acme/widgets#8".into();
+    live.message_id = "ic_8".into();
+    let ticket = opened(&r.on_trigger(live, 13).unwrap());
+    assert!(is_allowed(
+        &r.on_reply(reply(&ticket, Purpose::Ack, None, "On it."), 14)
+            .unwrap()
+    ));
+}
+
+#[test]
+fn reports_from_before_a_resume_authorise_no_answer() {
+    let mut r = router();
+    let ticket = opened(&r.on_trigger(ask("fix it"), 10).unwrap());
+    let question = trig(
+        &r.on_trigger(with_text(chat(), "which version do you target?"), 11)
+            .unwrap(),
+    )
+    .trigger
+    .clone();
+    let mut rep = report(&ticket, ReportState::Ready);
+    rep.report.answers = Some(question.as_str().parse().unwrap());
+    assert!(is_allowed(&r.on_report(rep, 12).unwrap()));
+    assert!(is_allowed(
+        &r.on_end(ticket.clone(), Outcome::Completed, None, 13)
+            .unwrap()
+    ));
+    // A person writes again: the ticket resumes, and the old report is cleared.
+    let d = r
+        .on_trigger(with_text(chat(), "one more thing"), 20)
+        .unwrap();
+    assert!(
+        matches!(&trig(&d).ticket, TicketOutcome::Resumed { .. }),
+        "{d:?}"
+    );
+    let stale = r
+        .on_reply(
+            reply(&ticket, Purpose::Answer, Some(&question), "Rust 1.85."),
+            21,
+        )
+        .unwrap();
+    assert_eq!(refusal_of(&stale), "not_answered");
+    // A report after the resume that names it again authorises the answer.
+    let mut rep = report(&ticket, ReportState::Working);
+    rep.report.answers = Some(question.as_str().parse().unwrap());
+    assert!(is_allowed(&r.on_report(rep, 22).unwrap()));
+    assert!(is_allowed(
+        &r.on_reply(
+            reply(&ticket, Purpose::Answer, Some(&question), "Rust 1.85."),
+            23
+        )
+        .unwrap()
+    ));
+}
+
+#[test]
+fn the_policy_in_force_is_the_one_started_with_and_each_change_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let open = || Store::open(&path, crate::store::Durability::Normal).unwrap();
+    let policies = |r: &R| -> Vec<serde_json::Value> {
+        r.store()
+            .read()
+            .decisions()
+            .unwrap()
+            .iter()
+            .map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap())
+            .filter(|d| d["type"] == "policy")
+            .collect()
+    };
+    let first = base();
+    let r = Router::new(open(), first.clone(), RulesOnlyJudge, 1).unwrap();
+    let log = policies(&r);
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0]["version"], first.version().to_string());
+    assert!(log[0].get("previous").is_none());
+    drop(r);
+    // A restart on the same policy records nothing new.
+    let r = Router::new(open(), first.clone(), RulesOnlyJudge, 2).unwrap();
+    assert_eq!(policies(&r).len(), 1);
+    drop(r);
+    // A restart on another policy: that one is in force, and the change is recorded.
+    let without_bob = crate::policy::tests::BASE.replace("name = \"bob\"", "name = \"robert\"");
+    let second = Policy::from_toml("p", &without_bob).unwrap();
+    let r = Router::new(open(), second.clone(), RulesOnlyJudge, 3).unwrap();
+    assert_eq!(r.policy().version(), second.version());
+    let log = policies(&r);
+    assert_eq!(log.len(), 2);
+    assert_eq!(log[1]["version"], second.version().to_string());
+    assert_eq!(log[1]["previous"], first.version().to_string());
+    assert_eq!(
+        r.store().read().current_policy_version().unwrap().as_ref(),
+        Some(second.version())
+    );
+}

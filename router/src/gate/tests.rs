@@ -353,3 +353,117 @@ proptest! {
         prop_assert_eq!(gate(&with_text(t, &other), &p), before);
     }
 }
+
+/// Two teams: `olga` is allowlisted in `ops`, whose repository and chat
+/// are its own; `alice` is in `core`.
+fn two_teams(scoping: &str) -> Policy {
+    const OPS: &str = r#"
+[[people]]
+name = "olga"
+team = "ops"
+github = { login = "olga", id = 303 }
+feishu = "ou_olga"
+
+[teams.ops]
+default_repo = "acme/ops"
+[teams.ops.repos."acme/ops"]
+sandbox_profile = "default"
+
+[[chats]]
+id = "oc_ops"
+team = "ops"
+repo = "acme/ops"
+"#;
+    // `team_scoping` is a top-level key: it goes before any table.
+    Policy::from_toml("policy.toml", &format!("{scoping}\n{BASE}{OPS}")).unwrap()
+}
+
+#[test]
+fn team_scoping_own_team_by_default_any_team_when_chosen() {
+    use IgnoreReason::OtherTeam;
+    let olga = || gh_user("olga", 303);
+    let on_repo = |repo: &str| {
+        let mut t = addressed(
+            gh(olga(), TriggerKind::IssueComment),
+            mention("gatehouse-bot"),
+        );
+        t.repo = Some(repo.to_owned());
+        t
+    };
+    let unaddressed_on_core = gh(olga(), TriggerKind::IssueComment);
+    let in_core_chat = addressed(
+        fs(fs_user("ou_olga"), "oc_core", ChatKind::Group),
+        mention("ou_bot"),
+    );
+    let in_ops_chat = addressed(
+        fs(fs_user("ou_olga"), "oc_ops", ChatKind::Group),
+        mention("ou_bot"),
+    );
+    let direct = fs(fs_user("ou_olga"), "p2p_olga", ChatKind::Direct);
+    let alice_on_ops = {
+        let mut t = addressed(
+            gh(alice_gh(), TriggerKind::IssueComment),
+            mention("gatehouse-bot"),
+        );
+        t.repo = Some("acme/ops".to_owned());
+        t
+    };
+    let default = two_teams("");
+    let explicit_own = two_teams("team_scoping = \"own_team\"");
+    let any = two_teams("team_scoping = \"any_team\"");
+    assert_eq!(default, explicit_own, "own_team is the default");
+    let rows: Vec<(&str, TriggerInput, Admission, Admission)> = vec![
+        (
+            "other team's repo",
+            on_repo("acme/widgets"),
+            ignore(OtherTeam),
+            explicit("olga", Via::Mention),
+        ),
+        (
+            "own repo",
+            on_repo("acme/ops"),
+            explicit("olga", Via::Mention),
+            explicit("olga", Via::Mention),
+        ),
+        (
+            "unaddressed on other team's repo",
+            unaddressed_on_core,
+            ignore(OtherTeam),
+            human("olga"),
+        ),
+        (
+            "other team's chat",
+            in_core_chat,
+            ignore(OtherTeam),
+            explicit("olga", Via::Mention),
+        ),
+        (
+            "own chat",
+            in_ops_chat,
+            explicit("olga", Via::Mention),
+            explicit("olga", Via::Mention),
+        ),
+        (
+            "direct message",
+            direct.clone(),
+            explicit("olga", Via::DirectMessage),
+            explicit("olga", Via::DirectMessage),
+        ),
+        (
+            "core person on ops repo",
+            alice_on_ops,
+            ignore(OtherTeam),
+            explicit("alice", Via::Mention),
+        ),
+    ];
+    for (name, trigger, own, any_team) in rows {
+        assert_eq!(gate(&trigger, &default), own, "own_team: {name}");
+        assert_eq!(gate(&trigger, &any), any_team, "any_team: {name}");
+    }
+    // A direct message is scoped to the sender's own team's default repository.
+    let scope = scope_for(&direct, &gate(&direct, &default), &default).unwrap();
+    assert_eq!(
+        (scope.team.as_str(), scope.repo.as_str()),
+        ("ops", "acme/ops")
+    );
+}

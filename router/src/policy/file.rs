@@ -27,6 +27,9 @@ pub struct PolicyFile {
     pub rules: Vec<RuleFile>,
     #[serde(default)]
     pub limits: LimitsFile,
+    /// Who may ask for work, or be a candidate, on a team's repository or chat.
+    #[serde(default)]
+    pub team_scoping: super::TeamScoping,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -38,6 +38,7 @@ impl PolicyFile {
             teams,
             chats,
             direct_messages: self.feishu.direct_messages,
+            team_scoping: self.team_scoping,
             rules,
             limits,
         };

@@ -200,7 +200,7 @@ impl Reader<'_> {
         let reported = self
             .conn
             .prepare_cached(
-                "SELECT EXISTS(SELECT 1 FROM reports WHERE ticket_id = ?1 AND answers = ?2)",
+                "SELECT EXISTS(SELECT 1 FROM reports WHERE ticket_id = ?1 AND answers = ?2 AND cleared = 0)",
             )?
             .query_row([ticket.as_str(), target.as_str()], |r| r.get::<_, bool>(0))?;
         Ok(ReplyHistory {

@@ -135,6 +135,13 @@ CREATE UNIQUE INDEX deliveries_by_id ON deliveries(platform, delivery_id);
 CREATE UNIQUE INDEX deliveries_by_meaning ON deliveries(platform, meaning);
 CREATE INDEX deliveries_pending ON deliveries(seq) WHERE processed_at IS NULL;
 "#,
+    // A resumed ticket's earlier reports are kept for the record but no
+    // longer authorise anything (an `answer` needs a report since the resume).
+    r#"
+ALTER TABLE reports ADD COLUMN cleared INTEGER NOT NULL DEFAULT 0;
+DROP INDEX reports_answering;
+CREATE INDEX reports_answering ON reports(ticket_id, answers) WHERE answers IS NOT NULL AND cleared = 0;
+"#,
 ];
 
 /// What every connection to the router's database sets before it is used:

@@ -188,6 +188,15 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Marks every report of `ticket` so far as cleared (a resume): they stay
+    /// on the record but authorise no reply any more.
+    pub fn clear_reports(&mut self, ticket: &TicketId) -> Result<()> {
+        self.tx
+            .prepare_cached("UPDATE reports SET cleared = 1 WHERE ticket_id = ?1")?
+            .execute([ticket.as_str()])?;
+        Ok(())
+    }
+
     /// A note to the ticket's worker, placed in its inbox after every
     /// trigger issued so far (later triggers get larger ids).
     pub fn push_note(&mut self, ticket: &TicketId, note: &str, at: u64) -> Result<()> {

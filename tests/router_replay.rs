@@ -131,14 +131,18 @@ fn ack_once_and_fresh_ids_after_a_restart() {
     std::fs::write(
         &events,
         format!(
-            "{{\"type\":\"reply\",\"at\":5,\"ticket\":\"{ticket}\",\"purpose\":\"ack\",\"in_reply_to\":\"{trigger}\",\"text\":\"On it, again.\"}}\n\
+            "{{\"type\":\"trigger\",\"at\":5,\"source\":\"github\",\"kind\":\"issue_comment\",\"thread\":\"gh:acme/widgets#412\",\"message_id\":\"ic_again\",\"repo\":\"acme/widgets\",\"sender\":{{\"id\":\"1001\",\"login\":\"alice\"}},\"text\":\"one more thing\"}}\n\
+             {{\"type\":\"reply\",\"at\":5,\"ticket\":\"{ticket}\",\"purpose\":\"ack\",\"in_reply_to\":\"{trigger}\",\"text\":\"On it, again.\"}}\n\
              {{\"type\":\"trigger\",\"at\":5,\"source\":\"github\",\"kind\":\"issue_comment\",\"thread\":\"gh:acme/widgets#9\",\"message_id\":\"z\",\"repo\":\"acme/widgets\",\"sender\":{{\"id\":\"1001\",\"login\":\"alice\"}},\"text\":\"hi\"}}\n"
         ),
     )
     .unwrap();
     let second = replay(&example("policy.toml"), &state, &events);
-    assert_eq!(second[0]["refused"]["refusal"], "already_acked");
-    let new_trigger = second[1]["trigger"].as_str().unwrap();
+    // Alice writing on the ended ticket's thread resumes it, so the ack is
+    // refused for having been sent before, not for the ticket having ended.
+    assert_eq!(second[0]["ticket"]["action"], "resumed", "{}", second[0]);
+    assert_eq!(second[1]["refused"]["refusal"], "already_acked");
+    let new_trigger = second[2]["trigger"].as_str().unwrap();
     assert!(
         new_trigger > max_trigger.as_str(),
         "{new_trigger} <= {max_trigger}"

@@ -31,8 +31,9 @@ pub use feishu::{
     FeishuApp, FeishuEmulator, FeishuError, FeishuHandle, FeishuMessage, FeishuOptions,
 };
 pub use github::{
-    user_id, webhook_signature, Comment, CommentKind, GithubEmulator, GithubError, GithubHandle,
-    GithubOptions, GithubToken, RepoSpec, WebhookDelivery, WebhookFaults, WebhookTarget, GIT_USER,
+    user_id, webhook_signature, AnswerFault, Comment, CommentKind, GithubEmulator, GithubError,
+    GithubHandle, GithubOptions, GithubToken, RepoSpec, WebhookDelivery, WebhookFaults,
+    WebhookTarget, GIT_USER,
 };
 pub use record::RecordedRequest;
 pub use server::ServeError;

@@ -17,11 +17,12 @@
 
 mod feishu_app;
 mod github_app;
+mod held;
 mod static_token;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -31,10 +32,12 @@ use http_body_util::BodyExt;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::body;
+use crate::redact::Secrets;
 use crate::server::policy::Injection;
 use crate::upstream::{UpstreamClient, Upstreams};
 use feishu_app::FeishuApp;
 use github_app::GithubApp;
+use held::HeldSecrets;
 use static_token::StaticToken;
 
 /// Refresh cached tokens this long before they expire.
@@ -94,10 +97,12 @@ pub enum CredentialSpec {
     },
 }
 
-/// A token the proxy obtained, and when to obtain a new one.
+/// A token the proxy obtained, when to obtain a new one, and when it stops
+/// working (`None`: the platform did not say).
 struct CachedToken {
     token: SecretString,
     refresh_at: Instant,
+    expires_at: Option<Instant>,
 }
 
 impl CachedToken {
@@ -189,14 +194,15 @@ impl Credentials {
             by_name,
             endpoint: TokenEndpoint {
                 client: upstreams.client(),
-                held: Mutex::new(Arc::new(held)),
+                held: HeldSecrets::permanent(held),
             },
         })
     }
 
-    /// Every secret value the proxy holds right now (for redaction).
-    pub fn held_secrets(&self) -> Arc<Vec<Vec<u8>>> {
-        self.endpoint.held_secrets()
+    /// Every secret the proxy holds right now, in every form it sends them
+    /// (for redaction); fetched tokens leave once they have expired.
+    pub fn held_secrets(&self) -> Arc<Secrets> {
+        self.endpoint.held.current(Instant::now())
     }
 
     /// The `Authorization` header value for an allowed request.
@@ -248,23 +254,15 @@ impl Credentials {
 /// record of every secret held, which each fetched token joins.
 struct TokenEndpoint {
     client: UpstreamClient,
-    /// Every secret value currently held, for redaction.
-    held: Mutex<Arc<Vec<Vec<u8>>>>,
+    /// Every secret held, for redaction.
+    held: HeldSecrets,
 }
 
 impl TokenEndpoint {
-    fn held_secrets(&self) -> Arc<Vec<Vec<u8>>> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn remember(&self, secret: &SecretString) {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let value = secret.expose_secret().as_bytes().to_vec();
-        if !held.contains(&value) {
-            let mut next = (**held).clone();
-            next.push(value);
-            *held = Arc::new(next);
-        }
+    /// Holds a fetched token (for redaction) until it has expired.
+    fn remember(&self, token: &CachedToken) {
+        self.held
+            .remember(token.token.expose_secret().as_bytes(), token.expires_at);
     }
 
     async fn post_json(
@@ -343,7 +341,12 @@ mod tests {
         let encoded =
             base64::engine::general_purpose::STANDARD.encode("x-access-token:ghp_testvalue");
         assert_eq!(basic.to_str().unwrap(), format!("Basic {encoded}"));
-        assert_eq!(*creds.held_secrets(), vec![b"ghp_testvalue".to_vec()]);
+        let held = creds.held_secrets();
+        assert!(held.holds(b"ghp_testvalue"));
+        assert!(
+            held.occur_in(basic.to_str().unwrap().as_bytes()),
+            "the git form is held too"
+        );
         assert!(!format!("{creds:?}").contains("ghp_testvalue"));
         let err = creds
             .authorization("nope", Injection::Bearer, None, &none)

@@ -7,6 +7,7 @@
 //! test can prove which credential a proxy injected; everything received is
 //! recorded.
 
+mod encoding;
 mod git;
 mod graphql;
 mod model;
@@ -24,6 +25,7 @@ use hyper::body::Incoming;
 use hyper::Request;
 use serde_json::Value;
 
+pub use encoding::AnswerFault;
 pub use model::{Comment, CommentKind};
 pub use webhooks::{signature as webhook_signature, WebhookDelivery, WebhookFaults, WebhookTarget};
 
@@ -219,6 +221,7 @@ impl GithubEmulator {
             logs_host: url_host(&options.logs_base_url),
             logs_signature: random_hex(16),
             webhooks: webhooks::Webhooks::new(options.webhooks),
+            answer_fault: Mutex::new(None),
         });
         let server = Server::start(
             options.listen,
@@ -279,6 +282,11 @@ impl GithubHandle {
     /// Forget the recorded requests.
     pub fn clear_requests(&self) {
         self.state.recorder.clear();
+    }
+
+    /// Make every REST answer misbehave so (`None`: answer properly again).
+    pub fn set_answer_fault(&self, fault: Option<AnswerFault>) {
+        *lock(&self.state.answer_fault) = fault;
     }
 
     /// Every issue and review comment, seeded or created, in creation order.
@@ -459,6 +467,8 @@ struct GithubState {
     logs_host: String,
     logs_signature: String,
     webhooks: webhooks::Webhooks,
+    /// How REST answers misbehave, if they do (tests of a proxy in front).
+    answer_fault: Mutex<Option<AnswerFault>>,
 }
 
 /// Where a request goes.
@@ -662,6 +672,16 @@ impl GithubState {
             record.path.clone(),
             record.query.clone(),
         );
+        let accept_encoding: Vec<String> = record
+            .header_all("accept-encoding")
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let token = match record.authorization().and_then(parse_authorization) {
+            Some(Credential::Token(token)) => Some(token),
+            Some(Credential::Basic { password, .. }) => Some(password),
+            None => None,
+        };
         self.recorder.push(record);
         let mut builder = Response::builder()
             .status(reply.status)
@@ -693,8 +713,22 @@ impl GithubState {
             );
             body
         };
+        let fault = *lock(&self.answer_fault);
+        let accept: Vec<&str> = accept_encoding.iter().map(String::as_str).collect();
+        let Ok(wire) = encoding::on_the_wire(body, &accept, fault, token.as_deref()) else {
+            return plain(StatusCode::INTERNAL_SERVER_ERROR, "compression failed");
+        };
+        for (name, value) in wire.headers {
+            builder = builder.header(name, value);
+        }
+        if let Some(reason) = wire
+            .reason
+            .and_then(|r| hyper::ext::ReasonPhrase::try_from(r).ok())
+        {
+            builder = builder.extension(reason);
+        }
         builder
-            .body(full_body(body))
+            .body(full_body(wire.body))
             .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "response build failed"))
     }
 

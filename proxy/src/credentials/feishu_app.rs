@@ -47,7 +47,7 @@ impl FeishuApp {
             return Ok(c.token.clone());
         }
         let fresh = self.fetch(name, endpoint).await?;
-        endpoint.remember(&fresh.token);
+        endpoint.remember(&fresh);
         let token = fresh.token.clone();
         *cached = Some(fresh);
         Ok(token)
@@ -76,9 +76,14 @@ impl FeishuApp {
             url: url.clone(),
             why: why.to_string(),
         })?;
+        // `expire` is the seconds left, counted from Feishu's answer: from
+        // now it ends no earlier. Without one the token is held for good.
+        let now = Instant::now();
+        let lifetime = Duration::from_secs(expire);
         Ok(CachedToken {
             token: SecretString::from(token.to_string()),
-            refresh_at: Instant::now() + Duration::from_secs(expire).saturating_sub(REFRESH_MARGIN),
+            refresh_at: now + lifetime.saturating_sub(REFRESH_MARGIN),
+            expires_at: (expire > 0).then(|| now + lifetime),
         })
     }
 }

@@ -68,7 +68,7 @@ impl GithubApp {
         let fresh = self
             .mint_installation_token(name, repo, permissions, endpoint)
             .await?;
-        endpoint.remember(&fresh.token);
+        endpoint.remember(&fresh);
         let token = fresh.token.clone();
         cached.insert(cache_key, fresh);
         Ok(token)
@@ -112,11 +112,14 @@ impl GithubApp {
             .and_then(|t| t.as_str())
             .ok_or_else(|| fail("no token in the answer"))?;
         // Installation tokens live one hour; `expires_at` is RFC 3339, but a
-        // conservative fixed lifetime avoids parsing dates.
+        // conservative fixed lifetime avoids parsing dates. Counted from
+        // now, after GitHub created it, the hour ends no earlier than its.
+        let now = Instant::now();
+        let lifetime = Duration::from_secs(3600);
         Ok(CachedToken {
             token: SecretString::from(token.to_string()),
-            refresh_at: Instant::now()
-                + Duration::from_secs(3600).saturating_sub(REFRESH_MARGIN * 2),
+            refresh_at: now + lifetime.saturating_sub(REFRESH_MARGIN * 2),
+            expires_at: Some(now + lifetime),
         })
     }
 }
@@ -321,6 +324,6 @@ mod tests {
         )
         .unwrap();
         // Minted tokens are redacted like any other secret.
-        assert!(creds.held_secrets().contains(&b"ghs_minted1".to_vec()));
+        assert!(creds.held_secrets().holds(b"ghs_minted1"));
     }
 }

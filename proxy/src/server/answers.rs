@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::body::{self, ProxyBody};
 use crate::receive_pack::StatusReport;
-use crate::redact::redact_all;
+use crate::redact::{redact_all, Secrets};
 
 fn json_response(status: StatusCode, value: &Value, close: bool) -> Response<ProxyBody> {
     let mut resp = Response::new(body::full(value.to_string()));
@@ -73,7 +73,7 @@ pub(super) fn audit_unavailable() -> Response<ProxyBody> {
 }
 
 /// 502, with any secret the proxy holds redacted from the reason.
-pub(super) fn upstream_failed(secrets: &[Vec<u8>], reason: &str) -> Response<ProxyBody> {
+pub(super) fn upstream_failed(secrets: &Secrets, reason: &str) -> Response<ProxyBody> {
     json_response(
         StatusCode::BAD_GATEWAY,
         &json!({"error": "gatehouse_upstream", "reason": redact_text(secrets, reason)}),
@@ -82,7 +82,7 @@ pub(super) fn upstream_failed(secrets: &[Vec<u8>], reason: &str) -> Response<Pro
 }
 
 /// `text` with every secret the proxy holds redacted.
-pub(super) fn redact_text(secrets: &[Vec<u8>], text: &str) -> String {
+pub(super) fn redact_text(secrets: &Secrets, text: &str) -> String {
     String::from_utf8_lossy(&redact_all(secrets, text.as_bytes())).into_owned()
 }
 
@@ -119,7 +119,7 @@ mod tests {
 
     #[tokio::test]
     async fn own_answers_table() {
-        let secret = b"ghs_secret".to_vec();
+        let secrets = Secrets::new([b"ghs_secret".to_vec()]);
         let tried = ["github-worker".to_string()];
         // (answer, status, connection closed, JSON error code)
         let cases = [
@@ -138,7 +138,7 @@ mod tests {
                 "gatehouse_audit_unavailable",
             ),
             (
-                upstream_failed(&[secret], "token ghs_secret refused"),
+                upstream_failed(&secrets, "token ghs_secret refused"),
                 502,
                 false,
                 "gatehouse_upstream",

@@ -31,7 +31,7 @@ use hyper::body::Incoming;
 use super::answers::{audit_unavailable, bad_request, denied, push_refused, redact_text};
 use super::answers::{refused_identity, upstream_failed};
 use super::headers::upstream_request_headers;
-use super::headers::{self, method_changing_header, strip_response_headers};
+use super::headers::{self, method_changing_header, strip_response_headers, unscannable_encoding};
 use super::inspect::{inspect_body, BodyRefusal, MESSAGE_BODY_LIMIT};
 use super::message::{created_message_id, message_record};
 use super::policy::{Grant, MessageSpec, RequestView};
@@ -100,11 +100,16 @@ impl Completion {
 
     /// Records that the answer could not be read and says so (502).
     fn unreadable(&self) -> Response<ProxyBody> {
-        self.record(502, 0, None, Some("response unreadable".into()));
-        upstream_failed(
-            &self.proxy.credentials.held_secrets(),
+        self.refuse(
+            "response unreadable",
             "the upstream answer could not be read",
         )
+    }
+
+    /// Records why the answer is not passed on and says so (502).
+    fn refuse(&self, recorded: &str, answered: &str) -> Response<ProxyBody> {
+        self.record(502, 0, None, Some(recorded.into()));
+        upstream_failed(&self.proxy.credentials.held_secrets(), answered)
     }
 }
 
@@ -346,7 +351,14 @@ async fn respond(
     response: Response<Incoming>,
 ) -> Response<ProxyBody> {
     let status = response.status();
+    if let Some(reason) = unscannable_encoding(response.headers()) {
+        return completion.refuse("response encoding cannot be scanned", &reason);
+    }
     let (mut parts, resp_body) = response.into_parts();
+    // hyper keeps a non-standard reason phrase in the extensions and its
+    // server writes it back out: it is upstream text the redaction never
+    // sees, so it goes, with anything else hyper might act on.
+    parts.extensions = http::Extensions::new();
     let declared_len = parts
         .headers
         .get(header::CONTENT_LENGTH)
@@ -440,6 +452,10 @@ async fn follow_cross_host_redirect(
     req.headers_mut().insert(
         header::USER_AGENT,
         HeaderValue::from_static("gatehouse-proxy"),
+    );
+    req.headers_mut().insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
     );
     identity
         .client

@@ -5,7 +5,7 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use crate::redact::contains_secret;
+use crate::redact::Secrets;
 
 /// Request headers never forwarded: credentials the client may carry,
 /// forwarding metadata, and hop-by-hop headers.
@@ -32,6 +32,8 @@ const DROPPED_REQUEST_HEADERS: &[&str] = &[
     "transfer-encoding",
     "upgrade",
     "host",
+    // Replaced by `identity`: see `upstream_request_headers`.
+    "accept-encoding",
 ];
 
 /// Response headers never passed back: credentials or session state from
@@ -54,7 +56,11 @@ const DROPPED_RESPONSE_HEADERS: &[&str] = &[
 ];
 
 /// The headers of an allowed request as they go upstream: the client's,
-/// filtered, with the target's `Host` and the injected credential.
+/// filtered, with the target's `Host`, the injected credential, and
+/// `Accept-Encoding: identity`. The proxy must read every answer (to redact
+/// held secrets, to find a created message's id), so it asks for answers
+/// as they are rather than decoding what the client asked for; an answer
+/// encoded anyway is refused ([`unscannable_encoding`]).
 pub(super) fn upstream_request_headers(
     incoming: &HeaderMap,
     host: &str,
@@ -66,7 +72,46 @@ pub(super) fn upstream_request_headers(
         HeaderValue::from_str(host).unwrap_or(HeaderValue::from_static("invalid")),
     );
     headers.insert(header::AUTHORIZATION, authorization);
+    headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
     headers
+}
+
+/// Why an answer cannot be scanned, if it cannot: a `Content-Encoding`
+/// other than `identity` (every header, every coding in each) or a
+/// `Transfer-Encoding` other than exactly `chunked` (hyper removes the
+/// chunked framing but would pass another coding's bytes on as they are).
+/// A client, or a worker by hand, could decode what the redaction saw as
+/// opaque bytes, so such an answer is not passed on.
+pub(super) fn unscannable_encoding(headers: &HeaderMap) -> Option<String> {
+    let codings = |name: header::HeaderName| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .flat_map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .split(',')
+                    .map(|c| c.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let content = codings(header::CONTENT_ENCODING);
+    if let Some(c) = content.iter().find(|c| *c != "identity") {
+        return Some(format!(
+            "the upstream answered with content-encoding {c:?}, which the proxy cannot scan for secrets"
+        ));
+    }
+    let transfer = codings(header::TRANSFER_ENCODING);
+    if !transfer.is_empty() && transfer != ["chunked"] {
+        return Some(format!(
+            "the upstream answered with transfer-encoding {:?}, which the proxy cannot scan for secrets",
+            transfer.join(", ")
+        ));
+    }
+    None
 }
 
 fn forwardable_headers(incoming: &HeaderMap) -> HeaderMap {
@@ -110,13 +155,18 @@ pub(super) fn method_changing_header(headers: &HeaderMap) -> Option<&str> {
     })
 }
 
-pub(super) fn strip_response_headers(headers: &mut HeaderMap, secrets: &[Vec<u8>]) {
+/// Drops the response headers that never cross, and every header carrying
+/// a held secret in its value or in its name (names compared ignoring
+/// case: HTTP/1 parsers lowercase them).
+pub(super) fn strip_response_headers(headers: &mut HeaderMap, secrets: &Secrets) {
     for name in DROPPED_RESPONSE_HEADERS {
         headers.remove(*name);
     }
     let leaking: Vec<HeaderName> = headers
         .iter()
-        .filter(|(_, v)| contains_secret(secrets, v.as_bytes()))
+        .filter(|(n, v)| {
+            secrets.occur_in(v.as_bytes()) || secrets.occur_in_ignoring_case(n.as_str().as_bytes())
+        })
         .map(|(n, _)| n.clone())
         .collect();
     for name in leaking {
@@ -301,10 +351,52 @@ mod tests {
             HeaderValue::from_static("Basic realm=x"),
         );
         h.insert("x-echo", HeaderValue::from_static("token ghs_secret1"));
+        h.insert("x-ghs_secret1-name", HeaderValue::from_static("1"));
         h.insert("content-type", HeaderValue::from_static("text/plain"));
-        strip_response_headers(&mut h, &[b"ghs_secret1".to_vec()]);
+        strip_response_headers(
+            &mut h,
+            &Secrets::new([b"ghs_Secret1".to_vec(), b"ghs_secret1".to_vec()]),
+        );
         let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, vec!["content-type"]);
+    }
+
+    #[test]
+    fn answers_the_proxy_cannot_scan_are_named() {
+        // (header, value) pairs, and whether the answer is refused
+        let cases: [(&[(&str, &str)], bool); 12] = [
+            (&[], false),
+            (&[("content-encoding", "identity")], false),
+            (&[("content-encoding", "IDENTITY")], false),
+            (&[("transfer-encoding", "chunked")], false),
+            (&[("transfer-encoding", "Chunked")], false),
+            (&[("content-encoding", "gzip")], true),
+            (&[("content-encoding", "identity, br")], true),
+            (
+                &[
+                    ("content-encoding", "identity"),
+                    ("content-encoding", "deflate"),
+                ],
+                true,
+            ),
+            (&[("content-encoding", "")], true),
+            (&[("transfer-encoding", "gzip, chunked")], true),
+            (
+                &[
+                    ("transfer-encoding", "chunked"),
+                    ("transfer-encoding", "chunked"),
+                ],
+                true,
+            ),
+            (&[("transfer-encoding", "x-custom")], true),
+        ];
+        for (pairs, refused) in cases {
+            let mut h = HeaderMap::new();
+            for (n, v) in pairs {
+                h.append(*n, HeaderValue::from_static(v));
+            }
+            assert_eq!(unscannable_encoding(&h).is_some(), refused, "{pairs:?}");
+        }
     }
 
     #[test]
@@ -314,12 +406,14 @@ mod tests {
         h.insert("authorization", HeaderValue::from_static("Bearer client"));
         h.insert("x-github-token", HeaderValue::from_static("ghp_client"));
         h.insert("accept", HeaderValue::from_static("application/json"));
+        h.insert("accept-encoding", HeaderValue::from_static("gzip, br"));
         let out = upstream_request_headers(
             &h,
             "api.github.com",
             HeaderValue::from_static("Bearer injected"),
         );
-        assert_eq!(out.len(), 3, "{out:?}");
+        assert_eq!(out.len(), 4, "{out:?}");
+        assert_eq!(out["accept-encoding"], "identity");
         assert_eq!(out["host"], "api.github.com");
         assert_eq!(out["authorization"], "Bearer injected");
         assert_eq!(out.get_all("authorization").iter().count(), 1);

@@ -293,6 +293,14 @@ impl PathTemplate {
         })
     }
 
+    /// The names this template captures (`{n}`, `{id:seg}`).
+    pub fn captures(&self) -> impl Iterator<Item = &str> {
+        self.tokens.iter().filter_map(|t| match t {
+            Token::Number(name) | Token::Segment(name) => Some(name.as_str()),
+            _ => None,
+        })
+    }
+
     /// Match a canonical path; `None` if it does not match or a variable is unbound.
     pub fn matches(&self, path: &str, vars: &Vars) -> Option<Captures> {
         // Canonical paths are ASCII; slicing below relies on it.

@@ -72,6 +72,18 @@ pub struct Allowed {
     pub body: BodyCheck,
     /// Values captured by the path template (`{n}`, `{id:seg}`) and constrained query keys.
     pub captures: Captures,
+    /// The object the request changes, which must be one the identity
+    /// created (people's words are theirs).
+    pub own: Option<OwnedObject>,
+}
+
+/// An object a request edits or closes, named as its creation was
+/// recorded: the message kind of the call that created it and the id the
+/// platform gave it (e.g. `github_issue_comment` `1234`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OwnedObject {
+    pub kind: String,
+    pub id: String,
 }
 
 /// Why a request was denied; the proxy turns it into a 403 JSON body.
@@ -202,6 +214,16 @@ pub struct Rule {
     pub inject: Injection,
     message: Option<MessageRule>,
     body: BodyRule,
+    own: Option<OwnRule>,
+}
+
+/// `own = { id = "<capture>", created_as = "<message kind>" }`: the
+/// captured id must be of an object this identity created by a call
+/// logged as that message kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OwnRule {
+    id: String,
+    created_as: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

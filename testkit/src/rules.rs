@@ -40,6 +40,38 @@ inject = "bearer"
 message = { kind = "github_issue_comment", target = "{repo}#{n}", created_id_pointer = "/id" }
 
 [[rule]]
+name = "issue-comment-edit"
+source = "GitHub REST: issues/update-comment"
+host = "api.github.com"
+methods = ["PATCH"]
+path = "/repos/{repo}/issues/comments/{comment_id}"
+credential = "github"
+inject = "bearer"
+message = { kind = "github_issue_comment_edit", target = "{repo}/issues/comments/{comment_id}", created_id_pointer = "/id" }
+own = { id = "comment_id", created_as = "github_issue_comment" }
+
+[[rule]]
+name = "pull-update"
+source = "GitHub REST: pulls/update"
+host = "api.github.com"
+methods = ["PATCH"]
+path = "/repos/{repo}/pulls/{n}"
+credential = "github"
+inject = "bearer"
+message = { kind = "github_pull_request_edit", target = "{repo}#{n}", created_id_pointer = "/number" }
+own = { id = "n", created_as = "github_pull_request" }
+
+[[rule]]
+name = "pull-create"
+source = "GitHub REST: pulls/create"
+host = "api.github.com"
+methods = ["POST"]
+path = "/repos/{repo}/pulls"
+credential = "github"
+inject = "bearer"
+message = { kind = "github_pull_request", target = "{repo}", created_id_pointer = "/number" }
+
+[[rule]]
 name = "job-logs"
 source = "GitHub REST: actions/download-job-logs-for-workflow-run"
 host = "api.github.com"

@@ -23,6 +23,7 @@ impl RuleBook {
             book.resolve(name, &given, &mut Vec::new())?;
         }
         for set in book.sets.values() {
+            check_owners(set)?;
             book.check_examples(set)?;
         }
         Ok(book)
@@ -151,4 +152,32 @@ impl RuleBook {
         }
         Ok(())
     }
+}
+
+/// Every `own` names a message kind some rule of the (resolved) set logs
+/// creations as: ids are only ever learnt from those answers, so any other
+/// kind would refuse every request, and is a mistake to report at load.
+fn check_owners(set: &RuleSet) -> Result<(), RuleError> {
+    let kinds: Vec<&str> = set
+        .rules
+        .iter()
+        .filter_map(|r| r.message.as_ref().map(|m| m.kind.as_str()))
+        .collect();
+    for rule in &set.rules {
+        if let Some(own) = rule
+            .own
+            .as_ref()
+            .filter(|o| !kinds.contains(&o.created_as.as_str()))
+        {
+            return Err(RuleError::Invalid {
+                source_name: set.source_name.clone(),
+                key: format!("rule `{}`.own.created_as", rule.name),
+                message: format!(
+                    "no rule of the set logs creations as message kind `{}`",
+                    own.created_as
+                ),
+            });
+        }
+    }
+    Ok(())
 }

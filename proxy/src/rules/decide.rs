@@ -2,6 +2,7 @@
 //! path, never-allowed endpoints, the identity's bindings, then the rules of
 //! its sets in order; a denial says how close the nearest rule came.
 
+use super::OwnedObject;
 use super::{forbidden_endpoint, Allowed, BodyCheck, BodyRule, Decision, Denial, MessageMarker};
 use super::{RequestHead, Rule, RuleBook, RuleSet};
 use crate::path::{self, Captures, Vars};
@@ -229,6 +230,11 @@ fn allowed(set: &RuleSet, rule: &Rule, captures: Captures, vars: &Vars) -> Allow
         BodyRule::GraphQl(g) => BodyCheck::GraphQl(g.bind(vars)),
         BodyRule::ReceivePack(r) => BodyCheck::ReceivePack(r.clone()),
     };
+    // The template captures the id (checked at load), so it is there.
+    let own = rule.own.as_ref().map(|o| OwnedObject {
+        kind: o.created_as.clone(),
+        id: captures.get(&o.id).cloned().unwrap_or_default(),
+    });
     Allowed {
         rule_set: set.name.clone(),
         rule: rule.name.clone(),
@@ -237,6 +243,7 @@ fn allowed(set: &RuleSet, rule: &Rule, captures: Captures, vars: &Vars) -> Allow
         message,
         body,
         captures,
+        own,
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use gatehouse_types::RuleSetName;
 use serde::Deserialize;
 
-use super::{forbidden_endpoint, Access, BodyRule, Injection, MessageRule, RequestHead};
+use super::{forbidden_endpoint, Access, BodyRule, Injection, MessageRule, OwnRule, RequestHead};
 use super::{Rule, RuleError, RuleSet};
 use crate::path::PathTemplate;
 
@@ -49,6 +49,16 @@ struct RuleFile {
     message: Option<MessageFile>,
     graphql: Option<crate::graphql::GraphQlAllowFile>,
     receive_pack: Option<crate::receive_pack::RefPolicyFile>,
+    own: Option<OwnFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OwnFile {
+    /// The path capture holding the object's id.
+    id: String,
+    /// The message kind of the call that creates such objects.
+    created_as: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -205,6 +215,24 @@ fn validate_rule(raw: RuleFile, variables: &BTreeSet<String>) -> Result<Rule, (S
         &raw.path,
         variables,
     )?;
+    let own = match raw.own {
+        None => None,
+        Some(own) if path.captures().any(|c| c == own.id) && !own.created_as.is_empty() => {
+            Some(OwnRule {
+                id: own.id,
+                created_as: own.created_as,
+            })
+        }
+        Some(own) => {
+            return Err(err(
+                "own",
+                format!(
+                "`id = {:?}` must name a capture of the path `{}` and `created_as` a message kind",
+                own.id, raw.path
+            ),
+            ))
+        }
+    };
     let message = raw.message.map(|m| MessageRule {
         kind: m.kind,
         target: m.target,
@@ -222,6 +250,7 @@ fn validate_rule(raw: RuleFile, variables: &BTreeSet<String>) -> Result<Rule, (S
         inject: raw.inject,
         message,
         body,
+        own,
     })
 }
 

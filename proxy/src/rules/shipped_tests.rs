@@ -188,6 +188,27 @@ fn a_worker_can_do_its_job_and_messages_are_marked() {
             .map(|m| (m.kind.as_str(), m.target.as_str()));
         assert_eq!(got, message, "{line}");
     }
+    // Edits and closes name the object, which must be the identity's own.
+    let own = |line: &str| match decide(&book, &worker, line) {
+        Decision::Allow(a) => a.own.map(|o| (o.kind, o.id)),
+        Decision::Deny(d) => panic!("{line}: {}", d.reason),
+    };
+    let owned = |kind: &str, id: &str| Some((kind.to_owned(), id.to_owned()));
+    assert_eq!(
+        own("PATCH api.github.com/repos/octo-org/hello-world/issues/comments/77"),
+        owned("github_issue_comment", "77")
+    );
+    assert_eq!(
+        own("PATCH api.github.com/repos/octo-org/hello-world/pulls/4"),
+        owned("github_pull_request", "4")
+    );
+    for line in [
+        "POST api.github.com/repos/octo-org/hello-world/issues/3/comments",
+        "POST api.github.com/repos/octo-org/hello-world/pulls",
+        "GET api.github.com/repos/octo-org/hello-world/issues/comments/77",
+    ] {
+        assert_eq!(own(line), None, "{line}");
+    }
     let Decision::Allow(push) = decide(
         &book,
         &worker,

@@ -405,6 +405,85 @@ fn bad_rule_sets_are_refused_with_the_key() {
     );
 }
 
+#[test]
+fn own_must_name_a_capture_and_a_kind_the_set_creates() {
+    let set = |own: &str| {
+        let text = format!(
+            r#"
+name = "editor"
+description = "test"
+variables = ["repo"]
+
+[[rule]]
+name = "comment"
+source = "test"
+host = "api.github.com"
+methods = ["POST"]
+path = "/repos/{{repo}}/issues/{{n}}/comments"
+credential = "github"
+inject = "bearer"
+message = {{ kind = "github_issue_comment", target = "{{repo}}#{{n}}", created_id_pointer = "/id" }}
+
+[[rule]]
+name = "edit"
+source = "test"
+host = "api.github.com"
+methods = ["PATCH"]
+path = "/repos/{{repo}}/issues/comments/{{comment_id}}"
+credential = "github"
+inject = "bearer"
+{own}
+"#
+        );
+        RuleSet::parse("e.toml", &text).and_then(|s| RuleBook::new([s]))
+    };
+    let good = set(r#"own = { id = "comment_id", created_as = "github_issue_comment" }"#).unwrap();
+    let head = RequestHead {
+        method: "PATCH",
+        host: "api.github.com",
+        path: "/repos/octo/hello/issues/comments/9",
+        query: None,
+    };
+    let vars = Vars::from([("repo".to_owned(), "octo/hello".to_owned())]);
+    let Decision::Allow(a) = good.check(&head, &["editor".to_owned()], &vars) else {
+        panic!("denied")
+    };
+    assert_eq!(
+        a.own,
+        Some(OwnedObject {
+            kind: "github_issue_comment".into(),
+            id: "9".into()
+        })
+    );
+    let cases = [
+        (
+            r#"own = { id = "n", created_as = "github_issue_comment" }"#,
+            "rule[1].own",
+        ),
+        (
+            r#"own = { id = "repo", created_as = "github_issue_comment" }"#,
+            "rule[1].own",
+        ),
+        (
+            r#"own = { id = "comment_id", created_as = "" }"#,
+            "rule[1].own",
+        ),
+        (
+            r#"own = { id = "comment_id", created_as = "github_pull_request" }"#,
+            "rule `edit`.own.created_as",
+        ),
+        (
+            r#"own = { id = "comment_id", created_as = "github_issue_comment", by = "x" }"#,
+            "unknown field `by`",
+        ),
+        (r#"own = "comment_id""#, "invalid type"),
+    ];
+    for (own, key) in cases {
+        let err = set(own).unwrap_err().to_string();
+        assert!(err.contains(key), "{own}: {err}");
+    }
+}
+
 proptest! {
     /// No request for another repository is ever allowed, whatever the
     /// path suffix and method.

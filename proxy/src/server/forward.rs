@@ -36,7 +36,7 @@ use super::inspect::{inspect_body, BodyRefusal, MESSAGE_BODY_LIMIT};
 use super::message::{created_message_id, message_record};
 use super::policy::{Grant, MessageSpec, RequestView};
 use super::records::{now, request_record};
-use super::{head, Identity, Proxy};
+use super::{head, owned, Identity, Proxy};
 use crate::audit::{CompletionRecord, Outcome, Record, RequestRecord};
 use crate::body::{self, CountingBody, ProxyBody, RedactingBody};
 use crate::redact::{redact_body, Redactor};
@@ -163,6 +163,9 @@ pub(super) async fn handle(
             ))
         }
     };
+    if let Some(reason) = grant.own.as_ref().and_then(|o| identity.created.refusal(o)) {
+        return Ok(deny(&proxy, record, &reason, &identity.scope.rule_sets));
+    }
     let (parts, incoming) = req.into_parts();
     let inspected = match inspect_body(&parts.headers, incoming, &grant).await {
         Ok(inspected) => inspected,
@@ -282,7 +285,14 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
         Err(answer) => return answer,
     };
     headers::name_repository_links(response.headers_mut(), parts.uri.path());
-    respond(completion, &parts.method, grant.message.as_ref(), response).await
+    respond(
+        completion,
+        &parts.method,
+        grant.message.as_ref(),
+        &identity.created,
+        response,
+    )
+    .await
 }
 
 /// The `Authorization` value of the rule's credential, or the 502 saying it
@@ -348,6 +358,7 @@ async fn respond(
     completion: Completion,
     method: &Method,
     message: Option<&MessageSpec>,
+    created: &owned::Created,
     response: Response<Incoming>,
 ) -> Response<ProxyBody> {
     let status = response.status();
@@ -377,9 +388,12 @@ async fn respond(
             return completion.unreadable();
         };
         let bytes = collected.to_bytes();
-        let created = created_message_id(&bytes, &message.id_pointer);
+        let id = created_message_id(&bytes, &message.id_pointer);
+        if let Some(id) = id.as_deref().filter(|_| owned::created(status)) {
+            created.record(&message.kind, id);
+        }
         let redacted = redact_body(&secrets, bytes);
-        completion.record(status.as_u16(), redacted.len() as u64, created, None);
+        completion.record(status.as_u16(), redacted.len() as u64, id, None);
         let mut resp = Response::from_parts(parts, body::full(redacted));
         resp.headers_mut().remove(header::CONTENT_LENGTH);
         return resp;

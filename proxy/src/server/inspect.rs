@@ -190,6 +190,7 @@ mod tests {
             }),
             body,
             permissions: BTreeMap::new(),
+            own: None,
         }
     }
 

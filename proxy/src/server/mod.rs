@@ -23,6 +23,7 @@ mod head;
 mod headers;
 mod inspect;
 mod message;
+mod owned;
 pub mod policy;
 mod records;
 
@@ -93,6 +94,8 @@ pub struct Identity {
     pub socket: PathBuf,
     client: UpstreamClient,
     revoked: watch::Sender<bool>,
+    /// The objects it created (people's words are theirs).
+    created: owned::Created,
 }
 
 impl Identity {
@@ -210,6 +213,7 @@ impl Proxy {
             socket: socket.clone(),
             client: self.upstreams.client(),
             revoked,
+            created: owned::Created::default(),
         });
         identities.insert(spec.name.clone(), identity.clone());
         drop(identities);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::rules::{self, Allowed, Decision, RequestHead, RuleBook};
+use crate::rules::{self, Allowed, Decision, OwnedObject, RequestHead, RuleBook};
 use crate::{graphql, receive_pack};
 
 /// The request as it will be forwarded, for matching.
@@ -99,6 +99,9 @@ pub struct Grant {
     pub body: Option<BodyChecker>,
     /// Permissions a scoped token needs (GitHub App), e.g. `contents: write`.
     pub permissions: BTreeMap<String, String>,
+    /// The object the request edits or closes: forwarded only if the
+    /// identity created it.
+    pub own: Option<OwnedObject>,
 }
 
 /// A refused request.
@@ -234,5 +237,6 @@ fn grant_of(allowed: Allowed) -> Grant {
         }),
         body,
         permissions: BTreeMap::new(),
+        own: allowed.own,
     }
 }

@@ -28,7 +28,14 @@ pub mod binaries {
 
     /// The commands `gatehouse` runs itself; every other first argument
     /// (`--help` and `--version` included) goes to `gatehouse-services`.
-    pub const LAUNCHER_COMMANDS: &[&str] = &["sandbox", "doctor", "profile", "report", "inbox"];
+    pub const LAUNCHER_COMMANDS: &[&str] = &[
+        "sandbox",
+        "doctor",
+        "profile",
+        "report",
+        "inbox",
+        "reference-worker",
+    ];
 
     /// `name` in the directory of the running executable.
     pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {

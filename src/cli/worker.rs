@@ -39,7 +39,17 @@ pub enum Commands {
         #[arg(long)]
         wait: bool,
     },
+    /// Inside a sandbox: run the reference worker (`workers/reference-worker.sh`,
+    /// embedded): clone the job's repository, commit on `gatehouse/<ticket>`,
+    /// push, open a pull request and report ready with its link; a task that
+    /// asks a question is reported blocked, with a question, until the inbox
+    /// answers it
+    ReferenceWorker,
 }
+
+/// The reference worker's source: a plain shell script, so what a worker
+/// does with `git`, `gh` and `gatehouse report` can be read in one place.
+const REFERENCE_WORKER: &str = include_str!("../../workers/reference-worker.sh");
 
 fn control_socket() -> PathBuf {
     std::env::var_os(env::CONTROL_SOCKET)
@@ -104,6 +114,14 @@ impl Commands {
                         .context("acknowledging the inbox")?;
                 }
                 Ok(ExitCode::SUCCESS)
+            }
+            Commands::ReferenceWorker => {
+                use std::os::unix::process::CommandExt;
+                // Replaces this process: the script's exit status is the job's.
+                let e = std::process::Command::new("/bin/sh")
+                    .args(["-c", REFERENCE_WORKER, "reference-worker"])
+                    .exec();
+                Err(anyhow::Error::new(e).context("running /bin/sh for the reference worker"))
             }
         }
     }

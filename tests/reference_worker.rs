@@ -1,0 +1,272 @@
+//! The reference worker (`gatehouse reference-worker`) as a real job: a
+//! sandbox built by the supervisor, the `gatehouse proxy` process with the
+//! shipped `github-read` and `github-worker` rule sets, and the GitHub
+//! emulator behind it. It clones, pushes `gatehouse/<ticket>`, opens a pull
+//! request and reports ready with its link; a task that asks a question is
+//! reported blocked until the inbox answers it; and with the probe switch
+//! its push to `main` and its comment in another repository are refused.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use gatehouse_supervisor::jobs::http::{self, HttpMethod as Method};
+use gatehouse_testkit::service::{Options, Service};
+use gatehouse_testkit::{bin, require, Need};
+use serde_json::{json, Value};
+
+const REPO: &str = "acme/widgets";
+const OTHER: &str = "acme/secret-plans";
+
+struct World {
+    _dir: tempfile::TempDir,
+    github: gatehouse_emulators::GithubHandle,
+    proxy: gatehouse_testkit::proxy::process::ProxyProcess,
+    audit: std::path::PathBuf,
+    svc: Service,
+    rt: tokio::runtime::Runtime,
+}
+
+/// The shipped profiles, plus `probe` (the default profile with the
+/// reference worker's probe switch on).
+fn profiles(dir: &Path) -> std::path::PathBuf {
+    let out = dir.join("profiles");
+    std::fs::create_dir(&out).unwrap();
+    for name in ["base.toml", "default.toml"] {
+        std::fs::copy(bin::repo_path("sandbox-profiles").join(name), out.join(name)).unwrap();
+    }
+    std::fs::write(
+        out.join("probe.toml"),
+        format!("extends = \"default\"\n[env.set]\nGATEHOUSE_WORKER_PROBE_REPO = \"{OTHER}\"\n"),
+    )
+    .unwrap();
+    out
+}
+
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let token = gatehouse_testkit::random::token("ghs_");
+    let github = gatehouse_emulators::GithubEmulator::start(
+        gatehouse_emulators::GithubOptions::new(dir.path().join("git"))
+            .token(&token, "gatehouse-test[bot]")
+            .repo(gatehouse_emulators::RepoSpec::new("acme", "widgets"))
+            .repo(gatehouse_emulators::RepoSpec::new("acme", "secret-plans")),
+    )
+    .unwrap();
+    github
+        .add_issue(OTHER, "Plans", "Secret.", "alice")
+        .unwrap();
+    let rules = bin::repo_path("sandbox-profiles/rules");
+    let proxy = gatehouse_testkit::proxy::process::start_proxy_process_with(
+        dir.path(),
+        &github,
+        &token,
+        bin::command(),
+        |d| {
+            // The shipped rule sets a worker gets, not the test ones.
+            let config = std::fs::read_to_string(d.join("proxy.toml")).unwrap();
+            let files = format!(
+                "rule_set_files = [{:?}, {:?}]",
+                rules.join("github-read.toml"),
+                rules.join("github-worker.toml")
+            );
+            let config = config.replace("rule_set_files = [\"rules.toml\"]", &files);
+            std::fs::write(d.join("proxy.toml"), config).unwrap();
+        },
+    );
+    let svc = Service::start(Options {
+        unsandboxed: false,
+        proxy_admin: Some(proxy.admin.clone()),
+        ca_cert: Some(dir.path().join("ca.pem")),
+        profiles_dir: Some(profiles(dir.path())),
+        ..Options::default()
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    World {
+        audit: dir.path().join("audit.jsonl"),
+        _dir: dir,
+        github,
+        proxy,
+        svc,
+        rt,
+    }
+}
+
+fn job(ticket: &str, profile: &str, task: &str) -> Value {
+    json!({
+        "ticket": ticket,
+        "team": "core",
+        "profile": profile,
+        "rule_sets": ["github-worker"],
+        "variables": {"repo": REPO},
+        "task": task,
+        "deadline_secs": 300,
+        "command": ["gatehouse", "reference-worker"],
+    })
+}
+
+fn git_ref(w: &World, repo: &str, name: &str) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(w.github.repo_git_dir(repo).unwrap())
+        .args(["rev-parse", "--verify", "-q", name])
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8(out.stdout).unwrap().trim().to_owned())
+}
+
+fn stderr_log(w: &World, ticket: &str, job: &str) -> String {
+    let logs = w.svc.state_dir().join("tickets").join(ticket).join("logs");
+    std::fs::read_to_string(logs.join(format!("{job}.stderr.log"))).unwrap_or_default()
+}
+
+/// Ends `id`, asserting it ended `done` (with the worker's stderr otherwise).
+fn finish(w: &World, ticket: &str, id: &str) -> Value {
+    let end = w.rt.block_on(w.svc.wait_ended(id));
+    assert_eq!(end["state"], "done", "{end}\n{}", stderr_log(w, ticket, id));
+    end
+}
+
+fn pull_link(report: &Value) -> String {
+    assert_eq!(report["state"], "ready", "{report}");
+    let link = report["links"][0].as_str().unwrap().to_owned();
+    assert!(
+        link.starts_with(&format!("https://github.com/{REPO}/pull/")),
+        "{link}"
+    );
+    link
+}
+
+#[test]
+fn the_reference_worker_opens_a_pull_request_and_reports_ready() {
+    require!(Need::Sandbox);
+    let w = world();
+    let main_before = git_ref(&w, REPO, "refs/heads/main").unwrap();
+    let ticket = "tkt_ref_ready";
+    let id = w.rt.block_on(w.svc.submit(
+        "k1",
+        job(ticket, "default", "Add a note on why widgets wobble"),
+    ));
+    let end = finish(&w, ticket, &id);
+    pull_link(&end["latest_report"]);
+    // The branch is on the emulator, the default branch untouched.
+    let branch = git_ref(&w, REPO, &format!("refs/heads/gatehouse/{ticket}"));
+    assert!(branch.is_some(), "the branch was not pushed");
+    assert_eq!(git_ref(&w, REPO, "refs/heads/main").unwrap(), main_before);
+    let created = w
+        .github
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path == format!("/repos/{REPO}/pulls"))
+        .count();
+    assert_eq!(created, 1, "one pull request opened");
+}
+
+#[test]
+fn a_question_is_reported_blocked_until_the_inbox_answers_it() {
+    require!(Need::Sandbox);
+    let w = world();
+    let ticket = "tkt_ref_question";
+    let id = w.rt.block_on(w.svc.submit(
+        "k2",
+        job(ticket, "default", "Should the widgets wobble less?"),
+    ));
+    let blocked = w.rt.block_on(async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let job = w.svc.job(&id).await;
+            if job["latest_report"]["state"] == "blocked" {
+                return job["latest_report"].clone();
+            }
+            assert!(matches!(job["state"].as_str(), Some("queued" | "running")), "{job}");
+            assert!(tokio::time::Instant::now() < deadline, "never blocked");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert_eq!(
+        blocked["question"],
+        "I make small changes and cannot answer questions. Which change should I make?"
+    );
+    // Nothing was pushed while it waited.
+    assert!(git_ref(&w, REPO, &format!("refs/heads/gatehouse/{ticket}")).is_none());
+    let trigger = "trg_0000000000aa000001";
+    let resp = w.rt.block_on(w.svc.call(
+        Method::POST,
+        &format!("/jobs/{id}/inbox"),
+        Some(json!({"text": "Add a note saying they should wobble less", "trigger": trigger})),
+    ));
+    assert_eq!(resp.status, http::HttpStatus::CREATED, "{:?}", resp.json());
+    let end = finish(&w, ticket, &id);
+    pull_link(&end["latest_report"]);
+    let prompt_note = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(w.github.repo_git_dir(REPO).unwrap())
+        .args(["show", &format!("gatehouse/{ticket}:gatehouse/{ticket}.md")])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&prompt_note.stdout).trim(),
+        "Add a note saying they should wobble less"
+    );
+    // The report after the answer named the message it answered.
+    let reports = w.rt.block_on(events_reports(&w.svc));
+    assert!(
+        reports.iter().any(|r| r["state"] == "working" && r["answers"] == trigger),
+        "{reports:?}"
+    );
+}
+
+/// Every report the event stream carried so far.
+async fn events_reports(svc: &Service) -> Vec<Value> {
+    let resp = svc.call(Method::GET, "/events?after=0", None).await;
+    resp.json()["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "report")
+        .map(|e| e["data"]["report"].clone())
+        .collect()
+}
+
+#[test]
+fn the_probe_shows_a_push_to_main_and_a_comment_elsewhere_refused() {
+    require!(Need::Sandbox);
+    let w = world();
+    let main_before = git_ref(&w, REPO, "refs/heads/main").unwrap();
+    let ticket = "tkt_ref_probe";
+    let id = w.rt.block_on(w.svc.submit(
+        "k3",
+        job(ticket, "probe", "Add a note on probing"),
+    ));
+    let end = finish(&w, ticket, &id);
+    pull_link(&end["latest_report"]);
+    let log = stderr_log(&w, ticket, &id);
+    assert!(log.contains("a push to main was refused"), "{log}");
+    assert!(log.contains(&format!("a comment in {OTHER} was refused")), "{log}");
+    assert_eq!(git_ref(&w, REPO, "refs/heads/main").unwrap(), main_before);
+    assert!(
+        w.github.comments().iter().all(|c| !c.body.contains("probe")),
+        "a probe comment reached the emulator"
+    );
+    // Both refusals are on the proxy's record, under the ticket's identity.
+    let audit = std::fs::read_to_string(&w.audit).unwrap();
+    let denied: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r.to_string().contains(ticket) && r.to_string().contains("deny"))
+        .collect();
+    assert!(
+        denied.iter().any(|r| r.to_string().contains("git-receive-pack")),
+        "{denied:?}"
+    );
+    assert!(
+        denied.iter().any(|r| r.to_string().contains(OTHER)),
+        "{denied:?}"
+    );
+    drop(w.proxy);
+}

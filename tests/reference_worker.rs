@@ -33,7 +33,11 @@ fn profiles(dir: &Path) -> std::path::PathBuf {
     let out = dir.join("profiles");
     std::fs::create_dir(&out).unwrap();
     for name in ["base.toml", "default.toml"] {
-        std::fs::copy(bin::repo_path("sandbox-profiles").join(name), out.join(name)).unwrap();
+        std::fs::copy(
+            bin::repo_path("sandbox-profiles").join(name),
+            out.join(name),
+        )
+        .unwrap();
     }
     std::fs::write(
         out.join("probe.toml"),
@@ -183,7 +187,10 @@ fn a_question_is_reported_blocked_until_the_inbox_answers_it() {
             if job["latest_report"]["state"] == "blocked" {
                 return job["latest_report"].clone();
             }
-            assert!(matches!(job["state"].as_str(), Some("queued" | "running")), "{job}");
+            assert!(
+                matches!(job["state"].as_str(), Some("queued" | "running")),
+                "{job}"
+            );
             assert!(tokio::time::Instant::now() < deadline, "never blocked");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -216,7 +223,9 @@ fn a_question_is_reported_blocked_until_the_inbox_answers_it() {
     // The report after the answer named the message it answered.
     let reports = w.rt.block_on(events_reports(&w.svc));
     assert!(
-        reports.iter().any(|r| r["state"] == "working" && r["answers"] == trigger),
+        reports
+            .iter()
+            .any(|r| r["state"] == "working" && r["answers"] == trigger),
         "{reports:?}"
     );
 }
@@ -239,18 +248,24 @@ fn the_probe_shows_a_push_to_main_and_a_comment_elsewhere_refused() {
     let w = world();
     let main_before = git_ref(&w, REPO, "refs/heads/main").unwrap();
     let ticket = "tkt_ref_probe";
-    let id = w.rt.block_on(w.svc.submit(
-        "k3",
-        job(ticket, "probe", "Add a note on probing"),
-    ));
+    let id = w.rt.block_on(
+        w.svc
+            .submit("k3", job(ticket, "probe", "Add a note on probing")),
+    );
     let end = finish(&w, ticket, &id);
     pull_link(&end["latest_report"]);
     let log = stderr_log(&w, ticket, &id);
     assert!(log.contains("a push to main was refused"), "{log}");
-    assert!(log.contains(&format!("a comment in {OTHER} was refused")), "{log}");
+    assert!(
+        log.contains(&format!("a comment in {OTHER} was refused")),
+        "{log}"
+    );
     assert_eq!(git_ref(&w, REPO, "refs/heads/main").unwrap(), main_before);
     assert!(
-        w.github.comments().iter().all(|c| !c.body.contains("probe")),
+        w.github
+            .comments()
+            .iter()
+            .all(|c| !c.body.contains("probe")),
         "a probe comment reached the emulator"
     );
     // Both refusals are on the proxy's record, under the ticket's identity.
@@ -261,7 +276,9 @@ fn the_probe_shows_a_push_to_main_and_a_comment_elsewhere_refused() {
         .filter(|r| r.to_string().contains(ticket) && r.to_string().contains("deny"))
         .collect();
     assert!(
-        denied.iter().any(|r| r.to_string().contains("git-receive-pack")),
+        denied
+            .iter()
+            .any(|r| r.to_string().contains("git-receive-pack")),
         "{denied:?}"
     );
     assert!(

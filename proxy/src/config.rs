@@ -91,6 +91,10 @@ pub struct AdminFile {
 pub enum CredentialFile {
     GithubToken {
         token_file: PathBuf,
+        /// Lets GraphQL rules use this token although it is not scoped to
+        /// the identity's repository (see [`Credential::GithubToken`]).
+        #[serde(default)]
+        dangerously_allow_unscoped_graphql: bool,
     },
     GithubApp {
         app_id: u64,
@@ -148,8 +152,16 @@ pub struct Config {
 /// A credential: its kind and where its secret lives. Paths only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Credential {
-    /// A personal access token read from a file.
-    GithubToken { token_file: PathBuf },
+    /// A personal access token read from a file. It reaches whatever its
+    /// owner can, not only the identity's repository: a GraphQL document
+    /// can walk from the pinned repository to any other
+    /// (`repository { owner { repository(name: …) } }`), so GraphQL rules
+    /// refuse it unless `unscoped_graphql` (the config's
+    /// `dangerously_allow_unscoped_graphql`) says so.
+    GithubToken {
+        token_file: PathBuf,
+        unscoped_graphql: bool,
+    },
     /// A GitHub App; the proxy mints installation tokens.
     GithubApp {
         app_id: u64,
@@ -177,6 +189,18 @@ impl Credential {
             ) | (Credential::Bearer { .. }, Injection::Bearer)
                 | (Credential::FeishuApp { .. }, Injection::FeishuTenant)
         )
+    }
+
+    /// Whether GraphQL rules may use it: its tokens are scoped to the
+    /// identity's repository (App installation tokens), or the config
+    /// accepted that they are not.
+    fn scopes_graphql(&self) -> bool {
+        match self {
+            Credential::GithubToken {
+                unscoped_graphql, ..
+            } => *unscoped_graphql,
+            _ => true,
+        }
     }
 
     fn kind(&self) -> &'static str {
@@ -212,6 +236,30 @@ pub struct UpstreamAddress {
 }
 
 impl Config {
+    /// The warnings `gatehouse proxy` gives at start: each `github_token`
+    /// credential opted in to GraphQL rules it cannot scope.
+    pub fn warnings(&self) -> Vec<String> {
+        self.credentials
+            .iter()
+            .filter(|(_, c)| {
+                matches!(
+                    c,
+                    Credential::GithubToken {
+                        unscoped_graphql: true,
+                        ..
+                    }
+                )
+            })
+            .map(|(name, _)| {
+                format!(
+                    "credential `{name}` is a github_token with dangerously_allow_unscoped_graphql: \
+                     GraphQL rules pin only root fields to the identity's repository, and this token \
+                     lets a query walk from there to every repository it can read"
+                )
+            })
+            .collect()
+    }
+
     /// Read and validate the config at `path` and the rule sets it names.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = read(path)?;
@@ -370,8 +418,12 @@ fn validate_credential(
     credential: CredentialFile,
 ) -> Result<Credential, ConfigError> {
     Ok(match credential {
-        CredentialFile::GithubToken { token_file } => Credential::GithubToken {
+        CredentialFile::GithubToken {
+            token_file,
+            dangerously_allow_unscoped_graphql,
+        } => Credential::GithubToken {
             token_file: cx.resolve(&token_file),
+            unscoped_graphql: dangerously_allow_unscoped_graphql,
         },
         CredentialFile::GithubApp {
             app_id,
@@ -433,6 +485,19 @@ fn validate_rule_credentials(
                         rule.name,
                         rule.inject,
                         credential.kind()
+                    ),
+                ));
+            }
+            if rule.checks_graphql() && !credential.scopes_graphql() {
+                return Err(cx.invalid(
+                    &format!("credentials.{}", rule.credential),
+                    format!(
+                        "rule set `{}` rule `{}` allows GraphQL with this github_token, which is not \
+                         scoped to the identity's repository: a query can walk from it to any \
+                         repository the token reads. Use a github_app credential (installation \
+                         tokens are scoped to the repository), or set \
+                         `dangerously_allow_unscoped_graphql = true` on the credential to accept it",
+                        set.name, rule.name
                     ),
                 ));
             }

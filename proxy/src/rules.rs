@@ -217,6 +217,13 @@ pub struct Rule {
     own: Option<OwnRule>,
 }
 
+impl Rule {
+    /// Whether the rule's body check is a GraphQL document check.
+    pub fn checks_graphql(&self) -> bool {
+        matches!(self.body, BodyRule::GraphQl(_))
+    }
+}
+
 /// `own = { id = "<capture>", created_as = "<message kind>" }`: the
 /// captured id must be of an object this identity created by a call
 /// logged as that message kind.

@@ -68,7 +68,7 @@ pub fn credential_specs(config: &Config) -> BTreeMap<String, CredentialSpec> {
         .iter()
         .map(|(name, credential)| {
             let spec = match credential {
-                Credential::GithubToken { token_file } => CredentialSpec::GithubToken {
+                Credential::GithubToken { token_file, .. } => CredentialSpec::GithubToken {
                     token_file: token_file.clone(),
                 },
                 Credential::Bearer { key_file } => CredentialSpec::Bearer {

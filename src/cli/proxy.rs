@@ -51,6 +51,9 @@ fn run_proxy(path: PathBuf) -> anyhow::Result<ExitCode> {
         .with_writer(std::io::stderr)
         .try_init();
     let config = Config::load(&path)?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

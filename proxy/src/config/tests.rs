@@ -72,7 +72,8 @@ fn valid_config_resolves_paths() {
     assert_eq!(
         config.credentials["github"],
         Credential::GithubToken {
-            token_file: "/etc/gatehouse/secrets/github".into()
+            token_file: "/etc/gatehouse/secrets/github".into(),
+            unscoped_graphql: false,
         }
     );
     assert_eq!(
@@ -134,6 +135,7 @@ fn invalid_configs_name_the_key() {
 fn credential_kinds_fit_injections() {
     let token = Credential::GithubToken {
         token_file: "t".into(),
+        unscoped_graphql: false,
     };
     let feishu = Credential::FeishuApp {
         app_id: "a".into(),
@@ -267,6 +269,7 @@ fn credentials_table() {
     };
     let token = || CredentialFile::GithubToken {
         token_file: "secrets/github".into(),
+        dangerously_allow_unscoped_graphql: false,
     };
     let ok = validate_credentials(
         &cx(),
@@ -282,7 +285,8 @@ fn credentials_table() {
     assert_eq!(
         ok["github"],
         Credential::GithubToken {
-            token_file: "/etc/gatehouse/secrets/github".into()
+            token_file: "/etc/gatehouse/secrets/github".into(),
+            unscoped_graphql: false,
         }
     );
     assert_eq!(
@@ -344,6 +348,64 @@ fn rules_need_a_defined_credential_of_a_fitting_kind() {
         assert!(error.to_string().contains(needle), "{error}");
         assert_eq!(key_of(error), key);
     }
+}
+
+/// A personal token is not a scope: GraphQL rules refuse a github_token
+/// unless the credential opts in, and an opted-in credential is warned of.
+#[test]
+fn graphql_rules_refuse_an_unscoped_token_unless_opted_in() {
+    const GRAPHQL: &str = r#"
+name = "github-read"
+description = "test"
+variables = ["repo"]
+
+[[rule]]
+name = "graphql"
+source = "test"
+host = "api.github.com"
+methods = ["POST"]
+path = "/graphql"
+credential = "github"
+inject = "bearer"
+graphql = { query = ["repository"], repository = "{repo}" }
+"#;
+    let file = Path::new("/etc/gatehouse/proxy.toml");
+    let load = |credential: &str, rules: &str| {
+        let text = CONFIG.replacen(
+            "[credentials.github]\nkind = \"github_token\"\ntoken_file = \"secrets/github\"\n",
+            credential,
+            1,
+        );
+        assert_ne!(text, CONFIG);
+        ProxyConfig::parse(file, &text)?.validate(
+            file,
+            vec![RuleSet::parse("github-read.toml", rules).unwrap()],
+        )
+    };
+    let token = "[credentials.github]\nkind = \"github_token\"\ntoken_file = \"t\"\n";
+    let opted = "[credentials.github]\nkind = \"github_token\"\ntoken_file = \"t\"\n\
+                 dangerously_allow_unscoped_graphql = true\n";
+    let app = "[credentials.github]\nkind = \"github_app\"\napp_id = 1\n\
+               private_key_file = \"k\"\ninstallation_id = 2\n";
+
+    let refused = load(token, GRAPHQL).unwrap_err();
+    let text = refused.to_string();
+    assert!(text.contains("rule `graphql`"), "{text}");
+    assert!(
+        text.contains("dangerously_allow_unscoped_graphql"),
+        "{text}"
+    );
+    assert_eq!(key_of(refused), "credentials.github");
+    // Controls: the opt-in loads, with a warning; an App loads without
+    // one; a token without GraphQL rules needs no opt-in.
+    let config = load(opted, GRAPHQL).unwrap();
+    let warnings = config.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("credential `github`"), "{warnings:?}");
+    assert!(load(app, GRAPHQL).unwrap().warnings().is_empty());
+    assert!(load(token, RULES).unwrap().warnings().is_empty());
+    let typo = load(&opted.replace("dangerously_allow", "allow"), GRAPHQL).unwrap_err();
+    assert!(typo.to_string().contains("unknown field"), "{typo}");
 }
 
 #[test]

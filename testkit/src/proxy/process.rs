@@ -70,6 +70,8 @@ socket = "admin.sock"
 [credentials.github]
 kind = "github_token"
 token_file = "github.token"
+# The fixture's GraphQL rule runs against the emulator with this token.
+dangerously_allow_unscoped_graphql = true
 
 [credentials.feishu]
 kind = "feishu_app"

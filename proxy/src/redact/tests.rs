@@ -144,6 +144,25 @@ proptest! {
         prop_assert_eq!(out, format!("{prefix}[REDACTED]{suffix}[REDACTED]"));
     }
 
+    /// Whatever the secrets and however the body is split, the work stays
+    /// within the documented bound and nothing beyond the longest secret
+    /// is held back between chunks.
+    #[test]
+    fn work_stays_within_its_bound_under_any_split(
+        values in proptest::collection::vec("[ab]{1,12}", 1..6),
+        body in "[ab]{0,200}",
+        cuts in proptest::collection::vec(0usize..250, 0..40),
+    ) {
+        let set = Arc::new(Secrets::new(values.iter().map(|v| v.as_bytes().to_vec())));
+        let mut r = Redactor::shared(set.clone());
+        for chunk in split(&body, &cuts) {
+            r.push(chunk.as_bytes());
+            prop_assert!(r.held.len() <= set.longest());
+        }
+        r.finish();
+        prop_assert!(r.work() <= 2 * body.len() as u64 * (set.longest() as u64 + 1));
+    }
+
     /// With secrets that are prefixes of each other and overlap, the
     /// output is the same however the body is split, and the same as the
     /// whole body's.

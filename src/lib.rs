@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod up;
 
 pub mod binaries {
     //! Where the two binaries find each other: side by side, in the directory

@@ -34,6 +34,8 @@ enum Command {
     Supervisor(cli::supervisor::Commands),
     #[command(flatten)]
     Worker(cli::worker::Commands),
+    #[command(flatten)]
+    Up(cli::up::Commands),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Command::Router(c) => c.run(),
         Command::Supervisor(c) => c.run(),
         Command::Worker(c) => c.run(),
+        Command::Up(c) => c.run(),
     };
     cli::exit_code(outcome)
 }

@@ -55,7 +55,14 @@ pub fn serve(proxy: Arc<Proxy>, path: &Path) -> Result<tokio::task::JoinHandle<(
             std::fs::remove_file(path).map_err(err)?;
         }
     }
-    let listener = UnixListener::bind(path).map_err(err)?;
+    // The socket exists from bind(2) on: bound under umask 0177 it is 0600
+    // from its first moment, so nobody can connect between bind and chmod.
+    // The umask is the process's: a file another thread creates in this
+    // instant gets at most 0600 too, stricter and never looser.
+    let previous = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(previous);
+    let listener = bound.map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
     Ok(tokio::spawn(async move {
         loop {

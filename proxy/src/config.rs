@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use gatehouse_types::{DnsName, IdentityName, TunnelTarget};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::path::Vars;
 use crate::rules::{Injection, RuleBook, RuleError, RuleSet};
@@ -86,7 +86,9 @@ pub struct AdminFile {
     pub socket: PathBuf,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// Serializable too: `gatehouse up` writes the proxy's config from its own,
+/// which names credentials the same way.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum CredentialFile {
     GithubToken {
@@ -111,6 +113,36 @@ pub enum CredentialFile {
     },
 }
 
+impl CredentialFile {
+    /// The file holding this credential's secret: every kind has exactly one.
+    pub fn secret_file(&self) -> &Path {
+        match self {
+            CredentialFile::GithubToken { token_file } => token_file,
+            CredentialFile::GithubApp {
+                private_key_file, ..
+            } => private_key_file,
+            CredentialFile::FeishuApp {
+                app_secret_file, ..
+            } => app_secret_file,
+            CredentialFile::Bearer { key_file } => key_file,
+        }
+    }
+
+    /// The same, to rewrite (resolve a relative path).
+    pub fn secret_file_mut(&mut self) -> &mut PathBuf {
+        match self {
+            CredentialFile::GithubToken { token_file } => token_file,
+            CredentialFile::GithubApp {
+                private_key_file, ..
+            } => private_key_file,
+            CredentialFile::FeishuApp {
+                app_secret_file, ..
+            } => app_secret_file,
+            CredentialFile::Bearer { key_file } => key_file,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdentityFile {
@@ -124,12 +156,13 @@ pub struct IdentityFile {
     pub variables: Vars,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamFile {
     /// `https://host[:port]`, no path.
     pub url: String,
     /// An extra CA to trust for this upstream, on top of the system roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
 }
 

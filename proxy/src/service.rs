@@ -39,6 +39,18 @@ pub enum StartError {
     },
     #[error(transparent)]
     Admin(#[from] AdminError),
+    /// A static identity's socket would sit in a directory others may
+    /// enter: anyone there could speak as that identity.
+    #[error(
+        "identity {name}: the directory of its socket, {dir}, is mode {mode:04o}: others may \
+         enter it and speak as this identity; make it 0700 (the proxy's user) or 0750 (and \
+         give its group to the one intended peer)"
+    )]
+    OpenSocketDir {
+        name: String,
+        dir: std::path::PathBuf,
+        mode: u32,
+    },
 }
 
 /// A started proxy.
@@ -99,6 +111,34 @@ pub fn credential_specs(config: &Config) -> BTreeMap<String, CredentialSpec> {
         .collect()
 }
 
+/// A static identity's socket is 0666 (a sandbox's worker reaches it through
+/// a bind mount, whatever its uid), so its directory is the lock: refused
+/// when others may search it. A missing directory is left to the bind,
+/// which fails with its own error.
+fn check_socket_dir(name: &str, socket: &std::path::Path) -> Result<(), StartError> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = socket.parent().unwrap_or(std::path::Path::new("."));
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return Ok(());
+    };
+    let mode = meta.permissions().mode() & 0o7777;
+    if dir_lets_others_in(mode) {
+        return Err(StartError::OpenSocketDir {
+            name: name.to_owned(),
+            dir: dir.to_owned(),
+            mode,
+        });
+    }
+    Ok(())
+}
+
+/// Whether a directory of `mode` grants users other than its owner and
+/// group anything (search is what a connect by path needs; listing or
+/// writing is refused as well: there is no reason for either).
+pub fn dir_lets_others_in(mode: u32) -> bool {
+    mode & 0o007 != 0
+}
+
 /// Starts the proxy described by `config` (inside a tokio runtime).
 pub fn start(config: &Config) -> Result<Running, StartError> {
     let ca = CertificateAuthority::load_or_generate(&config.ca_cert, &config.ca_key)?;
@@ -128,6 +168,7 @@ pub fn start(config: &Config) -> Result<Running, StartError> {
         source,
     })?;
     for identity in &config.identities {
+        check_socket_dir(&identity.name, &identity.socket)?;
         proxy
             .add_identity(IdentitySpec {
                 name: identity.name.clone(),
@@ -146,4 +187,27 @@ pub fn start(config: &Config) -> Result<Running, StartError> {
         None => None,
     };
     Ok(Running { proxy, admin })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dir_lets_others_in;
+
+    #[test]
+    fn socket_dir_modes() {
+        for (mode, open) in [
+            (0o700, false),
+            (0o750, false),
+            (0o770, false),
+            (0o740, false),
+            (0o704, true),
+            (0o701, true),
+            (0o711, true),
+            (0o755, true),
+            (0o777, true),
+            (0o1777, true),
+        ] {
+            assert_eq!(dir_lets_others_in(mode), open, "{mode:o}");
+        }
+    }
 }

@@ -6,6 +6,7 @@ pub mod router;
 mod router_run;
 pub mod sandbox;
 pub mod supervisor;
+pub mod up;
 pub mod worker;
 
 use clap::{Parser, Subcommand};

@@ -1,0 +1,165 @@
+//! `gatehouse up` and `gatehouse config check`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+
+use crate::up::{self, layout::Owner, Prepared};
+
+#[derive(Subcommand)]
+pub enum Commands {
+    /// Start the proxy, the supervisor and the router from one config, each
+    /// under its own user when run as root; restart a part that dies; stop
+    /// all three (router, supervisor, proxy) on SIGTERM or Ctrl-C
+    Up {
+        /// The gatehouse config (see examples/gatehouse.toml)
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Work with the gatehouse config
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ConfigCommand {
+    /// Check everything `gatehouse up` would need, start nothing, and print
+    /// the resolved layout; exit 1 with an error naming the file and key
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+impl Commands {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            Commands::Up { config } => run_up(config),
+            Commands::Config {
+                command: ConfigCommand::Check { config },
+            } => {
+                let prepared = up::prepare(&config)?;
+                print!("{}", describe(&prepared));
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+    }
+}
+
+fn run_up(config: PathBuf) -> anyhow::Result<ExitCode> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+    let prepared = up::prepare(&config)?;
+    if !prepared.users.separated() {
+        tracing::warn!(
+            "not root: the three parts run as this user, so the router could read the \
+             credential files (see README, rootless)"
+        );
+    }
+    // Signals are handled before anything starts: a SIGTERM during start-up
+    // waits, then stops what did start.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the signal runtime")?;
+    let mut term = {
+        let _guard = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("installing the SIGTERM handler")?
+    };
+    let mut int = {
+        let _guard = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .context("installing the SIGINT handler")?
+    };
+    let running = up::start(&prepared, up::Options::default())?;
+    tracing::info!(
+        state = %prepared.layout.state_dir.display(),
+        logs = %prepared.layout.logs_dir.display(),
+        "gatehouse up: running"
+    );
+    runtime.block_on(async {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    });
+    tracing::info!("stopping");
+    for stopped in running.stop() {
+        if stopped.killed {
+            tracing::warn!(part = stopped.part.name(), "killed after the grace period");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The resolved layout, as `config check` prints it.
+pub fn describe(p: &Prepared) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let l = &p.layout;
+    let users = &p.users;
+    let who = |o: Owner| match o {
+        Owner::Up => users.up(),
+        Owner::Proxy => users.proxy(),
+        Owner::Router => users.router(),
+    };
+    let _ = writeln!(out, "config: {} (ok)", p.config_path.display());
+    match users {
+        up::Users::Separated {
+            proxy,
+            router,
+            router_group,
+        } => {
+            let _ = writeln!(
+                out,
+                "users: proxy {} (uid {}), router {} (uid {}, group {router_group}), supervisor root",
+                p.file.proxy_user, proxy.uid, p.file.router_user, router.uid
+            );
+        }
+        up::Users::Rootless(me) => {
+            let _ = writeln!(
+                out,
+                "users: rootless, all three as uid {} (weaker: the router could read the credentials)",
+                me.uid
+            );
+        }
+    }
+    let _ = writeln!(out, "repositories: {}", p.repos.join(", "));
+    let _ = writeln!(out, "directories:");
+    for d in l.dirs() {
+        let _ = writeln!(
+            out,
+            "  {:04o} {:>5}:{:<5} {}",
+            d.mode,
+            who(d.owner).uid,
+            who(d.group).gid,
+            d.path.display()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "generated: {}, {}, {}",
+        l.proxy_toml.display(),
+        l.supervisor_toml.display(),
+        l.router_toml.display()
+    );
+    let _ = writeln!(out, "sockets:");
+    for (what, path) in l.sockets() {
+        let _ = writeln!(out, "  {what}: {}", path.display());
+    }
+    let _ = writeln!(out, "audit log: {}", l.audit_log.display());
+    let _ = writeln!(out, "CA certificate: {}", l.ca_cert.display());
+    let _ = writeln!(out, "logs: {}", l.logs_dir.display());
+    out
+}

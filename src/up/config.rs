@@ -1,0 +1,294 @@
+//! `gatehouse.toml`, the one file `gatehouse up` and `gatehouse config
+//! check` read: [`UpFile`] is the file as written (`deny_unknown_fields`
+//! everywhere). Credentials and upstream overrides are the proxy's own
+//! types, so they mean exactly what they mean in `proxy.toml`.
+//! [`UpFile::parse`] reads it and makes every path absolute against the
+//! file's directory; the layout and the parts' configs derive from it.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use gatehouse_proxy::config::{CredentialFile, UpstreamFile};
+use serde::Deserialize;
+
+use super::UpError;
+
+/// Where state lives when the file names no `state_dir`.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/gatehouse";
+/// Where sockets live when the file names no `run_dir`.
+pub const DEFAULT_RUN_DIR: &str = "/run/gatehouse";
+/// The proxy's account when run as root.
+pub const DEFAULT_PROXY_USER: &str = "gatehouse-proxy";
+/// The router's account when run as root.
+pub const DEFAULT_ROUTER_USER: &str = "gatehouse-router";
+/// A job's deadline when the file names none.
+pub const DEFAULT_DEADLINE_SECS: u64 = 3600;
+
+/// The file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpFile {
+    /// The router's policy (teams, people, repositories).
+    pub policy: PathBuf,
+    /// Sandbox profiles, looked up by the name a repository's scope gives.
+    pub profiles_dir: PathBuf,
+    /// Proxy rule sets (`*.toml`), the teams' and the router's.
+    pub rule_sets_dir: PathBuf,
+    /// Worker prompts (`work.md`, `team/<team>.md`).
+    pub prompts_dir: PathBuf,
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    #[serde(default = "default_run_dir")]
+    pub run_dir: PathBuf,
+    /// The proxy's account (as root); it alone reads the credentials.
+    #[serde(default = "default_proxy_user")]
+    pub proxy_user: String,
+    /// The router's account (as root); it holds no credential.
+    #[serde(default = "default_router_user")]
+    pub router_user: String,
+    /// API credentials, as in the proxy's `[credentials.<name>]`.
+    #[serde(default)]
+    pub credentials: BTreeMap<String, CredentialFile>,
+    /// The GitHub webhook listener, if GitHub is a source.
+    #[serde(default)]
+    pub github: Option<GithubSource>,
+    /// The Feishu event listener, if Feishu is a source.
+    #[serde(default)]
+    pub feishu: Option<FeishuSource>,
+    /// Per-host upstream overrides (emulators, GitHub Enterprise), as in
+    /// the proxy's `[upstream."<host>"]`.
+    #[serde(default)]
+    pub upstream: BTreeMap<String, UpstreamFile>,
+    #[serde(default)]
+    pub jobs: JobsFile,
+}
+
+/// `[github]`: where webhooks arrive and the secrets that sign them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GithubSource {
+    pub listen: SocketAddr,
+    /// One or more (rotation); read by the router, which verifies.
+    pub webhook_secret_files: Vec<PathBuf>,
+}
+
+/// `[feishu]`: where events arrive, the app, and its verification secrets.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeishuSource {
+    pub listen: SocketAddr,
+    pub app_id: String,
+    #[serde(default)]
+    pub encrypt_key_file: Option<PathBuf>,
+    #[serde(default)]
+    pub verification_token_file: Option<PathBuf>,
+}
+
+/// `[jobs]`: what the supervisor runs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobsFile {
+    /// A job's deadline, as the router asks for it.
+    pub deadline_secs: u64,
+    /// Jobs running at once; more wait queued.
+    pub max_running_jobs: Option<usize>,
+    /// The worker command, when the profiles name none.
+    pub worker_command: Option<Vec<String>>,
+}
+
+impl Default for JobsFile {
+    fn default() -> Self {
+        JobsFile {
+            deadline_secs: DEFAULT_DEADLINE_SECS,
+            max_running_jobs: None,
+            worker_command: None,
+        }
+    }
+}
+
+fn default_state_dir() -> PathBuf {
+    DEFAULT_STATE_DIR.into()
+}
+fn default_run_dir() -> PathBuf {
+    DEFAULT_RUN_DIR.into()
+}
+fn default_proxy_user() -> String {
+    DEFAULT_PROXY_USER.into()
+}
+fn default_router_user() -> String {
+    DEFAULT_ROUTER_USER.into()
+}
+
+impl UpFile {
+    /// Parses `text` (the contents of `file`) and resolves every path
+    /// against `file`'s directory, which must be absolute.
+    pub fn parse(file: &Path, text: &str) -> Result<UpFile, UpError> {
+        let mut parsed: UpFile = toml::from_str(text).map_err(|e| UpError::Syntax {
+            file: file.to_owned(),
+            message: e.to_string(),
+        })?;
+        let base = file.parent().unwrap_or(Path::new("/"));
+        parsed.resolve_paths(base);
+        parsed.validate(file)?;
+        Ok(parsed)
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        let at = |p: &mut PathBuf| *p = base.join(&*p);
+        at(&mut self.policy);
+        at(&mut self.profiles_dir);
+        at(&mut self.rule_sets_dir);
+        at(&mut self.prompts_dir);
+        at(&mut self.state_dir);
+        at(&mut self.run_dir);
+        for credential in self.credentials.values_mut() {
+            at(credential.secret_file_mut());
+        }
+        for upstream in self.upstream.values_mut() {
+            if let Some(ca) = &mut upstream.ca_file {
+                at(ca);
+            }
+        }
+        if let Some(github) = &mut self.github {
+            github.webhook_secret_files.iter_mut().for_each(at);
+        }
+        if let Some(feishu) = &mut self.feishu {
+            feishu.encrypt_key_file.iter_mut().for_each(at);
+            feishu.verification_token_file.iter_mut().for_each(at);
+        }
+    }
+
+    /// What the types cannot say: a source needs its secrets, users differ.
+    fn validate(&self, file: &Path) -> Result<(), UpError> {
+        let invalid = |key: &str, message: &str| UpError::Invalid {
+            file: file.to_owned(),
+            key: key.to_owned(),
+            message: message.to_owned(),
+        };
+        if let Some(github) = &self.github {
+            if github.webhook_secret_files.is_empty() {
+                return Err(invalid(
+                    "github.webhook_secret_files",
+                    "expected at least one file holding the webhook secret",
+                ));
+            }
+        }
+        if let Some(feishu) = &self.feishu {
+            if feishu.encrypt_key_file.is_none() && feishu.verification_token_file.is_none() {
+                return Err(invalid(
+                    "feishu",
+                    "expected `encrypt_key_file`, `verification_token_file` or both: \
+                     events must be verifiable",
+                ));
+            }
+            if !feishu.app_id.starts_with("cli_") {
+                return Err(invalid("feishu.app_id", "expected the app id (cli_…)"));
+            }
+        }
+        if self.proxy_user == self.router_user {
+            return Err(invalid(
+                "router_user",
+                "must differ from proxy_user: the router must not read the credentials",
+            ));
+        }
+        if self.jobs.deadline_secs == 0 {
+            return Err(invalid("jobs.deadline_secs", "expected at least 1"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+policy = "policy.toml"
+profiles_dir = "profiles"
+rule_sets_dir = "/usr/share/gatehouse/rules"
+prompts_dir = "prompts"
+[credentials.github]
+kind = "github_token"
+token_file = "secrets/github-token"
+[github]
+listen = "127.0.0.1:8080"
+webhook_secret_files = ["secrets/webhook"]
+"#;
+
+    fn parse(text: &str) -> Result<UpFile, UpError> {
+        UpFile::parse(Path::new("/etc/gatehouse/gatehouse.toml"), text)
+    }
+
+    #[test]
+    fn defaults_and_paths_resolved_against_the_file() {
+        let f = parse(MINIMAL).unwrap();
+        assert_eq!(f.policy, Path::new("/etc/gatehouse/policy.toml"));
+        assert_eq!(f.rule_sets_dir, Path::new("/usr/share/gatehouse/rules"));
+        assert_eq!(f.state_dir, Path::new(DEFAULT_STATE_DIR));
+        assert_eq!(f.run_dir, Path::new(DEFAULT_RUN_DIR));
+        assert_eq!(f.proxy_user, DEFAULT_PROXY_USER);
+        assert_eq!(f.router_user, DEFAULT_ROUTER_USER);
+        assert_eq!(
+            f.credentials["github"].secret_file(),
+            Path::new("/etc/gatehouse/secrets/github-token")
+        );
+        assert_eq!(
+            f.github.unwrap().webhook_secret_files,
+            vec![PathBuf::from("/etc/gatehouse/secrets/webhook")]
+        );
+        assert_eq!(f.jobs.deadline_secs, DEFAULT_DEADLINE_SECS);
+    }
+
+    #[test]
+    fn the_shipped_example_parses() {
+        let text = include_str!("../../deploy/gatehouse.toml");
+        let f = parse(text).unwrap();
+        assert_eq!(f.state_dir, Path::new(DEFAULT_STATE_DIR));
+        assert_eq!(f.run_dir, Path::new(DEFAULT_RUN_DIR));
+        assert_eq!(f.proxy_user, DEFAULT_PROXY_USER);
+        assert_eq!(f.router_user, DEFAULT_ROUTER_USER);
+        assert_eq!(
+            f.credentials.keys().collect::<Vec<_>>(),
+            ["feishu", "github", "model"]
+        );
+        assert!(f.github.is_some() && f.feishu.is_some());
+    }
+
+    #[test]
+    fn refusals_name_the_file_and_the_key() {
+        let cases = [
+            (format!("{MINIMAL}\nsurprise = 1\n"), "surprise"),
+            (
+                MINIMAL.replace("kind = \"github_token\"", "kind = \"github_token\"\nextra = 1"),
+                "extra",
+            ),
+            (
+                MINIMAL.replace("webhook_secret_files = [\"secrets/webhook\"]", "webhook_secret_files = []"),
+                "github.webhook_secret_files",
+            ),
+            (
+                format!("{MINIMAL}\n[feishu]\nlisten = \"127.0.0.1:1\"\napp_id = \"cli_x\"\n"),
+                "feishu",
+            ),
+            (
+                format!("{MINIMAL}\n[feishu]\nlisten = \"127.0.0.1:1\"\napp_id = \"x\"\nverification_token_file = \"t\"\n"),
+                "feishu.app_id",
+            ),
+            (
+                format!("proxy_user = \"same\"\nrouter_user = \"same\"\n{MINIMAL}"),
+                "router_user",
+            ),
+            (format!("{MINIMAL}\n[jobs]\ndeadline_secs = 0\n"), "jobs.deadline_secs"),
+            (format!("{MINIMAL}\n[jobs]\nfoo = 0\n"), "foo"),
+            (MINIMAL.replace("policy = \"policy.toml\"", ""), "policy"),
+        ];
+        for (text, key) in cases {
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(
+                err.starts_with("/etc/gatehouse/gatehouse.toml: ") && err.contains(key),
+                "{key}: {err}"
+            );
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! The three parts' own config files, written from `gatehouse.toml` and the
+//! layout: pure functions from data to TOML text, in the formats each part
+//! already reads (and validates: `config check` loads what is generated
+//! with each part's own loader).
+
+use std::path::Path;
+
+use toml::{Table, Value};
+
+use super::config::UpFile;
+use super::layout::Layout;
+use super::UpError;
+
+/// The three files' contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Generated {
+    pub proxy: String,
+    pub supervisor: String,
+    pub router: String,
+}
+
+fn path(p: &Path) -> Value {
+    Value::String(p.display().to_string())
+}
+
+fn table(entries: impl IntoIterator<Item = (&'static str, Value)>) -> Value {
+    Value::Table(
+        entries
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+    )
+}
+
+fn serialize(what: &str, t: &Table) -> Result<String, UpError> {
+    toml::to_string(t).map_err(|e| UpError::Generate {
+        what: what.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// `api_socket_group`: the router's group when the router runs as its own
+/// user; rootless, none (the socket is 0600, the same user's).
+pub fn all(
+    file: &UpFile,
+    layout: &Layout,
+    router_group: Option<&str>,
+) -> Result<Generated, UpError> {
+    Ok(Generated {
+        proxy: serialize("proxy.toml", &proxy(file, layout)?)?,
+        supervisor: serialize("supervisor.toml", &supervisor(file, layout, router_group))?,
+        router: serialize("router.toml", &router(file, layout))?,
+    })
+}
+
+/// proxy.toml: the credentials and overrides as given, the CA, audit log
+/// and sockets from the layout, and the router's static identities.
+pub fn proxy(file: &UpFile, layout: &Layout) -> Result<Table, UpError> {
+    let to_value = |what: String, v: Result<Value, toml::ser::Error>| {
+        v.map_err(|e| UpError::Generate {
+            what,
+            message: e.to_string(),
+        })
+    };
+    let mut credentials = Table::new();
+    for (name, credential) in &file.credentials {
+        let value = to_value(format!("credentials.{name}"), Value::try_from(credential))?;
+        credentials.insert(name.clone(), value);
+    }
+    let mut upstream = Table::new();
+    for (host, o) in &file.upstream {
+        let value = to_value(format!("upstream.{host}"), Value::try_from(o))?;
+        upstream.insert(host.clone(), value);
+    }
+    let identities: Vec<Value> = layout
+        .router_identities
+        .iter()
+        .map(|i| {
+            let mut entries = vec![
+                ("name", Value::String(i.name.clone())),
+                ("socket", path(&i.socket)),
+                (
+                    "rule_sets",
+                    Value::Array(vec![Value::String(i.rule_set.into())]),
+                ),
+            ];
+            if let Some(repo) = &i.repo {
+                entries.push(("variables", table([("repo", Value::String(repo.clone()))])));
+            }
+            table(entries)
+        })
+        .collect();
+    let mut t = Table::new();
+    t.insert(
+        "identity_socket_dir".into(),
+        path(&layout.identity_socket_dir),
+    );
+    t.insert(
+        "rule_set_dirs".into(),
+        Value::Array(vec![path(&file.rule_sets_dir)]),
+    );
+    t.insert(
+        "ca".into(),
+        table([
+            ("cert", path(&layout.ca_cert)),
+            ("key", path(&layout.ca_key)),
+        ]),
+    );
+    t.insert("audit".into(), table([("path", path(&layout.audit_log))]));
+    t.insert(
+        "admin".into(),
+        table([("socket", path(&layout.admin_socket))]),
+    );
+    t.insert("credentials".into(), Value::Table(credentials));
+    if !identities.is_empty() {
+        t.insert("identity".into(), Value::Array(identities));
+    }
+    if !upstream.is_empty() {
+        t.insert("upstream".into(), Value::Table(upstream));
+    }
+    Ok(t)
+}
+
+/// supervisor.toml: its state, the job API socket (group the router's),
+/// prompts and profiles, the proxy's admin socket and CA.
+pub fn supervisor(file: &UpFile, layout: &Layout, router_group: Option<&str>) -> Table {
+    let mut t = Table::new();
+    t.insert("state_dir".into(), path(&layout.supervisor_state));
+    t.insert("api_socket".into(), path(&layout.jobs_socket));
+    if let Some(group) = router_group {
+        t.insert("api_socket_group".into(), Value::String(group.into()));
+    }
+    t.insert("prompts_dir".into(), path(&file.prompts_dir));
+    t.insert(
+        "sandbox".into(),
+        table([("profiles_dir", path(&file.profiles_dir))]),
+    );
+    t.insert(
+        "proxy".into(),
+        table([
+            ("admin_socket", path(&layout.admin_socket)),
+            ("ca_cert", path(&layout.ca_cert)),
+        ]),
+    );
+    if let Some(command) = &file.jobs.worker_command {
+        let argv = command.iter().map(|a| Value::String(a.clone())).collect();
+        t.insert("worker".into(), table([("command", Value::Array(argv))]));
+    }
+    let deadline = i64::try_from(file.jobs.deadline_secs).unwrap_or(i64::MAX);
+    let mut limits = vec![("default_deadline_secs", Value::Integer(deadline))];
+    if let Some(n) = file.jobs.max_running_jobs {
+        limits.push((
+            "max_running_jobs",
+            Value::Integer(i64::try_from(n).unwrap_or(i64::MAX)),
+        ));
+    }
+    t.insert("limits".into(), table(limits));
+    t
+}
+
+/// router.toml: the policy, its database, the job API, its proxy
+/// identities and CA, and the sources. It names no credential: only the
+/// verification secrets of the sources, which the router checks itself.
+pub fn router(file: &UpFile, layout: &Layout) -> Table {
+    let mut t = Table::new();
+    t.insert("policy".into(), path(&file.policy));
+    t.insert("state".into(), path(&layout.router_db));
+    let deadline = i64::try_from(file.jobs.deadline_secs).unwrap_or(i64::MAX);
+    t.insert(
+        "jobs".into(),
+        table([
+            ("socket", path(&layout.jobs_socket)),
+            ("deadline_secs", Value::Integer(deadline)),
+        ]),
+    );
+    let mut github_sockets = Table::new();
+    let mut proxy = vec![("ca_cert", path(&layout.ca_cert))];
+    for identity in &layout.router_identities {
+        match &identity.repo {
+            Some(repo) => {
+                github_sockets.insert(repo.clone(), path(&identity.socket));
+            }
+            None => proxy.push(("feishu_socket", path(&identity.socket))),
+        }
+    }
+    proxy.push(("github_sockets", Value::Table(github_sockets)));
+    t.insert("proxy".into(), table(proxy));
+    if let Some(github) = &file.github {
+        t.insert(
+            "github".into(),
+            table([
+                ("listen", Value::String(github.listen.to_string())),
+                (
+                    "webhook_secret_files",
+                    Value::Array(
+                        github
+                            .webhook_secret_files
+                            .iter()
+                            .map(|p| path(p))
+                            .collect(),
+                    ),
+                ),
+            ]),
+        );
+    }
+    if let Some(feishu) = &file.feishu {
+        let mut entries = vec![
+            ("listen", Value::String(feishu.listen.to_string())),
+            ("app_id", Value::String(feishu.app_id.clone())),
+        ];
+        if let Some(p) = &feishu.encrypt_key_file {
+            entries.push(("encrypt_key_file", path(p)));
+        }
+        if let Some(p) = &feishu.verification_token_file {
+            entries.push(("verification_token_file", path(p)));
+        }
+        t.insert("feishu".into(), table(entries));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+policy = "policy.toml"
+profiles_dir = "profiles"
+rule_sets_dir = "rules"
+prompts_dir = "prompts"
+state_dir = "/var/lib/gatehouse"
+[credentials.github]
+kind = "github_token"
+token_file = "secrets/github-token"
+[credentials.feishu]
+kind = "feishu_app"
+app_id = "cli_a"
+app_secret_file = "secrets/feishu"
+base_url = "https://open.feishu.cn"
+[github]
+listen = "127.0.0.1:8080"
+webhook_secret_files = ["secrets/webhook"]
+[feishu]
+listen = "127.0.0.1:8081"
+app_id = "cli_a"
+verification_token_file = "secrets/feishu-token"
+[upstream."api.github.com"]
+url = "https://127.0.0.1:9443"
+ca_file = "emulator-ca.pem"
+[jobs]
+deadline_secs = 600
+worker_command = ["/usr/bin/worker", "--go"]
+"#;
+
+    fn fixture() -> (UpFile, Layout) {
+        let file = UpFile::parse(Path::new("/etc/g/gatehouse.toml"), FILE).unwrap();
+        let layout = Layout::new(
+            &file.state_dir,
+            &file.run_dir,
+            &["acme/widgets".into()],
+            true,
+        );
+        (file, layout)
+    }
+
+    #[test]
+    fn the_proxy_gets_credentials_with_absolute_paths_and_the_router_identities() {
+        let (file, layout) = fixture();
+        let t = proxy(&file, &layout).unwrap();
+        assert_eq!(
+            t["credentials"]["github"]["kind"].as_str(),
+            Some("github_token")
+        );
+        assert_eq!(
+            t["credentials"]["github"]["token_file"].as_str(),
+            Some("/etc/g/secrets/github-token")
+        );
+        assert_eq!(
+            t["credentials"]["feishu"]["app_secret_file"].as_str(),
+            Some("/etc/g/secrets/feishu")
+        );
+        assert_eq!(
+            t["upstream"]["api.github.com"]["ca_file"].as_str(),
+            Some("/etc/g/emulator-ca.pem")
+        );
+        assert_eq!(
+            t["admin"]["socket"].as_str(),
+            Some("/run/gatehouse/proxy/admin.sock")
+        );
+        let ids = t["identity"].as_array().unwrap();
+        assert_eq!(ids.len(), 2);
+        assert_eq!(ids[0]["name"].as_str(), Some("router-gh-1"));
+        assert_eq!(ids[0]["variables"]["repo"].as_str(), Some("acme/widgets"));
+        assert_eq!(ids[1]["rule_sets"][0].as_str(), Some("router-feishu"));
+    }
+
+    #[test]
+    fn the_router_gets_no_credential() {
+        let (file, layout) = fixture();
+        let all = all(&file, &layout, Some("gatehouse-router")).unwrap();
+        for secret in [
+            "github-token",
+            "secrets/feishu\"",
+            "credentials",
+            "emulator-ca",
+        ] {
+            assert!(
+                !all.router.contains(secret),
+                "{secret} in router.toml:\n{}",
+                all.router
+            );
+        }
+        let t: Table = toml::from_str(&all.router).unwrap();
+        assert_eq!(
+            t["proxy"]["github_sockets"]["acme/widgets"].as_str(),
+            Some("/run/gatehouse/router-proxy/gh-1.sock")
+        );
+        assert_eq!(
+            t["proxy"]["feishu_socket"].as_str(),
+            Some("/run/gatehouse/router-proxy/feishu.sock")
+        );
+        assert_eq!(
+            t["proxy"]["ca_cert"].as_str(),
+            Some("/var/lib/gatehouse/ca/ca.pem")
+        );
+        assert_eq!(
+            t["jobs"]["socket"].as_str(),
+            Some("/run/gatehouse/jobs/jobs.sock")
+        );
+        assert_eq!(t["jobs"]["deadline_secs"].as_integer(), Some(600));
+        assert_eq!(
+            t["github"]["webhook_secret_files"][0].as_str(),
+            Some("/etc/g/secrets/webhook")
+        );
+        assert_eq!(
+            t["feishu"]["verification_token_file"].as_str(),
+            Some("/etc/g/secrets/feishu-token")
+        );
+        assert!(t["feishu"].get("encrypt_key_file").is_none());
+    }
+
+    #[test]
+    fn the_supervisor_gets_the_job_socket_group_only_when_separated() {
+        let (file, layout) = fixture();
+        let t = supervisor(&file, &layout, Some("gatehouse-router"));
+        assert_eq!(t["api_socket_group"].as_str(), Some("gatehouse-router"));
+        assert_eq!(t["worker"]["command"][1].as_str(), Some("--go"));
+        assert_eq!(t["limits"]["default_deadline_secs"].as_integer(), Some(600));
+        assert!(supervisor(&file, &layout, None)
+            .get("api_socket_group")
+            .is_none());
+    }
+}

@@ -1,0 +1,581 @@
+//! `gatehouse up` as root, with the GitHub emulator as upstream: each part
+//! runs as its own user, each socket admits only its intended peer, the
+//! credential files are the proxy's alone, a killed part comes back, a stop
+//! goes in reverse order and leaves nothing; `gatehouse config check`
+//! refuses what `up` could not run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gatehouse::up::{self, Part};
+use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
+use gatehouse_testkit::machine::{user_gid, user_uid, TEST_USER};
+use gatehouse_testkit::rules::TEST_RULES;
+use gatehouse_testkit::{require, Need};
+
+const PROXY_USER: &str = "gatehouse-proxy";
+const ROUTER_USER: &str = "gatehouse-router";
+const NEEDS: [Need; 4] = [
+    Need::Root,
+    Need::User(PROXY_USER),
+    Need::User(ROUTER_USER),
+    Need::User(TEST_USER),
+];
+
+/// The router's GitHub rule set, as `up` names it for the router's
+/// identities.
+const ROUTER_GITHUB_RULES: &str = r#"
+name = "router-github"
+description = "the router's replies on {repo}"
+variables = ["repo"]
+
+[[rule]]
+name = "issue-comment"
+source = "GitHub REST: issues/create-comment"
+host = "api.github.com"
+methods = ["POST"]
+path = "/repos/{repo}/issues/{n}/comments"
+credential = "github"
+inject = "bearer"
+message = { kind = "github_issue_comment", target = "{repo}#{n}", created_id_pointer = "/id" }
+"#;
+
+const POLICY: &str = r#"
+[identity]
+github = { login = "gatehouse-bot", id = 9000001 }
+
+[[people]]
+name = "alice"
+team = "core"
+github = { login = "alice", id = 1001 }
+
+[teams.core]
+default_repo = "acme/widgets"
+
+[teams.core.repos."acme/widgets"]
+sandbox_profile = "default"
+rule_sets = ["test-worker"]
+"#;
+
+struct Setup {
+    dir: tempfile::TempDir,
+    /// Short: socket paths are limited to 107 bytes.
+    _run: tempfile::TempDir,
+    config: PathBuf,
+    token: String,
+    feishu_secret: String,
+    services: PathBuf,
+    _github: GithubHandle,
+}
+
+impl Setup {
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn credential_files(&self) -> Vec<PathBuf> {
+        vec![
+            self.path("secrets/github-token"),
+            self.path("secrets/feishu-secret"),
+        ]
+    }
+}
+
+fn ids(name: &str) -> (u32, u32) {
+    (user_uid(name).unwrap(), user_gid(name).unwrap())
+}
+
+fn write(path: &Path, text: &str, mode: u32, owner: Option<(u32, u32)>) {
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+    }
+}
+
+/// A world-traversable directory with the binaries, the emulator's CA, the
+/// rules, the policy, secrets owned as `up` wants them, and gatehouse.toml.
+fn setup() -> Setup {
+    let dir = gatehouse_testkit::sandbox::reachable_dir("gh-up-");
+    let run = gatehouse_testkit::sandbox::reachable_dir("ur");
+    let p = |rel: &str| dir.path().join(rel);
+    let token = gatehouse_testkit::random::token("ghs_");
+    let feishu_secret = gatehouse_testkit::random::token("fs_");
+    let github = GithubEmulator::start(
+        GithubOptions::new(p("git"))
+            .token(&token, "gatehouse-bot")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    github.write_ca_pem(&p("emulator-ca.pem")).unwrap();
+    std::fs::set_permissions(p("emulator-ca.pem"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    for d in ["bin", "rules", "secrets"] {
+        std::fs::create_dir(p(d)).unwrap();
+        std::fs::set_permissions(p(d), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    gatehouse_testkit::bin::copy_to(&p("bin"));
+    write(&p("rules/test-worker.toml"), TEST_RULES, 0o644, None);
+    write(
+        &p("rules/router-github.toml"),
+        ROUTER_GITHUB_RULES,
+        0o644,
+        None,
+    );
+    write(&p("policy.toml"), POLICY, 0o644, None);
+    let proxy = ids(PROXY_USER);
+    let router = ids(ROUTER_USER);
+    write(&p("secrets/github-token"), &token, 0o600, Some(proxy));
+    write(
+        &p("secrets/feishu-secret"),
+        &feishu_secret,
+        0o400,
+        Some(proxy),
+    );
+    write(
+        &p("secrets/webhook"),
+        "webhook-secret",
+        0o640,
+        Some((0, router.1)),
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = format!(
+        r#"
+policy = "policy.toml"
+profiles_dir = "{profiles}"
+rule_sets_dir = "rules"
+prompts_dir = "{prompts}"
+state_dir = "state"
+run_dir = "{run}"
+proxy_user = "{PROXY_USER}"
+router_user = "{ROUTER_USER}"
+
+[credentials.github]
+kind = "github_token"
+token_file = "secrets/github-token"
+
+[credentials.feishu]
+kind = "feishu_app"
+app_id = "cli_up_test"
+app_secret_file = "secrets/feishu-secret"
+base_url = "https://open.feishu.cn"
+
+[github]
+listen = "127.0.0.1:{port}"
+webhook_secret_files = ["secrets/webhook"]
+
+[upstream."api.github.com"]
+url = "https://{emulator}"
+ca_file = "emulator-ca.pem"
+"#,
+        profiles = gatehouse_testkit::bin::repo_path("sandbox-profiles").display(),
+        prompts = gatehouse_testkit::bin::repo_path("prompts").display(),
+        emulator = github.addr(),
+        run = run.path().display(),
+    );
+    write(&p("gatehouse.toml"), &config, 0o644, None);
+    Setup {
+        config: p("gatehouse.toml"),
+        services: p("bin/gatehouse-services"),
+        dir,
+        _run: run,
+        token,
+        feishu_secret,
+        _github: github,
+    }
+}
+
+fn options(s: &Setup) -> up::Options {
+    up::Options {
+        // The router's live process is started by `up` as soon as
+        // `gatehouse router run` exists; until then the two others.
+        parts: vec![Part::Proxy, Part::Supervisor],
+        services: Some(s.services.clone()),
+        ..up::Options::default()
+    }
+}
+
+/// `Uid:`, `Gid:` and `Groups:` of /proc/<pid>/status.
+fn status_ids(pid: u32) -> (String, String, String) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    (field("Uid:"), field("Gid:"), field("Groups:"))
+}
+
+/// Whether a process running as `who` can connect to `socket`.
+fn connects_as(who: (u32, u32), socket: &Path) -> bool {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1])\n print('connected')\nexcept OSError as e:\n print(e.errno)",
+        ])
+        .arg(socket)
+        .uid(who.0)
+        .gid(who.1)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        said == "connected" || said.parse::<i32>().is_ok(),
+        "python3 said {said:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    said == "connected"
+}
+
+/// Whether a process running as `who` can read `file` (and what it read).
+fn read_as(who: (u32, u32), file: &Path) -> Option<Vec<u8>> {
+    let out = Command::new("cat")
+        .arg(file)
+        .uid(who.0)
+        .gid(who.1)
+        .output()
+        .unwrap();
+    out.status.success().then_some(out.stdout)
+}
+
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    gatehouse_testkit::procs::alive(pid as i32)
+}
+
+#[test]
+fn each_part_runs_as_its_user_and_a_stop_goes_in_reverse_order() {
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    let prepared = up::prepare(&s.config).unwrap();
+    assert!(prepared.users.separated());
+    let running = up::start(&prepared, options(&s)).unwrap();
+    let proxy = running.pid(Part::Proxy).unwrap();
+    let supervisor = running.pid(Part::Supervisor).unwrap();
+    let (uid, gid) = ids(PROXY_USER);
+    assert_eq!(
+        status_ids(proxy),
+        (
+            format!("{uid} {uid} {uid} {uid}"),
+            format!("{gid} {gid} {gid} {gid}"),
+            String::new()
+        ),
+        "the proxy's ids (no supplementary group)"
+    );
+    assert_eq!(
+        status_ids(supervisor).0,
+        "0 0 0 0",
+        "the supervisor stays root"
+    );
+    // Environments hold only what each needs.
+    for pid in [proxy, supervisor] {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let names: Vec<String> = environ
+            .split(|b| *b == 0)
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                String::from_utf8_lossy(v)
+                    .split('=')
+                    .next()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert!(
+            names.iter().all(|n| n == "PATH" || n == "RUST_LOG"),
+            "pid {pid} environment: {names:?}"
+        );
+    }
+    let stopped = running.stop();
+    let order: Vec<Part> = stopped.iter().map(|s| s.part).collect();
+    assert_eq!(order, [Part::Supervisor, Part::Proxy]);
+    for st in &stopped {
+        assert!(!st.killed, "{:?} outlived its grace", st.part);
+        assert!(
+            st.status.unwrap().success(),
+            "{:?}: {:?}",
+            st.part,
+            st.status
+        );
+    }
+    assert!(
+        !alive(proxy) && !alive(supervisor),
+        "a part outlived the stop"
+    );
+    // The generated configs were the parts': the proxy logged its start.
+    let log = std::fs::read_to_string(s.path("state/logs/proxy.log")).unwrap();
+    assert!(log.contains("gatehouse proxy ready"), "{log}");
+    assert!(!log.contains(&s.token), "the token is in the proxy's log");
+}
+
+#[test]
+fn each_socket_admits_only_its_intended_peer() {
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    let prepared = up::prepare(&s.config).unwrap();
+    let running = up::start(&prepared, options(&s)).unwrap();
+    let l = &prepared.layout;
+    let other = ids(TEST_USER);
+    let router = ids(ROUTER_USER);
+    let proxy = ids(PROXY_USER);
+    let router_identity = &l.router_identities[0].socket;
+    // Positive controls: each intended peer reaches its socket.
+    assert!(
+        connects_as((0, 0), &l.admin_socket),
+        "the supervisor (root) reaches the admin socket"
+    );
+    assert!(
+        connects_as(router, &l.jobs_socket),
+        "the router reaches the job API"
+    );
+    assert!(
+        connects_as(router, router_identity),
+        "the router reaches its identity"
+    );
+    // Anyone else is refused, the router included where it is not the peer.
+    for socket in [&l.admin_socket, &l.jobs_socket, router_identity] {
+        assert!(
+            !connects_as(other, socket),
+            "{TEST_USER} reached {}",
+            socket.display()
+        );
+    }
+    assert!(
+        !connects_as(router, &l.admin_socket),
+        "the router reached the admin socket"
+    );
+    assert!(
+        !connects_as(proxy, &l.jobs_socket),
+        "the proxy reached the job API"
+    );
+    // The modes that say so.
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&l.admin_socket), 0o600);
+    assert_eq!(mode(&l.jobs_socket), 0o660);
+    assert_eq!(mode(&l.router_proxy_run), 0o750);
+    assert_eq!(mode(&l.jobs_run), 0o750);
+    running.stop();
+}
+
+#[test]
+fn only_the_proxy_reads_the_credentials() {
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    let prepared = up::prepare(&s.config).unwrap();
+    let running = up::start(&prepared, options(&s)).unwrap();
+    let router = ids(ROUTER_USER);
+    let other = ids(TEST_USER);
+    for file in s.credential_files() {
+        // Positive control: the proxy's user reads it.
+        let read = read_as(ids(PROXY_USER), &file).expect("the proxy cannot read its credential");
+        assert!(read == s.token.as_bytes() || read == s.feishu_secret.as_bytes());
+        assert_eq!(
+            read_as(router, &file),
+            None,
+            "the router read {}",
+            file.display()
+        );
+        assert_eq!(
+            read_as(other, &file),
+            None,
+            "{TEST_USER} read {}",
+            file.display()
+        );
+    }
+    // Nor the proxy's state (audit log, CA key), nor the supervisor's (work dirs).
+    let l = &prepared.layout;
+    for file in [&l.audit_log, &l.ca_key] {
+        assert!(file.exists(), "{}", file.display());
+        assert_eq!(
+            read_as(router, file),
+            None,
+            "the router read {}",
+            file.display()
+        );
+    }
+    let work = l.supervisor_state.join("probe");
+    std::fs::write(&work, "work").unwrap();
+    assert_eq!(
+        read_as(router, &work),
+        None,
+        "the router read the supervisor's state"
+    );
+    // The CA certificate is public: the router trusts it.
+    assert!(read_as(router, &l.ca_cert).is_some());
+    running.stop();
+}
+
+#[test]
+fn a_part_killed_with_sigkill_is_restarted_and_serves_again() {
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    let prepared = up::prepare(&s.config).unwrap();
+    let running = up::start(&prepared, options(&s)).unwrap();
+    let l = &prepared.layout;
+    for (part, socket) in [
+        (Part::Proxy, &l.admin_socket),
+        (Part::Supervisor, &l.jobs_socket),
+    ] {
+        let before = running.pid(part).unwrap();
+        gatehouse_testkit::procs::signal(before, "KILL");
+        wait_for("the restart", || {
+            running.pid(part).is_some_and(|p| p != before)
+        });
+        let after = running.pid(part).unwrap();
+        wait_for("the restarted part to serve", || {
+            std::os::unix::net::UnixStream::connect(socket).is_ok() && alive(after)
+        });
+        assert!(!alive(before));
+        assert_eq!(running.restarts(part), 1);
+    }
+    // The restarted proxy still serves the router's identity (a fresh socket).
+    assert!(connects_as(
+        ids(ROUTER_USER),
+        &l.router_identities[0].socket
+    ));
+    let stopped = running.stop();
+    assert!(
+        stopped
+            .iter()
+            .all(|s| s.status.is_some_and(|st| st.success())),
+        "{stopped:?}"
+    );
+}
+
+/// `gatehouse config check`: its exit status and output.
+fn check(config: &Path) -> (bool, String, String) {
+    let out = gatehouse_testkit::bin::command()
+        .args(["config", "check", "--config"])
+        .arg(config)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn config_check_refuses_what_up_could_not_run() {
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    // Positive control: the good config passes and prints the layout.
+    let (ok, out, err) = check(&s.config);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("router-proxy/gh-1.sock") && out.contains("acme/widgets"),
+        "{out}"
+    );
+    assert!(!s.path("state").exists(), "config check started something");
+    let good = std::fs::read_to_string(&s.config).unwrap();
+    let token = s.path("secrets/github-token");
+    let (proxy, router) = (ids(PROXY_USER), ids(ROUTER_USER));
+    type Mutation = Box<dyn Fn(&Setup)>;
+    let restore = |s: &Setup| {
+        write(&s.config, &good, 0o644, None);
+        write(
+            &s.path("secrets/github-token"),
+            &s.token,
+            0o600,
+            Some(ids(PROXY_USER)),
+        );
+    };
+    let cases: Vec<(&str, Mutation, &str)> = vec![
+        (
+            "unknown key",
+            Box::new(|s: &Setup| {
+                let text = std::fs::read_to_string(&s.config).unwrap();
+                write(&s.config, &format!("surprise = true\n{text}"), 0o644, None);
+            }),
+            "surprise",
+        ),
+        (
+            "unknown key in a credential",
+            Box::new(|s: &Setup| {
+                let text = std::fs::read_to_string(&s.config).unwrap();
+                let text = text.replace(
+                    "kind = \"github_token\"",
+                    "kind = \"github_token\"\nscope = \"all\"",
+                );
+                write(&s.config, &text, 0o644, None);
+            }),
+            "scope",
+        ),
+        (
+            "missing credential file",
+            Box::new(|s: &Setup| std::fs::remove_file(s.path("secrets/github-token")).unwrap()),
+            "credentials.github",
+        ),
+        (
+            "credential readable by others",
+            Box::new(|s: &Setup| {
+                std::fs::set_permissions(
+                    s.path("secrets/github-token"),
+                    std::fs::Permissions::from_mode(0o604),
+                )
+                .unwrap()
+            }),
+            "every user",
+        ),
+        (
+            "credential readable by the router",
+            Box::new(move |_: &Setup| {
+                std::os::unix::fs::chown(&token, Some(router.0), Some(router.1)).unwrap()
+            }),
+            "router",
+        ),
+        (
+            "credential the proxy cannot read",
+            Box::new(|s: &Setup| {
+                std::os::unix::fs::chown(s.path("secrets/github-token"), Some(0), Some(0)).unwrap()
+            }),
+            "cannot read",
+        ),
+        (
+            "a team rule set the rules dir lacks",
+            Box::new(|s: &Setup| {
+                let text = POLICY.replace(
+                    "rule_sets = [\"test-worker\"]",
+                    "rule_sets = [\"no-such-set\"]",
+                );
+                write(&s.path("policy.toml"), &text, 0o644, None);
+            }),
+            "no-such-set",
+        ),
+    ];
+    let _ = proxy;
+    for (what, mutate, needle) in cases {
+        mutate(&s);
+        let (ok, _, err) = check(&s.config);
+        assert!(!ok, "{what}: accepted");
+        assert!(
+            err.contains(s.config.to_str().unwrap()) || err.contains("generated for"),
+            "{what}: the error names no file: {err}"
+        );
+        assert!(err.contains(needle), "{what}: {err}");
+        assert!(!err.contains(&s.token), "{what}: the token is in the error");
+        restore(&s);
+        write(&s.path("policy.toml"), POLICY, 0o644, None);
+        assert!(check(&s.config).0, "{what}: the restored config fails");
+    }
+}

@@ -27,24 +27,6 @@ const NEEDS: [Need; 4] = [
     Need::User(TEST_USER),
 ];
 
-/// The router's GitHub rule set, as `up` names it for the router's
-/// identities.
-const ROUTER_GITHUB_RULES: &str = r#"
-name = "router-github"
-description = "the router's replies on {repo}"
-variables = ["repo"]
-
-[[rule]]
-name = "issue-comment"
-source = "GitHub REST: issues/create-comment"
-host = "api.github.com"
-methods = ["POST"]
-path = "/repos/{repo}/issues/{n}/comments"
-credential = "github"
-inject = "bearer"
-message = { kind = "github_issue_comment", target = "{repo}#{n}", created_id_pointer = "/id" }
-"#;
-
 const POLICY: &str = r#"
 [identity]
 github = { login = "gatehouse-bot", id = 9000001 }
@@ -120,12 +102,10 @@ fn setup() -> Setup {
     }
     gatehouse_testkit::bin::copy_to(&p("bin"));
     write(&p("rules/test-worker.toml"), TEST_RULES, 0o644, None);
-    write(
-        &p("rules/router-github.toml"),
-        ROUTER_GITHUB_RULES,
-        0o644,
-        None,
-    );
+    // The router's own identities run under the shipped rule set.
+    let shipped = gatehouse_testkit::bin::repo_path("sandbox-profiles/rules/router-github.toml");
+    let text = std::fs::read_to_string(shipped).unwrap();
+    write(&p("rules/router-github.toml"), &text, 0o644, None);
     write(&p("policy.toml"), POLICY, 0o644, None);
     let proxy = ids(PROXY_USER);
     let router = ids(ROUTER_USER);
@@ -195,9 +175,6 @@ ca_file = "emulator-ca.pem"
 
 fn options(s: &Setup) -> up::Options {
     up::Options {
-        // The router's live process is started by `up` as soon as
-        // `gatehouse router run` exists; until then the two others.
-        parts: vec![Part::Proxy, Part::Supervisor],
         services: Some(s.services.clone()),
         ..up::Options::default()
     }
@@ -271,23 +248,26 @@ fn each_part_runs_as_its_user_and_a_stop_goes_in_reverse_order() {
     let running = up::start(&prepared, options(&s)).unwrap();
     let proxy = running.pid(Part::Proxy).unwrap();
     let supervisor = running.pid(Part::Supervisor).unwrap();
-    let (uid, gid) = ids(PROXY_USER);
-    assert_eq!(
-        status_ids(proxy),
-        (
-            format!("{uid} {uid} {uid} {uid}"),
-            format!("{gid} {gid} {gid} {gid}"),
-            String::new()
-        ),
-        "the proxy's ids (no supplementary group)"
-    );
+    let router = running.pid(Part::Router).unwrap();
+    for (pid, user) in [(proxy, PROXY_USER), (router, ROUTER_USER)] {
+        let (uid, gid) = ids(user);
+        assert_eq!(
+            status_ids(pid),
+            (
+                format!("{uid} {uid} {uid} {uid}"),
+                format!("{gid} {gid} {gid} {gid}"),
+                String::new()
+            ),
+            "{user}'s ids (no supplementary group)"
+        );
+    }
     assert_eq!(
         status_ids(supervisor).0,
         "0 0 0 0",
         "the supervisor stays root"
     );
     // Environments hold only what each needs.
-    for pid in [proxy, supervisor] {
+    for pid in [proxy, supervisor, router] {
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
         let names: Vec<String> = environ
             .split(|b| *b == 0)
@@ -307,7 +287,7 @@ fn each_part_runs_as_its_user_and_a_stop_goes_in_reverse_order() {
     }
     let stopped = running.stop();
     let order: Vec<Part> = stopped.iter().map(|s| s.part).collect();
-    assert_eq!(order, [Part::Supervisor, Part::Proxy]);
+    assert_eq!(order, [Part::Router, Part::Supervisor, Part::Proxy]);
     for st in &stopped {
         assert!(!st.killed, "{:?} outlived its grace", st.part);
         assert!(
@@ -317,10 +297,9 @@ fn each_part_runs_as_its_user_and_a_stop_goes_in_reverse_order() {
             st.status
         );
     }
-    assert!(
-        !alive(proxy) && !alive(supervisor),
-        "a part outlived the stop"
-    );
+    for pid in [proxy, supervisor, router] {
+        assert!(!alive(pid), "pid {pid} outlived the stop");
+    }
     // The generated configs were the parts': the proxy logged its start.
     let log = std::fs::read_to_string(s.path("state/logs/proxy.log")).unwrap();
     assert!(log.contains("gatehouse proxy ready"), "{log}");
@@ -431,10 +410,13 @@ fn a_part_killed_with_sigkill_is_restarted_and_serves_again() {
     let prepared = up::prepare(&s.config).unwrap();
     let running = up::start(&prepared, options(&s)).unwrap();
     let l = &prepared.layout;
-    for (part, socket) in [
-        (Part::Proxy, &l.admin_socket),
-        (Part::Supervisor, &l.jobs_socket),
-    ] {
+    let listen = prepared.file.github.as_ref().unwrap().listen;
+    let serves = |part: Part| match part {
+        Part::Proxy => std::os::unix::net::UnixStream::connect(&l.admin_socket).is_ok(),
+        Part::Supervisor => std::os::unix::net::UnixStream::connect(&l.jobs_socket).is_ok(),
+        Part::Router => std::net::TcpStream::connect(listen).is_ok(),
+    };
+    for part in [Part::Proxy, Part::Supervisor, Part::Router] {
         let before = running.pid(part).unwrap();
         gatehouse_testkit::procs::signal(before, "KILL");
         wait_for("the restart", || {
@@ -442,10 +424,10 @@ fn a_part_killed_with_sigkill_is_restarted_and_serves_again() {
         });
         let after = running.pid(part).unwrap();
         wait_for("the restarted part to serve", || {
-            std::os::unix::net::UnixStream::connect(socket).is_ok() && alive(after)
+            serves(part) && alive(after)
         });
         assert!(!alive(before));
-        assert_eq!(running.restarts(part), 1);
+        assert_eq!(running.restarts(part), 1, "{part:?}");
     }
     // The restarted proxy still serves the router's identity (a fresh socket).
     assert!(connects_as(
@@ -577,5 +559,240 @@ fn config_check_refuses_what_up_could_not_run() {
         restore(&s);
         write(&s.path("policy.toml"), POLICY, 0o644, None);
         assert!(check(&s.config).0, "{what}: the restored config fails");
+    }
+}
+
+/// Whether `haystack` holds `needle`.
+fn holds(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Every readable mapping of `pid`'s memory, read through /proc/<pid>/mem.
+fn memory(pid: u32) -> Vec<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut regions = Vec::new();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (range, perms) = (f.next().unwrap(), f.next().unwrap());
+        if !perms.starts_with('r') || line.ends_with("[vvar]") || line.ends_with("[vsyscall]") {
+            continue;
+        }
+        let (a, b) = range.split_once('-').unwrap();
+        let (a, b) = (
+            u64::from_str_radix(a, 16).unwrap(),
+            u64::from_str_radix(b, 16).unwrap(),
+        );
+        let mut buf = vec![0u8; (b - a) as usize];
+        if mem.seek(SeekFrom::Start(a)).is_ok() && mem.read_exact(&mut buf).is_ok() {
+            regions.push(buf);
+        }
+    }
+    regions
+}
+
+#[test]
+fn the_router_process_holds_no_credential() {
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    let prepared = up::prepare(&s.config).unwrap();
+    let running = up::start(&prepared, options(&s)).unwrap();
+    let secrets = [s.token.as_bytes(), s.feishu_secret.as_bytes()];
+    let router = running.pid(Part::Router).unwrap();
+    let proxy = running.pid(Part::Proxy).unwrap();
+    // Its environment.
+    let environ = std::fs::read(format!("/proc/{router}/environ")).unwrap();
+    for secret in secrets {
+        assert!(
+            !holds(&environ, secret),
+            "a secret in the router's environment"
+        );
+    }
+    // Its open files: none is a credential file, none holds a secret.
+    let credential_files = s.credential_files();
+    for fd in std::fs::read_dir(format!("/proc/{router}/fd")).unwrap() {
+        let fd = fd.unwrap().path();
+        let Ok(target) = std::fs::read_link(&fd) else {
+            continue;
+        };
+        assert!(
+            !credential_files.contains(&target),
+            "the router holds {}",
+            target.display()
+        );
+        if target.is_file() {
+            let data = std::fs::read(&target).unwrap_or_default();
+            for secret in secrets {
+                assert!(!holds(&data, secret), "{} holds a secret", target.display());
+            }
+        }
+    }
+    // Its memory maps (no credential file mapped) and the memory itself.
+    let maps = std::fs::read_to_string(format!("/proc/{router}/maps")).unwrap();
+    for file in &credential_files {
+        assert!(
+            !maps.contains(file.to_str().unwrap()),
+            "{} is mapped",
+            file.display()
+        );
+    }
+    let regions = memory(router);
+    assert!(!regions.is_empty(), "no memory of the router was read");
+    for region in &regions {
+        for secret in secrets {
+            assert!(!holds(region, secret), "a secret in the router's memory");
+        }
+    }
+    // Positive control for the scan: the proxy, which reads the token at
+    // start, holds it.
+    let proxy_memory = memory(proxy);
+    assert!(
+        proxy_memory.iter().any(|r| holds(r, s.token.as_bytes())),
+        "the memory scan did not find the token in the proxy either: the scan is blind"
+    );
+    // Every file the router's user can read: grep, as that user, through the
+    // whole set-up (secrets, state, sockets' dirs, the emulator's repos) and
+    // the state and run dirs; the proxy's user finds the token (control).
+    let dirs = [s.dir.path().to_owned(), prepared.layout.run_dir.clone()];
+    let grep = |who: (u32, u32)| {
+        let out = Command::new("grep")
+            .args(["-rlsF", "-e", &s.token])
+            .args(&dirs)
+            .uid(who.0)
+            .gid(who.1)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let found = grep(ids(ROUTER_USER));
+    assert!(
+        found.is_empty(),
+        "the router's user can read the token in: {found}"
+    );
+    let control = grep(ids(PROXY_USER));
+    assert!(control.contains("secrets/github-token"), "{control}");
+    running.stop();
+}
+
+/// The pids of `parent`'s children.
+fn children(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let ppid: u32 = after.split(' ').nth(1).unwrap().parse().unwrap();
+        if ppid == parent && alive(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn gatehouse_up_stops_in_reverse_order_on_sigterm_and_leaves_no_process() {
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    let log = s.path("up.log");
+    let mut up = Command::new(s.path("bin/gatehouse"))
+        .args(["up", "--config"])
+        .arg(&s.config)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for("gatehouse up to start three parts", || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("gatehouse up: running")
+    });
+    let parts = children(up.id());
+    assert_eq!(
+        parts.len(),
+        3,
+        "{parts:?}: {}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    gatehouse_testkit::procs::signal(up.id(), "TERM");
+    let status = up.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {text}");
+    for pid in &parts {
+        assert!(!alive(*pid), "pid {pid} outlived gatehouse up");
+    }
+    let stops: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("stopped"))
+        .map(|l| {
+            ["router", "supervisor", "proxy"]
+                .into_iter()
+                .find(|p| l.contains(&format!("part=\"{p}\"")))
+                .unwrap_or("?")
+        })
+        .collect();
+    assert_eq!(stops, ["router", "supervisor", "proxy"], "{text}");
+    assert!(!text.contains(&s.token), "the token is in up's log");
+}
+
+#[test]
+fn rootless_the_three_run_as_the_invoking_user() {
+    require!(NEEDS[0], NEEDS[3]);
+    let s = setup();
+    let me = ids(TEST_USER);
+    let owner = format!("{}:{}", me.0, me.1);
+    for dir in [s.dir.path(), s._run.path()] {
+        let status = Command::new("chown")
+            .args(["-R", &owner])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let log = s.path("up.log");
+    let mut up = gatehouse_testkit::sandbox::as_test_user(&s.path("bin/gatehouse"))
+        .args(["up", "--config"])
+        .arg(&s.config)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for("gatehouse up to start three parts", || {
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            !text.contains("Error") && !text.contains("gatehouse: "),
+            "{text}"
+        );
+        text.contains("gatehouse up: running")
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("not root"),
+        "no warning that rootless is weaker: {text}"
+    );
+    // setpriv execs `gatehouse`, which execs gatehouse-services: one pid.
+    let parts = children(up.id());
+    assert_eq!(parts.len(), 3, "{parts:?}");
+    for pid in &parts {
+        let (uid, gid, _) = status_ids(*pid);
+        assert_eq!(uid, format!("{0} {0} {0} {0}", me.0), "pid {pid}");
+        assert_eq!(gid, format!("{0} {0} {0} {0}", me.1), "pid {pid}");
+    }
+    // The job API is the user's alone (no group to share it with).
+    let jobs = s._run.path().join("jobs/jobs.sock");
+    assert_eq!(
+        std::fs::metadata(&jobs).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    gatehouse_testkit::procs::signal(up.id(), "TERM");
+    assert!(
+        up.wait().unwrap().success(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    for pid in &parts {
+        assert!(!alive(*pid), "pid {pid} outlived gatehouse up");
     }
 }

@@ -33,6 +33,13 @@ pub enum ConfigCommand {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Check as `check` does, then create the directories (owners, modes)
+    /// and write the three parts' configs, starting nothing: for running
+    /// the parts as systemd units (deploy/systemd/)
+    Write {
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 impl Commands {
@@ -43,6 +50,14 @@ impl Commands {
                 command: ConfigCommand::Check { config },
             } => {
                 let prepared = up::prepare(&config)?;
+                print!("{}", describe(&prepared));
+                Ok(ExitCode::SUCCESS)
+            }
+            Commands::Config {
+                command: ConfigCommand::Write { config },
+            } => {
+                let prepared = up::prepare(&config)?;
+                up::install(&prepared)?;
                 print!("{}", describe(&prepared));
                 Ok(ExitCode::SUCCESS)
             }

@@ -287,5 +287,14 @@ fn load_generated(layout: &Layout, generated: &Generated, policy: &Policy) -> Re
         .map_err(|e| part("supervisor", sup_file, e.to_string()))?;
     gatehouse_supervisor::jobs::preflight::check(&sup)
         .map_err(|e| part("supervisor", sup_file, e.to_string()))?;
+    // The router's.
+    let router_file = &layout.router_toml;
+    let base = router_file.parent().unwrap_or(Path::new("/"));
+    gatehouse_router::live::RouterConfig::from_toml(
+        &router_file.display().to_string(),
+        &generated.router,
+        base,
+    )
+    .map_err(|e| part("router", router_file, e.to_string()))?;
     Ok(())
 }

@@ -28,7 +28,7 @@ pub mod schedule;
 use std::path::PathBuf;
 
 pub use check::{prepare, Prepared, Users};
-pub use run::{start, Options, Running, Stopped};
+pub use run::{install, start, Options, Running, Stopped};
 pub use schedule::{Backoff, Part};
 
 /// Why `up` or `config check` refused.

@@ -122,8 +122,7 @@ pub struct Running {
 /// Prepares the directories, writes the three configs and starts the parts
 /// in order, each once the one before serves; then watches them.
 pub fn start(prepared: &Prepared, options: Options) -> Result<Running, UpError> {
-    make_dirs(prepared)?;
-    write_configs(prepared)?;
+    install(prepared)?;
     let services = match &options.services {
         Some(p) => p.clone(),
         None => {
@@ -427,6 +426,14 @@ fn log_tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// The directories (owners, modes) and the three configs: what the parts
+/// need before they start, whoever starts them (`up`, or systemd units
+/// after `gatehouse config write`).
+pub fn install(prepared: &Prepared) -> Result<(), UpError> {
+    make_dirs(prepared)?;
+    write_configs(prepared)
 }
 
 /// Creates the layout's directories with their owners and modes, then

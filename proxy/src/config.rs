@@ -117,7 +117,7 @@ impl CredentialFile {
     /// The file holding this credential's secret: every kind has exactly one.
     pub fn secret_file(&self) -> &Path {
         match self {
-            CredentialFile::GithubToken { token_file } => token_file,
+            CredentialFile::GithubToken { token_file, .. } => token_file,
             CredentialFile::GithubApp {
                 private_key_file, ..
             } => private_key_file,
@@ -131,7 +131,7 @@ impl CredentialFile {
     /// The same, to rewrite (resolve a relative path).
     pub fn secret_file_mut(&mut self) -> &mut PathBuf {
         match self {
-            CredentialFile::GithubToken { token_file } => token_file,
+            CredentialFile::GithubToken { token_file, .. } => token_file,
             CredentialFile::GithubApp {
                 private_key_file, ..
             } => private_key_file,

@@ -31,6 +31,8 @@ socket = "admin.sock"
 [credentials.github]
 kind = "github_token"
 token_file = "token"
+# The test rules allow GraphQL; the emulator's token is the test's own.
+dangerously_allow_unscoped_graphql = true
 [credentials.feishu]
 kind = "feishu_app"
 app_id = "cli_unused"

@@ -602,3 +602,47 @@ fn an_unknown_worker_user_is_refused_not_a_crash() {
     assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{r:#?}");
     assert!(r.stderr.contains("no such user"), "{r:#?}");
 }
+
+/// Started by root, the proxy socket may sit in a directory that only its
+/// owner can traverse: under `gatehouse up` the proxy user's identity
+/// sockets are in its own 0700 directory. The sandbox's init, once in its
+/// user namespace, could not open that path; the host side clones the
+/// socket's mount before then, so the worker still reaches the proxy.
+#[test]
+fn a_proxy_socket_in_another_users_private_directory_is_reached() {
+    use gatehouse_testkit::{machine, require, Need};
+    use std::os::unix::fs::PermissionsExt;
+    require!(Need::Root);
+    require!(Need::Sandbox);
+    require!(Need::User("gatehouse-test"));
+    let s = Scratch::new(Mode::Root);
+    let private = s.path("private");
+    std::fs::create_dir(&private).unwrap();
+    let proxy = FakeProxy::start(private.join("proxy.sock"));
+    let (uid, gid) = (
+        machine::user_uid("gatehouse-test").unwrap(),
+        machine::user_gid("gatehouse-test").unwrap(),
+    );
+    std::os::unix::fs::chown(&proxy.path, Some(uid), Some(gid)).unwrap();
+    std::os::unix::fs::chown(&private, Some(uid), Some(gid)).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let sock = proxy.path.to_str().unwrap().to_string();
+    let r = s.sh_with(
+        "default",
+        &["--proxy-socket", &sock],
+        "curl -sS -m 10 http://example.test/private/path",
+    );
+    r.ok();
+    assert!(
+        r.stdout
+            .contains("fake proxy saw: GET http://example.test/private/path HTTP/1.1"),
+        "{r:#?}"
+    );
+    // The worker sees the socket alone, not the private directory around it.
+    let r = s.sh_with(
+        "default",
+        &["--proxy-socket", &sock],
+        &format!("ls {} 2>&1; test -e {}; echo absent=$?", private.display(), private.display()),
+    );
+    assert!(r.stdout.contains("absent=1"), "{r:#?}");
+}

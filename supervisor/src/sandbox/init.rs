@@ -26,8 +26,9 @@ pub(crate) struct Setup<'a> {
     pub errors: OwnedFd,
     /// Where the host side hands over this run's cgroups (see `run`).
     pub cgroups: OwnedFd,
-    /// The idmapped work dir, when the host side made one.
-    pub workdir_tree: Option<OwnedFd>,
+    /// The detached mounts the host side made, one slot per mount step
+    /// (the idmapped work dir, bound sockets).
+    pub trees: Vec<Option<OwnedFd>>,
 }
 
 /// Writes `msg` for the host side to report, then exits.
@@ -58,7 +59,7 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
         sync,
         errors,
         cgroups,
-        workdir_tree,
+        trees,
     } = setup;
     // Die with `sandbox run`. If it already died before this line, the sync
     // pipe reads EOF below and we exit.
@@ -67,7 +68,7 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
         sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
     }
     let mut kernel = Host;
-    let started = build(&mut kernel, plan, &sync, workdir_tree).and_then(|listener| {
+    let started = build(&mut kernel, plan, &sync, trees).and_then(|listener| {
         let limits_by_cgroup = join_cgroups(&cgroups)?;
         drop(cgroups);
         drop(sync);
@@ -98,9 +99,9 @@ fn build(
     kernel: &mut Host,
     plan: &Plan,
     sync: &OwnedFd,
-    workdir_tree: Option<OwnedFd>,
+    trees: Vec<Option<OwnedFd>>,
 ) -> Result<Option<TcpListener>, Stop> {
-    let sources = open_sources(kernel, plan, workdir_tree)?;
+    let sources = open_sources(kernel, plan, trees)?;
     set_user_namespace_limits(kernel, plan)?;
     // Changing credentials clears the parent-death signal: set it again,
     // then make sure the parent did not die in between (it holds the sync
@@ -128,23 +129,23 @@ fn build(
 }
 
 /// Opens every bind source (see [`super::open_source`]): as the caller,
-/// then again as the worker for what failed. The idmapped work dir, when
-/// there is one, stands in for the work dir's bind.
+/// then again as the worker for what failed. A detached mount the host side
+/// made for a step (the idmapped work dir, a bound socket) stands in for it.
 fn open_sources(
     kernel: &mut Host,
     plan: &Plan,
-    workdir_tree: Option<OwnedFd>,
+    trees: Vec<Option<OwnedFd>>,
 ) -> Result<Vec<Source>, Stop> {
-    let mut tree = workdir_tree;
     let first: Vec<_> = plan
         .mounts
         .iter()
-        .map(|step| match (step, tree.take()) {
-            (MountStep::BindWritable { .. }, Some(t)) => Ok(Source::Tree(t)),
-            (_, t) => {
-                tree = t;
-                super::open_source(step)
-            }
+        .zip(trees)
+        .map(|(step, tree)| match tree {
+            Some(tree) => Ok(Source::Tree {
+                tree,
+                is_dir: matches!(step, MountStep::BindWritable { .. }),
+            }),
+            None => super::open_source(step),
         })
         .collect();
     become_root(kernel, plan)?;

@@ -141,9 +141,12 @@ pub(crate) enum Source {
     Symlink(PathBuf),
     /// Optional and absent on this host.
     Absent,
-    /// A detached mount made on the host side (the idmapped work dir), to
-    /// attach as it is.
-    Tree(OwnedFd),
+    /// A detached mount made on the host side (the idmapped work dir, a
+    /// socket in a directory only the caller can traverse), to attach as it is.
+    Tree {
+        tree: OwnedFd,
+        is_dir: bool,
+    },
 }
 
 /// How the work dir's owner must be shown to the worker: when a root
@@ -181,6 +184,35 @@ fn idmapped_workdir(plan: &Plan) -> Result<Option<OwnedFd>, SandboxError> {
                 "an idmapped mount of the work dir, to show its owner as the worker's host user (its filesystem may not support idmapped mounts: make the worker's user own it instead)",
             )),
     }
+}
+
+/// The detached mounts the host side makes before any namespace exists, one
+/// slot per mount step: the idmapped work dir, and, started by root, a clone
+/// of each bound socket. A socket sits in a directory its owner keeps
+/// private (the proxy's identity sockets are the proxy user's, 0700): the
+/// caller, root, can reach it, but the init, once in its own user namespace,
+/// no longer can, even before it takes the worker's uid.
+fn host_trees(plan: &Plan) -> Result<Vec<Option<OwnedFd>>, SandboxError> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut workdir = idmapped_workdir(plan)?;
+    plan.mounts
+        .iter()
+        .map(|step| match step {
+            MountStep::BindWritable { .. } => Ok(workdir.take()),
+            MountStep::BindReadOnly { host, .. }
+                if plan.identity.caller_is_root
+                    && std::fs::symlink_metadata(host).is_ok_and(|m| m.file_type().is_socket()) =>
+            {
+                sys::idmap::clone_tree(host)
+                    .map(Some)
+                    .map_err(|source| SandboxError::Source {
+                        path: host.clone(),
+                        source,
+                    })
+            }
+            _ => Ok(None),
+        })
+        .collect()
 }
 
 /// Opens one bind source. The init calls this right after clone (an fd
@@ -249,7 +281,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     let facts = probe::quick();
     check_required(plan, &facts)?;
     let filter = seccomp::compile(&plan.seccomp)?;
-    let workdir_tree = idmapped_workdir(plan)?;
+    let trees = host_trees(plan)?;
     let limits = cgroup::choose_here(&plan.limits, plan.require.cgroup_limits)?;
     // Fds the caller leaked to us must not reach the worker.
     sys::mark_all_cloexec();
@@ -278,13 +310,13 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
             sync: sync_r,
             errors: err_w,
             cgroups: cg_init,
-            workdir_tree,
+            trees,
         });
     }
     drop(sync_r);
     drop(err_w);
     drop(cg_init);
-    drop(workdir_tree);
+    drop(trees);
 
     let started = Instant::now();
     let (handed_over, created) = release_init(child, plan, &limits, &sync_w, cg_host);

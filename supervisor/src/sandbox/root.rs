@@ -187,12 +187,16 @@ fn bind_source<K: Kernel>(
                 .symlink(target, &dst)
                 .map_err(err(format!("symlink {}", dst.display())));
         }
-        Source::Tree(tree) => {
-            mkdir_p(k, &dst)?;
-            k.attach_tree(tree, &dst).map_err(err(format!(
-                "attach the idmapped work dir at {}",
-                dst.display()
-            )))?;
+        Source::Tree { tree, is_dir } => {
+            if *is_dir {
+                mkdir_p(k, &dst)?;
+            } else {
+                mkdir_parent(k, &dst)?;
+                k.create_file(&dst)
+                    .map_err(err(format!("create {}", dst.display())))?;
+            }
+            k.attach_tree(tree, &dst)
+                .map_err(err(format!("attach the host's mount at {}", dst.display())))?;
             return k
                 .set_mount_attrs(&dst, attrs)
                 .map_err(err(format!("restrict {}", inside.display())));

@@ -258,7 +258,15 @@ fn an_idmapped_work_dir_is_attached_not_bound_and_gets_the_plans_flags() {
     };
     let plan = plan_with(vec![work]);
     let mut k = Recording::default();
-    build_root(&mut k, &plan, &[Source::Tree(some_fd())]).unwrap();
+    build_root(
+        &mut k,
+        &plan,
+        &[Source::Tree {
+            tree: some_fd(),
+            is_dir: true,
+        }],
+    )
+    .unwrap();
     let work_calls: Vec<&str> = k
         .calls
         .iter()
@@ -275,7 +283,15 @@ fn an_idmapped_work_dir_is_attached_not_bound_and_gets_the_plans_flags() {
     );
     // An attach that fails stops the build and says what it was.
     let mut k = Recording::failing_on("attach /newroot/work");
-    let e = build_root(&mut k, &plan, &[Source::Tree(some_fd())]).unwrap_err();
+    let e = build_root(
+        &mut k,
+        &plan,
+        &[Source::Tree {
+            tree: some_fd(),
+            is_dir: true,
+        }],
+    )
+    .unwrap_err();
     assert!(
         e.starts_with("attach the idmapped work dir at /newroot/work: "),
         "{e}"

@@ -66,6 +66,28 @@ fn mapping_namespace(shift: IdShift) -> io::Result<OwnedFd> {
     opened
 }
 
+/// A detached clone of the mount at `path` (a file or a directory), made
+/// here and attached elsewhere later with `move_mount` (another mount
+/// namespace included), where a path-based bind could no longer reach it.
+pub fn clone_tree(path: &Path) -> io::Result<OwnedFd> {
+    let path = cstring(path)?;
+    // SAFETY: `path` is NUL-terminated and alive for the call; open_tree
+    // returns a new descriptor we take ownership of below, or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return last_error();
+    }
+    // SAFETY: `fd` was just returned by open_tree and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
 /// A detached, idmapped copy of the mount at `dir` (the directory alone,
 /// not the mounts below it), for [`attach`] elsewhere.
 pub fn idmapped_tree(dir: &Path, shift: IdShift) -> io::Result<OwnedFd> {

@@ -642,7 +642,11 @@ fn a_proxy_socket_in_another_users_private_directory_is_reached() {
     let r = s.sh_with(
         "default",
         &["--proxy-socket", &sock],
-        &format!("ls {} 2>&1; test -e {}; echo absent=$?", private.display(), private.display()),
+        &format!(
+            "ls {} 2>&1; test -e {}; echo absent=$?",
+            private.display(),
+            private.display()
+        ),
     );
     assert!(r.stdout.contains("absent=1"), "{r:#?}");
 }

@@ -293,7 +293,7 @@ fn an_idmapped_work_dir_is_attached_not_bound_and_gets_the_plans_flags() {
     )
     .unwrap_err();
     assert!(
-        e.starts_with("attach the idmapped work dir at /newroot/work: "),
+        e.starts_with("attach the host's mount at /newroot/work: "),
         "{e}"
     );
     assert!(!k.calls.iter().any(|c| c.starts_with("pivot_root . .")));

@@ -2,12 +2,33 @@
 //! become replies sent through the proxy.
 //!
 //! ```text
+//! intake processor ─► decision log ─┐
+//!                                   ▼
+//! runner: follow decisions ─► intents (store::live) ─► POST /jobs, inbox, DELETE
+//!         GET /events ─► Router::on_report / on_end ─► steps (replies, ends)
+//!         steps ─► Router::on_reply (checked, logged) ─► outbox ─► proxy ─► GitHub / Feishu
+//! ```
+//!
+//! ```text
 //! config     router.toml ─► RouterConfig (validated, paths resolved)
-//! runner     the loop's thread and runtime (LiveLoop)
+//! plan       pure: trigger decision ─► intents; report ─► reply attempts; job end ─► outcome;
+//!            the job's body and idempotency key; texts within the word limit
+//! events     pure: a page of the supervisor's events, bridged
+//! outbox     pure: the outbox's states and transitions; GitHub/Feishu bodies, markers
+//! http       the job API client's and the proxy client's HTTP (unix socket; CONNECT + TLS)
+//! jobs       the job API's calls
+//! send       the outbox sent through the proxy
+//! runner     the loop's thread, runtime and passes (LiveLoop)
 //! ```
 
 pub mod config;
+pub mod events;
+pub mod http;
+pub mod jobs;
+pub mod outbox;
+pub mod plan;
 pub mod runner;
+mod send;
 
 pub use config::{ConfigError, RouterConfig};
 pub use runner::{LiveError, LiveLoop};

@@ -142,6 +142,55 @@ ALTER TABLE reports ADD COLUMN cleared INTEGER NOT NULL DEFAULT 0;
 DROP INDEX reports_answering;
 CREATE INDEX reports_answering ON reports(ticket_id, answers) WHERE answers IS NOT NULL AND cleared = 0;
 "#,
+    // 5: the live loop's durable work (`store::live`). Cursors over the
+    // decision log and the supervisor's events, each advanced in the
+    // transaction of what it caused; one job per ticket generation (the
+    // trigger that opened or resumed it); pass-throughs to forward; steps
+    // (replies to check, ends to decide) planned but not yet decided; and
+    // the outbox over the reply log.
+    r#"
+CREATE TABLE live_cursors (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) STRICT;
+CREATE TABLE live_jobs (
+    ticket_id TEXT NOT NULL REFERENCES tickets(id),
+    generation TEXT NOT NULL REFERENCES triggers(id),
+    state TEXT NOT NULL,
+    job_id TEXT UNIQUE,
+    cancel TEXT,
+    job_state TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (ticket_id, generation)
+) STRICT;
+CREATE INDEX live_jobs_open ON live_jobs(created_at) WHERE state = 'wanted' OR cancel = 'wanted';
+CREATE TABLE live_forwards (
+    trigger_id TEXT PRIMARY KEY REFERENCES triggers(id),
+    ticket_id TEXT NOT NULL REFERENCES tickets(id),
+    state TEXT NOT NULL,
+    updated_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX live_forwards_pending ON live_forwards(trigger_id) WHERE state = 'pending';
+CREATE TABLE live_steps (
+    seq INTEGER PRIMARY KEY,
+    ticket_id TEXT NOT NULL REFERENCES tickets(id),
+    step TEXT NOT NULL,
+    planned_at INTEGER NOT NULL,
+    done_at INTEGER
+) STRICT;
+CREATE INDEX live_steps_pending ON live_steps(seq) WHERE done_at IS NULL;
+CREATE TABLE live_outbox (
+    reply_id TEXT PRIMARY KEY REFERENCES replies(id),
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    platform_message_id TEXT,
+    error TEXT,
+    next_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX live_outbox_due ON live_outbox(next_at) WHERE state IN ('pending', 'unknown');
+"#,
 ];
 
 /// What every connection to the router's database sets before it is used:

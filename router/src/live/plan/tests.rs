@@ -1,0 +1,388 @@
+use super::*;
+use crate::engine::TriggerDecision;
+use crate::fixtures::{addressed, alice_gh, gh, mention, with_text};
+use crate::gate::{Author, Via};
+use crate::id::IdClock;
+use crate::route::NoTicket;
+use crate::ticket::tests::{mandate, ticket_with};
+use crate::trigger::TriggerKind;
+use crate::words::count_words;
+
+fn ids() -> (TicketId, TriggerId, crate::id::ThreadId) {
+    let mut c = IdClock::default();
+    (c.issue(5), c.issue(5), c.issue(5))
+}
+
+fn decision(admission: Admission, ticket: TicketOutcome) -> TriggerDecision {
+    let (_, trigger, thread) = ids();
+    TriggerDecision {
+        trigger,
+        thread,
+        admission,
+        eval: None,
+        ticket,
+        refused_resume: None,
+    }
+}
+
+fn explicit() -> Admission {
+    Admission::Explicit {
+        requester: "alice".into(),
+        via: Via::Mention,
+    }
+}
+
+fn candidate(author: Author) -> Admission {
+    Admission::Candidate { author }
+}
+
+#[test]
+fn trigger_decisions_plan_jobs_acks_forwards_and_stops() {
+    let (tkt, trg, _) = ids();
+    let m = mandate(Author::Human("alice".into()), &[]);
+    let opened = TicketOutcome::Opened {
+        ticket: tkt.clone(),
+        mandate: m.clone(),
+    };
+    let resumed = TicketOutcome::Resumed {
+        ticket: tkt.clone(),
+        mandate: m,
+    };
+    let pass = TicketOutcome::PassThrough {
+        ticket: tkt.clone(),
+    };
+    let job = Intent::Job {
+        ticket: tkt.clone(),
+        generation: trg.clone(),
+    };
+    let forward = Intent::Forward {
+        trigger: trg.clone(),
+        ticket: tkt.clone(),
+    };
+    let stop = Intent::Step(Step::End {
+        ticket: tkt.clone(),
+        outcome: Outcome::Cancelled,
+        requested_by: Some(trg.clone()),
+    });
+    let text = |t: &str| {
+        with_text(
+            addressed(gh(alice_gh(), TriggerKind::IssueComment), mention("bot")),
+            t,
+        )
+    };
+    // (admission, outcome, text, expected intents without the ack's text, acked)
+    let cases: Vec<(Admission, TicketOutcome, &str, Vec<Intent>, bool)> = vec![
+        (
+            explicit(),
+            opened.clone(),
+            "@bot fix it",
+            vec![job.clone()],
+            true,
+        ),
+        (
+            explicit(),
+            resumed.clone(),
+            "@bot again",
+            vec![job.clone()],
+            true,
+        ),
+        // A rule opened it for a bot's or a person's message that did not
+        // ask: a job, no "on it".
+        (
+            candidate(Author::Bot("ci".into())),
+            opened.clone(),
+            "CI failed",
+            vec![job.clone()],
+            false,
+        ),
+        (
+            candidate(Author::Human("bob".into())),
+            resumed,
+            "more",
+            vec![job],
+            false,
+        ),
+        (
+            explicit(),
+            pass.clone(),
+            "@bot also the docs",
+            vec![forward.clone()],
+            false,
+        ),
+        (
+            explicit(),
+            pass.clone(),
+            "@bot stop",
+            vec![stop.clone()],
+            false,
+        ),
+        (
+            explicit(),
+            pass.clone(),
+            "@bot /stop.",
+            vec![stop.clone()],
+            false,
+        ),
+        (explicit(), pass.clone(), "@_user_1 停止", vec![stop], false),
+        // "stop" from someone who did not address the bot, or a bot, is
+        // information for the worker, not a stop.
+        (
+            candidate(Author::Human("bob".into())),
+            pass.clone(),
+            "stop",
+            vec![forward.clone()],
+            false,
+        ),
+        (
+            candidate(Author::Bot("ci".into())),
+            pass.clone(),
+            "stop",
+            vec![forward.clone()],
+            false,
+        ),
+        (explicit(), pass, "@bot don't stop", vec![forward], false),
+        (
+            explicit(),
+            TicketOutcome::None {
+                why: NoTicket::Ignored,
+            },
+            "@bot hi",
+            vec![],
+            false,
+        ),
+        (
+            explicit(),
+            TicketOutcome::StaysEnded {
+                ticket: tkt.clone(),
+                reason: crate::ticket::RevalidationFailure::RequesterRemoved { name: "a".into() },
+            },
+            "@bot hi",
+            vec![],
+            false,
+        ),
+    ];
+    for (admission, outcome, t, expected, acked) in cases {
+        let d = decision(admission, outcome);
+        let mut got = plan_trigger(&d, &text(t), 100);
+        let ack = match got.last() {
+            Some(Intent::Step(Step::Reply { attempt })) => {
+                assert_eq!(attempt.purpose, Purpose::Ack, "{t}");
+                assert_eq!(attempt.in_reply_to.as_ref(), Some(&d.trigger), "{t}");
+                assert!(count_words(&attempt.text) <= 100);
+                got.pop();
+                true
+            }
+            _ => false,
+        };
+        assert_eq!(ack, acked, "{t}");
+        assert_eq!(got, expected, "{t}");
+    }
+}
+
+#[test]
+fn stop_is_the_whole_message() {
+    for yes in [
+        "stop",
+        "STOP",
+        "@bot stop",
+        "@bot stop!",
+        "/stop",
+        "@bot cancel",
+        "停止",
+        "@_user_1 取消。",
+    ] {
+        assert!(is_stop(yes), "{yes}");
+    }
+    for no in [
+        "",
+        "@bot",
+        "don't stop",
+        "stop the build please",
+        "stopping",
+        "@bot please stop now",
+        "s t o p",
+    ] {
+        assert!(!is_stop(no), "{no}");
+    }
+}
+
+fn report(state: ReportState, summary: &str) -> Report {
+    Report {
+        state,
+        summary: summary.into(),
+        question: None,
+        answers: None,
+        links: Vec::new(),
+    }
+}
+
+#[test]
+fn reports_plan_result_attention_and_answer() {
+    let (tkt, trg, _) = ids();
+    let answered: gatehouse_types::TriggerId = trg.as_str().parse().unwrap();
+    let ready = Report {
+        links: vec!["https://github.com/acme/widgets/pull/7".into()],
+        ..report(ReportState::Ready, "Fixed the flaky test")
+    };
+    let blocked = Report {
+        question: Some("Which branch should I target?".into()),
+        ..report(ReportState::Blocked, "Need a decision")
+    };
+    let blocked_no_q = report(ReportState::Blocked, "stuck");
+    let working = report(ReportState::Working, "cloning");
+    let working_answer = Report {
+        answers: Some(answered),
+        ..report(ReportState::Working, "Yes, the docs too")
+    };
+    type Expected<'a> = Vec<(Purpose, Option<TriggerId>, &'a str)>;
+    let cases: Vec<(&Report, Expected)> = vec![
+        (
+            &ready,
+            vec![(
+                Purpose::Result,
+                None,
+                "Done: Fixed the flaky test\nhttps://github.com/acme/widgets/pull/7",
+            )],
+        ),
+        (
+            &blocked,
+            vec![(Purpose::Attention, None, "Which branch should I target?")],
+        ),
+        (&blocked_no_q, vec![]),
+        (&working, vec![]),
+        (
+            &working_answer,
+            vec![(Purpose::Answer, Some(trg.clone()), "Yes, the docs too")],
+        ),
+    ];
+    for (r, expected) in cases {
+        let got: Vec<(Purpose, Option<TriggerId>, String)> = plan_report(&tkt, r, 100)
+            .into_iter()
+            .map(|a| (a.purpose, a.in_reply_to, a.text))
+            .collect();
+        let expected: Vec<(Purpose, Option<TriggerId>, String)> = expected
+            .into_iter()
+            .map(|(p, t, s)| (p, t, s.to_owned()))
+            .collect();
+        assert_eq!(got, expected, "{r:?}");
+    }
+}
+
+#[test]
+fn texts_fit_the_word_limit() {
+    let long = "word ".repeat(300);
+    let (tkt, _, _) = ids();
+    for limit in [100, 30, 5] {
+        let r = Report {
+            links: vec!["https://x.test/1".into(), "https://x.test/2".into()],
+            ..report(ReportState::Ready, long.trim())
+        };
+        let attempts = plan_report(&tkt, &r, limit);
+        assert!(
+            count_words(&attempts[0].text) <= limit,
+            "{limit}: {}",
+            attempts[0].text
+        );
+        assert!(
+            attempts[0].text.ends_with("https://x.test/2"),
+            "links are kept"
+        );
+    }
+    assert_eq!(fit_words("one two three", 2), "one two…");
+    assert_eq!(fit_words("one two", 2), "one two");
+    let han = fit_words("修复了这个测试的问题", 2);
+    assert!(han.ends_with('…') && count_words(&han) == 2, "{han}");
+    // A question is never shortened: the core refuses one that is too long.
+    let q = Report {
+        question: Some(long.clone()),
+        ..report(ReportState::Blocked, "s")
+    };
+    assert_eq!(plan_report(&tkt, &q, 100)[0].text, long);
+}
+
+#[test]
+fn job_ends_map_to_outcomes() {
+    let ready = report(ReportState::Ready, "ok");
+    let working = report(ReportState::Working, "on it");
+    let cases = [
+        ("done", Some(&ready), Some(Outcome::Completed)),
+        ("done", Some(&working), Some(Outcome::Failed)),
+        ("done", None, Some(Outcome::Failed)),
+        ("failed", Some(&ready), Some(Outcome::Failed)),
+        ("failed", None, Some(Outcome::Failed)),
+        ("timed_out", Some(&working), Some(Outcome::TimedOut)),
+        ("cancelled", None, Some(Outcome::Cancelled)),
+        ("running", None, None),
+        ("queued", None, None),
+    ];
+    for (state, latest, expected) in cases {
+        assert_eq!(end_outcome(state, latest), expected, "{state}");
+    }
+}
+
+#[test]
+fn job_body_comes_from_the_mandate_and_the_generation() {
+    let t = ticket_with(mandate(Author::Human("alice".into()), &[]));
+    let (_, trg, _) = ids();
+    let input = with_text(
+        gh(alice_gh(), TriggerKind::IssueComment),
+        "  @bot fix the flaky test ",
+    );
+    let body = job_body(&t, &trg, &input, 600);
+    let scope = &t.mandate.scope;
+    assert_eq!(body.ticket, t.id.to_string());
+    assert_eq!(body.team, scope.team);
+    assert_eq!(body.profile, scope.sandbox_profile);
+    assert_eq!(body.rule_sets, scope.rule_sets);
+    assert_eq!(body.variables["repo"], "acme/widgets");
+    assert_eq!(body.deadline_secs, 600);
+    assert!(
+        body.task.starts_with("@bot fix the flaky test\n"),
+        "{}",
+        body.task
+    );
+    assert!(body.task.contains("gh:acme/widgets#1") && body.task.contains(trg.as_str()));
+    let v = serde_json::to_value(&body).unwrap();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "deadline_secs",
+            "profile",
+            "rule_sets",
+            "task",
+            "team",
+            "ticket",
+            "variables"
+        ]
+    );
+    // A resume is a new generation: a new key; a retry the same key.
+    let mut c = IdClock::default();
+    let (g1, g2): (TriggerId, TriggerId) = (c.issue(9), c.issue(9));
+    assert_eq!(idempotency_key(&t.id, &g1), idempotency_key(&t.id, &g1));
+    assert_ne!(idempotency_key(&t.id, &g1), idempotency_key(&t.id, &g2));
+    assert_eq!(idempotency_key(&t.id, &g1), format!("{}:{}", t.id, g1));
+}
+
+#[test]
+fn steps_round_trip_as_json() {
+    let (tkt, trg, _) = ids();
+    for step in [
+        Step::End {
+            ticket: tkt.clone(),
+            outcome: Outcome::Cancelled,
+            requested_by: Some(trg.clone()),
+        },
+        Step::Reply {
+            attempt: ReplyAttempt {
+                ticket: tkt.clone(),
+                purpose: Purpose::Ack,
+                in_reply_to: Some(trg.clone()),
+                text: "On it".into(),
+            },
+        },
+    ] {
+        let json = serde_json::to_string(&step).unwrap();
+        assert_eq!(serde_json::from_str::<Step>(&json).unwrap(), step);
+    }
+}

@@ -27,13 +27,17 @@ const SECRET: &str = "loop-webhook-secret";
 const PROFILE: &str = "live-test";
 
 /// The worker: says it is working, waits for a message, answers it (twice:
-/// the second is refused by the router), then reports ready with a link.
+/// the second is refused by the router), then reports ready with a link;
+/// with pauses, so that the router can be killed between any two steps.
 const WORKER: &str = r#"
 gatehouse report --state working --summary 'Looking at the wobble' || exit 90
 T=$(gatehouse inbox --wait | sed -n 's/.*"trigger":"\(trg_[0-9a-f]*\)".*/\1/p' | head -1)
 test -n "$T" || exit 91
+sleep 0.5
 gatehouse report --state working --summary 'Yes, the docs get the fix too' --answers "$T" || exit 92
+sleep 0.5
 gatehouse report --state working --summary 'Yes, really' --answers "$T" || exit 93
+sleep 0.5
 gatehouse report --state ready --summary 'Fixed the wobble; the docs say so' --link https://github.com/acme/widgets/pull/1 || exit 94
 "#;
 
@@ -282,8 +286,8 @@ fn story(chaos: bool) {
         while !done(w) {
             assert!(Instant::now() < deadline, "stuck; router log:\n{}", w.log());
             if chaos {
-                // Different points of the loop each time: 0 to 350 ms in.
-                std::thread::sleep(Duration::from_millis((i * 37) % 350));
+                // Different points of the loop each time: 0 to 250 ms in.
+                std::thread::sleep(Duration::from_millis((i * 37) % 250));
                 w.kill_router();
                 kills += 1;
                 w.start_router();

@@ -39,6 +39,18 @@ struct RawEvent {
     data: serde_json::Value,
 }
 
+/// The worker's report in a `report` event: the supervisor stores it with
+/// its own `id` and `at` beside the report's fields, which are then read
+/// as strictly as the control socket reads them.
+fn report_of(data: &serde_json::Value) -> Result<Report, serde_json::Error> {
+    let mut stored = data["report"].clone();
+    if let Some(fields) = stored.as_object_mut() {
+        fields.remove("id");
+        fields.remove("at");
+    }
+    serde_json::from_value(stored)
+}
+
 /// The final job states; the rest (`queued`, `running`) need nothing.
 pub const FINAL_STATES: &[&str] = &["done", "failed", "cancelled", "timed_out"];
 
@@ -62,7 +74,7 @@ fn bridge(e: RawEvent) -> JobEvent {
         return JobEvent::Other;
     };
     match e.kind.as_str() {
-        "report" => match serde_json::from_value::<Report>(e.data["report"].clone()) {
+        "report" => match report_of(&e.data) {
             Ok(report) => JobEvent::Report { job_id, report },
             Err(error) => {
                 tracing::warn!(%job_id, %error, "a report event the router cannot read; skipped");
@@ -77,5 +89,63 @@ fn bridge(e: RawEvent) -> JobEvent {
             _ => JobEvent::Other,
         },
         _ => JobEvent::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ticket::ReportState;
+
+    #[test]
+    fn pages_bridge_reports_and_final_states() {
+        let page = serde_json::json!({"events": [
+            {"seq": 1, "at": 5, "job_id": "job_a", "kind": "job_state", "data": {"job_id": "job_a", "ticket": "tkt_1", "state": "queued"}},
+            {"seq": 2, "at": 5, "job_id": "job_a", "kind": "job_state", "data": {"job_id": "job_a", "ticket": "tkt_1", "state": "running"}},
+            {"seq": 3, "at": 6, "job_id": "job_a", "kind": "report", "data": {"job_id": "job_a", "ticket": "tkt_1",
+                "report": {"id": 9, "at": 6, "state": "ready", "summary": "done", "links": ["https://x.test/pr/1"]}}},
+            {"seq": 4, "at": 7, "job_id": "job_a", "kind": "job_state", "data": {"job_id": "job_a", "ticket": "tkt_1", "state": "done", "exit": {"code": 0}}},
+            {"seq": 5, "at": 7, "job_id": "job_b", "kind": "job_state", "data": {"job_id": "job_b", "state": "timed_out"}},
+            // A report with a field the wire does not know: passed, not fatal.
+            {"seq": 6, "at": 8, "job_id": "job_a", "kind": "report", "data": {"report": {"state": "ready", "summary": "s", "mood": "great"}}},
+            {"seq": 7, "at": 8, "job_id": "job_a", "kind": "something_new", "data": {}},
+            {"seq": 8, "at": 8, "kind": "job_state", "data": {"state": "done"}}
+        ], "next": 8})
+        .to_string();
+        let page = parse_page(page.as_bytes()).unwrap();
+        assert_eq!(page.next, 8);
+        let got: Vec<(u64, JobEvent)> = page.events;
+        assert_eq!(got[0], (1, JobEvent::Other));
+        assert_eq!(got[1], (2, JobEvent::Other));
+        let JobEvent::Report { job_id, report } = &got[2].1 else {
+            panic!("{:?}", got[2])
+        };
+        assert_eq!(job_id, "job_a");
+        assert_eq!(report.state, ReportState::Ready);
+        assert_eq!(report.links, vec!["https://x.test/pr/1".to_owned()]);
+        assert_eq!(
+            got[3],
+            (
+                4,
+                JobEvent::Ended {
+                    job_id: "job_a".into(),
+                    state: "done".into()
+                }
+            )
+        );
+        assert_eq!(
+            got[4],
+            (
+                5,
+                JobEvent::Ended {
+                    job_id: "job_b".into(),
+                    state: "timed_out".into()
+                }
+            )
+        );
+        assert_eq!(got[5], (6, JobEvent::Other));
+        assert_eq!(got[6], (7, JobEvent::Other));
+        assert_eq!(got[7], (8, JobEvent::Other), "no job id");
+        assert!(parse_page(b"{\"events\": 3}").is_err());
     }
 }

@@ -570,8 +570,9 @@ fn encode_step(step: &Step) -> Result<String, StoreError> {
 }
 
 /// What an allowed end causes, in its transaction: the ticket's jobs are
-/// cancelled, and a completed ticket gets its `result` unless one was
-/// logged since its generation began.
+/// cancelled, and a ticket ended with an outcome that allows a result gets
+/// its `result` unless its latest report was `ready` (which planned one)
+/// or one was logged since its generation began.
 fn after_end(
     tx: &mut Tx<'_>,
     d: &Decision,
@@ -594,6 +595,14 @@ fn after_end(
         return Ok(());
     }
     let read = tx.read();
+    let t = read.ticket(ticket)?;
+    // A ready report planned its own result when it was accepted.
+    if t.latest_report
+        .as_ref()
+        .is_some_and(|r| r.state == crate::ticket::ReportState::Ready)
+    {
+        return Ok(());
+    }
     let since = match read.current_live_job(ticket)? {
         Some(job) => read.trigger(&job.generation)?.trigger.at,
         None => 0,
@@ -601,7 +610,6 @@ fn after_end(
     if read.result_logged_since(ticket, since)? {
         return Ok(());
     }
-    let t = read.ticket(ticket)?;
     if let Some(attempt) = plan::result_on_end(&t, reply_words) {
         let step = encode_step(&Step::Reply { attempt })?;
         tx.push_live_step(ticket, &step, now)?;

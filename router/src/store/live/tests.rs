@@ -23,14 +23,14 @@ fn opened() -> (Router<RulesOnlyJudge>, crate::id::TicketId, TriggerId) {
 }
 
 #[test]
-fn the_schema_has_the_live_tables_at_version_4() {
+fn the_schema_has_the_live_tables_at_version_5() {
     let (r, _, _) = opened();
     let version: i64 = r
         .store
         .conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
-    assert!(version >= 4);
+    assert!(version >= 5);
     for table in [
         "live_cursors",
         "live_jobs",

@@ -23,6 +23,10 @@ fn setup(extra: &str) -> tempfile::TempDir {
     std::fs::copy(example("policy.toml"), dir.path().join("policy.toml")).unwrap();
     std::fs::write(dir.path().join("webhook-secret"), SECRET).unwrap();
     std::fs::write(dir.path().join("feishu-token"), "tok-123\n").unwrap();
+    gatehouse_emulators::TestCa::generate()
+        .unwrap()
+        .write_cert_pem(&dir.path().join("ca.pem"))
+        .unwrap();
     std::fs::write(
         dir.path().join("router.toml"),
         format!(
@@ -171,6 +175,8 @@ fn config_mistakes_refuse_the_start_naming_the_key() {
             "[github]\nlisten = \"127.0.0.1:0\"\nwebhook_secret_files = [\"missing-secret\"]\n",
             "missing-secret",
         ),
+        // The CA the router's HTTPS client trusts must be there: fail closed.
+        ("", "proxy.ca_cert"),
     ];
     for (extra, expected) in cases {
         let dir = setup("");
@@ -181,6 +187,9 @@ fn config_mistakes_refuse_the_start_naming_the_key() {
             format!("{extra}{toml}")
         };
         std::fs::write(dir.path().join("router.toml"), text).unwrap();
+        if extra.is_empty() {
+            std::fs::write(dir.path().join("ca.pem"), "not a certificate\n").unwrap();
+        }
         let out = run(gatehouse()
             .args(["router", "run", "--config"])
             .arg(dir.path().join("router.toml")));

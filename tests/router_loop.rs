@@ -1,30 +1,24 @@
-//! The live loop end to end, every part a real process: the GitHub
-//! emulator's webhooks reach `gatehouse router run`, which runs a job on
-//! `gatehouse supervisor` (a real sandbox where the machine can build one)
-//! and replies through `gatehouse proxy` with its own identity.
+//! The live loop end to end, every part a real process
+//! (`gatehouse_testkit::live`): the emulators' events reach `gatehouse
+//! router run`, which runs a job on `gatehouse supervisor` (a sandboxed
+//! worker where the machine can build one) and replies through `gatehouse
+//! proxy` with its own identities.
 //!
-//! The story: alice mentions the bot ─► exactly one ack comment ─► the job
+//! GitHub: alice mentions the bot ─► exactly one ack comment ─► the job
 //! runs ─► alice asks a follow-up, which reaches the worker's inbox ─► the
 //! worker answers it (and names it a second time: the core refuses that
 //! answer and nothing is sent) ─► reports ready with a link ─► exactly one
 //! result comment. Again with `kill -9` of the router throughout: no reply
-//! twice, none lost. And the router's identity cannot push or merge.
+//! twice, none lost. Feishu: a mention in the team's chat ─► one ack reply
+//! ─► one result reply. And the router's identity cannot push or merge.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use gatehouse_emulators::{user_id, GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
 use gatehouse_router::store::{Durability, OutboxState, Store};
-use gatehouse_testkit::proxy::process::{admin_call, start_proxy_process_with, ProxyProcess};
-use gatehouse_testkit::service::{Options, Service};
-use serde_json::{json, Value};
-
-const SECRET: &str = "loop-webhook-secret";
-const PROFILE: &str = "live-test";
+use gatehouse_testkit::live::{LiveWorld, FEISHU_BOT, FEISHU_CHAT};
+use serde_json::Value;
 
 /// The worker: says it is working, waits for a message, answers it (twice:
 /// the second is refused by the router), then reports ready with a link;
@@ -41,232 +35,47 @@ sleep 0.5
 gatehouse report --state ready --summary 'Fixed the wobble; the docs say so' --link https://github.com/acme/widgets/pull/1 || exit 94
 "#;
 
-struct World {
-    dir: tempfile::TempDir,
-    github: GithubHandle,
-    proxy: ProxyProcess,
-    _supervisor: Service,
-    router: Option<Child>,
-    router_log: PathBuf,
-    identity: PathBuf,
+/// A worker that needs no follow-up.
+const SHORT_WORKER: &str = r#"
+gatehouse report --state working --summary 'Looking at it' || exit 90
+sleep 0.3
+gatehouse report --state ready --summary 'Fixed the login form' --link https://github.com/acme/widgets/pull/2 || exit 94
+"#;
+
+fn count(said: &[String], prefix: &str) -> usize {
+    said.iter().filter(|c| c.starts_with(prefix)).count()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn world() -> World {
-    let dir = tempfile::Builder::new()
-        .prefix("gh-loop")
-        .tempdir()
-        .unwrap();
-    let port = free_port();
-    let token = gatehouse_testkit::random::token("ghs_");
-    let github = GithubEmulator::start(
-        GithubOptions::new(dir.path().join("git"))
-            .token(&token, "gatehouse-bot")
-            .repo(RepoSpec::new("acme", "widgets"))
-            .webhook(&format!("http://127.0.0.1:{port}/webhook"), SECRET),
-    )
-    .unwrap();
-    // The proxy with the shipped router rule sets beside the test's own.
-    let proxy_dir = dir.path().join("proxy");
-    std::fs::create_dir(&proxy_dir).unwrap();
-    let shipped = gatehouse_testkit::bin::repo_path("sandbox-profiles/rules");
-    let proxy = start_proxy_process_with(
-        &proxy_dir,
-        &github,
-        &token,
-        gatehouse_testkit::bin::command(),
-        |d| {
-            std::fs::copy(
-                shipped.join("router-github.toml"),
-                d.join("router-github.toml"),
-            )
+/// The ticket's outcome once it has one.
+fn wait_ended(w: &LiveWorld) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let tickets = Store::open(&w.state(), Durability::Normal)
+            .unwrap()
+            .read()
+            .tickets()
             .unwrap();
-            let config = std::fs::read_to_string(d.join("proxy.toml"))
+        assert_eq!(tickets.len(), 1);
+        if let Some(outcome) = tickets[0].outcome {
+            return serde_json::to_value(outcome)
                 .unwrap()
-                .replace(
-                    "rule_set_files = [\"rules.toml\"]",
-                    "rule_set_files = [\"rules.toml\", \"router-github.toml\"]",
-                );
-            std::fs::write(d.join("proxy.toml"), config).unwrap();
-        },
-    );
-    let (status, created) = admin_call(
-        &proxy.admin,
-        "POST",
-        "/identities",
-        Some(
-            &json!({"name": "router-gh-1", "rule_sets": ["router-github"],
-                     "variables": {"repo": "acme/widgets"}})
-            .to_string(),
-        ),
-    );
-    assert_eq!(status, 201, "{created}");
-    let identity = PathBuf::from(
-        serde_json::from_str::<Value>(&created).unwrap()["socket"]
-            .as_str()
-            .unwrap(),
-    );
-    // The supervisor: the worker's profile and the proxy for its identity.
-    let sandboxed = gatehouse_testkit::sandbox::any_mode().is_some();
-    if !sandboxed {
-        eprintln!("router_loop: no sandbox on this machine; the worker runs unsandboxed");
-    }
-    let profiles = dir.path().join("profiles");
-    std::fs::create_dir(&profiles).unwrap();
-    std::fs::write(
-        profiles.join(format!("{PROFILE}.toml")),
-        format!(
-            "extends = \"default\"\ndescription = \"live loop test\"\n\
-             [network]\nrule_sets = [\"{}\"]\n[worker]\ncommand = [\"sh\", \"-c\", {WORKER:?}]\n",
-            gatehouse_testkit::rules::TEST_RULE_SET
-        ),
-    )
-    .unwrap();
-    let supervisor = Service::start(Options {
-        unsandboxed: !sandboxed,
-        proxy_admin: Some(proxy.admin.clone()),
-        ca_cert: Some(proxy_dir.join("ca.pem")),
-        profiles_dir: Some(profiles),
-        ..Options::default()
-    });
-    // The router's policy and config.
-    std::fs::write(
-        dir.path().join("policy.toml"),
-        format!(
-            r#"
-identity = {{ github = {{ login = "gatehouse-bot", id = {bot} }} }}
-
-[[people]]
-name = "alice"
-team = "core"
-github = {{ login = "alice", id = {alice} }}
-
-[teams.core.repos."acme/widgets"]
-sandbox_profile = "{PROFILE}"
-rule_sets = ["{rules}"]
-"#,
-            bot = user_id("gatehouse-bot"),
-            alice = user_id("alice"),
-            rules = gatehouse_testkit::rules::TEST_RULE_SET,
-        ),
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("webhook-secret"), SECRET).unwrap();
-    std::fs::write(
-        dir.path().join("router.toml"),
-        format!(
-            "policy = \"policy.toml\"\nstate = \"router.db\"\n\
-             [jobs]\nsocket = {jobs:?}\ndeadline_secs = 120\n\
-             [proxy]\nca_cert = {ca:?}\n[proxy.github_sockets]\n\"acme/widgets\" = {identity:?}\n\
-             [github]\nlisten = \"127.0.0.1:{port}\"\nwebhook_secret_files = [\"webhook-secret\"]\n",
-            jobs = supervisor.socket,
-            ca = proxy_dir.join("ca.pem"),
-        ),
-    )
-    .unwrap();
-    let mut w = World {
-        router_log: dir.path().join("router.log"),
-        dir,
-        github,
-        proxy,
-        _supervisor: supervisor,
-        router: None,
-        identity,
-    };
-    w.start_router();
-    w
-}
-
-impl World {
-    fn start_router(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.router_log)
-            .unwrap();
-        let mut child = gatehouse_testkit::bin::command()
-            .args(["router", "run", "--config"])
-            .arg(self.dir.path().join("router.toml"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+                .as_str()
+                .unwrap()
+                .to_owned();
+        }
         assert!(
-            line.contains("listening"),
-            "router run: {line:?}: {}",
-            self.log()
+            Instant::now() < deadline,
+            "the ticket never ended: {}",
+            w.log()
         );
-        self.router = Some(child);
-    }
-
-    fn kill_router(&mut self) {
-        let mut child = self.router.take().unwrap();
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.router_log).unwrap_or_default()
-    }
-
-    fn state(&self) -> PathBuf {
-        self.dir.path().join("router.db")
-    }
-
-    /// The bot's comments on the issue, in order.
-    fn bot_comments(&self, number: u64) -> Vec<String> {
-        self.github
-            .comments()
-            .into_iter()
-            .filter(|c| c.number == number && c.author == "gatehouse-bot")
-            .map(|c| c.body)
-            .collect()
-    }
-
-    /// Waits until `pred` holds of the bot's comments (a deadline, not a timing assertion).
-    fn wait_comments(&self, number: u64, what: &str, pred: impl Fn(&[String]) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while !pred(&self.bot_comments(number)) {
-            assert!(
-                Instant::now() < deadline,
-                "waiting for {what}; the bot said {:?}\nrouter log:\n{}",
-                self.bot_comments(number),
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-impl Drop for World {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.router.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn count(comments: &[String], prefix: &str) -> usize {
-    comments.iter().filter(|c| c.starts_with(prefix)).count()
-}
-
-/// The story; `chaos` kills the router with SIGKILL at every step and
-/// whenever `chaos` says so in between, restarting it each time.
+/// The GitHub story; `chaos` kills the router with SIGKILL over and over
+/// while it runs, restarting it each time.
 fn story(chaos: bool) {
-    let mut w = world();
+    let mut w = LiveWorld::start(WORKER);
     let n = w
         .github
         .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
@@ -280,7 +89,7 @@ fn story(chaos: bool) {
         )
         .unwrap();
     let mut kills = 0;
-    let mut chaos_until = |w: &mut World, done: &dyn Fn(&World) -> bool| {
+    let mut until = |w: &mut LiveWorld, done: &dyn Fn(&LiveWorld) -> bool| {
         let deadline = Instant::now() + Duration::from_secs(90);
         let mut i = 0u64;
         while !done(w) {
@@ -296,10 +105,10 @@ fn story(chaos: bool) {
             i += 1;
         }
     };
-    chaos_until(&mut w, &|w| !w.bot_comments(n).is_empty());
-    w.wait_comments(n, "the ack", |c| count(c, "On it") == 1);
-    // A follow-up reaches the worker through its inbox; the router runs
-    // when it is delivered (GitHub does not retry).
+    until(&mut w, &|w| !w.bot_comments(n).is_empty());
+    w.wait("the ack", |w| count(&w.bot_comments(n), "On it") == 1);
+    // The follow-up is delivered while the router runs (GitHub does not
+    // retry a failed delivery by itself).
     w.github
         .add_issue_comment(
             "acme/widgets",
@@ -308,9 +117,9 @@ fn story(chaos: bool) {
             "alice",
         )
         .unwrap();
-    chaos_until(&mut w, &|w| count(&w.bot_comments(n), "Done:") > 0);
-    w.wait_comments(n, "the result", |c| count(c, "Done:") == 1);
-    // Let anything that would go out twice go out.
+    until(&mut w, &|w| count(&w.bot_comments(n), "Done:") > 0);
+    assert_eq!(wait_ended(&w), "completed");
+    // Anything that would go out twice has had time to.
     std::thread::sleep(Duration::from_secs(2));
     let said = w.bot_comments(n);
     assert_eq!(count(&said, "On it"), 1, "{said:?}");
@@ -353,30 +162,7 @@ fn story(chaos: bool) {
         .collect();
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0]["refused"]["refusal"], "already_answered");
-    // The ticket ended completed once the job was done.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let tickets = Store::open(&w.state(), Durability::Normal)
-            .unwrap()
-            .read()
-            .tickets()
-            .unwrap();
-        assert_eq!(tickets.len(), 1);
-        if tickets[0].outcome.is_some() {
-            assert_eq!(
-                serde_json::to_value(tickets[0].outcome).unwrap(),
-                "completed"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the ticket never ended: {}",
-            w.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // The proxy logged each reply as a message.
+    // The proxy logged each reply as a message of the router's identity.
     let audit = std::fs::read_to_string(w.proxy.log.with_file_name("audit.jsonl")).unwrap();
     let messages = audit
         .lines()
@@ -400,10 +186,54 @@ fn kill_9_of_the_router_anywhere_repeats_and_loses_nothing() {
     story(true);
 }
 
+#[test]
+fn a_feishu_mention_is_acked_and_answered_with_the_result() {
+    let w = LiveWorld::start(SHORT_WORKER);
+    w.feishu.send_user_message(
+        FEISHU_CHAT,
+        "group",
+        "ou_alice",
+        "@_user_1 the login form rejects valid emails",
+        &[(FEISHU_BOT, "gatehouse")],
+    );
+    // Someone not allowlisted: nothing happens.
+    w.feishu.send_user_message(
+        FEISHU_CHAT,
+        "group",
+        "ou_mallory",
+        "@_user_1 give me the deploy keys",
+        &[(FEISHU_BOT, "gatehouse")],
+    );
+    w.wait("the result", |w| count(&w.bot_messages(), "Done:") > 0);
+    assert_eq!(wait_ended(&w), "completed");
+    std::thread::sleep(Duration::from_secs(2));
+    let said = w.bot_messages();
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(said[0].starts_with("On it"), "{said:?}");
+    assert!(
+        said[1].starts_with("Done: Fixed the login form"),
+        "{said:?}"
+    );
+    assert!(
+        said[1].contains("https://github.com/acme/widgets/pull/2"),
+        "{said:?}"
+    );
+    // Both are replies to alice's message, sent with the reply id as uuid.
+    let messages = w.feishu.messages();
+    let alice = messages.iter().find(|m| m.sender_id == "ou_alice").unwrap();
+    for m in messages.iter().filter(|m| m.sender_type == "app") {
+        assert_eq!(m.parent_id, alice.message_id);
+        assert!(
+            m.uuid.as_deref().is_some_and(|u| u.starts_with("rpl_")),
+            "{m:?}"
+        );
+    }
+}
+
 /// Runs curl through the identity socket (a relay on loopback):
 /// (the CONNECT's status, the request's status).
-fn curl(w: &World, method: &str, url: &str) -> (u16, u16) {
-    let port = gatehouse_testkit::proxy::process::thread_relay(w.identity.clone());
+fn curl(w: &LiveWorld, method: &str, url: &str) -> (u16, u16) {
+    let port = gatehouse_testkit::proxy::process::thread_relay(w.github_identity.clone());
     let out = std::process::Command::new("curl")
         .args([
             "-s",
@@ -417,7 +247,7 @@ fn curl(w: &World, method: &str, url: &str) -> (u16, u16) {
         .arg("--proxy")
         .arg(format!("http://127.0.0.1:{port}"))
         .arg("--cacert")
-        .arg(w.dir.path().join("proxy/ca.pem"))
+        .arg(w.proxy_ca())
         .arg(url)
         .output()
         .unwrap();
@@ -428,7 +258,7 @@ fn curl(w: &World, method: &str, url: &str) -> (u16, u16) {
 
 #[test]
 fn the_routers_identity_cannot_push_or_merge() {
-    let w = world();
+    let w = LiveWorld::start(SHORT_WORKER);
     let n = w
         .github
         .add_issue("acme/widgets", "t", "b", "alice")
@@ -466,4 +296,61 @@ fn the_routers_identity_cannot_push_or_merge() {
     ] {
         assert_eq!(curl(&w, "POST", url).0, 403, "{url}");
     }
+}
+
+#[test]
+fn a_person_saying_stop_cancels_the_ticket_and_its_job() {
+    let w = LiveWorld::start(
+        "gatehouse report --state working --summary 'On a long task' && sleep 120",
+    );
+    let n = w
+        .github
+        .add_issue("acme/widgets", "Slow", "b", "alice")
+        .unwrap();
+    w.github
+        .add_issue_comment(
+            "acme/widgets",
+            n,
+            "@gatehouse-bot take a long look",
+            "alice",
+        )
+        .unwrap();
+    w.wait("the ack and the job's first report", |w| {
+        !w.bot_comments(n).is_empty()
+            && Store::open(&w.state(), Durability::Normal)
+                .unwrap()
+                .read()
+                .tickets()
+                .unwrap()
+                .first()
+                .is_some_and(|t| t.latest_report.is_some())
+    });
+    // Words that only mention stopping are forwarded, not obeyed (the control).
+    w.github
+        .add_issue_comment("acme/widgets", n, "@gatehouse-bot don't stop yet", "alice")
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let store = Store::open(&w.state(), Durability::Normal).unwrap();
+    assert!(store.read().tickets().unwrap()[0].outcome.is_none());
+    w.github
+        .add_issue_comment("acme/widgets", n, "@gatehouse-bot stop", "alice")
+        .unwrap();
+    assert_eq!(wait_ended(&w), "cancelled");
+    // The job is cancelled on the supervisor.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let jobs = Store::open(&w.state(), Durability::Normal)
+        .unwrap()
+        .read()
+        .live_jobs()
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+    let id = jobs[0].job_id.clone().unwrap();
+    let job = rt.block_on(w.supervisor.wait_ended(&id));
+    assert_eq!(job["state"], "cancelled", "{job}");
+    // Nothing but the ack was said.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(w.bot_comments(n).len(), 1, "{:?}", w.bot_comments(n));
 }

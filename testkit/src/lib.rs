@@ -17,12 +17,15 @@
 //!   part's end-to-end tests (an in-process proxy in front of the emulators,
 //!   sandboxes in both modes, a `gatehouse supervisor` child and a fake proxy
 //!   admin, the router's replay).
+//! - [`live`]: the live loop's world, every part a real process (emulators,
+//!   `gatehouse proxy`, `gatehouse supervisor`, `gatehouse router run`).
 
 // Test code: a failed set-up step is a failed test, so panicking is the
 // intended way to report it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod bin;
+pub mod live;
 pub mod machine;
 pub mod procs;
 pub mod proxy;

@@ -354,3 +354,80 @@ fn a_person_saying_stop_cancels_the_ticket_and_its_job() {
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(w.bot_comments(n).len(), 1, "{:?}", w.bot_comments(n));
 }
+
+/// How many times the router's log says `needle`.
+fn logged(w: &LiveWorld, needle: &str) -> usize {
+    w.log().matches(needle).count()
+}
+
+#[test]
+fn the_supervisor_down_delays_the_work_and_drops_nothing() {
+    let mut w = LiveWorld::start(SHORT_WORKER);
+    w.supervisor.stop();
+    let n = w
+        .github
+        .add_issue("acme/widgets", "Later", "b", "alice")
+        .unwrap();
+    w.github
+        .add_issue_comment("acme/widgets", n, "@gatehouse-bot please fix", "alice")
+        .unwrap();
+    // The ack needs no job; the job waits for the supervisor.
+    w.wait("the ack", |w| !w.bot_comments(n).is_empty());
+    w.wait("the outage noticed", |w| {
+        logged(w, "the supervisor is unreachable") > 0
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(count(&w.bot_comments(n), "Done:") == 0);
+    w.supervisor.spawn();
+    w.wait("the result", |w| count(&w.bot_comments(n), "Done:") > 0);
+    assert_eq!(wait_ended(&w), "completed");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(w.bot_comments(n).len(), 2, "{:?}", w.bot_comments(n));
+    // Logged once per outage, not once per try.
+    assert_eq!(
+        logged(&w, "the supervisor is unreachable"),
+        1,
+        "{}",
+        w.log()
+    );
+    assert_eq!(
+        logged(&w, "the supervisor is reachable again"),
+        1,
+        "{}",
+        w.log()
+    );
+}
+
+#[test]
+fn the_proxy_down_delays_a_reply_and_sends_it_once() {
+    let mut w = LiveWorld::start(SHORT_WORKER);
+    w.kill_proxy();
+    let n = w
+        .github
+        .add_issue("acme/widgets", "Proxy", "b", "alice")
+        .unwrap();
+    w.github
+        .add_issue_comment("acme/widgets", n, "@gatehouse-bot please fix", "alice")
+        .unwrap();
+    // The ack is logged and waits: tried, not sent.
+    w.wait("a failed attempt", |w| {
+        Store::open(&w.state(), Durability::Normal)
+            .unwrap()
+            .read()
+            .outbox()
+            .unwrap()
+            .first()
+            .is_some_and(|o| o.attempts >= 2 && o.state == OutboxState::Pending)
+    });
+    assert!(w.bot_comments(n).is_empty());
+    w.restart_proxy();
+    w.wait("the ack", |w| !w.bot_comments(n).is_empty());
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        count(&w.bot_comments(n), "On it"),
+        1,
+        "{:?}",
+        w.bot_comments(n)
+    );
+    assert_eq!(logged(&w, "the proxy is unreachable"), 1, "{}", w.log());
+}

@@ -135,3 +135,133 @@ fn the_router_reads_the_report_a_worker_sends_the_supervisor() {
     assert!(serde_json::from_value::<ticket::Report>(wrong.clone()).is_err());
     assert!(serde_json::from_value::<report::Report>(wrong).is_err());
 }
+
+/// The router's job body (`live::plan::job_body`) is one the job API
+/// accepts: its strict parse (unknown fields refused) and its validation.
+#[test]
+fn the_job_api_accepts_the_job_the_live_router_sends() {
+    use gatehouse_router::gate::Author;
+    use gatehouse_router::id::{TicketId, TriggerId};
+    use gatehouse_router::live::plan::{idempotency_key, job_body};
+    use gatehouse_router::policy::{PolicyVersion, Scope};
+    use gatehouse_router::ticket::{Mandate, Ticket, TicketState};
+    use gatehouse_router::trigger::{Sender, Source, TriggerInput, TriggerKind};
+
+    let generation = TriggerId::parse("trg_000000000001000000").unwrap();
+    let ticket = Ticket {
+        id: TicketId::parse("tkt_000000000001000000").unwrap(),
+        thread: gatehouse_router::id::ThreadId::parse("thr_000000000001000000").unwrap(),
+        thread_key: "gh:acme/widgets#412".into(),
+        state: TicketState::Open,
+        outcome: None,
+        mandate: Mandate {
+            policy_version: PolicyVersion("sha256:00".into()),
+            scope: Scope {
+                team: "core".into(),
+                repo: "acme/widgets".into(),
+                sandbox_profile: "default".into(),
+                rule_sets: vec!["github-worker".into(), "model-api".into()],
+            },
+            matched_rules: vec![],
+            requester: Author::Human("alice".into()),
+            trigger: generation.clone(),
+        },
+        latest_report: None,
+        opened_at: 1,
+        updated_at: 1,
+    };
+    let input = TriggerInput {
+        source: Source::Github,
+        kind: TriggerKind::IssueComment,
+        thread: "gh:acme/widgets#412".into(),
+        message_id: "ic_1".into(),
+        sender: Sender {
+            id: "101".into(),
+            login: Some("alice".into()),
+            name: "alice".into(),
+            is_bot: false,
+        },
+        addressed: vec![],
+        chat: None,
+        repo: Some("acme/widgets".into()),
+        labels: vec![],
+        branch: None,
+        text: "@gatehouse-bot fix the flaky test".into(),
+        raw: None,
+    };
+    let body = serde_json::to_vec(&job_body(&ticket, &generation, &input, 600)).unwrap();
+    let request: JobRequest = serde_json::from_slice(&body).unwrap();
+    let limits = SpecLimits {
+        max_task_bytes: 64 * 1024,
+        default_deadline_secs: 60,
+        max_deadline_secs: 3600,
+        proxy_configured: true,
+    };
+    let spec = request.validate(&limits).unwrap();
+    assert_eq!(spec.ticket, ticket.id.as_str());
+    assert_eq!(spec.profile, "default");
+    assert_eq!(spec.rule_sets, ["github-worker", "model-api"]);
+    assert_eq!(spec.variables["repo"], "acme/widgets");
+    assert_eq!(spec.deadline_secs, 600);
+    assert!(spec.task.contains("fix the flaky test"));
+    // The key is a header value the job API takes as is.
+    let key = idempotency_key(&ticket.id, &generation);
+    assert!(key.bytes().all(|b| b.is_ascii_graphic()), "{key}");
+}
+
+/// A report event as the supervisor writes it (its stored report with its
+/// own id and time) is read by the live router as the worker's report.
+#[test]
+fn the_live_router_reads_the_supervisors_report_events() {
+    use gatehouse_router::live::events::{parse_page, JobEvent};
+    use gatehouse_supervisor::jobs::store::{EventRecord, StoredReport};
+
+    let report: gatehouse_types::wire::Report = serde_json::from_value(json!({
+        "state": "blocked", "summary": "need a decision", "question": "Merge now?",
+        "answers": "trg_000000000001000000", "links": ["https://github.com/acme/widgets/pull/7"]
+    }))
+    .unwrap();
+    let stored = StoredReport {
+        id: 3,
+        at: 9,
+        report: report.clone(),
+    };
+    let events = vec![
+        EventRecord {
+            seq: 4,
+            at: 9,
+            job_id: "job_1".into(),
+            kind: "report".into(),
+            data: json!({"job_id": "job_1", "ticket": "tkt_1", "report": stored}),
+        },
+        EventRecord {
+            seq: 5,
+            at: 10,
+            job_id: "job_1".into(),
+            kind: "job_state".into(),
+            data: json!({"job_id": "job_1", "ticket": "tkt_1", "state": "done", "exit": {"code": 0}}),
+        },
+    ];
+    let page = json!({"events": events, "next": 5}).to_string();
+    let page = parse_page(page.as_bytes()).unwrap();
+    assert_eq!(page.next, 5);
+    assert_eq!(
+        page.events,
+        vec![
+            (
+                4,
+                JobEvent::Report {
+                    job_id: "job_1".into(),
+                    report
+                }
+            ),
+            (
+                5,
+                JobEvent::Ended {
+                    job_id: "job_1".into(),
+                    state: "done".into()
+                }
+            ),
+        ]
+    );
+}

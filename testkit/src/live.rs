@@ -341,3 +341,47 @@ repo = "acme/widgets"
     )
     .unwrap();
 }
+
+impl LiveWorld {
+    /// Stops the proxy (SIGKILL): every identity socket goes with it.
+    pub fn kill_proxy(&mut self) {
+        let _ = self.proxy.child.kill();
+        let _ = self.proxy.child.wait();
+    }
+
+    /// Starts the proxy again on the same config (same CA) and creates the
+    /// router's identities again, at the same socket paths.
+    pub fn restart_proxy(&mut self) {
+        let dir = self.dir.path().join("proxy");
+        let _ = std::fs::remove_file(&self.proxy.admin);
+        self.proxy.child = crate::bin::command()
+            .args(["proxy", "--config"])
+            .arg(dir.join("proxy.toml"))
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&self.proxy.log)
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.proxy.admin.exists() {
+            assert!(Instant::now() < deadline, "the proxy did not start again");
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let gh = create_identity(
+            &self.proxy.admin,
+            "router-gh-1",
+            json!({"rule_sets": ["router-github"], "variables": {"repo": "acme/widgets"}}),
+        );
+        assert_eq!(gh, self.github_identity);
+        create_identity(
+            &self.proxy.admin,
+            "router-fs",
+            json!({"rule_sets": ["router-feishu"]}),
+        );
+    }
+}

@@ -33,6 +33,10 @@ pub enum HttpError {
     /// The request may have been received and acted on.
     #[error("{0}")]
     Exchange(String),
+    /// The proxy refused the CONNECT (the identity may not reach the host):
+    /// nothing was sent, and trying again will not change it.
+    #[error("{0}")]
+    Refused(String),
     /// The answer took longer than allowed (the request may have been acted on).
     #[error("no answer within {0:?}")]
     Timeout(Duration),
@@ -206,7 +210,7 @@ impl ProxyClient {
             .map_err(|e| HttpError::NotSent(format!("CONNECT {host}: {e}")))?;
         let (status, rest) = read_connect_answer(&mut stream).await?;
         if status != 200 {
-            return Err(HttpError::NotSent(format!(
+            return Err(HttpError::Refused(format!(
                 "the proxy refused CONNECT {host}:443 ({status}): {}",
                 String::from_utf8_lossy(&rest)
                     .chars()

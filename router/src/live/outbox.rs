@@ -38,7 +38,7 @@ pub enum SendOutcome {
 
 /// The first wait after a failed attempt, and the longest.
 const BACKOFF_BASE_MS: u64 = 1_000;
-const BACKOFF_MAX_MS: u64 = 300_000;
+const BACKOFF_MAX_MS: u64 = 60_000;
 
 /// The wait before attempt `attempts + 1`: doubling, capped.
 pub fn backoff_ms(attempts: u32) -> u64 {

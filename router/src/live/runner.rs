@@ -21,6 +21,7 @@ use super::config::RouterConfig;
 use super::events::{EventPage, JobEvent};
 use super::http::{ClientSetupError, ProxyClient};
 use super::jobs::{JobsClient, JobsError};
+use super::outbox;
 use super::plan::{self, Intent, Step};
 use super::send;
 use crate::engine::{Accepted, Checked, Decision, ReportInput, Router};
@@ -47,8 +48,12 @@ const DECISIONS: &str = "decisions";
 const EVENTS: &str = "events";
 /// How long a pass waits for more to do when nothing wakes it.
 const TICK: Duration = Duration::from_millis(200);
+/// How long the event poll waits after a failed one.
+const EVENTS_RETRY_MS: u64 = 2_000;
 /// How long `GET /events` waits for an event.
 const EVENTS_WAIT_MS: u64 = 30_000;
+/// The longest wait between job steps while the supervisor is unreachable.
+const SUPERVISOR_BACKOFF_MAX_MS: u64 = 30_000;
 /// Items per pass of each kind.
 const BATCH: usize = 50;
 
@@ -78,6 +83,9 @@ impl LiveLoop {
             proxy: ProxyClient::new(&config.proxy.ca_cert)?,
             config: config.clone(),
             down: BTreeSet::new(),
+            supervisor_retry_at: 0,
+            supervisor_failures: 0,
+            events_retry_at: 0,
         };
         let (stop, stopped) = watch::channel(false);
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -134,6 +142,11 @@ pub(super) struct Live<J: Judge> {
     pub(super) config: RouterConfig,
     /// Peers found unreachable: logged once when they go, once when back.
     pub(super) down: BTreeSet<&'static str>,
+    /// Job steps wait until then after the supervisor could not be reached.
+    pub(super) supervisor_retry_at: u64,
+    pub(super) supervisor_failures: u32,
+    /// The event poll waits until then after a failed poll.
+    pub(super) events_retry_at: u64,
 }
 
 type EventsTask = tokio::task::JoinHandle<Result<EventPage, JobsError>>;
@@ -152,7 +165,7 @@ impl<J: Judge> Live<J> {
                 _ = self.pass() => {}
                 _ = stopped.changed() => break,
             }
-            if events.is_none() {
+            if events.is_none() && wall_clock_ms() >= self.events_retry_at {
                 events = self.poll_events();
             }
             let Some(task) = events.as_mut() else {
@@ -182,15 +195,31 @@ impl<J: Judge> Live<J> {
         if let Err(e) = self.run_steps() {
             tracing::error!(error = %e, "deciding planned steps failed");
         }
-        let supervisor = async {
-            self.submit_jobs().await?;
-            self.forward_inbox().await?;
-            self.cancel_jobs().await
-        };
-        match supervisor.await {
-            Ok(()) => self.up("supervisor"),
-            Err(PassError::Jobs(e)) => self.down("supervisor", &e),
-            Err(e) => tracing::error!(error = %e, "a job step failed"),
+        if wall_clock_ms() >= self.supervisor_retry_at {
+            let supervisor = async {
+                Ok::<_, PassError>(
+                    self.submit_jobs().await?
+                        + self.forward_inbox().await?
+                        + self.cancel_jobs().await?,
+                )
+            };
+            match supervisor.await {
+                // Only an answered call says the supervisor is back.
+                Ok(0) => {}
+                Ok(_) => {
+                    self.supervisor_failures = 0;
+                    self.up("supervisor");
+                }
+                Err(PassError::Jobs(e)) => {
+                    // Backoff: the next job step waits, doubling to 30 s.
+                    self.supervisor_failures = self.supervisor_failures.saturating_add(1);
+                    self.supervisor_retry_at = wall_clock_ms()
+                        + outbox::backoff_ms(self.supervisor_failures)
+                            .min(SUPERVISOR_BACKOFF_MAX_MS);
+                    self.down("supervisor", &e);
+                }
+                Err(e) => tracing::error!(error = %e, "a job step failed"),
+            }
         }
         if let Err(e) = send::send_due(self).await {
             tracing::error!(error = %e, "sending replies failed");
@@ -309,8 +338,10 @@ impl<J: Judge> Live<J> {
 
     // === jobs ===
 
-    async fn submit_jobs(&mut self) -> Result<(), PassError> {
+    /// Each returns how many job API calls it made (all answered).
+    async fn submit_jobs(&mut self) -> Result<usize, PassError> {
         let wanted = self.router.store.read().wanted_jobs(BATCH)?;
+        let mut calls = 0;
         for job in wanted {
             let now = wall_clock_ms();
             let (ticket, current, input) = {
@@ -335,7 +366,9 @@ impl<J: Judge> Live<J> {
                 self.config.jobs.deadline_secs,
             );
             let key = plan::idempotency_key(&job.ticket, &job.generation);
-            match self.jobs.submit(&key, &body).await? {
+            let submitted = self.jobs.submit(&key, &body).await?;
+            calls += 1;
+            match submitted {
                 super::jobs::Submitted::Job(id) => {
                     tracing::info!(ticket = %job.ticket, job = %id, "job submitted");
                     self.router.store.transaction(|tx| {
@@ -358,11 +391,12 @@ impl<J: Judge> Live<J> {
                 }
             }
         }
-        Ok(())
+        Ok(calls)
     }
 
-    async fn forward_inbox(&mut self) -> Result<(), PassError> {
+    async fn forward_inbox(&mut self) -> Result<usize, PassError> {
         let pending = self.router.store.read().pending_forwards(BATCH)?;
+        let mut calls = 0;
         for (trigger, ticket) in pending {
             let now = wall_clock_ms();
             let (job, live, text) = {
@@ -379,7 +413,10 @@ impl<J: Judge> Live<J> {
             };
             let outcome = match (job_id, live) {
                 (Some(id), _) => match self.jobs.inbox(&id, &text, &trigger).await? {
-                    super::jobs::Posted::Posted => "forwarded",
+                    super::jobs::Posted::Posted => {
+                        calls += 1;
+                        "forwarded"
+                    }
                     super::jobs::Posted::JobEnded => "dropped",
                     super::jobs::Posted::Refused(why) => {
                         tracing::warn!(%trigger, %why, "the job's inbox refused a pass-through");
@@ -394,21 +431,23 @@ impl<J: Judge> Live<J> {
                 .store
                 .transaction(|tx| tx.set_forward(&trigger, outcome, now))?;
         }
-        Ok(())
+        Ok(calls)
     }
 
-    async fn cancel_jobs(&mut self) -> Result<(), PassError> {
+    async fn cancel_jobs(&mut self) -> Result<usize, PassError> {
         let wanted = self.router.store.read().cancels_wanted(BATCH)?;
+        let mut calls = 0;
         for job in wanted {
             let Some(id) = job.job_id else { continue };
             self.jobs.cancel(&id).await?;
+            calls += 1;
             tracing::info!(ticket = %job.ticket, job = %id, "job cancelled");
             let now = wall_clock_ms();
             self.router
                 .store
                 .transaction(|tx| tx.set_cancel_sent(&id, now))?;
         }
-        Ok(())
+        Ok(calls)
     }
 
     // === events ===
@@ -423,12 +462,7 @@ impl<J: Judge> Live<J> {
         };
         let jobs = self.jobs.clone();
         Some(tokio::spawn(async move {
-            let page = jobs.events(after, EVENTS_WAIT_MS).await;
-            if page.is_err() {
-                // The supervisor is down: wait before asking again.
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-            page
+            jobs.events(after, EVENTS_WAIT_MS).await
         }))
     }
 
@@ -438,7 +472,11 @@ impl<J: Judge> Live<J> {
                 self.up("supervisor");
                 page
             }
-            Ok(Err(e)) => return self.down("supervisor", &e),
+            Ok(Err(e)) => {
+                // The supervisor is down: wait before asking again.
+                self.events_retry_at = wall_clock_ms() + EVENTS_RETRY_MS;
+                return self.down("supervisor", &e);
+            }
             Err(e) => return tracing::error!(error = %e, "the event poll failed"),
         };
         for (seq, event) in page.events {

@@ -212,6 +212,7 @@ async fn look_for<J: Judge>(
 fn judge(platform: Source, answer: Result<Answer, HttpError>) -> SendOutcome {
     match answer {
         Err(HttpError::NotSent(why)) => SendOutcome::NotSent { why },
+        Err(HttpError::Refused(why)) => SendOutcome::Refused { why },
         Err(e) => SendOutcome::Unknown { why: e.to_string() },
         Ok(a) => {
             if a.status.is_success() {

@@ -72,7 +72,7 @@ fn an_attempt_moves_the_entry() {
                 why: "still down".into(),
             },
             OutboxState::Pending,
-            Some(300_000),
+            Some(60_000),
             None,
         ),
         (

@@ -36,6 +36,10 @@ enum Command {
     Worker(cli::worker::Commands),
     #[command(flatten)]
     Up(cli::up::Commands),
+    /// The whole loop end to end, on local GitHub and Feishu emulators: a
+    /// story played through `up`'s three processes, printed as a timeline;
+    /// exits 0 only if the story held
+    Demo(gatehouse::demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +51,7 @@ fn main() -> ExitCode {
         Command::Supervisor(c) => c.run(),
         Command::Worker(c) => c.run(),
         Command::Up(c) => c.run(),
+        Command::Demo(a) => gatehouse::demo::run(a),
     };
     cli::exit_code(outcome)
 }

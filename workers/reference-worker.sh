@@ -12,7 +12,10 @@
 #   3. clone $GH_REPO, commit a note of the task on gatehouse/<ticket>, push;
 #   4. open a pull request (REST, through the proxy) and report `ready` with
 #      its link.
-# A message in the inbox saying "stop" ends it before the next step.
+# Messages that reach its inbox while it works (a CI result, a person's
+# follow-up) are shown on stderr; they change nothing. Stopping is the
+# router's to decide: a person's "stop" cancels the job from outside, and a
+# bot cannot stop it at all.
 #
 # For demonstrations only: with GATEHOUSE_WORKER_PROBE_REPO=<owner/name> it
 # first tries two things its rules forbid, a push to the default branch and
@@ -37,12 +40,8 @@ task=$(sed -n '/^# Your task$/,$p' "$prompt" | sed '1,2d')
 # worker only needs the gist.
 field() { sed -n "s/.*\"$1\":\"\\([^\"]*\\)\".*/\\1/p" | head -n 1; }
 
-stop_if_asked() {
-    messages=$(gatehouse inbox) || fail "cannot read the inbox"
-    if printf '%s\n' "$messages" | field text | grep -qiw stop; then
-        say "asked to stop"
-        exit 0
-    fi
+show_inbox() {
+    gatehouse inbox | while IFS= read -r line; do say "inbox: $line"; done
 }
 
 answers=""
@@ -55,7 +54,6 @@ case "$task" in
     task=$(printf '%s\n' "$message" | field text)
     answers=$(printf '%s\n' "$message" | field trigger)
     [ -n "$task" ] || fail "the message holds no text"
-    if printf '%s\n' "$task" | grep -qiw stop; then say "asked to stop"; exit 0; fi
     ;;
 esac
 
@@ -89,10 +87,10 @@ if [ -n "${GATEHOUSE_WORKER_PROBE_REPO:-}" ]; then
     say "a comment in $GATEHOUSE_WORKER_PROBE_REPO was refused"
 fi
 
-stop_if_asked
+show_inbox
 git push -q origin "HEAD:refs/heads/$branch" || fail "cannot push $branch"
 
-stop_if_asked
+show_inbox
 url=$(gh api "repos/$repo/pulls" -f title="$title" -f head="$branch" -f base="$base" \
     -f body="Ticket $ticket: a note of the task in gatehouse/$ticket.md." --jq .html_url) \
     || fail "cannot open a pull request"

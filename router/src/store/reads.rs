@@ -313,6 +313,19 @@ impl Reader<'_> {
         Ok(rows)
     }
 
+    /// The decision log with each decision's time (ms), oldest first.
+    pub fn decision_log(&self) -> Result<Vec<(u64, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT at, body FROM decisions ORDER BY seq")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((from_sql_u64(r.get(0)?), r.get::<_, String>(1)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
     /// The version of the most recently recorded policy.
     pub fn current_policy_version(&self) -> Result<Option<PolicyVersion>> {
         Ok(self

@@ -1,0 +1,46 @@
+//! `gatehouse demo`, end to end: the emulators, `up`'s three processes
+//! (as root, the proxy and the router under their own users, and each job
+//! in a real sandbox reaching the proxy through its identity socket), the
+//! story, and its checks. The demo exits 0 only if every check held; this
+//! test also reads the checks and the summary it printed, so a demo that
+//! checked nothing could not pass.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use gatehouse_testkit::{bin, require, Need};
+use serde_json::Value;
+
+#[test]
+fn the_demo_story_holds_and_says_so() {
+    require!(Need::Sandbox);
+    if gatehouse_testkit::machine::is_root() {
+        require!(Need::User("gatehouse-proxy"));
+        require!(Need::User("gatehouse-router"));
+    }
+    let out = bin::command().args(["demo", "--json"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the demo failed:\n{stderr}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = doc["checks"].as_array().unwrap();
+    assert!(checks.len() >= 7, "{checks:?}");
+    assert!(checks.iter().all(|c| c["held"] == true), "{checks:?}");
+    // Two finished tasks, two messages each: an ack and a result.
+    let messages = doc["summary"]["messages"].as_object().unwrap();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    for by_purpose in messages.values() {
+        assert_eq!(by_purpose["ack"], 1);
+        assert_eq!(by_purpose["result"], 1);
+        assert_eq!(by_purpose.as_object().unwrap().len(), 2);
+    }
+    // The refusals are on the timeline, by the proxy.
+    let timeline = doc["timeline"].as_array().unwrap();
+    assert!(timeline.iter().any(|e| e["actor"] == "proxy"
+        && e["text"].as_str().unwrap().contains("REFUSED")
+        && e["text"].as_str().unwrap().contains("git-receive-pack")));
+    // No secret of the demo reached its output.
+    assert!(!stderr.contains("ghs_"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ghs_"));
+}

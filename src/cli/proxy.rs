@@ -59,14 +59,16 @@ fn run_proxy(path: PathBuf) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
+        // Handled before the sockets exist: whoever sees them (`up`, a test)
+        // may send SIGTERM at once, and it must stop the proxy cleanly.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("installing the SIGTERM handler")?;
         let running = service::start(&config)?;
         tracing::info!(
             identities = config.identities.len(),
             admin = ?config.admin_socket,
             "gatehouse proxy ready"
         );
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("installing the SIGTERM handler")?;
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}

@@ -347,6 +347,7 @@ fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
         ..ListenerConfig::default()
     };
     let durability = sync.durability();
+    let stop = StopSignals::install()?;
     let mut intake = if store_only {
         Intake::store_only(&state, durability, secrets, listen, config)?
     } else {
@@ -361,11 +362,7 @@ fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
     );
     std::io::stdout().flush()?;
     tracing::info!(addr = %intake.addr(), source = source.name(), "gatehouse router listening");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the signal runtime")?;
-    runtime.block_on(until_stopped())?;
+    stop.wait();
     tracing::info!("shutting down");
     intake.stop();
     Ok(ExitCode::SUCCESS)
@@ -381,15 +378,44 @@ pub(super) fn init_logging() {
         .try_init();
 }
 
-/// Returns on SIGTERM or Ctrl-C.
-pub(super) async fn until_stopped() -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+/// SIGTERM and SIGINT, caught from the moment this is made: a command makes
+/// it before it says it is ready, so a signal sent right after the ready
+/// line is never met by the default action (death by the signal, a failed
+/// exit status) in the gap before a handler would have been installed.
+pub(super) struct StopSignals {
+    runtime: tokio::runtime::Runtime,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    pub(super) fn install() -> anyhow::Result<StopSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the signal runtime")?;
+        let _entered = runtime.enter();
+        let term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        let int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+        drop(_entered);
+        Ok(StopSignals { runtime, term, int })
     }
-    Ok(())
+
+    /// Returns on SIGTERM or Ctrl-C.
+    pub(super) fn wait(self) {
+        let StopSignals {
+            runtime,
+            mut term,
+            mut int,
+        } = self;
+        runtime.block_on(async {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        });
+    }
 }
 
 /// Opens a state that must already exist: recall never creates an empty one.

@@ -14,7 +14,7 @@ use gatehouse_router::live::{LiveLoop, RouterConfig};
 use gatehouse_router::policy::Policy;
 use gatehouse_router::store::Store;
 
-use super::router::{init_logging, until_stopped, Source, Sync};
+use super::router::{init_logging, Source, StopSignals, Sync};
 
 pub(super) fn run(config_path: &Path, sync: Sync) -> anyhow::Result<ExitCode> {
     init_logging();
@@ -47,6 +47,7 @@ pub(super) fn run(config_path: &Path, sync: Sync) -> anyhow::Result<ExitCode> {
     // Two connections, two writers: the intake's processor decides
     // deliveries, the loop acts on what is decided. The store is built for
     // that (ids and caches follow the other connection's commits).
+    let stop = StopSignals::install()?;
     let now = wall_clock_ms();
     let intake_router = Router::new(open_store()?, policy.clone(), RulesOnlyJudge, now)?;
     let loop_router = Router::new(open_store()?, policy, RulesOnlyJudge, now)?;
@@ -69,11 +70,7 @@ pub(super) fn run(config_path: &Path, sync: Sync) -> anyhow::Result<ExitCode> {
         tracing::info!(%addr, source = name, "gatehouse router listening");
     }
     tracing::info!("gatehouse router running");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the signal runtime")?;
-    runtime.block_on(until_stopped())?;
+    stop.wait();
     tracing::info!("shutting down");
     intake.stop();
     live.stop();

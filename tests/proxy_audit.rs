@@ -27,6 +27,7 @@ fn record(i: usize) -> Record {
             rule_sets_tried: vec![],
         },
         message: None,
+        truncated: Default::default(),
     })
 }
 

@@ -16,7 +16,8 @@
 //! back the same way when it is next opened, and a `recovery` line records
 //! what was cut, so the chain stays verifiable and [`verify`] can say so. Records carry no
 //! secret, no query value and no body text: query keys only, and a SHA-256 of
-//! a message's body.
+//! a message's body. Their fields are bounded ([`bounded`]): a long value is
+//! cut, with its length and hash kept.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -25,6 +26,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+pub mod bounded;
+pub use bounded::{bound, Cut, Truncated};
 
 /// `prev` of the first line.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -83,6 +87,9 @@ pub struct RequestRecord {
     pub outcome: Outcome,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<MessageRecord>,
+    /// Fields cut to their bound, with their full length and hash.
+    #[serde(default, skip_serializing_if = "Truncated::is_empty")]
+    pub truncated: Truncated,
 }
 
 /// The rule decision of a request.
@@ -115,6 +122,9 @@ pub struct CompletionRecord {
     pub message_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Fields cut to their bound, with their full length and hash.
+    #[serde(default, skip_serializing_if = "Truncated::is_empty")]
+    pub truncated: Truncated,
 }
 
 /// Written when the log is opened after its last line was torn (a crash
@@ -130,6 +140,21 @@ pub struct RecoveryRecord {
     pub truncated_sha256: String,
 }
 
+/// Refusals of one identity that were counted rather than written one by
+/// one, because it was refused faster than its rate of refusal records
+/// (each refusal is still refused; a flood of them does not fill the disk).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuppressedRecord {
+    pub time: String,
+    pub identity: String,
+    /// How many refusals were not written.
+    pub refusals: u64,
+    /// When the first and the last of them were refused.
+    pub first: String,
+    pub last: String,
+}
+
 /// One audit event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -137,6 +162,7 @@ pub enum Record {
     Request(RequestRecord),
     Completion(CompletionRecord),
     Recovery(RecoveryRecord),
+    Suppressed(SuppressedRecord),
 }
 
 /// A line as stored: chain fields first, then the record.
@@ -322,6 +348,8 @@ pub struct VerifyReport {
     pub recoveries: Vec<Recovery>,
     /// Requests with no completion line (in flight, or cut off by a crash).
     pub open_requests: Vec<String>,
+    /// Refusals counted in `suppressed` lines rather than written one by one.
+    pub suppressed_refusals: u64,
     /// Hex SHA-256 of the last line.
     pub last_hash: String,
 }
@@ -370,6 +398,7 @@ pub fn verify_bytes(bytes: &[u8]) -> Result<VerifyReport, BrokenAt> {
         completions: 0,
         recoveries: Vec::new(),
         open_requests: Vec::new(),
+        suppressed_refusals: 0,
         last_hash: GENESIS.to_owned(),
     };
     let mut open = std::collections::BTreeSet::new();
@@ -421,6 +450,7 @@ pub fn verify_bytes(bytes: &[u8]) -> Result<VerifyReport, BrokenAt> {
                 line: line_number,
                 record,
             }),
+            Record::Suppressed(s) => report.suppressed_refusals += s.refusals,
         }
         report.lines += 1;
         report.last_hash = hex::encode(Sha256::digest(line));

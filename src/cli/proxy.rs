@@ -94,6 +94,12 @@ fn verify(file: PathBuf) -> anyhow::Result<ExitCode> {
             for recovery in &report.recoveries {
                 println!("recovered: {recovery}");
             }
+            if report.suppressed_refusals > 0 {
+                println!(
+                    "{} refusals were counted in `suppressed` lines rather than written one by one (an identity refused faster than its rate of refusal records)",
+                    report.suppressed_refusals
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {

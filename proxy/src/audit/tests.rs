@@ -19,6 +19,7 @@ fn request(id: &str, message: bool) -> Record {
             target: "octo/hello#1".into(),
             body_sha256: "ab".repeat(32),
         }),
+        truncated: Default::default(),
     })
 }
 
@@ -32,6 +33,7 @@ fn completion(id: &str) -> Record {
         duration_ms: 333,
         message_id: Some("1234".into()),
         error: None,
+        truncated: Default::default(),
     })
 }
 

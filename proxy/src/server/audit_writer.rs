@@ -107,10 +107,12 @@ impl AuditWriter {
 
     /// Writes a record after every record written before it; `Err` when it
     /// could not be written (nothing of it is in the file then).
+    /// Its fields are bounded first ([`crate::audit::bound`]).
     pub fn record(&self, record: Record) -> Result<(), AuditUnavailable> {
         if self.shared.failed.load(Ordering::Acquire) {
             return Err(AuditUnavailable);
         }
+        let record = crate::audit::bound(record);
         let written = {
             let mut log = self.log.lock().map_err(|_| AuditUnavailable)?;
             log.write_all(std::slice::from_ref(&record))
@@ -199,6 +201,7 @@ mod tests {
                 rule_sets_tried: vec![],
             },
             message: None,
+            truncated: Default::default(),
         })
     }
 
@@ -223,6 +226,7 @@ mod tests {
                 duration_ms: 0,
                 message_id: None,
                 error: None,
+                truncated: Default::default(),
             }))
             .await
             .unwrap();

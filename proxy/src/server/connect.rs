@@ -16,8 +16,8 @@ use tokio_rustls::TlsAcceptor;
 
 use super::answers::{audit_unavailable, bad_request, denied, refused_identity};
 use super::forward::{self, Target};
-use super::framing::{Guarded, MAX_HEADERS, MAX_HEAD_BYTES};
-use super::records::{connect_record, now};
+use super::framing::{Guarded, Observer, MAX_HEADERS, MAX_HEAD_BYTES};
+use super::records::{connect_record, framing_record, now, request_record};
 use super::{is_dns_name, Identity, Proxy};
 use crate::audit::{Outcome, Record};
 use crate::body::{self, ProxyBody};
@@ -65,12 +65,16 @@ pub(super) async fn wait_revoked(revoked: &mut watch::Receiver<bool>) {
 
 async fn serve_outer(proxy: Arc<Proxy>, identity: Arc<Identity>, stream: UnixStream) {
     let mut revoked = identity.revoked();
+    let guarded = Guarded::observed(
+        TokioIo::new(stream),
+        framing_observer(proxy.clone(), identity.clone(), "-"),
+    );
     let service = {
         let identity = identity.clone();
         service_fn(move |req| outer(proxy.clone(), identity.clone(), req))
     };
     let conn = http1_server()
-        .serve_connection(Guarded::new(TokioIo::new(stream)), service)
+        .serve_connection(guarded, service)
         .with_upgrades();
     tokio::select! {
         result = conn => {
@@ -80,6 +84,26 @@ async fn serve_outer(proxy: Arc<Proxy>, identity: Arc<Identity>, stream: UnixStr
         }
         _ = wait_revoked(&mut revoked) => {}
     }
+}
+
+/// Puts a request the framing guard refused on the record: the guard makes
+/// hyper answer it 400 and close, so no handler sees it. `host` is the
+/// connection's target (`-` on the outer socket).
+pub(super) fn framing_observer(proxy: Arc<Proxy>, identity: Arc<Identity>, host: &str) -> Observer {
+    let host = host.to_string();
+    Box::new(move |violation, line| {
+        let record = framing_record(
+            now(),
+            proxy.request_id(),
+            &identity.name,
+            &host,
+            line,
+            violation.reason(),
+        );
+        if proxy.record_refusal(record).is_err() {
+            tracing::error!(identity = %identity.name, "a framing refusal could not be recorded");
+        }
+    })
 }
 
 async fn outer(
@@ -106,9 +130,18 @@ async fn outer(
     let host = match (uri.scheme_str(), uri.host(), uri.port_u16()) {
         (Some("http"), Some(host), None | Some(80)) => host.to_ascii_lowercase(),
         _ => {
-            return Ok(bad_request(
-                "a proxy request must be CONNECT host:443 or absolute-form http://host/path",
-            ))
+            let reason =
+                "a proxy request must be CONNECT host:443 or absolute-form http://host/path";
+            let host = uri.host().unwrap_or("-").to_ascii_lowercase();
+            let record = request_record(
+                now(),
+                proxy.request_id(),
+                &identity.name,
+                &host,
+                req.method(),
+                uri,
+            );
+            return Ok(forward::refuse_head(&proxy, record, reason));
         }
     };
     let target = Target::plain(host);
@@ -125,7 +158,18 @@ async fn connect(
         Some(a) if req.uri().scheme().is_none() && req.uri().path_and_query().is_none() => {
             a.clone()
         }
-        _ => return bad_request("CONNECT needs an authority-form target host:port"),
+        _ => {
+            let target = req.uri().to_string();
+            let outcome = Outcome::Deny {
+                reason: "CONNECT needs an authority-form target host:port".into(),
+                rule_sets_tried: Vec::new(),
+            };
+            let record = connect_line(&proxy, &identity, "-", &target, outcome);
+            if proxy.record_refusal(record).is_err() {
+                return audit_unavailable();
+            }
+            return bad_request("CONNECT needs an authority-form target host:port");
+        }
     };
     let host = authority.host().to_ascii_lowercase();
     let port = authority.port_u16();
@@ -157,7 +201,8 @@ async fn connect(
             }
         };
         // No tunnel that is not on record.
-        if audit_tunnel(&proxy, &identity, &host).is_err() {
+        let authority = format!("{host}:{tunnel_port}");
+        if audit_tunnel(&proxy, &identity, &host, &authority).is_err() {
             return audit_unavailable();
         }
         let upgrade = hyper::upgrade::on(req);
@@ -249,6 +294,7 @@ async fn intercept(
             return;
         }
         let target = Target::tunnel(host.clone());
+        let observer = framing_observer(proxy.clone(), identity.clone(), &host);
         let service = {
             let identity = identity.clone();
             service_fn(move |req| {
@@ -256,7 +302,7 @@ async fn intercept(
             })
         };
         if let Err(error) = http1_server()
-            .serve_connection(Guarded::new(TokioIo::new(tls)), service)
+            .serve_connection(Guarded::observed(TokioIo::new(tls), observer), service)
             .await
         {
             tracing::debug!(%error, %host, "intercepted connection ended");
@@ -271,8 +317,21 @@ async fn intercept(
 // === audit of CONNECTs ===
 
 /// A CONNECT's audit line, for the proxy's audit writer.
-fn connect_line(proxy: &Proxy, identity: &Identity, host: &str, outcome: Outcome) -> Record {
-    connect_record(now(), proxy.request_id(), &identity.name, host, outcome)
+fn connect_line(
+    proxy: &Proxy,
+    identity: &Identity,
+    host: &str,
+    authority: &str,
+    outcome: Outcome,
+) -> Record {
+    connect_record(
+        now(),
+        proxy.request_id(),
+        &identity.name,
+        host,
+        authority,
+        outcome,
+    )
 }
 
 /// Records a refused CONNECT and answers 403.
@@ -288,8 +347,7 @@ fn deny_connect(
         rule_sets_tried: identity.scope.rule_sets.clone(),
     };
     if proxy
-        .audit
-        .record(connect_line(proxy, identity, host, outcome))
+        .record_refusal(connect_line(proxy, identity, host, authority, outcome))
         .is_err()
     {
         return audit_unavailable();
@@ -308,6 +366,7 @@ fn audit_tunnel(
     proxy: &Proxy,
     identity: &Identity,
     host: &str,
+    authority: &str,
 ) -> Result<(), super::audit_writer::AuditUnavailable> {
     let outcome = Outcome::Allow {
         rule_set: "(tunnel)".into(),
@@ -315,7 +374,7 @@ fn audit_tunnel(
     };
     proxy
         .audit
-        .record(connect_line(proxy, identity, host, outcome))
+        .record(connect_line(proxy, identity, host, authority, outcome))
 }
 
 fn audit_refused_tls(proxy: &Proxy, identity: &Identity, host: &str, sni: Option<&str>) {
@@ -323,7 +382,6 @@ fn audit_refused_tls(proxy: &Proxy, identity: &Identity, host: &str, sni: Option
         reason: format!("TLS server name {sni:?} does not match the CONNECT host"),
         rule_sets_tried: identity.scope.rule_sets.clone(),
     };
-    let _ = proxy
-        .audit
-        .record(connect_line(proxy, identity, host, outcome));
+    let authority = format!("{host}:443");
+    let _ = proxy.record_refusal(connect_line(proxy, identity, host, &authority, outcome));
 }

@@ -92,6 +92,7 @@ impl Completion {
             duration_ms: self.started.elapsed().as_millis() as u64,
             message_id,
             error,
+            truncated: Default::default(),
         });
         if self.proxy.audit.record(record).is_err() {
             tracing::error!(request_id = %self.request_id, "audit completion record lost");
@@ -128,9 +129,6 @@ pub(super) async fn handle(
     let started = Instant::now();
     let request_id = proxy.request_id();
     let host: &str = &target.host;
-    if let Err(reason) = head::check(&req, host, target.tunnel) {
-        return Ok(bad_request(reason));
-    }
     let mut record = request_record(
         now(),
         request_id,
@@ -139,6 +137,9 @@ pub(super) async fn handle(
         req.method(),
         req.uri(),
     );
+    if let Err(reason) = head::check(&req, host, target.tunnel) {
+        return Ok(refuse_head(&proxy, record, reason));
+    }
     if let Some(name) = method_changing_header(req.headers()) {
         let reason = format!(
             "the header {name} could make the upstream read another method than {}; it is refused",
@@ -192,6 +193,23 @@ pub(super) async fn handle(
     Ok(forward(allowed, parts, inspected.body).await)
 }
 
+/// Records a request whose head cannot be decided on (target form, Host,
+/// framing headers) and answers 400 with the connection closed.
+pub(super) fn refuse_head(
+    proxy: &Proxy,
+    mut record: RequestRecord,
+    reason: &str,
+) -> Response<ProxyBody> {
+    record.outcome = Outcome::Deny {
+        reason: reason.to_string(),
+        rule_sets_tried: Vec::new(),
+    };
+    if proxy.record_refusal(Record::Request(record)).is_err() {
+        return audit_unavailable();
+    }
+    bad_request(reason)
+}
+
 /// Records a refused request and answers 403 (503 if the audit log cannot
 /// be written: nothing is answered that is not on record).
 fn deny(
@@ -205,7 +223,7 @@ fn deny(
         rule_sets_tried: tried.to_vec(),
     };
     let answer = denied(&record.method, &record.host, &record.path, reason, tried);
-    if proxy.audit.record(Record::Request(record)).is_err() {
+    if proxy.record_refusal(Record::Request(record)).is_err() {
         return audit_unavailable();
     }
     answer

@@ -101,11 +101,37 @@ pub enum Violation {
     Malformed,
 }
 
+impl Violation {
+    /// Why the request was refused, as its audit record says.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Violation::ContentLengthAndTransferEncoding => {
+                "request framing refused: both Content-Length and Transfer-Encoding"
+            }
+            Violation::RepeatedContentLength => {
+                "request framing refused: more than one Content-Length"
+            }
+            Violation::TransferEncodingNotChunked => {
+                "request framing refused: Transfer-Encoding other than exactly chunked"
+            }
+            Violation::BareLineFeed => "request framing refused: a line ends in a bare LF",
+            Violation::BadChunk => {
+                "request framing refused: a malformed or oversized chunk line, extension or trailer"
+            }
+            Violation::HeadTooLarge => "request framing refused: the request head is too large",
+            Violation::TooManyHeaders => "request framing refused: too many header lines",
+            Violation::Malformed => "request framing refused: the request head cannot be parsed",
+        }
+    }
+}
+
 /// Follows one client connection's request framing.
 #[derive(Debug)]
 pub struct Tracker {
     state: State,
     violation: Option<Violation>,
+    /// The first line of a refused head, as far as it arrived.
+    refused_line: Option<Vec<u8>>,
 }
 
 impl Default for Tracker {
@@ -113,9 +139,13 @@ impl Default for Tracker {
         Self {
             state: State::head(),
             violation: None,
+            refused_line: None,
         }
     }
 }
+
+/// Longest part of a refused head's first line kept for its record.
+const REFUSED_LINE_KEPT: usize = 2048;
 
 /// Where a line-based state stands after a piece of input.
 enum Line {
@@ -148,6 +178,12 @@ impl Tracker {
     /// The violation found, if any.
     pub fn violation(&self) -> Option<&Violation> {
         self.violation.as_ref()
+    }
+
+    /// The start of a refused head's request line (`None` when the
+    /// violation was in a body, or no head had begun).
+    pub fn refused_line(&self) -> Option<&[u8]> {
+        self.refused_line.as_deref()
     }
 
     /// Feeds bytes read from the client; appends what hyper may see to `out`.
@@ -197,7 +233,10 @@ impl Tracker {
                             // Re-feed what followed the head in the new state.
                             self.feed(&rest, out);
                         }
-                        Err(violation) => self.refuse(violation, out),
+                        Err(violation) => {
+                            self.keep_refused_line(&head);
+                            self.refuse(violation, out);
+                        }
                     }
                     return;
                 }
@@ -297,8 +336,23 @@ impl Tracker {
         }
     }
 
+    /// Keeps the start of a refused head's request line for its record.
+    fn keep_refused_line(&mut self, head: &[u8]) {
+        if self.refused_line.is_some() {
+            return;
+        }
+        let line = head.split(|b| *b == b'\r' || *b == b'\n').next();
+        self.refused_line = line
+            .filter(|l| !l.is_empty())
+            .map(|l| l[..l.len().min(REFUSED_LINE_KEPT)].to_vec());
+    }
+
     fn refuse(&mut self, violation: Violation, out: &mut BytesMut) {
         tracing::info!(?violation, "refusing ambiguous request framing");
+        if let State::Head { buf, .. } = &mut self.state {
+            let head = std::mem::take(buf);
+            self.keep_refused_line(&head);
+        }
         out.extend_from_slice(POISON);
         self.violation = Some(violation);
         self.state = State::Refused;
@@ -412,6 +466,10 @@ fn chunk_size(line: &[u8]) -> Option<(u64, usize)> {
     Some((size, rest.len()))
 }
 
+/// Told of a refused request once: the violation and the start of the
+/// refused head's request line (to put the refusal on the record).
+pub type Observer = Box<dyn FnOnce(&Violation, Option<&[u8]>) + Send>;
+
 /// A client connection read through a [`Tracker`].
 pub struct Guarded<T> {
     inner: T,
@@ -419,6 +477,7 @@ pub struct Guarded<T> {
     pending: BytesMut,
     scratch: Box<[u8]>,
     eof: bool,
+    observer: Option<Observer>,
 }
 
 impl<T> Guarded<T> {
@@ -429,7 +488,15 @@ impl<T> Guarded<T> {
             pending: BytesMut::new(),
             scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
             eof: false,
+            observer: None,
         }
+    }
+
+    /// A guarded connection whose refusal (if any) is told to `observer`.
+    pub fn observed(inner: T, observer: Observer) -> Self {
+        let mut guarded = Self::new(inner);
+        guarded.observer = Some(observer);
+        guarded
     }
 }
 
@@ -458,6 +525,11 @@ impl<T: Read + Unpin> Read for Guarded<T> {
                 this.tracker.finish(&mut this.pending);
             } else {
                 this.tracker.feed(filled, &mut this.pending);
+            }
+            if let Some(violation) = this.tracker.violation() {
+                if let Some(observer) = this.observer.take() {
+                    observer(violation, this.tracker.refused_line());
+                }
             }
         }
     }

@@ -9,13 +9,13 @@ use http::{Method, Request, Uri};
 /// `host` is the connection's target (the CONNECT host, or the plain
 /// request's), `tunnel` whether the request came inside a CONNECT tunnel.
 pub(super) fn check<B>(req: &Request<B>, host: &str, tunnel: bool) -> Result<(), &'static str> {
+    if req.method() == Method::CONNECT {
+        return Err("CONNECT inside a tunnel is refused");
+    }
     if tunnel && (req.uri().scheme().is_some() || req.uri().authority().is_some()) {
         return Err(
             "absolute-form request targets are refused inside a CONNECT tunnel; send origin-form (/path)",
         );
-    }
-    if req.method() == Method::CONNECT {
-        return Err("CONNECT inside a tunnel is refused");
     }
     check_host_header(req.headers(), host, if tunnel { 443 } else { 80 })?;
     check_framing(req.headers())

@@ -26,6 +26,7 @@ mod message;
 mod owned;
 pub mod policy;
 mod records;
+mod refusals;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::PermissionsExt;
@@ -123,6 +124,7 @@ pub struct Proxy {
     audit: AuditWriter,
     socket_dir: PathBuf,
     identities: Mutex<HashMap<String, Arc<Identity>>>,
+    refusals: Mutex<refusals::RefusalLimiter>,
     request_prefix: String,
     next_request: AtomicU64,
 }
@@ -170,6 +172,7 @@ impl Proxy {
             audit: parts.audit,
             socket_dir,
             identities: Mutex::new(HashMap::new()),
+            refusals: Mutex::new(refusals::RefusalLimiter::default()),
             request_prefix: format!("req_{:x}", started.as_nanos()),
             next_request: AtomicU64::new(1),
         }))
@@ -182,6 +185,54 @@ impl Proxy {
 
     fn lock_identities(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Identity>>> {
         self.identities.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts a refused request on record (503 instead of the refusal when
+    /// that fails): its own line, or, past the identity's rate of refusal
+    /// records, a count in a later `suppressed` line ([`refusals`]).
+    fn record_refusal(
+        &self,
+        record: crate::audit::Record,
+    ) -> Result<(), audit_writer::AuditUnavailable> {
+        let identity = match &record {
+            crate::audit::Record::Request(r) => r.identity.as_str(),
+            _ => return self.audit.record(record),
+        };
+        let time = records::now();
+        let admission = self
+            .refusals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .admit(identity, std::time::Instant::now(), &time);
+        if let Some(summary) = admission.summary {
+            self.audit
+                .record(crate::audit::Record::Suppressed(summary))?;
+        }
+        if admission.write {
+            self.audit.record(record)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the refusal counts still pending: `name`'s, or everyone's.
+    fn write_refusal_counts(&self, name: Option<&str>) {
+        let time = records::now();
+        let counts = {
+            let mut limiter = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+            match name {
+                Some(name) => limiter.remove(name, &time).into_iter().collect(),
+                None => limiter.drain(&time),
+            }
+        };
+        for count in counts {
+            if self
+                .audit
+                .record(crate::audit::Record::Suppressed(count))
+                .is_err()
+            {
+                tracing::error!("a count of refusals could not be recorded");
+            }
+        }
     }
 
     /// The CA (for tests and for writing the trust bundle).
@@ -230,6 +281,7 @@ impl Proxy {
             .ok_or_else(|| IdentityError::NotFound(name.to_string()))?;
         let _ = std::fs::remove_file(&identity.socket);
         identity.revoked.send_replace(true);
+        self.write_refusal_counts(Some(name));
         tracing::info!(identity = %name, "identity revoked");
         Ok(())
     }
@@ -259,6 +311,7 @@ impl Proxy {
         }
         // Let cut connections record their completions, then sync.
         tokio::task::yield_now().await;
+        self.write_refusal_counts(None);
         if self.audit.flush().await.is_err() {
             tracing::error!("the audit log could not be flushed at shutdown");
         }

@@ -272,3 +272,35 @@ proptest! {
         prop_assert_eq!(v_whole, v_split);
     }
 }
+
+#[test]
+fn a_refused_head_keeps_the_start_of_its_request_line() {
+    let big = format!(
+        "GET /r6 HTTP/1.1\r\nX: {}\r\n\r\n",
+        "x".repeat(MAX_HEAD_BYTES)
+    );
+    let cases: [(&[u8], Option<&[u8]>); 4] = [
+        (
+            b"POST /a HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            Some(b"POST /a HTTP/1.1"),
+        ),
+        (b"GET /b HTTP/1.1\nHost: h\n\n", Some(b"GET /b HTTP/1.1")),
+        (big.as_bytes(), Some(b"GET /r6 HTTP/1.1")),
+        // A violation in a body names no head.
+        (
+            b"POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            None,
+        ),
+    ];
+    for (input, line) in cases {
+        for piece in [16 * 1024, 7] {
+            let mut tracker = Tracker::default();
+            let mut out = BytesMut::new();
+            for chunk in input.chunks(piece) {
+                tracker.feed(chunk, &mut out);
+            }
+            assert!(tracker.violation().is_some());
+            assert_eq!(tracker.refused_line(), line, "{piece}");
+        }
+    }
+}

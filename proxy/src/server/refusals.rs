@@ -141,7 +141,7 @@ mod tests {
         assert!(limiter.admit("b", t0, "t0").write);
         // A token later, the next refusal is written; the count waits for
         // its window.
-        let a = limiter.admit("a", t0 + Duration::from_millis(150), "t1");
+        let a = limiter.admit("a", t0 + Duration::from_secs_f64(1.1 / PER_SECOND), "t1");
         assert_eq!((a.write, a.summary), (true, None));
         let later = t0 + WINDOW;
         let a = limiter.admit("a", later, "t2");

@@ -65,11 +65,16 @@ pub fn serve(proxy: Arc<Proxy>, path: &Path) -> Result<tokio::task::JoinHandle<(
     let listener = bound.map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
     Ok(tokio::spawn(async move {
+        // Out of descriptors, retrying at once would spin and flood the log.
+        let mut backoff = crate::server::backoff::AcceptBackoff::new("admin");
         loop {
             let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => {
+                    backoff.succeeded();
+                    stream
+                }
                 Err(error) => {
-                    tracing::warn!(%error, "admin accept failed");
+                    backoff.failed(&error).await;
                     continue;
                 }
             };

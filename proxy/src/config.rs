@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use gatehouse_types::{DnsName, IdentityName, TunnelTarget};
 use serde::{Deserialize, Serialize};
 
+use crate::limits::Limits;
 use crate::path::Vars;
 use crate::rules::{Injection, RuleBook, RuleError, RuleSet};
 
@@ -65,6 +66,9 @@ pub struct ProxyConfig {
     /// Per-host upstream overrides (tests, GitHub Enterprise).
     #[serde(default)]
     pub upstream: BTreeMap<String, UpstreamFile>,
+    /// What one identity may hold (connections, requests, timeouts).
+    #[serde(default)]
+    pub limits: Limits,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -180,6 +184,7 @@ pub struct Config {
     pub audit_path: PathBuf,
     pub admin_socket: Option<PathBuf>,
     pub identity_socket_dir: PathBuf,
+    pub limits: Limits,
 }
 
 /// A credential: its kind and where its secret lives. Paths only.
@@ -367,6 +372,9 @@ impl ProxyConfig {
         let identities =
             validate_identities(&cx, self.identities, &rule_book, &identity_socket_dir)?;
         let upstreams = validate_upstreams(&cx, self.upstream)?;
+        self.limits
+            .check()
+            .map_err(|message| cx.invalid("limits", message))?;
         Ok(Config {
             ca_cert,
             ca_key,
@@ -377,6 +385,7 @@ impl ProxyConfig {
             audit_path: cx.resolve(&self.audit.path),
             admin_socket: self.admin.map(|a| cx.resolve(&a.socket)),
             identity_socket_dir,
+            limits: self.limits,
         })
     }
 }

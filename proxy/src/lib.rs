@@ -61,6 +61,7 @@ pub mod config;
 pub mod credentials;
 pub mod graphql;
 pub mod json;
+pub mod limits;
 pub mod path;
 pub mod receive_pack;
 pub mod redact;

@@ -141,6 +141,8 @@ pub fn dir_lets_others_in(mode: u32) -> bool {
 
 /// Starts the proxy described by `config` (inside a tokio runtime).
 pub fn start(config: &Config) -> Result<Running, StartError> {
+    // Before anything is opened: the budget is split from the limit in force.
+    crate::limits::raise_descriptor_limit();
     let ca = CertificateAuthority::load_or_generate(&config.ca_cert, &config.ca_key)?;
     let overrides: Vec<UpstreamOverride> = config
         .upstreams
@@ -162,6 +164,7 @@ pub fn start(config: &Config) -> Result<Running, StartError> {
         credentials: Arc::new(credentials),
         audit,
         socket_dir: config.identity_socket_dir.clone(),
+        limits: config.limits,
     })
     .map_err(|source| StartError::Identity {
         name: "(identity socket dir)".into(),

@@ -173,6 +173,7 @@ async fn start_proxy(
         credentials: Arc::new(credentials),
         audit: AuditWriter::start(AuditLog::open(audit_path).unwrap()).unwrap(),
         socket_dir: dir.join("sockets"),
+        limits: gatehouse_proxy::limits::Limits::default(),
     })
     .unwrap();
     let socket = proxy.add_identity(identity(IDENTITY)).unwrap();

@@ -395,6 +395,7 @@ async fn start_proxy(d: &Path, github_url: String, upstream_ca: &Path) -> (Arc<P
         credentials: Arc::new(credentials),
         audit: AuditWriter::start(AuditLog::open(&d.join("audit.jsonl")).unwrap()).unwrap(),
         socket_dir: d.join("sockets"),
+        limits: gatehouse_proxy::limits::Limits::default(),
     })
     .unwrap();
     let socket = proxy

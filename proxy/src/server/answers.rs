@@ -64,6 +64,15 @@ pub(super) fn denied(
     )
 }
 
+/// 429: a cap of the identity is full; the request was not looked at.
+pub(super) fn too_many(reason: &str) -> Response<ProxyBody> {
+    json_response(
+        StatusCode::TOO_MANY_REQUESTS,
+        &json!({"error": "gatehouse_limit", "reason": reason}),
+        false,
+    )
+}
+
 pub(super) fn audit_unavailable() -> Response<ProxyBody> {
     json_response(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -131,6 +140,7 @@ mod tests {
                 false,
                 "gatehouse_denied",
             ),
+            (too_many("busy"), 429, false, "gatehouse_limit"),
             (
                 audit_unavailable(),
                 503,

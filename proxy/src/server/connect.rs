@@ -11,12 +11,14 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio_rustls::TlsAcceptor;
 
 use super::answers::{audit_unavailable, bad_request, denied, refused_identity};
+use super::backoff::AcceptBackoff;
 use super::forward::{self, Target};
 use super::framing::{Guarded, Observer, MAX_HEADERS, MAX_HEAD_BYTES};
+use super::idle::Idle;
 use super::records::{connect_record, framing_record, now, request_record};
 use super::{is_dns_name, Identity, Proxy};
 use crate::audit::{Outcome, Record};
@@ -35,23 +37,58 @@ pub(super) fn http1_server() -> http1::Builder {
     builder
 }
 
-/// Accepts connections until the identity is revoked.
+/// The permits an open client connection holds (the identity's and the
+/// proxy's); a tunnel it turns into holds them until it ends.
+pub(super) struct Held {
+    _identity: OwnedSemaphorePermit,
+    _proxy: OwnedSemaphorePermit,
+}
+
+/// Takes a connection's permits, or says which cap is full.
+fn admit(proxy: &Proxy, identity: &Identity) -> Result<Arc<Held>, &'static str> {
+    let own = identity
+        .connections
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| "this identity has as many connections open as it may (limits.connections_per_identity, or its share of the open-file limit); the connection was closed")?;
+    let all = proxy
+        .connections
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| "the proxy has as many connections open as its open-file limit allows; the connection was closed")?;
+    Ok(Arc::new(Held {
+        _identity: own,
+        _proxy: all,
+    }))
+}
+
+/// Accepts connections until the identity is revoked. A connection over
+/// the identity's cap (or the proxy's) is closed at once, its refusal on
+/// record; accept failures back off instead of spinning.
 pub(super) async fn accept_loop(
     proxy: Arc<Proxy>,
     identity: Arc<Identity>,
     listener: UnixListener,
 ) {
     let mut revoked = identity.revoked();
+    let mut backoff = AcceptBackoff::new("identity");
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    tokio::spawn(serve_outer(proxy.clone(), identity.clone(), stream));
+                    backoff.succeeded();
+                    match admit(&proxy, &identity) {
+                        Ok(held) => {
+                            tokio::spawn(serve_outer(proxy.clone(), identity.clone(), stream, held));
+                        }
+                        Err(reason) => {
+                            drop(stream);
+                            let record = framing_record(now(), proxy.request_id(), &identity.name, "-", None, reason);
+                            let _ = proxy.record_refusal(record);
+                        }
+                    }
                 }
-                Err(error) => {
-                    tracing::warn!(%error, identity = %identity.name, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                Err(error) => backoff.failed(&error).await,
             },
             _ = wait_revoked(&mut revoked) => break,
         }
@@ -63,15 +100,23 @@ pub(super) async fn wait_revoked(revoked: &mut watch::Receiver<bool>) {
     let _ = revoked.wait_for(|r| *r).await;
 }
 
-async fn serve_outer(proxy: Arc<Proxy>, identity: Arc<Identity>, stream: UnixStream) {
+async fn serve_outer(
+    proxy: Arc<Proxy>,
+    identity: Arc<Identity>,
+    stream: UnixStream,
+    held: Arc<Held>,
+) {
     let mut revoked = identity.revoked();
+    // Every byte of the connection, the tunnels it becomes included, passes
+    // the idle clock.
+    let stream = Idle::new(stream, proxy.limits.idle());
     let guarded = Guarded::observed(
         TokioIo::new(stream),
         framing_observer(proxy.clone(), identity.clone(), "-"),
     );
     let service = {
         let identity = identity.clone();
-        service_fn(move |req| outer(proxy.clone(), identity.clone(), req))
+        service_fn(move |req| outer(proxy.clone(), identity.clone(), held.clone(), req))
     };
     let conn = http1_server()
         .serve_connection(guarded, service)
@@ -109,13 +154,14 @@ pub(super) fn framing_observer(proxy: Arc<Proxy>, identity: Arc<Identity>, host:
 async fn outer(
     proxy: Arc<Proxy>,
     identity: Arc<Identity>,
+    held: Arc<Held>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     if *identity.revoked.borrow() {
         return Ok(closing(refused_identity()));
     }
     if req.method() == Method::CONNECT {
-        let answer = connect(proxy, identity, req).await;
+        let answer = connect(proxy, identity, held, req).await;
         // After a CONNECT head the framing guard passes the stream through
         // untouched (it is a tunnel); a refused CONNECT must therefore end
         // the connection, or the next request would go unguarded.
@@ -152,6 +198,7 @@ async fn outer(
 async fn connect(
     proxy: Arc<Proxy>,
     identity: Arc<Identity>,
+    held: Arc<Held>,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let authority = match req.uri().authority() {
@@ -206,7 +253,7 @@ async fn connect(
             return audit_unavailable();
         }
         let upgrade = hyper::upgrade::on(req);
-        tokio::spawn(splice(identity, upgrade, upstream));
+        tokio::spawn(splice(identity, upgrade, upstream, held));
         return established();
     }
     if !intercepted {
@@ -220,7 +267,7 @@ async fn connect(
         return refuse("only port 443 may be reached through the proxy");
     }
     let upgrade = hyper::upgrade::on(req);
-    tokio::spawn(intercept(proxy, identity, host, upgrade));
+    tokio::spawn(intercept(proxy, identity, host, upgrade, held));
     established()
 }
 
@@ -244,6 +291,7 @@ async fn splice(
     identity: Arc<Identity>,
     upgrade: hyper::upgrade::OnUpgrade,
     mut upstream: tokio::net::TcpStream,
+    _held: Arc<Held>,
 ) {
     let mut revoked = identity.revoked();
     let work = async {
@@ -265,26 +313,27 @@ async fn intercept(
     identity: Arc<Identity>,
     host: String,
     upgrade: hyper::upgrade::OnUpgrade,
+    _held: Arc<Held>,
 ) {
     let mut revoked = identity.revoked();
     let work = async {
-        let upgraded = match upgrade.await {
-            Ok(u) => u,
-            Err(error) => return tracing::debug!(%error, "CONNECT upgrade failed"),
-        };
-        let config = match proxy.ca.server_config(&host) {
-            Ok(c) => c,
-            Err(error) => {
+        let handshake = async {
+            let upgraded = upgrade.await.map_err(|e| e.to_string())?;
+            let config = proxy.ca.server_config(&host).map_err(|error| {
                 let error = super::with_causes(&error);
-                return tracing::error!(%error, "minting a leaf certificate");
-            }
+                tracing::error!(%error, "minting a leaf certificate");
+                error
+            })?;
+            TlsAcceptor::from(config)
+                .accept(TokioIo::new(upgraded))
+                .await
+                .map_err(|e| e.to_string())
         };
-        let tls = match TlsAcceptor::from(config)
-            .accept(TokioIo::new(upgraded))
-            .await
-        {
-            Ok(t) => t,
-            Err(error) => return tracing::debug!(%error, %host, "client TLS handshake failed"),
+        // A client that stalls its handshake does not hold the connection.
+        let tls = match tokio::time::timeout(proxy.limits.tls_handshake(), handshake).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(error)) => return tracing::debug!(%error, %host, "client TLS handshake failed"),
+            Err(_) => return tracing::debug!(%host, "client TLS handshake timed out"),
         };
         // The CONNECT authority is the target; a different (or missing) SNI
         // means the client believes it talks to someone else.

@@ -29,7 +29,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::answers::{audit_unavailable, bad_request, denied, push_refused, redact_text};
-use super::answers::{refused_identity, upstream_failed};
+use super::answers::{refused_identity, too_many, upstream_failed};
 use super::headers::upstream_request_headers;
 use super::headers::{self, method_changing_header, strip_response_headers, unscannable_encoding};
 use super::inspect::{inspect_body, BodyRefusal, MESSAGE_BODY_LIMIT};
@@ -140,6 +140,19 @@ pub(super) async fn handle(
     if let Err(reason) = head::check(&req, host, target.tunnel) {
         return Ok(refuse_head(&proxy, record, reason));
     }
+    // Held until the answer's head is back: one identity's slow or stalled
+    // requests cannot take every worker of the proxy.
+    let Ok(_in_flight) = identity.requests.clone().try_acquire_owned() else {
+        let reason = "this identity has as many requests in flight as it may (limits.requests_per_identity); retry when one has finished";
+        record.outcome = Outcome::Deny {
+            reason: reason.into(),
+            rule_sets_tried: Vec::new(),
+        };
+        if proxy.record_refusal(Record::Request(record)).is_err() {
+            return Ok(audit_unavailable());
+        }
+        return Ok(too_many(reason));
+    };
     if let Some(name) = method_changing_header(req.headers()) {
         let reason = format!(
             "the header {name} could make the upstream read another method than {}; it is refused",

@@ -16,11 +16,13 @@
 
 mod answers;
 pub mod audit_writer;
+pub(crate) mod backoff;
 mod connect;
 mod forward;
 pub mod framing;
 mod head;
 mod headers;
+mod idle;
 mod inspect;
 mod message;
 mod owned;
@@ -37,10 +39,11 @@ use std::sync::{Arc, Mutex};
 use gatehouse_types::{variables, DnsName, IdentityName, RepoSlug, TunnelTarget};
 use serde::Serialize;
 use tokio::net::UnixListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
 use crate::ca::CertificateAuthority;
 use crate::credentials::Credentials;
+use crate::limits::{Budget, Limits};
 use crate::upstream::{UpstreamClient, Upstreams};
 use audit_writer::AuditWriter;
 use policy::{Policy, Scope};
@@ -97,6 +100,10 @@ pub struct Identity {
     revoked: watch::Sender<bool>,
     /// The objects it created (people's words are theirs).
     created: owned::Created,
+    /// Its open client connections ([`Budget::per_identity`] permits).
+    connections: Arc<Semaphore>,
+    /// Its requests in flight ([`Limits::requests_per_identity`] permits).
+    requests: Arc<Semaphore>,
 }
 
 impl Identity {
@@ -125,6 +132,10 @@ pub struct Proxy {
     socket_dir: PathBuf,
     identities: Mutex<HashMap<String, Arc<Identity>>>,
     refusals: Mutex<refusals::RefusalLimiter>,
+    limits: Limits,
+    budget: Budget,
+    /// Client connections of all identities ([`Budget::connections`]).
+    connections: Arc<Semaphore>,
     request_prefix: String,
     next_request: AtomicU64,
 }
@@ -146,6 +157,9 @@ pub struct ProxyParts {
     pub audit: AuditWriter,
     /// Directory for identity sockets (created 0700 if absent).
     pub socket_dir: PathBuf,
+    /// What one identity may hold; capped further by the open-file limit
+    /// in force when the proxy is built.
+    pub limits: Limits,
 }
 
 impl Proxy {
@@ -161,6 +175,13 @@ impl Proxy {
             path: dir.clone(),
             source,
         })?;
+        let budget = Budget::of(crate::limits::descriptor_limit(), &parts.limits);
+        tracing::info!(
+            connections = budget.connections,
+            per_identity = budget.per_identity,
+            requests_per_identity = parts.limits.requests_per_identity,
+            "connection budget"
+        );
         let started = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -173,6 +194,9 @@ impl Proxy {
             socket_dir,
             identities: Mutex::new(HashMap::new()),
             refusals: Mutex::new(refusals::RefusalLimiter::default()),
+            limits: parts.limits,
+            budget,
+            connections: Arc::new(Semaphore::new(budget.connections)),
             request_prefix: format!("req_{:x}", started.as_nanos()),
             next_request: AtomicU64::new(1),
         }))
@@ -265,6 +289,8 @@ impl Proxy {
             client: self.upstreams.client(),
             revoked,
             created: owned::Created::default(),
+            connections: Arc::new(Semaphore::new(self.budget.per_identity)),
+            requests: Arc::new(Semaphore::new(self.limits.requests_per_identity)),
         });
         identities.insert(spec.name.clone(), identity.clone());
         drop(identities);

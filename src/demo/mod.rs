@@ -162,8 +162,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Plays the story against the emulators; returns what it did, with times.
-fn play(w: &World) -> anyhow::Result<Vec<Entry>> {
+/// What the story did, with times, and the issue it assigned.
+struct Played {
+    story: Vec<Entry>,
+    issue: u64,
+}
+
+/// Plays the story against the emulators.
+fn play(w: &World) -> anyhow::Result<Played> {
     let mut story = Vec::new();
     let mut mark = |actor: &str, text: String| {
         progress(&text);
@@ -240,12 +246,12 @@ fn play(w: &World) -> anyhow::Result<Vec<Entry>> {
             format!("more messages arrived after the story: {before:?} → {after:?}"),
         );
     }
-    Ok(story)
+    Ok(Played { story, issue })
 }
 
 /// Reads what the run left: the router's decision log and outbox, the
 /// proxy's audit log, the emulators' state.
-fn collect(w: &World, layout: &up::layout::Layout, story: Vec<Entry>) -> anyhow::Result<Facts> {
+fn collect(w: &World, layout: &up::layout::Layout, played: Played) -> anyhow::Result<Facts> {
     let store = Store::open(&layout.router_db, Durability::Normal)
         .with_context(|| format!("opening {}", layout.router_db.display()))?;
     let read = store.read();
@@ -274,11 +280,11 @@ fn collect(w: &World, layout: &up::layout::Layout, story: Vec<Entry>) -> anyhow:
         .collect();
     let token_in_router_files = files_holding(&layout.router_state, w.token.as_bytes());
     Ok(Facts {
-        story,
+        story: played.story,
         decisions,
         outbox,
         audit,
-        issue_comments: w.bot_comments(1),
+        issue_comments: w.bot_comments(played.issue),
         bot_comments_total: w.all_bot_comments(),
         feishu_messages: w.bot_messages(),
         token_in_router_files,

@@ -431,3 +431,110 @@ fn the_proxy_down_delays_a_reply_and_sends_it_once() {
     );
     assert_eq!(logged(&w, "the proxy is unreachable"), 1, "{}", w.log());
 }
+
+/// A live ticket on a new issue whose worker reported once and waits.
+fn long_running_ticket(w: &LiveWorld) -> (u64, String) {
+    let n = w
+        .github
+        .add_issue("acme/widgets", "Slow", "b", "alice")
+        .unwrap();
+    w.github
+        .add_issue_comment(
+            "acme/widgets",
+            n,
+            "@gatehouse-bot take a long look",
+            "alice",
+        )
+        .unwrap();
+    w.wait("the ack and the job's first report", |w| {
+        !w.bot_comments(n).is_empty()
+            && Store::open(&w.state(), Durability::Normal)
+                .unwrap()
+                .read()
+                .tickets()
+                .unwrap()
+                .first()
+                .is_some_and(|t| t.latest_report.is_some())
+    });
+    let ticket = Store::open(&w.state(), Durability::Normal)
+        .unwrap()
+        .read()
+        .tickets()
+        .unwrap()[0]
+        .id
+        .to_string();
+    (n, ticket)
+}
+
+/// The ticket's only job, once the supervisor says it ended.
+fn job_end_state(w: &LiveWorld) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let jobs = Store::open(&w.state(), Durability::Normal)
+        .unwrap()
+        .read()
+        .live_jobs()
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+    let id = jobs[0].job_id.clone().unwrap();
+    let job = rt.block_on(w.supervisor.wait_ended(&id));
+    job["state"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_person_closing_the_issue_cancels_the_ticket_and_its_job() {
+    let w = LiveWorld::start(
+        "gatehouse report --state working --summary 'On a long task' && sleep 120",
+    );
+    let (n, _) = long_running_ticket(&w);
+    w.github.close("acme/widgets", n, "alice").unwrap();
+    assert_eq!(wait_ended(&w), "cancelled");
+    assert_eq!(job_end_state(&w), "cancelled");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(w.bot_comments(n).len(), 1, "{:?}", w.bot_comments(n));
+}
+
+#[test]
+fn merging_the_bots_pull_request_ends_its_ticket_merged() {
+    let w = LiveWorld::start(
+        "gatehouse report --state working --summary 'Fixed it on a branch' && sleep 120",
+    );
+    let (n, ticket) = long_running_ticket(&w);
+    let branch = format!("gatehouse/{ticket}");
+    let git_dir = w.github.repo_git_dir("acme/widgets").unwrap();
+    let made = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&git_dir)
+        .args(["branch", &branch, "HEAD"])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Someone else's pull request from a branch of the same name is merged
+    // first: it names no ticket, and the work goes on.
+    let theirs = w
+        .github
+        .add_pull("acme/widgets", "Not the bot's", &branch, "main", "mallory")
+        .unwrap();
+    w.github
+        .merge_pull("acme/widgets", theirs, "alice")
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let store = Store::open(&w.state(), Durability::Normal).unwrap();
+    assert!(store.read().tickets().unwrap()[0].outcome.is_none());
+    // The bot's own pull request, merged by alice, ends the work.
+    let ours = w
+        .github
+        .add_pull("acme/widgets", "Fix", &branch, "main", "gatehouse-bot")
+        .unwrap();
+    w.github.merge_pull("acme/widgets", ours, "alice").unwrap();
+    assert_eq!(wait_ended(&w), "merged");
+    assert_eq!(job_end_state(&w), "cancelled");
+    // The ack, then one result on the issue the work was asked on.
+    w.wait("the result", |w| w.bot_comments(n).len() >= 2);
+    std::thread::sleep(Duration::from_secs(1));
+    let said = w.bot_comments(n);
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(said[1].starts_with("Done:"), "{said:?}");
+}

@@ -59,6 +59,7 @@ fn generate(count: usize, threads: usize) -> Vec<TriggerInput> {
                 labels: Vec::new(),
                 branch: None,
                 text: format!("comment {i} on thread {thread}: the parser fails on empty input"),
+                head_ticket: None,
                 raw: None,
             };
             match (i * 7 + thread) % 10 {

@@ -13,7 +13,7 @@ use crate::id::{ReplyId, ThreadId, TicketId, TriggerId};
 use crate::json;
 use crate::policy::{Policy, PolicyVersion};
 use crate::reply::{check_note, check_reply, Purpose, Refusal, ReplyAttempt, TriggerRecord};
-use crate::route::{route_trigger, NoTicket, TicketAction};
+use crate::route::{claim_holds, route_trigger, NoTicket, TicketAction};
 use crate::store::{text_sha256, ReplyRecord, ReplyTarget, Store, StoreError, ThreadRecord, Tx};
 use crate::ticket::{
     apply_report, end_ticket, EndRefusal, EndRequester, Mandate, Outcome, Report, ReportRefusal,
@@ -254,7 +254,12 @@ impl<J: Judge> Router<J> {
                 at: now,
                 input,
             };
-            let latest = tx.latest_ticket(&thread.id)?;
+            let mut latest = tx.latest_ticket(&thread.id)?;
+            if !latest.as_ref().is_some_and(Ticket::is_live) {
+                if let Some(claimed) = claimed_ticket(tx, &trigger.input)? {
+                    latest = Some(claimed);
+                }
+            }
             let route = route_trigger(&trigger, policy, judge, latest.as_ref());
             let trigger_id = trigger.id.clone();
             // The ticket is written first: the trigger's row names the ticket
@@ -415,8 +420,17 @@ impl<J: Judge> Router<J> {
                 None => EndRequester::System,
                 Some(id) => {
                     let t = tx.read().trigger(id)?;
+                    // A close of the ticket's own pull request sits on the
+                    // pull request's thread; routing sent it to this ticket's
+                    // inbox only after checking its claim, so it counts as
+                    // said on the ticket's thread.
+                    let thread = if tx.read().trigger_inbox(id)?.as_ref() == Some(&ticket_id) {
+                        ticket.thread.clone()
+                    } else {
+                        t.thread
+                    };
                     EndRequester::Message {
-                        thread: t.thread,
+                        thread,
                         author: match t.admission {
                             Admission::Explicit { requester, .. } => Some(Author::Human(requester)),
                             Admission::Candidate { author } => Some(author),
@@ -522,6 +536,19 @@ fn apply_ticket_action(
         }
         TicketAction::StaysEnded { ticket, reason } => TicketOutcome::StaysEnded { ticket, reason },
     })
+}
+
+/// The live ticket a pull request's work branch names, when the claim holds
+/// ([`claim_holds`]); `None` otherwise.
+fn claimed_ticket(tx: &mut Tx<'_>, input: &TriggerInput) -> Result<Option<Ticket>, StoreError> {
+    let Some(id) = input.head_ticket.as_deref().and_then(TicketId::parse) else {
+        return Ok(None);
+    };
+    match tx.read().ticket(&id) {
+        Ok(t) if claim_holds(input, &t) => Ok(Some(t)),
+        Ok(_) | Err(StoreError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The router's trigger id for one a report names. The wire's rule is

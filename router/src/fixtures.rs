@@ -47,6 +47,7 @@ pub(crate) fn gh(sender: Sender, kind: TriggerKind) -> TriggerInput {
         labels: Vec::new(),
         branch: None,
         text: "hello".to_owned(),
+        head_ticket: None,
         raw: None,
     }
 }
@@ -67,6 +68,7 @@ pub(crate) fn fs(sender: Sender, chat_id: &str, kind: ChatKind) -> TriggerInput 
         labels: Vec::new(),
         branch: None,
         text: "你好".to_owned(),
+        head_ticket: None,
         raw: None,
     }
 }

@@ -11,7 +11,7 @@ use crate::gate::{gate, scope_for, Admission, Author};
 use crate::id::TicketId;
 use crate::policy::Policy;
 use crate::ticket::{revalidate, Mandate, RevalidationFailure, Ticket};
-use crate::trigger::Trigger;
+use crate::trigger::{Trigger, TriggerInput};
 
 /// Why a trigger opened or resumed nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +26,8 @@ pub enum NoTicket {
     /// The request has no scope: a direct message from a person whose team
     /// has no default repository.
     NoScope,
+    /// A close or merge on a thread with no live work: it asks for nothing.
+    NoLiveWork,
 }
 
 /// What happens to the thread's work.
@@ -88,6 +90,18 @@ pub fn route_trigger(
             why: NoTicket::Ignored,
         });
     }
+    // A change of state joins live work, as information the loop may act
+    // on; it never opens, resumes or is evaluated.
+    if trigger.input.kind.is_lifecycle() {
+        return decided(match latest {
+            Some(t) if t.is_live() => TicketAction::PassThrough {
+                ticket: t.id.clone(),
+            },
+            _ => TicketAction::None {
+                why: NoTicket::NoLiveWork,
+            },
+        });
+    }
     let refused_resume = match latest.map(|t| on_latest_ticket(t, &admission, policy)) {
         Some(Latest::Decided(ticket)) => return decided(ticket),
         Some(Latest::OpenNew { refused_resume }) => Some(refused_resume),
@@ -100,6 +114,16 @@ pub fn route_trigger(
         ticket,
         refused_resume,
     }
+}
+
+/// Whether a lifecycle trigger on a pull request may act on `claimed`, the
+/// ticket its work branch names: only a live ticket whose work is in the
+/// trigger's repository. (The mapping already refused the claim for a pull
+/// request the bot did not open.)
+pub fn claim_holds(input: &TriggerInput, claimed: &Ticket) -> bool {
+    input.kind.is_lifecycle()
+        && claimed.is_live()
+        && input.repo.as_deref() == Some(claimed.mandate.scope.repo.as_str())
 }
 
 /// What the thread's most recent ticket decides for an admitted trigger.

@@ -36,6 +36,27 @@ pub enum TriggerKind {
     Assignment,
     /// Someone was asked to review a PR.
     ReviewRequest,
+    /// An issue was closed. Lifecycle kinds ([`TriggerKind::is_lifecycle`])
+    /// never open or resume work; on a live ticket they may end it.
+    IssueClosed,
+    /// A pull request was closed without being merged.
+    PullRequestClosed,
+    /// A pull request was merged.
+    PullRequestMerged,
+}
+
+impl TriggerKind {
+    /// A change of an issue's or PR's state rather than a message: it asks
+    /// the bot for nothing, so it is never evaluated and never opens or
+    /// resumes a ticket.
+    pub fn is_lifecycle(self) -> bool {
+        matches!(
+            self,
+            TriggerKind::IssueClosed
+                | TriggerKind::PullRequestClosed
+                | TriggerKind::PullRequestMerged
+        )
+    }
 }
 
 /// Who sent a trigger, as the platform reports it.
@@ -118,6 +139,11 @@ pub struct TriggerInput {
     pub branch: Option<String>,
     #[serde(default)]
     pub text: String,
+    /// For a pull request the bot itself opened from a `gatehouse/<ticket>`
+    /// branch: that ticket id. The branch name only claims it; the router
+    /// accepts the claim for a live ticket of the same repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_ticket: Option<String>,
     /// The platform payload as received; stored once, referenced by hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<serde_json::Value>,

@@ -303,6 +303,47 @@ impl GithubHandle {
         self.emit_issue("review_requested", repo_id, number, by, reviewer);
         Ok(())
     }
+
+    /// Close issue or pull request `number` as `by` (unmerged): `issues` or
+    /// `pull_request` with action `closed`, as GitHub sends it.
+    pub fn close(&self, full_name: &str, number: u64, by: &str) -> Result<(), GithubError> {
+        let repo_id = {
+            let mut model = lock(&self.state.model);
+            let repo_id = repo_id_of(&model, full_name)?;
+            let issue = model
+                .issue_mut(repo_id, number)
+                .filter(|i| i.open)
+                .ok_or_else(|| GithubError::NotFound(format!("open issue {full_name}#{number}")))?;
+            issue.open = false;
+            issue.updated_at = unix_now();
+            repo_id
+        };
+        self.emit_issue("closed", repo_id, number, by, None);
+        Ok(())
+    }
+
+    /// Merge pull request `number` as `by`: GitHub sends `pull_request`
+    /// `closed` with `pull_request.merged` true (there is no `merged` action).
+    pub fn merge_pull(&self, full_name: &str, number: u64, by: &str) -> Result<(), GithubError> {
+        let repo_id = {
+            let mut model = lock(&self.state.model);
+            let repo_id = repo_id_of(&model, full_name)?;
+            let issue = model
+                .issue_mut(repo_id, number)
+                .filter(|i| i.open)
+                .ok_or_else(|| GithubError::NotFound(format!("open pull {full_name}#{number}")))?;
+            let pull = issue
+                .pull
+                .as_mut()
+                .ok_or_else(|| GithubError::NotFound(format!("pull {full_name}#{number}")))?;
+            pull.merged = true;
+            issue.open = false;
+            issue.updated_at = unix_now();
+            repo_id
+        };
+        self.emit_issue("closed", repo_id, number, by, None);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -702,3 +702,176 @@ fn the_policy_in_force_is_the_one_started_with_and_each_change_is_recorded() {
         Some(second.version())
     );
 }
+
+// === closes and merges ===
+
+fn lifecycle(kind: TriggerKind, thread: &str, head_ticket: Option<&TicketId>) -> TriggerInput {
+    let mut t = gh(alice_gh(), kind);
+    t.thread = thread.into();
+    t.text = String::new();
+    t.message_id = format!("lc_{thread}");
+    t.head_ticket = head_ticket.map(|id| id.to_string());
+    t
+}
+
+fn no_ticket(d: &Decision) -> NoTicket {
+    match &trig(d).ticket {
+        TicketOutcome::None { why } => *why,
+        other => panic!("expected no ticket, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_close_or_merge_never_opens_or_resumes_work() {
+    let mut r = router();
+    for kind in [
+        TriggerKind::IssueClosed,
+        TriggerKind::PullRequestClosed,
+        TriggerKind::PullRequestMerged,
+    ] {
+        // Even addressed to the bot by an allowlisted person.
+        let mut t = lifecycle(kind, "gh:acme/widgets#7", None);
+        t.addressed = vec![mention("gatehouse-bot")];
+        assert_eq!(
+            no_ticket(&r.on_trigger(t, 10).unwrap()),
+            NoTicket::NoLiveWork
+        );
+    }
+    // On a thread whose ticket ended: it stays ended.
+    let ticket = opened(&r.on_trigger(ask("fix it"), 20).unwrap());
+    assert!(is_allowed(
+        &r.on_end(ticket.clone(), Outcome::Completed, None, 21)
+            .unwrap()
+    ));
+    let d = r
+        .on_trigger(
+            lifecycle(TriggerKind::IssueClosed, "gh:acme/widgets#1", None),
+            22,
+        )
+        .unwrap();
+    assert_eq!(no_ticket(&d), NoTicket::NoLiveWork);
+    assert_eq!(
+        r.store().read().ticket(&ticket).unwrap().state,
+        TicketState::Ended
+    );
+    assert_eq!(r.store().read().tickets().unwrap().len(), 1);
+}
+
+#[test]
+fn a_close_on_the_tickets_thread_joins_it_and_may_end_it() {
+    let mut r = router();
+    let ticket = opened(&r.on_trigger(ask("fix it"), 10).unwrap());
+    let d = r
+        .on_trigger(
+            lifecycle(TriggerKind::IssueClosed, "gh:acme/widgets#1", None),
+            11,
+        )
+        .unwrap();
+    assert_eq!(
+        trig(&d).ticket,
+        TicketOutcome::PassThrough {
+            ticket: ticket.clone()
+        }
+    );
+    let closer = trig(&d).trigger.clone();
+    assert!(is_allowed(
+        &r.on_end(ticket, Outcome::Cancelled, Some(closer), 12)
+            .unwrap()
+    ));
+}
+
+#[test]
+fn the_bots_pull_request_reaches_the_ticket_its_branch_names() {
+    let mut r = router();
+    let ticket = opened(&r.on_trigger(ask("fix it"), 10).unwrap());
+    let pr_thread = "gh:acme/widgets#2";
+    let d = r
+        .on_trigger(
+            lifecycle(TriggerKind::PullRequestClosed, pr_thread, Some(&ticket)),
+            11,
+        )
+        .unwrap();
+    assert_eq!(
+        trig(&d).ticket,
+        TicketOutcome::PassThrough {
+            ticket: ticket.clone()
+        }
+    );
+    let closer = trig(&d).trigger.clone();
+    assert_eq!(
+        r.store().read().trigger_inbox(&closer).unwrap().as_ref(),
+        Some(&ticket)
+    );
+    // Said on another thread, yet routed to this ticket: a person's close
+    // of the ticket's own pull request ends it.
+    assert!(is_allowed(
+        &r.on_end(ticket.clone(), Outcome::Cancelled, Some(closer), 12)
+            .unwrap()
+    ));
+    // Once ended, the merge of the same pull request claims nothing.
+    let d = r
+        .on_trigger(
+            lifecycle(TriggerKind::PullRequestMerged, pr_thread, Some(&ticket)),
+            13,
+        )
+        .unwrap();
+    assert_eq!(no_ticket(&d), NoTicket::NoLiveWork);
+}
+
+#[test]
+fn a_claim_that_does_not_hold_reaches_nothing() {
+    let mut r = router();
+    let ticket = opened(&r.on_trigger(ask("fix it"), 10).unwrap());
+    let pr = "gh:acme/widgets#2";
+    // Not a ticket id, an unknown one, and a message (not a lifecycle
+    // trigger) naming the ticket: none joins it.
+    let mut bogus = lifecycle(TriggerKind::PullRequestMerged, pr, None);
+    bogus.head_ticket = Some("../tkt".into());
+    let d = r.on_trigger(bogus, 11).unwrap();
+    assert_eq!(no_ticket(&d), NoTicket::NoLiveWork);
+    let never_issued: TicketId = crate::id::IdClock::default().issue(999_999);
+    assert_ne!(never_issued, ticket);
+    let mut unknown = lifecycle(TriggerKind::PullRequestMerged, "gh:acme/widgets#3", None);
+    unknown.head_ticket = Some(never_issued.to_string());
+    let d = r.on_trigger(unknown, 12).unwrap();
+    assert_eq!(no_ticket(&d), NoTicket::NoLiveWork);
+    let mut comment = chat();
+    comment.thread = "gh:acme/widgets#4".into();
+    comment.head_ticket = Some(ticket.to_string());
+    let d = r.on_trigger(comment, 13).unwrap();
+    assert!(!matches!(
+        trig(&d).ticket,
+        TicketOutcome::PassThrough { .. }
+    ));
+    // A close by someone the gate ignores reaches nothing either.
+    let mut outsider = lifecycle(TriggerKind::IssueClosed, "gh:acme/widgets#1", None);
+    outsider.sender = gh_user("mallory", 666);
+    let d = r.on_trigger(outsider, 14).unwrap();
+    assert_eq!(no_ticket(&d), NoTicket::Ignored);
+    assert!(r.store().read().ticket(&ticket).unwrap().is_live());
+}
+
+#[test]
+fn a_claim_holds_only_for_live_work_in_the_same_repository() {
+    use crate::route::claim_holds;
+    use crate::ticket::tests::{mandate, ticket_with};
+    let live = ticket_with(mandate(Author::Human("alice".into()), &[]));
+    let pr = lifecycle(
+        TriggerKind::PullRequestMerged,
+        "gh:acme/widgets#2",
+        Some(&live.id),
+    );
+    assert!(claim_holds(&pr, &live));
+    let mut elsewhere = pr.clone();
+    elsewhere.repo = Some("acme/gadgets".into());
+    assert!(!claim_holds(&elsewhere, &live));
+    let mut no_repo = pr.clone();
+    no_repo.repo = None;
+    assert!(!claim_holds(&no_repo, &live));
+    let mut message = pr.clone();
+    message.kind = TriggerKind::PullRequestComment;
+    assert!(!claim_holds(&message, &live));
+    let mut ended = live.clone();
+    ended.state = TicketState::Ended;
+    assert!(!claim_holds(&pr, &ended));
+}

@@ -15,8 +15,8 @@ use crate::engine::{TicketOutcome, TriggerDecision};
 use crate::gate::Admission;
 use crate::id::{TicketId, TriggerId};
 use crate::reply::{Purpose, ReplyAttempt};
-use crate::ticket::{Outcome, Report, ReportState, Ticket};
-use crate::trigger::TriggerInput;
+use crate::ticket::{Outcome, Report, ReportState, Ticket, TicketState};
+use crate::trigger::{TriggerInput, TriggerKind};
 use crate::words::words;
 
 /// Something the loop must do, recorded durably before it is done.
@@ -49,13 +49,20 @@ pub enum Step {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         requested_by: Option<TriggerId>,
     },
+    /// A person closed the ticket's issue or pull request: an end whose
+    /// outcome [`close_outcome`] takes from the ticket's state when the step
+    /// runs, requested by the closing trigger.
+    Close {
+        ticket: TicketId,
+        trigger: TriggerId,
+    },
 }
 
 impl Step {
     pub fn ticket(&self) -> &TicketId {
         match self {
             Step::Reply { attempt } => &attempt.ticket,
-            Step::End { ticket, .. } => ticket,
+            Step::End { ticket, .. } | Step::Close { ticket, .. } => ticket,
         }
     }
 }
@@ -84,6 +91,9 @@ pub fn plan_trigger(d: &TriggerDecision, input: &TriggerInput, reply_words: usiz
             }
             out
         }
+        TicketOutcome::PassThrough { ticket } if input.kind.is_lifecycle() => {
+            vec![plan_lifecycle(d, input.kind, ticket)]
+        }
         TicketOutcome::PassThrough { ticket } => {
             if explicit_human && is_stop(&input.text) {
                 vec![Intent::Step(Step::End {
@@ -99,6 +109,42 @@ pub fn plan_trigger(d: &TriggerDecision, input: &TriggerInput, reply_words: usiz
             }
         }
         TicketOutcome::None { .. } | TicketOutcome::StaysEnded { .. } => Vec::new(),
+    }
+}
+
+/// A close or merge that joined live work. A merge ends the work as
+/// merged, whoever the gate admitted pressed the button (merging is the
+/// platform's permission, and it ends the work well); a close ends it only
+/// when a person did it, as a "stop" would; a listed bot's close reaches the
+/// worker as information and stops nothing.
+fn plan_lifecycle(d: &TriggerDecision, kind: TriggerKind, ticket: &TicketId) -> Intent {
+    let by_person = d.admission.human().is_some();
+    match kind {
+        TriggerKind::PullRequestMerged => Intent::Step(Step::End {
+            ticket: ticket.clone(),
+            outcome: Outcome::Merged,
+            requested_by: None,
+        }),
+        _ if by_person => Intent::Step(Step::Close {
+            ticket: ticket.clone(),
+            trigger: d.trigger.clone(),
+        }),
+        _ => Intent::Forward {
+            trigger: d.trigger.clone(),
+            ticket: ticket.clone(),
+        },
+    }
+}
+
+/// How a ticket ends when a person closes its issue or pull request: an
+/// issue closed after the worker reported ready is done; anything else
+/// (work still going, or the bot's pull request closed unmerged) is
+/// cancelled.
+pub fn close_outcome(kind: TriggerKind, state: TicketState) -> Outcome {
+    match (kind, state) {
+        (TriggerKind::PullRequestMerged, _) => Outcome::Merged,
+        (TriggerKind::IssueClosed, TicketState::Ready) => Outcome::Completed,
+        _ => Outcome::Cancelled,
     }
 }
 

@@ -307,6 +307,25 @@ impl<J: Judge> Live<J> {
                     }
                     Ok(())
                 }),
+                Step::Close { ticket, trigger } => {
+                    let read = self.router.store.read();
+                    // Unknown records end here like any step's: dropped below.
+                    let outcome = read.trigger(&trigger).and_then(|trg| {
+                        let state = read.ticket(&ticket)?.state;
+                        Ok(plan::close_outcome(trg.trigger.input.kind, state))
+                    });
+                    match outcome {
+                        Err(e) => Err(e.into()),
+                        Ok(outcome) => {
+                            let t = ticket.clone();
+                            self.router
+                                .on_end_with(ticket, outcome, Some(trigger), now, |tx, d| {
+                                    tx.set_live_step_done(seq, now)?;
+                                    after_end(tx, d, &t, outcome, words, now)
+                                })
+                        }
+                    }
+                }
                 Step::End {
                     ticket,
                     outcome,

@@ -111,6 +111,11 @@ fn invalid_values_name_file_key_and_expectation() {
             "rules[0].when.repos",
         ),
         (
+            "kinds = [\"issue_opened\"]",
+            "kinds = [\"issue_opened\", \"pull_request_merged\"]",
+            "not the state change `pull_request_merged`",
+        ),
+        (
             "default_repo = \"acme/widgets\"",
             "default_repo = \"acme/gizmos\"",
             "teams.core.default_repo",

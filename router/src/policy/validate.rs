@@ -326,6 +326,17 @@ fn rules(
                 &format!("repositories of team `{}`, not `{bad}`", r.team),
             ));
         }
+        if let Some(bad) = r.when.kinds.iter().find(|k| k.is_lifecycle()) {
+            // A close or merge is never evaluated: such a rule could never match.
+            return Err(invalid(
+                file,
+                format!("{key}.when.kinds"),
+                &format!(
+                    "kinds of messages, not the state change `{}`",
+                    kind_name(*bad)
+                ),
+            ));
+        }
         let mut when = r.when;
         when.sources.sort();
         when.sources.dedup();
@@ -437,3 +448,11 @@ fn is_repo(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+/// A trigger kind as the policy file spells it.
+fn kind_name(kind: crate::trigger::TriggerKind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}

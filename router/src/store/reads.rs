@@ -129,6 +129,19 @@ impl Reader<'_> {
         })
     }
 
+    /// The ticket whose inbox the trigger went to, if any.
+    pub fn trigger_inbox(&self, id: &TriggerId) -> Result<Option<TicketId>> {
+        let row: Option<Option<String>> = self
+            .conn
+            .prepare_cached("SELECT ticket_id FROM triggers WHERE id = ?1")?
+            .query_row([id.as_str()], |r| r.get(0))
+            .optional()?;
+        match row {
+            None => Err(not_found("trigger", id.as_str())),
+            Some(ticket) => Ok(ticket.as_deref().and_then(TicketId::parse)),
+        }
+    }
+
     /// Up to `limit` of the thread's triggers after `cursor` (from the start
     /// when `None`), oldest first.
     pub fn thread_triggers(

@@ -138,6 +138,7 @@ pub fn map(body: &[u8], bot: Option<&str>) -> Result<Mapped, MapError> {
         labels: Vec::new(),
         branch: None,
         text,
+        head_ticket: None,
         raw: Some(json!({ "feishu_event": e.header.event_id, "event": e.header.event_type })),
     })))
 }

@@ -84,6 +84,7 @@ impl Ctx<'_> {
             labels: on.labels,
             branch: on.branch,
             text,
+            head_ticket: None,
             raw: Some(json!({ "github_delivery": self.delivery, "event": self.event })),
         }))
     }
@@ -123,6 +124,7 @@ pub fn map(
         "issue_comment" | "pull_request_review_comment" => comment(&ctx, &e),
         "pull_request_review" => review(&ctx, &e),
         "issues" | "pull_request" if e.action == "opened" => opened(&ctx, &e),
+        "issues" | "pull_request" if e.action == "closed" => closed(&ctx, &e),
         "issues" | "pull_request" => assignment(&ctx, &e),
         "check_run" | "check_suite" | "workflow_run" => ci(&ctx, &e),
         _ => Mapped::Skip(Skip::NotMapped),
@@ -204,6 +206,47 @@ fn opened(ctx: &Ctx<'_>, e: &Envelope) -> Mapped {
     };
     let addressed = ctx.mentions(&text);
     ctx.trigger(kind, on, id, addressed, text)
+}
+
+/// Where the bot's workers push their work: `gatehouse/<ticket>`.
+const WORK_BRANCH_PREFIX: &str = "gatehouse/";
+
+/// An issue or pull request closed, or a pull request merged: a change of
+/// state, with no text. A pull request the bot opened from a work branch
+/// names the ticket it came from ([`TriggerInput::head_ticket`]); one that
+/// anybody else opened names none, whatever its branch is called.
+fn closed(ctx: &Ctx<'_>, e: &Envelope) -> Mapped {
+    let (kind, on, id, head_ticket) = match (&e.pull_request, &e.issue) {
+        (Some(p), _) => {
+            let by_bot = ctx
+                .bot
+                .is_some_and(|b| p.user.as_ref().is_some_and(|u| b.is(u)));
+            let head_ticket = p
+                .head
+                .as_ref()
+                .and_then(|h| h.name.strip_prefix(WORK_BRANCH_PREFIX))
+                .filter(|t| by_bot && !t.is_empty())
+                .map(str::to_owned);
+            let (kind, prefix) = if p.merged {
+                (TriggerKind::PullRequestMerged, "pm")
+            } else {
+                (TriggerKind::PullRequestClosed, "pc")
+            };
+            (kind, ctx.pull(p), format!("{prefix}_{}", p.id), head_ticket)
+        }
+        (None, Some(i)) => (
+            TriggerKind::IssueClosed,
+            ctx.issue(i),
+            format!("cl_{}", i.id),
+            None,
+        ),
+        (None, None) => return Mapped::Skip(Skip::NotMapped),
+    };
+    let mut mapped = ctx.trigger(kind, on, id, Vec::new(), String::new());
+    if let Mapped::Trigger(t) = &mut mapped {
+        t.head_ticket = head_ticket;
+    }
+    mapped
 }
 
 /// An issue or pull request assigned to the bot, or a review requested from

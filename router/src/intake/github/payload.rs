@@ -53,6 +53,13 @@ pub(super) struct Pull {
     #[serde(default)]
     pub(super) labels: Vec<Label>,
     pub(super) base: Branch,
+    #[serde(default)]
+    pub(super) head: Option<Branch>,
+    /// Who opened it.
+    #[serde(default)]
+    pub(super) user: Option<User>,
+    #[serde(default)]
+    pub(super) merged: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -76,6 +76,9 @@ fn route_table() {
         ("issues", Some("opened"), Some(Route::Store)),
         ("issues", Some("assigned"), Some(Route::Store)),
         ("issues", Some("labeled"), Some(Route::Ignore)),
+        ("issues", Some("closed"), Some(Route::Store)),
+        ("issues", Some("reopened"), Some(Route::Ignore)),
+        ("pull_request", Some("closed"), Some(Route::Store)),
         ("pull_request", Some("opened"), Some(Route::Store)),
         ("pull_request", Some("review_requested"), Some(Route::Store)),
         ("pull_request", Some("synchronize"), Some(Route::Ignore)),
@@ -402,4 +405,73 @@ fn malformed_payloads_are_errors_not_triggers() {
         map_ok("issue_comment", &bare),
         Mapped::Skip(Skip::NotMapped)
     );
+}
+
+fn closed_pull(author: Value, head: &str, merged: bool) -> Value {
+    let mut p = pull();
+    p["user"] = author;
+    p["head"] = json!({"ref": head});
+    p["merged"] = json!(merged);
+    p["state"] = json!("closed");
+    json!({"action": "closed", "pull_request": p, "number": 413,
+           "sender": alice(), "repository": repo()})
+}
+
+#[test]
+fn closes_and_merges_are_lifecycle_triggers_without_text() {
+    let closed_issue = json!({"action": "closed", "issue": issue(false),
+                              "sender": alice(), "repository": repo()});
+    let t = trigger(map_ok("issues", &closed_issue));
+    assert_eq!(t.kind, K::IssueClosed);
+    assert!(t.kind.is_lifecycle());
+    assert_eq!(t.thread, "gh:acme/widgets#412");
+    assert_eq!(t.message_id, "cl_77");
+    assert!(t.text.is_empty() && t.addressed.is_empty());
+    assert_eq!(t.head_ticket, None);
+
+    let bot_user = user("gatehouse-bot", BOT_ID);
+    let merged = trigger(map_ok(
+        "pull_request",
+        &closed_pull(bot_user.clone(), "gatehouse/tkt_01", true),
+    ));
+    assert_eq!(merged.kind, K::PullRequestMerged);
+    assert_eq!(merged.thread, "gh:acme/widgets#413");
+    assert_eq!(merged.message_id, "pm_88");
+    assert_eq!(merged.head_ticket.as_deref(), Some("tkt_01"));
+
+    let closed = trigger(map_ok(
+        "pull_request",
+        &closed_pull(bot_user.clone(), "gatehouse/tkt_01", false),
+    ));
+    assert_eq!(closed.kind, K::PullRequestClosed);
+    assert_eq!(closed.message_id, "pc_88");
+    assert_eq!(closed.head_ticket.as_deref(), Some("tkt_01"));
+}
+
+#[test]
+fn only_the_bots_own_pull_request_names_a_ticket() {
+    // Anyone can name a branch `gatehouse/<ticket>`, in a fork or not: a
+    // pull request opened by someone else claims no ticket.
+    let mallory = user("mallory", 666);
+    for (author, head, expected) in [
+        (mallory.clone(), "gatehouse/tkt_01", None),
+        (user("gatehouse-bot", BOT_ID + 1), "gatehouse/tkt_01", None),
+        (user("gatehouse-bot", BOT_ID), "feature/tkt_01", None),
+        (user("gatehouse-bot", BOT_ID), "gatehouse/", None),
+        (
+            user("gatehouse-bot", BOT_ID),
+            "gatehouse/tkt_02",
+            Some("tkt_02"),
+        ),
+    ] {
+        let t = trigger(map_ok(
+            "pull_request",
+            &closed_pull(author.clone(), head, true),
+        ));
+        assert_eq!(t.head_ticket.as_deref(), expected, "{author} {head}");
+    }
+    // Without a bot identity nothing is the bot's.
+    let body = closed_pull(user("gatehouse-bot", BOT_ID), "gatehouse/tkt_02", true);
+    let m = map("pull_request", "d-1", body.to_string().as_bytes(), None).unwrap();
+    assert_eq!(trigger(m).head_ticket, None);
 }

@@ -386,3 +386,98 @@ fn steps_round_trip_as_json() {
         assert_eq!(serde_json::from_str::<Step>(&json).unwrap(), step);
     }
 }
+
+#[test]
+fn closes_and_merges_of_live_work_plan_ends_only_as_the_rules_say() {
+    let (tkt, trg, _) = ids();
+    let pass = TicketOutcome::PassThrough {
+        ticket: tkt.clone(),
+    };
+    let close = Intent::Step(Step::Close {
+        ticket: tkt.clone(),
+        trigger: trg.clone(),
+    });
+    let merged = Intent::Step(Step::End {
+        ticket: tkt.clone(),
+        outcome: Outcome::Merged,
+        requested_by: None,
+    });
+    let forward = Intent::Forward {
+        trigger: trg.clone(),
+        ticket: tkt.clone(),
+    };
+    let person = candidate(Author::Human("alice".into()));
+    let bot = candidate(Author::Bot("ci".into()));
+    let cases = [
+        (TriggerKind::IssueClosed, person.clone(), close.clone()),
+        (TriggerKind::IssueClosed, explicit(), close.clone()),
+        (
+            TriggerKind::PullRequestClosed,
+            person.clone(),
+            close.clone(),
+        ),
+        (TriggerKind::IssueClosed, bot.clone(), forward.clone()),
+        (TriggerKind::PullRequestClosed, bot.clone(), forward.clone()),
+        (
+            TriggerKind::PullRequestMerged,
+            person.clone(),
+            merged.clone(),
+        ),
+        (TriggerKind::PullRequestMerged, bot.clone(), merged.clone()),
+    ];
+    for (kind, admission, expected) in cases {
+        // Whatever the text says: a close has none of its own, and a "stop"
+        // in it changes nothing.
+        let input = with_text(gh(alice_gh(), kind), "stop");
+        let d = decision(admission.clone(), pass.clone());
+        assert_eq!(
+            plan_trigger(&d, &input, 100),
+            vec![expected],
+            "{kind:?} {admission:?}"
+        );
+    }
+    // A close with no live work to join plans nothing.
+    let none = decision(
+        person,
+        TicketOutcome::None {
+            why: NoTicket::NoLiveWork,
+        },
+    );
+    let input = gh(alice_gh(), TriggerKind::IssueClosed);
+    assert!(plan_trigger(&none, &input, 100).is_empty());
+}
+
+#[test]
+fn a_close_ends_ready_issue_work_completed_and_anything_else_cancelled() {
+    use crate::ticket::TicketState as S;
+    use TriggerKind as K;
+    for state in [S::Open, S::Working, S::Ready, S::Blocked] {
+        assert_eq!(close_outcome(K::PullRequestMerged, state), Outcome::Merged);
+        assert_eq!(
+            close_outcome(K::IssueClosed, state),
+            if state == S::Ready {
+                Outcome::Completed
+            } else {
+                Outcome::Cancelled
+            },
+            "{state:?}"
+        );
+        // The bot's pull request closed unmerged: the work was turned down.
+        assert_eq!(
+            close_outcome(K::PullRequestClosed, state),
+            Outcome::Cancelled
+        );
+    }
+}
+
+#[test]
+fn a_close_step_round_trips_as_stored() {
+    let (tkt, trg, _) = ids();
+    let step = Step::Close {
+        ticket: tkt,
+        trigger: trg,
+    };
+    let json = serde_json::to_string(&step).unwrap();
+    assert!(json.contains("\"step\":\"close\""), "{json}");
+    assert_eq!(serde_json::from_str::<Step>(&json).unwrap(), step);
+}

@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod cli;
 pub mod demo;
 pub mod up;

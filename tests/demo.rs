@@ -16,8 +16,12 @@ fn the_demo_story_holds_and_says_so() {
         require!(Need::User("gatehouse-proxy"));
         require!(Need::User("gatehouse-router"));
     }
-    let out = bin::command().args(["demo", "--json"]).output().unwrap();
+    let out = bin::command()
+        .args(["demo", "--json", "--keep"])
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
+    let kept = Kept::from_stderr(&stderr);
     assert!(
         out.status.success(),
         "the demo failed:\n{stderr}\n{}",
@@ -43,4 +47,64 @@ fn the_demo_story_holds_and_says_so() {
     // No secret of the demo reached its output.
     assert!(!stderr.contains("ghs_"), "{stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ghs_"));
+    // Every message of the run is explained by the logs it left.
+    let kept = kept.unwrap_or_else(|| panic!("no kept directories in:\n{stderr}"));
+    let state = kept.dir.join("state");
+    let audit = |args: &[&str]| {
+        bin::command()
+            .arg("audit")
+            .args(args)
+            .arg("--state")
+            .arg(&state)
+            .arg("--json")
+            .output()
+            .unwrap()
+    };
+    let out = audit(&["reconcile"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let summary = &lines.last().unwrap()["summary"];
+    assert_eq!(summary["unexplained"], 0, "{text}");
+    assert_eq!(summary["by_kind"]["reply_delivered"], 4, "{text}");
+    // Two finished tasks, two messages each, none progress-style.
+    let out = audit(&["attention"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["finished_tickets"], 2, "{report:#}");
+    assert_eq!(report["per_ticket"], 2.0, "{report:#}");
+    assert_eq!(report["progress_style"], 0, "{report:#}");
+}
+
+/// The directories `demo --keep` left, removed when the test ends.
+struct Kept {
+    dir: std::path::PathBuf,
+    sockets: std::path::PathBuf,
+}
+
+impl Kept {
+    fn from_stderr(stderr: &str) -> Option<Kept> {
+        let line = stderr.lines().find_map(|l| l.strip_prefix("demo: kept "))?;
+        let dir = line.split_once(" (")?.0.into();
+        let sockets = line.split_once("sockets: ")?.1.split_once(';')?.0.into();
+        Some(Kept { dir, sockets })
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.sockets);
+    }
 }

@@ -28,7 +28,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub mod bounded;
+mod verify;
 pub use bounded::{bound, Cut, Truncated};
+pub use verify::{verify, verify_bytes, Chain, ChainedLine, Recovery, VerifyReport};
 
 /// `prev` of the first line.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -336,127 +338,6 @@ impl AuditLog {
             source,
         })
     }
-}
-
-/// What [`verify`] found in an intact log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerifyReport {
-    pub lines: u64,
-    pub requests: u64,
-    pub completions: u64,
-    /// Each start-up that cut a torn last line off: its recovery line.
-    pub recoveries: Vec<Recovery>,
-    /// Requests with no completion line (in flight, or cut off by a crash).
-    pub open_requests: Vec<String>,
-    /// Refusals counted in `suppressed` lines rather than written one by one.
-    pub suppressed_refusals: u64,
-    /// Hex SHA-256 of the last line.
-    pub last_hash: String,
-}
-
-/// A recovery line found by [`verify`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recovery {
-    /// 1-based line number of the recovery line.
-    pub line: usize,
-    pub record: RecoveryRecord,
-}
-
-impl std::fmt::Display for Recovery {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let r = &self.record;
-        write!(
-            f,
-            "line {}: at {} the proxy found the last line torn (a crash or a full disk during a write), cut its {} bytes off (SHA-256 {}) and went on from line {}, the last whole record (a request whose line was torn was not forwarded: its line is written first; a torn completion leaves its request without one)",
-            self.line,
-            r.time,
-            r.truncated_bytes,
-            r.truncated_sha256,
-            self.line - 1
-        )
-    }
-}
-
-/// Read and verify the log at `path`.
-pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
-    let bytes = std::fs::read(path).map_err(|source| AuditError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    verify_bytes(&bytes).map_err(|broken| AuditError::Broken {
-        path: path.to_owned(),
-        broken,
-    })
-}
-
-/// Verify a log's bytes: every line complete, valid, numbered in order, and
-/// chained to the one before.
-pub fn verify_bytes(bytes: &[u8]) -> Result<VerifyReport, BrokenAt> {
-    let mut report = VerifyReport {
-        lines: 0,
-        requests: 0,
-        completions: 0,
-        recoveries: Vec::new(),
-        open_requests: Vec::new(),
-        suppressed_refusals: 0,
-        last_hash: GENESIS.to_owned(),
-    };
-    let mut open = std::collections::BTreeSet::new();
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        let line_number = report.lines as usize + 1;
-        let broken = |why: String| BrokenAt {
-            line: line_number,
-            why,
-        };
-        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
-            return Err(broken(
-                "the last line is incomplete (no newline): a write was cut off; the proxy cuts it back to the last whole record, and records that, when it next opens the log".into(),
-            ));
-        };
-        let line = &rest[..end];
-        rest = &rest[end + 1..];
-        let parsed: Line<Record> =
-            serde_json::from_slice(line).map_err(|e| broken(format!("not a valid record: {e}")))?;
-        if parsed.seq != report.lines {
-            return Err(broken(format!(
-                "seq is {}, expected {}",
-                parsed.seq, report.lines
-            )));
-        }
-        if parsed.prev != report.last_hash {
-            return Err(broken(format!(
-                "prev does not match the SHA-256 of line {}: that line was changed, or a line was inserted or removed",
-                line_number - 1
-            )));
-        }
-        match parsed.record {
-            Record::Request(r) => {
-                report.requests += 1;
-                if !open.insert(r.request_id.clone()) {
-                    return Err(broken(format!("request id {} appears twice", r.request_id)));
-                }
-            }
-            Record::Completion(c) => {
-                report.completions += 1;
-                if !open.remove(&c.request_id) {
-                    return Err(broken(format!(
-                        "completion for unknown or completed request {}",
-                        c.request_id
-                    )));
-                }
-            }
-            Record::Recovery(record) => report.recoveries.push(Recovery {
-                line: line_number,
-                record,
-            }),
-            Record::Suppressed(s) => report.suppressed_refusals += s.refusals,
-        }
-        report.lines += 1;
-        report.last_hash = hex::encode(Sha256::digest(line));
-    }
-    report.open_requests = open.into_iter().collect();
-    Ok(report)
 }
 
 /// Now, as [`rfc3339_utc`] renders it.

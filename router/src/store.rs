@@ -31,6 +31,7 @@
 //! the types handed out, `deliveries` the platform deliveries waiting for
 //! their decision, and `checkpoint` the WAL checkpoint thread.
 
+mod audit;
 mod cache;
 mod checkpoint;
 mod codec;
@@ -49,6 +50,7 @@ use sha2::{Digest, Sha256};
 
 use crate::id::IdClock;
 
+pub use audit::LoggedReply;
 use cache::Cache;
 use checkpoint::Checkpointer;
 pub use deliveries::{DeliveryLog, Inserted, NewDelivery, Processed, StoredDelivery};

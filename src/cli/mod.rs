@@ -1,6 +1,7 @@
 //! One module per concern; each exposes a clap `Commands` enum flattened into
 //! the top level and a `run(self) -> anyhow::Result<ExitCode>`.
 
+pub mod audit;
 pub mod proxy;
 pub mod router;
 mod router_run;

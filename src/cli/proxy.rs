@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Subcommand;
-use gatehouse_proxy::{audit, config::Config, service};
+use gatehouse_proxy::{config::Config, service};
 
 #[derive(Subcommand)]
 pub enum Commands {
@@ -18,16 +18,7 @@ pub enum Commands {
     /// Work with the proxy's audit log
     Audit {
         #[command(subcommand)]
-        command: AuditCommand,
-    },
-}
-
-#[derive(Subcommand)]
-pub enum AuditCommand {
-    /// Check the hash chain of an audit log; exit 1 at the first broken line
-    Verify {
-        /// The audit log (JSONL)
-        file: PathBuf,
+        command: super::audit::AuditCommand,
     },
 }
 
@@ -35,9 +26,7 @@ impl Commands {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self {
             Commands::Proxy { config } => run_proxy(config),
-            Commands::Audit {
-                command: AuditCommand::Verify { file },
-            } => verify(file),
+            Commands::Audit { command } => command.run(),
         }
     }
 }
@@ -77,34 +66,4 @@ fn run_proxy(path: PathBuf) -> anyhow::Result<ExitCode> {
         running.stop(&config).await;
         Ok(ExitCode::SUCCESS)
     })
-}
-
-fn verify(file: PathBuf) -> anyhow::Result<ExitCode> {
-    match audit::verify(&file) {
-        Ok(report) => {
-            println!(
-                "{}: chain intact: {} lines, {} requests, {} completions, {} without completion; last hash {}",
-                file.display(),
-                report.lines,
-                report.requests,
-                report.completions,
-                report.open_requests.len(),
-                report.last_hash
-            );
-            for recovery in &report.recoveries {
-                println!("recovered: {recovery}");
-            }
-            if report.suppressed_refusals > 0 {
-                println!(
-                    "{} refusals were counted in `suppressed` lines rather than written one by one (an identity refused faster than its rate of refusal records)",
-                    report.suppressed_refusals
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("gatehouse audit verify: {e}");
-            Ok(ExitCode::from(1))
-        }
-    }
 }

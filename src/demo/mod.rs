@@ -143,12 +143,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     if args.keep {
         // Kept whatever happened: a failed story is what one wants to inspect.
         let kept = dir.keep();
-        let _ = run_dir.keep();
+        let sockets = run_dir.keep();
         eprintln!(
-            "demo: kept {} (router state: {}, logs: {})",
+            "demo: kept {} (router state: {}, logs: {}, sockets: {}; `gatehouse audit reconcile --state {}` explains every message)",
             kept.display(),
             prepared.layout.router_db.display(),
-            prepared.layout.logs_dir.display()
+            prepared.layout.logs_dir.display(),
+            sockets.display(),
+            prepared.layout.state_dir.display()
         );
     }
     let facts = collect(&world, &prepared.layout, played?)?;
@@ -272,12 +274,7 @@ fn collect(w: &World, layout: &up::layout::Layout, played: Played) -> anyhow::Re
             text: o.text,
         })
         .collect();
-    let audit_text = std::fs::read_to_string(&layout.audit_log)
-        .with_context(|| format!("reading {}", layout.audit_log.display()))?;
-    let audit = audit_text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let audit = crate::audit::sources::audit_values(&layout.audit_log)?;
     let token_in_router_files = files_holding(&layout.router_state, w.token.as_bytes());
     Ok(Facts {
         story: played.story,

@@ -73,24 +73,7 @@ impl Call {
     }
 }
 
-/// RFC 3339 UTC (`2026-12-01T05:00:00.123Z`) to milliseconds.
-pub fn rfc3339_ms(s: &str) -> Option<u64> {
-    let (date, time) = s.strip_suffix('Z')?.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
-    let (h, min, sec) = (t.next()??, t.next()??, t.next()??);
-    let ms: i64 = format!("{frac:0<3}").get(..3)?.parse().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * ((m + 9) % 12) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(((days * 24 + h) * 60 + min) * 60 * 1000 + sec * 1000 + ms).ok()
-}
+pub use crate::audit::sources::rfc3339_ms;
 
 /// The audit log's requests, each with its completion's status.
 pub fn calls(audit: &[Value]) -> Vec<Call> {

@@ -23,13 +23,18 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub mod bounded;
+mod rotate;
+mod set;
 mod verify;
 pub use bounded::{bound, Cut, Truncated};
+pub use rotate::Rotation;
+pub use set::{rotated_number, rotated_path, LogSet};
 pub use verify::{verify, verify_bytes, Chain, ChainedLine, Recovery, VerifyReport};
 
 /// `prev` of the first line.
@@ -51,6 +56,9 @@ pub enum AuditError {
     /// A record could not be serialised.
     #[error("audit record could not be serialised: {0}")]
     Serialize(String),
+    /// The files of a rotated set could not be told apart or found.
+    #[error("audit log {path}: {why}")]
+    Set { path: PathBuf, why: String },
 }
 
 /// Where and why the chain breaks. A changed line is found at the line after
@@ -157,6 +165,18 @@ pub struct SuppressedRecord {
     pub last: String,
 }
 
+/// The first line of every file after the first of a rotated set. Its
+/// `prev` is the previous file's last hash, so the chain runs on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderRecord {
+    pub time: String,
+    /// This file's number in the set (the first file is 1).
+    pub file: u64,
+    /// Lines of the previous file.
+    pub previous_lines: u64,
+}
+
 /// One audit event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -165,6 +185,7 @@ pub enum Record {
     Completion(CompletionRecord),
     Recovery(RecoveryRecord),
     Suppressed(SuppressedRecord),
+    Header(HeaderRecord),
 }
 
 /// A line as stored: chain fields first, then the record.
@@ -179,7 +200,7 @@ struct Line<R> {
 /// The position of the last line written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Head {
-    /// Lines in the file.
+    /// Lines in the (current) file.
     pub lines: u64,
     /// Hex SHA-256 of the last line ([`GENESIS`] when empty).
     pub hash: String,
@@ -189,8 +210,13 @@ pub struct Head {
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
-    file: File,
+    /// Shared with the sync thread, which syncs the current file.
+    file: Arc<File>,
     head: Head,
+    rotation: Rotation,
+    /// The current file's number in its set, and when it was started (ms).
+    file_number: u64,
+    started_ms: u64,
     /// Bytes of whole records in the file: where a failed write is cut back to.
     len: u64,
     /// A failed write's tail could not be cut off yet; cut it before the next.
@@ -215,6 +241,11 @@ impl AuditLog {
 
     /// [`AuditLog::open`] with the time a recovery record would carry.
     pub fn open_at(path: &Path, now: &str) -> Result<Self, AuditError> {
+        Self::open_rotating(path, Rotation::default(), now)
+    }
+
+    /// [`AuditLog::open_at`], moving to a new file when `rotation` says.
+    pub fn open_rotating(path: &Path, rotation: Rotation, now: &str) -> Result<Self, AuditError> {
         let io = |source| AuditError::Io {
             path: path.to_owned(),
             source,
@@ -241,13 +272,21 @@ impl AuditLog {
                 File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
             }
         }
+        let first_time = whole
+            .split(|&b| b == b'\n')
+            .next()
+            .and_then(|l| serde_json::from_slice::<Line<Record>>(l).ok())
+            .and_then(|l| record_time_ms(&l.record));
         let mut log = Self {
             path: path.to_owned(),
-            file,
+            file: Arc::new(file),
             head: Head {
-                lines: report.lines,
+                lines: report.file_lines,
                 hash: report.last_hash,
             },
+            rotation,
+            file_number: report.last_file,
+            started_ms: first_time.unwrap_or_else(|| rfc3339_ms(now).unwrap_or(0)),
             len: whole.len() as u64,
             torn: !torn.is_empty(),
         };
@@ -288,6 +327,14 @@ impl AuditLog {
     /// durable. For a writer that syncs ordinary records in batches and
     /// message records at once.
     pub fn write_all(&mut self, records: &[Record]) -> Result<Head, AuditError> {
+        let now_ms = now_unix_ms();
+        if self.rotation.due(self.len, self.started_ms, now_ms) {
+            self.rotate(now_ms)?;
+        }
+        self.write_lines(records)
+    }
+
+    fn write_lines(&mut self, records: &[Record]) -> Result<Head, AuditError> {
         let mut head = self.head.clone();
         let mut buffer = Vec::new();
         for record in records {
@@ -312,10 +359,11 @@ impl AuditLog {
             self.file.set_len(self.len).map_err(io)?;
             self.torn = false;
         }
+        let mut file = &*self.file;
         // One write call per batch: lines are never interleaved or split by
         // us. A failed write may have written part of the batch: cut it
         // back, so the file ends on a whole record and the chain on `head`.
-        if let Err(source) = self.file.write_all(&buffer) {
+        if let Err(source) = file.write_all(&buffer) {
             self.torn = self.file.set_len(self.len).is_err();
             return Err(io(source));
         }
@@ -331,6 +379,17 @@ impl AuditLog {
         self.file.try_clone()
     }
 
+    /// The current file (it changes when the log rotates), to sync it
+    /// without this log's lock.
+    pub fn current_file(&self) -> Arc<File> {
+        self.file.clone()
+    }
+
+    /// The current file's number in its set.
+    pub fn file_number(&self) -> u64 {
+        self.file_number
+    }
+
     /// Make everything written so far durable (`fdatasync`).
     pub fn sync(&mut self) -> Result<(), AuditError> {
         self.file.sync_data().map_err(|source| AuditError::Io {
@@ -338,6 +397,44 @@ impl AuditLog {
             source,
         })
     }
+}
+
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A record's time (ms), if it has one that parses.
+fn record_time_ms(record: &Record) -> Option<u64> {
+    let time = match record {
+        Record::Request(r) => &r.time,
+        Record::Completion(c) => &c.time,
+        Record::Recovery(r) => &r.time,
+        Record::Suppressed(s) => &s.time,
+        Record::Header(h) => &h.time,
+    };
+    rfc3339_ms(time)
+}
+
+/// RFC 3339 UTC as [`rfc3339_utc`] writes it (`2026-12-01T05:00:00.123Z`,
+/// the fraction optional) to milliseconds since the Unix epoch.
+pub fn rfc3339_ms(s: &str) -> Option<u64> {
+    let (date, time) = s.strip_suffix('Z')?.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
+    let (h, min, sec) = (t.next()??, t.next()??, t.next()??);
+    let ms: i64 = format!("{frac:0<3}").get(..3)?.parse().ok()?;
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(((days * 24 + h) * 60 + min) * 60 * 1000 + sec * 1000 + ms).ok()
 }
 
 /// Now, as [`rfc3339_utc`] renders it.

@@ -82,6 +82,15 @@ pub struct CaFile {
 #[serde(deny_unknown_fields)]
 pub struct AuditFile {
     pub path: PathBuf,
+    /// Start a new file once the current one holds this many bytes.
+    #[serde(default)]
+    pub rotate_bytes: Option<u64>,
+    /// ... or once it is this many seconds old.
+    #[serde(default)]
+    pub rotate_secs: Option<u64>,
+    /// Rotated files kept; older ones are removed (default: all kept).
+    #[serde(default)]
+    pub keep_files: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -182,6 +191,7 @@ pub struct Config {
     pub identities: Vec<StaticIdentity>,
     pub upstreams: BTreeMap<String, UpstreamAddress>,
     pub audit_path: PathBuf,
+    pub audit_rotation: crate::audit::Rotation,
     pub admin_socket: Option<PathBuf>,
     pub identity_socket_dir: PathBuf,
     pub limits: Limits,
@@ -383,6 +393,12 @@ impl ProxyConfig {
             identities,
             upstreams,
             audit_path: cx.resolve(&self.audit.path),
+            audit_rotation: crate::audit::Rotation::new(
+                self.audit.rotate_bytes,
+                self.audit.rotate_secs,
+                self.audit.keep_files,
+            )
+            .map_err(|message| cx.invalid("audit", message))?,
             admin_socket: self.admin.map(|a| cx.resolve(&a.socket)),
             identity_socket_dir,
             limits: self.limits,

@@ -16,24 +16,7 @@ use sha2::{Digest, Sha256};
 
 use super::model::{ProxyMessage, Reply, ReplyState};
 
-/// RFC 3339 UTC (`2026-12-01T05:00:00.123Z`) to milliseconds.
-pub fn rfc3339_ms(s: &str) -> Option<u64> {
-    let (date, time) = s.strip_suffix('Z')?.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
-    let (h, min, sec) = (t.next()??, t.next()??, t.next()??);
-    let ms: i64 = format!("{frac:0<3}").get(..3)?.parse().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * ((m + 9) % 12) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(((days * 24 + h) * 60 + min) * 60 * 1000 + sec * 1000 + ms).ok()
-}
+pub use gatehouse_proxy::audit::rfc3339_ms;
 
 /// The time of a record (ms; 0 when it has none that parses).
 pub fn record_time(record: &Record) -> u64 {
@@ -42,6 +25,7 @@ pub fn record_time(record: &Record) -> u64 {
         Record::Completion(c) => &c.time,
         Record::Recovery(r) => &r.time,
         Record::Suppressed(s) => &s.time,
+        Record::Header(h) => &h.time,
     };
     rfc3339_ms(time).unwrap_or(0)
 }
@@ -57,10 +41,13 @@ pub enum Step {
     Broken { at: u64, place: String, why: String },
 }
 
-/// The proxy's audit log, read line by line with its chain checked.
+/// The proxy's audit log (one file, or every file of a rotated set in
+/// order), read line by line with its chain checked across files.
 pub struct ProxyLog {
     name: String,
     reader: Box<dyn BufRead>,
+    /// The set's files still to read.
+    next: std::collections::VecDeque<std::path::PathBuf>,
     chain: Chain,
     line: usize,
     buf: Vec<u8>,
@@ -73,19 +60,34 @@ pub struct ProxyLog {
 }
 
 impl ProxyLog {
+    /// The log at `path`: a file, the active file of a rotated set, or a
+    /// directory holding a set.
     pub fn open(path: &Path) -> anyhow::Result<Self> {
+        let set = gatehouse_proxy::audit::LogSet::find(path)?;
+        let mut files: std::collections::VecDeque<_> = set.files().iter().cloned().collect();
+        let first = files
+            .pop_front()
+            .with_context(|| format!("no audit log at {}", path.display()))?;
+        let mut log = Self::from_reader("", Box::new(std::io::empty()));
+        log.open_file(&first)?;
+        log.next = files;
+        Ok(log)
+    }
+
+    fn open_file(&mut self, path: &Path) -> anyhow::Result<()> {
         let file = std::fs::File::open(path)
             .with_context(|| format!("opening the audit log {}", path.display()))?;
-        Ok(Self::from_reader(
-            &path.display().to_string(),
-            Box::new(std::io::BufReader::with_capacity(1 << 16, file)),
-        ))
+        self.reader = Box::new(std::io::BufReader::with_capacity(1 << 16, file));
+        self.name = path.display().to_string();
+        self.line = 0;
+        Ok(())
     }
 
     pub fn from_reader(name: &str, reader: Box<dyn BufRead>) -> Self {
         ProxyLog {
             name: name.to_owned(),
             reader,
+            next: std::collections::VecDeque::new(),
             chain: Chain::new(),
             line: 0,
             buf: Vec::with_capacity(1024),
@@ -100,9 +102,14 @@ impl ProxyLog {
         format!("{}:{}", self.name, self.line)
     }
 
-    fn read_line(&mut self) -> std::io::Result<()> {
+    fn read_line(&mut self) -> anyhow::Result<()> {
         self.buf.clear();
         if self.reader.read_until(b'\n', &mut self.buf)? == 0 {
+            if let Some(next) = self.next.pop_front() {
+                self.open_file(&next)?;
+                self.chain.next_file();
+                return Ok(());
+            }
             self.done = true;
             // What never completed is reported as such.
             let mut open: Vec<ProxyMessage> = self.open.drain().map(|(_, m)| m).collect();
@@ -192,9 +199,7 @@ impl Iterator for ProxyLog {
             }
             if let Err(e) = self.read_line() {
                 self.done = true;
-                return Some(Err(
-                    anyhow::Error::new(e).context(format!("reading {}", self.name))
-                ));
+                return Some(Err(e.context(format!("reading {}", self.name))));
             }
         }
     }
@@ -325,4 +330,83 @@ pub fn audit_values(path: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
 pub fn open_store(path: &Path) -> anyhow::Result<Store> {
     Store::open(path, gatehouse_router::store::Durability::Normal)
         .with_context(|| format!("opening the router's state {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gatehouse_proxy::audit::{
+        now_rfc3339, AuditLog, CompletionRecord, MessageRecord, RequestRecord, Rotation,
+    };
+
+    fn pair(i: usize) -> [Record; 2] {
+        let id = format!("req-{i}");
+        [
+            Record::Request(RequestRecord {
+                time: "2026-12-01T00:00:00.000Z".into(),
+                request_id: id.clone(),
+                identity: "router-gh-1".into(),
+                method: "POST".into(),
+                host: "api.github.com".into(),
+                path: "/repos/acme/widgets/issues/1/comments".into(),
+                query_keys: vec![],
+                outcome: Outcome::Allow {
+                    rule_set: "router-github".into(),
+                    rule: "reply-comment-create".into(),
+                },
+                message: Some(MessageRecord {
+                    kind: "github_issue_comment".into(),
+                    target: "acme/widgets#1".into(),
+                    body_sha256: format!("{i:064}"),
+                }),
+                truncated: Default::default(),
+            }),
+            Record::Completion(CompletionRecord {
+                time: "2026-12-01T00:00:00.040Z".into(),
+                request_id: id,
+                status: 201,
+                bytes_sent: 1,
+                bytes_received: 1,
+                duration_ms: 40,
+                message_id: Some(i.to_string()),
+                error: None,
+                truncated: Default::default(),
+            }),
+        ]
+    }
+
+    fn read(path: &Path) -> (Vec<ProxyMessage>, Vec<String>) {
+        let (mut messages, mut broken) = (Vec::new(), Vec::new());
+        for step in ProxyLog::open(path).unwrap() {
+            match step.unwrap() {
+                Step::Message(m) => messages.push(m),
+                Step::Broken { place, why, .. } => broken.push(format!("{place}: {why}")),
+                Step::Line { .. } => {}
+            }
+        }
+        (messages, broken)
+    }
+
+    #[test]
+    fn a_rotated_set_reads_as_one_log_and_a_missing_file_is_a_break() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let rotation = Rotation::new(Some(1_500), None, None).unwrap();
+        let mut log = AuditLog::open_rotating(&path, rotation, &now_rfc3339()).unwrap();
+        for i in 0..12 {
+            log.append_all(&pair(i)).unwrap();
+        }
+        assert!(log.file_number() >= 4);
+        drop(log);
+        let (messages, broken) = read(dir.path());
+        assert!(broken.is_empty(), "{broken:?}");
+        assert_eq!(messages.len(), 12);
+        assert!(messages.iter().all(|m| m.status == Some(201)));
+        std::fs::remove_file(dir.path().join("audit.jsonl.000002")).unwrap();
+        let (messages, broken) = read(&path);
+        assert_eq!(broken.len(), 1, "{broken:?}");
+        assert!(broken[0].contains("audit.jsonl.000003:1"), "{broken:?}");
+        assert!(broken[0].contains("missing or out of order"), "{broken:?}");
+        assert!(messages.len() < 12);
+    }
 }

@@ -18,9 +18,11 @@ use crate::audit::{platform, reconcile};
 
 #[derive(Subcommand)]
 pub enum AuditCommand {
-    /// Check the hash chain of an audit log; exit 1 at the first broken line
+    /// Check the hash chain of an audit log (every file of a rotated set);
+    /// exit 1 at the first broken line
     Verify {
-        /// The audit log (JSONL)
+        /// The audit log (JSONL): a file, the active file of a rotated set,
+        /// or the directory holding the set
         file: PathBuf,
     },
     /// Explain every message the bot account put in front of a person: each
@@ -41,7 +43,8 @@ pub struct StateArgs {
     /// database and config are found under it)
     #[arg(long)]
     state: Option<PathBuf>,
-    /// The proxy's audit log (default: <state>/proxy/audit.jsonl)
+    /// The proxy's audit log: a file, the active file of a rotated set or
+    /// its directory (default: <state>/proxy/audit.jsonl)
     #[arg(long)]
     audit_log: Option<PathBuf>,
     /// The router's database (default: <state>/router/router.db)
@@ -104,6 +107,18 @@ fn verify(file: PathBuf) -> anyhow::Result<ExitCode> {
                 report.open_requests.len(),
                 report.last_hash
             );
+            if report.last_file > 1 {
+                println!(
+                    "files {} to {} of a rotated set, one chain{}",
+                    report.first_file,
+                    report.last_file,
+                    if report.first_file > 1 {
+                        " (earlier files removed by retention)"
+                    } else {
+                        ""
+                    }
+                );
+            }
             for recovery in &report.recoveries {
                 println!("recovered: {recovery}");
             }

@@ -310,3 +310,123 @@ fn recovery_cuts_only_a_torn_tail_never_a_broken_line() {
     assert!(error.contains("line 2"), "{error}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "untouched");
 }
+
+// === rotation ===
+
+fn rotating(dir: &Path, bytes: u64, keep: Option<u64>) -> AuditLog {
+    let rotation = Rotation::new(Some(bytes), None, keep).unwrap();
+    AuditLog::open_rotating(&dir.join("audit.jsonl"), rotation, &now_rfc3339()).unwrap()
+}
+
+fn write_pairs(log: &mut AuditLog, from: usize, n: usize) {
+    for i in from..from + n {
+        let id = format!("req-{i}");
+        log.append(&request(&id, i % 2 == 0)).unwrap();
+        log.append(&completion(&id)).unwrap();
+    }
+}
+
+fn rotated_files(dir: &Path) -> Vec<PathBuf> {
+    LogSet::find(&dir.join("audit.jsonl"))
+        .unwrap()
+        .files()
+        .to_vec()
+}
+
+#[test]
+fn a_rotated_set_is_one_chain_across_its_files_and_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = rotating(dir.path(), 2_000, None);
+    write_pairs(&mut log, 0, 20);
+    drop(log);
+    let files = rotated_files(dir.path());
+    assert!(files.len() > 3, "{files:?}");
+    // Each later file opens with its header: its number, the lines before.
+    for (i, f) in files.iter().enumerate().skip(1) {
+        let first: serde_json::Value = serde_json::from_str(lines(f).first().unwrap()).unwrap();
+        assert_eq!(first["event"], "header");
+        assert_eq!(first["file"], i as u64 + 1);
+        assert_eq!(first["seq"], 0);
+    }
+    let report = verify(&dir.path().join("audit.jsonl")).unwrap();
+    assert_eq!((report.requests, report.completions), (20, 20));
+    assert_eq!(report.lines, 40 + files.len() as u64 - 1);
+    assert_eq!(
+        (report.first_file, report.last_file),
+        (1, files.len() as u64)
+    );
+    // The directory names the same set.
+    assert_eq!(verify(dir.path()).unwrap(), report);
+    // Reopened, the log goes on in the active file's numbering.
+    let mut log = rotating(dir.path(), 2_000, None);
+    assert_eq!(log.file_number(), files.len() as u64);
+    write_pairs(&mut log, 20, 20);
+    drop(log);
+    let report = verify(dir.path()).unwrap();
+    assert_eq!(report.requests, 40);
+    assert!(report.open_requests.is_empty());
+}
+
+#[test]
+fn a_missing_or_reordered_file_breaks_the_set_and_retention_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = rotating(dir.path(), 1_500, None);
+    write_pairs(&mut log, 0, 20);
+    drop(log);
+    let files = rotated_files(dir.path());
+    assert!(files.len() >= 4, "{files:?}");
+    let copy = |name: &str| {
+        let d = tempfile::tempdir().unwrap();
+        for f in &files {
+            std::fs::copy(f, d.path().join(f.file_name().unwrap())).unwrap();
+        }
+        let _ = name;
+        d
+    };
+    // The control: the copy verifies.
+    let d = copy("control");
+    assert!(verify(d.path()).is_ok());
+    // A file missing in the middle.
+    let d = copy("missing");
+    std::fs::remove_file(d.path().join("audit.jsonl.000002")).unwrap();
+    let err = verify(d.path()).unwrap_err().to_string();
+    assert!(err.contains("missing or out of order"), "{err}");
+    assert!(err.contains("audit.jsonl.000003"), "{err}");
+    // Two files swapped.
+    let d = copy("swapped");
+    let (a, b) = (
+        d.path().join("audit.jsonl.000002"),
+        d.path().join("audit.jsonl.000003"),
+    );
+    std::fs::rename(&a, d.path().join("tmp")).unwrap();
+    std::fs::rename(&b, &a).unwrap();
+    std::fs::rename(d.path().join("tmp"), &b).unwrap();
+    let err = verify(d.path()).unwrap_err().to_string();
+    assert!(err.contains("missing or out of order"), "{err}");
+    // A file replaced by one of the right number from elsewhere: its
+    // header's prev does not follow.
+    let d = copy("replaced");
+    let text = std::fs::read_to_string(d.path().join("audit.jsonl.000003")).unwrap();
+    let first = text.lines().next().unwrap();
+    let prev = serde_json::from_str::<serde_json::Value>(first).unwrap()["prev"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let forged = text.replacen(&prev, &"1".repeat(64), 1);
+    std::fs::write(d.path().join("audit.jsonl.000003"), forged).unwrap();
+    let err = verify(d.path()).unwrap_err().to_string();
+    assert!(
+        err.contains("does not match the last line of file 2"),
+        "{err}"
+    );
+    // Retention: the oldest files removed, the rest still one chain.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = rotating(dir.path(), 1_500, Some(2));
+    write_pairs(&mut log, 0, 20);
+    let active = log.file_number();
+    drop(log);
+    let files = rotated_files(dir.path());
+    assert_eq!(files.len(), 3, "{files:?}");
+    let report = verify(dir.path()).unwrap();
+    assert_eq!((report.first_file, report.last_file), (active - 2, active));
+}

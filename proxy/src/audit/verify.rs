@@ -1,7 +1,15 @@
 //! Verifying the chain, line by line: [`Chain`] checks one line at a time
 //! and keeps only what the next line needs (its number, the previous hash,
 //! the requests still without a completion), so a log of any size is read
-//! in constant memory; [`verify`] streams a file through it.
+//! in constant memory; [`verify`] streams a file, or a rotated set of
+//! files, through it.
+//!
+//! A rotated set continues one chain across its files: every file after
+//! the first opens with a `header` line whose `prev` is the last hash of the
+//! file before and whose `file` is its number in the set, so a missing,
+//! reordered or replaced file breaks the chain at its header. The first file
+//! read may open with a header too (earlier files removed by retention): its
+//! `prev` is then taken as given.
 
 use std::collections::BTreeSet;
 use std::io::BufRead;
@@ -9,11 +17,13 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+use super::set::LogSet;
 use super::{AuditError, BrokenAt, Line, Record, RecoveryRecord, GENESIS};
 
 /// What [`verify`] found in an intact log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifyReport {
+    /// Lines in every file read.
     pub lines: u64,
     pub requests: u64,
     pub completions: u64,
@@ -25,6 +35,12 @@ pub struct VerifyReport {
     pub suppressed_refusals: u64,
     /// Hex SHA-256 of the last line.
     pub last_hash: String,
+    /// The number of the first file read in its set (1 unless earlier
+    /// files were removed by retention) and of the last.
+    pub first_file: u64,
+    pub last_file: u64,
+    /// Lines of the last file read (its next line's `seq`).
+    pub file_lines: u64,
 }
 
 /// A recovery line found by [`verify`].
@@ -53,11 +69,22 @@ impl std::fmt::Display for Recovery {
 /// One verified line: its number, its hash and its record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainedLine {
-    /// 1-based line number.
+    /// 1-based line number in its file.
     pub line: usize,
     /// Hex SHA-256 of the line's bytes.
     pub hash: String,
     pub record: Record,
+}
+
+/// Where the chain is between files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// The first line of the first file: a plain first line or a header.
+    First,
+    /// The first line of a later file: its header must follow the file before.
+    Next,
+    /// Inside a file.
+    Within,
 }
 
 /// The chain's state between lines (pure: the caller reads the lines).
@@ -65,6 +92,10 @@ pub struct ChainedLine {
 pub struct Chain {
     report: VerifyReport,
     open: BTreeSet<String>,
+    start: Start,
+    /// The first file read opened with a header: requests of the files
+    /// before it may complete in it.
+    partial: bool,
 }
 
 impl Default for Chain {
@@ -74,7 +105,7 @@ impl Default for Chain {
 }
 
 impl Chain {
-    /// A chain that starts at the first line of a log.
+    /// A chain that starts at the first line of a log (or of a set).
     pub fn new() -> Self {
         Self {
             report: VerifyReport {
@@ -85,53 +116,124 @@ impl Chain {
                 open_requests: Vec::new(),
                 suppressed_refusals: 0,
                 last_hash: GENESIS.to_owned(),
+                first_file: 1,
+                last_file: 1,
+                file_lines: 0,
             },
             open: BTreeSet::new(),
+            start: Start::First,
+            partial: false,
         }
     }
 
-    /// Lines checked so far.
-    pub fn lines(&self) -> u64 {
-        self.report.lines
+    /// Lines checked so far in the current file.
+    pub fn file_lines(&self) -> u64 {
+        self.report.file_lines
+    }
+
+    /// The next line is the first of the set's next file.
+    pub fn next_file(&mut self) {
+        self.start = Start::Next;
+        self.report.file_lines = 0;
     }
 
     /// Checks the next line (without its newline): complete, valid,
     /// numbered in order and chained to the one before.
     pub fn push(&mut self, line: &[u8]) -> Result<ChainedLine, BrokenAt> {
-        let report = &mut self.report;
-        let line_number = report.lines as usize + 1;
+        let line_number = self.report.file_lines as usize + 1;
         let broken = |why: String| BrokenAt {
             line: line_number,
             why,
         };
         let parsed: Line<Record> =
             serde_json::from_slice(line).map_err(|e| broken(format!("not a valid record: {e}")))?;
-        if parsed.seq != report.lines {
-            return Err(broken(format!(
+        self.check_place(&parsed).map_err(broken)?;
+        self.count(&parsed.record, line_number).map_err(broken)?;
+        self.start = Start::Within;
+        self.report.lines += 1;
+        self.report.file_lines += 1;
+        self.report.last_hash = hex::encode(Sha256::digest(line));
+        Ok(ChainedLine {
+            line: line_number,
+            hash: self.report.last_hash.clone(),
+            record: parsed.record,
+        })
+    }
+
+    /// The line's `seq`, `prev` and (for a header) file number are where
+    /// the chain says.
+    fn check_place(&mut self, parsed: &Line<Record>) -> Result<(), String> {
+        let report = &mut self.report;
+        let header = match &parsed.record {
+            Record::Header(h) => Some(h),
+            _ => None,
+        };
+        if parsed.seq != report.file_lines {
+            return Err(format!(
                 "seq is {}, expected {}",
-                parsed.seq, report.lines
-            )));
+                parsed.seq, report.file_lines
+            ));
+        }
+        match (self.start, header) {
+            (Start::First, Some(h)) => {
+                // Files before this one are not here (retention): the
+                // header's `prev` is taken as given.
+                report.first_file = h.file;
+                report.last_file = h.file;
+                self.partial = true;
+                return Ok(());
+            }
+            (Start::Next, Some(h)) if h.file != report.last_file + 1 => {
+                return Err(format!(
+                    "this file is number {} of the set, expected {}: a file is missing or out of order",
+                    h.file,
+                    report.last_file + 1
+                ));
+            }
+            (Start::Next, Some(h)) => report.last_file = h.file,
+            (Start::Next, None) => {
+                return Err(format!(
+                    "this file does not open with a header naming file {} of the set: it is not the next file",
+                    report.last_file + 1
+                ))
+            }
+            (Start::Within, Some(_)) => {
+                return Err("a header inside a file: files were joined".into())
+            }
+            (Start::First | Start::Within, None) => {}
         }
         if parsed.prev != report.last_hash {
-            return Err(broken(format!(
-                "prev does not match the SHA-256 of line {}: that line was changed, or a line was inserted or removed",
-                line_number - 1
-            )));
+            return Err(match (self.start, report.file_lines) {
+                (Start::Next, _) => format!(
+                    "the header's prev does not match the last line of file {}: a file is missing, out of order or changed",
+                    report.last_file - 1
+                ),
+                (_, 0) => "prev of the first line is not the genesis hash".into(),
+                (_, n) => format!(
+                    "prev does not match the SHA-256 of line {n}: that line was changed, or a line was inserted or removed"
+                ),
+            });
         }
-        match &parsed.record {
+        Ok(())
+    }
+
+    /// Request and completion bookkeeping, and what the report lists.
+    fn count(&mut self, record: &Record, line_number: usize) -> Result<(), String> {
+        let report = &mut self.report;
+        match record {
             Record::Request(r) => {
                 report.requests += 1;
                 if !self.open.insert(r.request_id.clone()) {
-                    return Err(broken(format!("request id {} appears twice", r.request_id)));
+                    return Err(format!("request id {} appears twice", r.request_id));
                 }
             }
             Record::Completion(c) => {
                 report.completions += 1;
-                if !self.open.remove(&c.request_id) {
-                    return Err(broken(format!(
+                if !self.open.remove(&c.request_id) && !self.partial {
+                    return Err(format!(
                         "completion for unknown or completed request {}",
                         c.request_id
-                    )));
+                    ));
                 }
             }
             Record::Recovery(record) => report.recoveries.push(Recovery {
@@ -139,14 +241,9 @@ impl Chain {
                 record: record.clone(),
             }),
             Record::Suppressed(s) => report.suppressed_refusals += s.refusals,
+            Record::Header(_) => {}
         }
-        report.lines += 1;
-        report.last_hash = hex::encode(Sha256::digest(line));
-        Ok(ChainedLine {
-            line: line_number,
-            hash: report.last_hash.clone(),
-            record: parsed.record,
-        })
+        Ok(())
     }
 
     /// Takes `line` as the chain's new head after a break (see
@@ -154,24 +251,28 @@ impl Chain {
     /// breaks: its record if it is one.
     pub fn resume(&mut self, line: &[u8]) -> Option<ChainedLine> {
         let parsed: Line<Record> = serde_json::from_slice(line).ok()?;
-        let report = &mut self.report;
+        let line_number = self.report.file_lines as usize + 1;
         match &parsed.record {
             Record::Request(r) => {
-                report.requests += 1;
+                self.report.requests += 1;
                 self.open.insert(r.request_id.clone());
             }
             Record::Completion(c) => {
-                report.completions += 1;
+                self.report.completions += 1;
                 self.open.remove(&c.request_id);
             }
-            Record::Recovery(_) => {}
-            Record::Suppressed(s) => report.suppressed_refusals += s.refusals,
+            Record::Header(h) => self.report.last_file = h.file,
+            other => {
+                let _ = self.count(other, line_number);
+            }
         }
-        report.lines = parsed.seq.saturating_add(1);
-        report.last_hash = hex::encode(Sha256::digest(line));
+        self.start = Start::Within;
+        self.report.lines += 1;
+        self.report.file_lines = parsed.seq.saturating_add(1);
+        self.report.last_hash = hex::encode(Sha256::digest(line));
         Some(ChainedLine {
-            line: report.lines as usize,
-            hash: report.last_hash.clone(),
+            line: line_number,
+            hash: self.report.last_hash.clone(),
             record: parsed.record,
         })
     }
@@ -191,29 +292,39 @@ fn incomplete(line: usize) -> BrokenAt {
     }
 }
 
-/// Read and verify the log at `path`, streamed.
+/// Read and verify the log at `path`, streamed: one file, or, for the
+/// active file of a rotated set or a directory holding one, every file of
+/// the set in order.
 pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
-    let io = |source| AuditError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let broken = |broken| AuditError::Broken {
-        path: path.to_owned(),
-        broken,
-    };
-    let mut reader = std::io::BufReader::new(std::fs::File::open(path).map_err(io)?);
+    let set = LogSet::find(path)?;
     let mut chain = Chain::new();
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line).map_err(io)? == 0 {
-            return Ok(chain.finish());
+    for (i, file_path) in set.files().iter().enumerate() {
+        let io = |source| AuditError::Io {
+            path: file_path.clone(),
+            source,
+        };
+        let broken = |broken| AuditError::Broken {
+            path: file_path.clone(),
+            broken,
+        };
+        if i > 0 {
+            chain.next_file();
         }
-        if line.pop() != Some(b'\n') {
-            return Err(broken(incomplete(chain.lines() as usize + 1)));
+        let file = std::fs::File::open(file_path).map_err(io)?;
+        let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            if reader.read_until(b'\n', &mut line).map_err(io)? == 0 {
+                break;
+            }
+            if line.pop() != Some(b'\n') {
+                return Err(broken(incomplete(chain.file_lines() as usize + 1)));
+            }
+            chain.push(&line).map_err(broken)?;
         }
-        chain.push(&line).map_err(broken)?;
     }
+    Ok(chain.finish())
 }
 
 /// Verify a log's bytes: every line complete, valid, numbered in order, and
@@ -223,7 +334,7 @@ pub fn verify_bytes(bytes: &[u8]) -> Result<VerifyReport, BrokenAt> {
     let mut rest = bytes;
     while !rest.is_empty() {
         let Some(end) = rest.iter().position(|&b| b == b'\n') else {
-            return Err(incomplete(chain.lines() as usize + 1));
+            return Err(incomplete(chain.file_lines() as usize + 1));
         };
         chain.push(&rest[..end])?;
         rest = &rest[end + 1..];

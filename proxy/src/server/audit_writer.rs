@@ -17,7 +17,6 @@
 //! log refuses every later record (503) until the proxy is restarted and
 //! the log reopened.
 
-use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -86,20 +85,19 @@ impl std::fmt::Debug for AuditWriter {
 impl AuditWriter {
     /// Starts the sync thread over `log`.
     pub fn start(log: AuditLog) -> Result<Self, std::io::Error> {
-        // The sync thread syncs through its own descriptor of the file, so
-        // writers never wait for a sync to take the log's lock.
-        let file = log.sync_handle()?;
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
             failed: AtomicBool::new(false),
         });
         let thread_shared = shared.clone();
+        let log = Arc::new(Mutex::new(log));
+        let thread_log = log.clone();
         std::thread::Builder::new()
             .name("gatehouse-audit".into())
-            .spawn(move || sync_loop(&thread_shared, &file))?;
+            .spawn(move || sync_loop(&thread_shared, &thread_log))?;
         Ok(Self {
-            log: Arc::new(Mutex::new(log)),
+            log,
             _closer: Arc::new(Closer(shared.clone())),
             shared,
         })
@@ -152,7 +150,7 @@ impl AuditWriter {
 
 /// The sync thread: waits for written records, gathers a batch, syncs it,
 /// answers the callers waiting for it. A state machine over [`Pending`].
-fn sync_loop(shared: &Shared, file: &File) {
+fn sync_loop(shared: &Shared, log: &Mutex<AuditLog>) {
     loop {
         let mut pending = shared.pending();
         while !pending.dirty && pending.waiters.is_empty() && !pending.closed {
@@ -169,6 +167,13 @@ fn sync_loop(shared: &Shared, file: &File) {
         let closed = pending.closed;
         pending.dirty = false;
         drop(pending);
+        // The current file, taken under the log's lock only for the time of
+        // a clone: writers never wait for a sync. A rotation syncs the file
+        // it leaves before any record goes to the next one.
+        let file = log
+            .lock()
+            .map(|l| l.current_file())
+            .unwrap_or_else(|p| p.into_inner().current_file());
         let ok = !shared.failed.load(Ordering::Acquire) && file.sync_data().is_ok();
         if !ok && !shared.failed.swap(true, Ordering::AcqRel) {
             tracing::error!("syncing the audit log failed; refusing every request from now on");

@@ -1,0 +1,170 @@
+//! Rotation: when the current file is big or old enough ([`Rotation::due`],
+//! pure), it is synced, renamed to `<name>.<its number>`, and a new file is
+//! started whose first line is a header naming its number and, in `prev`,
+//! the old file's last hash: one chain across the set. Rotation happens
+//! under the log's lock, between two writes, so no record is lost or split
+//! across files. Rotated files beyond `keep` are removed, oldest first.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::set::rotated_path;
+use super::{rfc3339_utc, AuditError, AuditLog, Head, HeaderRecord, Record};
+
+/// When the log moves to a new file, and how many old files it keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rotation {
+    max_bytes: Option<u64>,
+    max_age_ms: Option<u64>,
+    keep: Option<u64>,
+}
+
+impl Rotation {
+    /// Rotation by size (bytes), by age (seconds), or both; `keep` rotated
+    /// files at most. Zero is refused (it would rotate on every write, or
+    /// keep nothing of the past).
+    pub fn new(
+        max_bytes: Option<u64>,
+        max_age_secs: Option<u64>,
+        keep: Option<u64>,
+    ) -> Result<Rotation, String> {
+        if max_bytes == Some(0) || max_age_secs == Some(0) || keep == Some(0) {
+            return Err("rotate_bytes, rotate_secs and keep_files must be above 0".into());
+        }
+        if keep.is_some() && max_bytes.is_none() && max_age_secs.is_none() {
+            return Err("keep_files needs rotate_bytes or rotate_secs".into());
+        }
+        Ok(Rotation {
+            max_bytes,
+            max_age_ms: max_age_secs.map(|s| s.saturating_mul(1000)),
+            keep,
+        })
+    }
+
+    /// Does a file of `len` bytes, started at `started_ms`, give way to a
+    /// new one before the next write at `now_ms`? An empty file never does.
+    pub fn due(&self, len: u64, started_ms: u64, now_ms: u64) -> bool {
+        len > 0
+            && (self.max_bytes.is_some_and(|m| len >= m)
+                || self
+                    .max_age_ms
+                    .is_some_and(|a| now_ms.saturating_sub(started_ms) >= a))
+    }
+
+    /// The numbers of rotated files to remove once file `current` is the
+    /// active one (those before the last `keep` rotated files).
+    pub fn expired(&self, current: u64) -> std::ops::Range<u64> {
+        match self.keep {
+            Some(keep) => 1..current.saturating_sub(keep).max(1),
+            None => 1..1,
+        }
+    }
+}
+
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => File::open(dir).and_then(|d| d.sync_all()),
+        None => File::open(".").and_then(|d| d.sync_all()),
+    }
+}
+
+impl AuditLog {
+    /// Moves to the next file (see the module's doc).
+    pub(super) fn rotate(&mut self, now_ms: u64) -> Result<(), AuditError> {
+        let io = |source| AuditError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        // Everything written to the old file is durable before the switch,
+        // so the sync thread may move on to the new file.
+        self.file.sync_data().map_err(io)?;
+        let rotated = rotated_path(&self.path, self.file_number);
+        if rotated.exists() {
+            return Err(AuditError::Set {
+                path: rotated,
+                why: "a rotated file of this number exists already; not overwriting it".into(),
+            });
+        }
+        std::fs::rename(&self.path, &rotated).map_err(io)?;
+        let created = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&self.path)
+            .and_then(|f| sync_dir(&self.path).map(|()| f));
+        let file = match created {
+            Ok(file) => file,
+            Err(source) => {
+                // Back to the old file under its name, to try again later.
+                let _ = std::fs::rename(&rotated, &self.path);
+                return Err(io(source));
+            }
+        };
+        let previous_lines = self.head.lines;
+        self.file = Arc::new(file);
+        self.len = 0;
+        self.torn = false;
+        self.file_number += 1;
+        self.started_ms = now_ms;
+        self.head = Head {
+            lines: 0,
+            hash: self.head.hash.clone(),
+        };
+        self.write_lines(&[Record::Header(HeaderRecord {
+            time: rfc3339_utc(now_ms),
+            file: self.file_number,
+            previous_lines,
+        })])?;
+        self.remove_expired();
+        Ok(())
+    }
+
+    /// Retention: removes the rotated files before the last `keep`.
+    fn remove_expired(&self) {
+        for n in self.rotation.expired(self.file_number) {
+            let old = rotated_path(&self.path, n);
+            match std::fs::remove_file(&old) {
+                Ok(()) => tracing::info!(file = %old.display(), "audit retention: removed"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(file = %old.display(), error = %e, "audit retention: cannot remove")
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_by_size_or_age_never_when_empty() {
+        let r = Rotation::new(Some(100), Some(60), None).unwrap();
+        assert!(!r.due(99, 0, 59_999));
+        assert!(r.due(100, 0, 0));
+        assert!(r.due(1, 0, 60_000));
+        assert!(!r.due(0, 0, 1_000_000));
+        assert!(!Rotation::default().due(u64::MAX, 0, u64::MAX));
+    }
+
+    #[test]
+    fn retention_keeps_the_last_files() {
+        let r = Rotation::new(Some(1), None, Some(2)).unwrap();
+        // Active file 5: rotated 1..=4 exist; keep 3 and 4.
+        assert_eq!(r.expired(5), 1..3);
+        assert_eq!(r.expired(2), 1..1);
+        assert_eq!(Rotation::new(Some(1), None, None).unwrap().expired(9), 1..1);
+    }
+
+    #[test]
+    fn nonsense_is_refused() {
+        assert!(Rotation::new(Some(0), None, None).is_err());
+        assert!(Rotation::new(None, Some(0), None).is_err());
+        assert!(Rotation::new(Some(1), None, Some(0)).is_err());
+        assert!(Rotation::new(None, None, Some(3)).is_err());
+    }
+}

@@ -1,8 +1,9 @@
 //! `gatehouse up` as root, with the GitHub emulator as upstream: each part
 //! runs as its own user, each socket admits only its intended peer, the
 //! credential files are the proxy's alone, a killed part comes back, a stop
-//! goes in reverse order and leaves nothing; `gatehouse config check`
-//! refuses what `up` could not run.
+//! goes in reverse order and leaves nothing, `up` killed with SIGKILL takes
+//! its parts with it and a second `up` on the same state is refused;
+//! `gatehouse config check` refuses what `up` could not run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
@@ -797,4 +798,85 @@ fn rootless_the_three_run_as_the_invoking_user() {
     for pid in &parts {
         assert!(!alive(*pid), "pid {pid} outlived gatehouse up");
     }
+}
+
+/// Starts `gatehouse up` on the setup's config, its stderr to `log`, and
+/// waits until it says it runs.
+fn spawn_up(s: &Setup, log: &Path) -> std::process::Child {
+    let up = Command::new(s.path("bin/gatehouse"))
+        .args(["up", "--config"])
+        .arg(&s.config)
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for("gatehouse up to start three parts", || {
+        std::fs::read_to_string(log)
+            .unwrap()
+            .contains("gatehouse up: running")
+    });
+    up
+}
+
+#[test]
+fn gatehouse_up_killed_with_sigkill_takes_its_parts_and_a_second_up_is_refused() {
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    let mut first = spawn_up(&s, &s.path("up1.log"));
+    let parts = children(first.id());
+    assert_eq!(parts.len(), 3, "{parts:?}");
+    // A second `up` on the same state is refused while the first runs, and
+    // starts nothing.
+    let second = Command::new(s.path("bin/gatehouse"))
+        .args(["up", "--config"])
+        .arg(&s.config)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("another gatehouse up (pid {}) runs", first.id())),
+        "{said}"
+    );
+    assert_eq!(
+        children(first.id()),
+        parts,
+        "the refused up disturbed the parts"
+    );
+    for pid in &parts {
+        assert!(alive(*pid), "pid {pid} died when a second up was refused");
+    }
+    // kill -9 of `up`: no part outlives it.
+    gatehouse_testkit::procs::signal(first.id(), "KILL");
+    first.wait().unwrap();
+    wait_for("the parts to die with gatehouse up", || {
+        parts.iter().all(|pid| !alive(*pid))
+    });
+    // The lock went with the killed `up`: a new one starts and stops cleanly.
+    let mut third = spawn_up(&s, &s.path("up3.log"));
+    assert_eq!(children(third.id()).len(), 3);
+    gatehouse_testkit::procs::signal(third.id(), "TERM");
+    assert!(third.wait().unwrap().success());
+}
+
+#[test]
+fn a_part_restarted_by_the_watcher_also_dies_with_gatehouse_up() {
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    let mut up = spawn_up(&s, &s.path("up.log"));
+    let parts = children(up.id());
+    assert_eq!(parts.len(), 3, "{parts:?}");
+    // Kill one part: the watcher restarts it (a child of another thread
+    // of `up` than the first three).
+    let victim = parts[0];
+    gatehouse_testkit::procs::signal(victim, "KILL");
+    wait_for("the restart", || {
+        let now = children(up.id());
+        now.len() == 3 && !now.contains(&victim)
+    });
+    let now = children(up.id());
+    gatehouse_testkit::procs::signal(up.id(), "KILL");
+    up.wait().unwrap();
+    wait_for("the parts to die with gatehouse up", || {
+        now.iter().all(|pid| !alive(*pid))
+    });
 }

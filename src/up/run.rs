@@ -9,6 +9,13 @@
 //! A watcher thread restarts a part that dies, after the [`Backoff`]
 //! delay; [`Running::stop`] stops them in reverse order, each with a grace
 //! period before SIGKILL.
+//!
+//! Each part gets SIGKILL if `up` dies, even by `kill -9` (the parent-death
+//! signal). That signal fires when the *thread* that forked the child ends,
+//! so one spawner thread forks every part, first starts and restarts alike,
+//! and lives until the last part is reaped. A lock on `<state_dir>/up.lock`
+//! (holding the pid) keeps a second `up` from fighting the first over the
+//! same state.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -17,7 +24,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -93,11 +100,71 @@ struct Slot {
 struct Shared {
     slots: Mutex<Vec<Slot>>,
     stopping: AtomicBool,
+    spawner: Spawner,
 }
 
 impl Shared {
     fn slots(&self) -> MutexGuard<'_, Vec<Slot>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A part to start, and where to say how it went.
+type SpawnRequest = (ChildSpec, mpsc::Sender<Result<Child, UpError>>);
+
+/// The one thread that forks the parts (see the module doc): it serves
+/// requests until [`Spawner::close`], after the parts were reaped.
+struct Spawner {
+    requests: Mutex<Option<mpsc::Sender<SpawnRequest>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Spawner {
+    fn start() -> Result<Spawner, UpError> {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        let thread = std::thread::Builder::new()
+            .name("gatehouse-up-spawn".into())
+            .spawn(move || {
+                for (spec, answer) in rx {
+                    let _ = answer.send(spawn(&spec));
+                }
+            })
+            .map_err(|e| UpError::Start {
+                part: "up",
+                message: format!("starting the spawner thread: {e}"),
+            })?;
+        Ok(Spawner {
+            requests: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    fn spawn(&self, spec: &ChildSpec) -> Result<Child, UpError> {
+        let gone = || UpError::Start {
+            part: spec.part.name(),
+            message: "the spawner thread is gone".into(),
+        };
+        let (tx, rx) = mpsc::channel();
+        let requests = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        requests
+            .as_ref()
+            .ok_or_else(gone)?
+            .send((spec.clone(), tx))
+            .map_err(|_| gone())?;
+        drop(requests);
+        rx.recv().map_err(|_| gone())?
+    }
+
+    /// Ends the thread; call only once no part runs (its end kills them).
+    fn close(&self) {
+        self.requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -117,11 +184,14 @@ pub struct Running {
     watcher: Option<std::thread::JoinHandle<()>>,
     grace: Duration,
     stopped: bool,
+    /// Held while `up` runs; closing it (at drop, after the stop) unlocks.
+    _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
 /// Prepares the directories, writes the three configs and starts the parts
 /// in order, each once the one before serves; then watches them.
 pub fn start(prepared: &Prepared, options: Options) -> Result<Running, UpError> {
+    let lock = lock_state(&prepared.layout.state_dir)?;
     install(prepared)?;
     let services = match &options.services {
         Some(p) => p.clone(),
@@ -135,17 +205,19 @@ pub fn start(prepared: &Prepared, options: Options) -> Result<Running, UpError> 
     let shared = Arc::new(Shared {
         slots: Mutex::new(Vec::new()),
         stopping: AtomicBool::new(false),
+        spawner: Spawner::start()?,
     });
     let mut running = Running {
         shared: shared.clone(),
         watcher: None,
         grace: options.grace,
         stopped: false,
+        _lock: lock,
     };
     for part in start_order(&options.parts) {
         let spec = child_spec(prepared, part, &services);
         // On failure `running` is dropped, which stops what started.
-        let mut child = spawn(&spec)?;
+        let mut child = shared.spawner.spawn(&spec)?;
         if let Err(e) = wait_ready(&mut child, &spec, options.ready_timeout) {
             let _ = child.kill();
             let _ = child.wait();
@@ -225,6 +297,8 @@ impl Running {
                 killed,
             });
         }
+        drop(slots);
+        self.shared.spawner.close();
         report
     }
 }
@@ -271,7 +345,7 @@ fn watch(shared: &Shared, backoff: Backoff) {
                 }
             } else if slot.restart_at.is_some_and(|at| at <= now) {
                 slot.started = now;
-                match spawn(&slot.spec) {
+                match shared.spawner.spawn(&slot.spec) {
                     Ok(child) => {
                         tracing::info!(part = slot.spec.part.name(), pid = child.id(), "restarted");
                         slot.child = Some(child);
@@ -375,6 +449,8 @@ fn spawn(spec: &ChildSpec) -> Result<Child, UpError> {
         // Its own group: a Ctrl-C at the terminal reaches `up` alone, which
         // then stops the parts in order.
         .process_group(0);
+    // ...and a `kill -9` of `up` takes them with it.
+    gatehouse_supervisor::sandbox::die_with_parent(&mut command);
     if let Some(who) = spec.user {
         // std sets the gid, drops supplementary groups (setgroups(0)), then
         // sets the uid.
@@ -383,6 +459,47 @@ fn spawn(spec: &ChildSpec) -> Result<Child, UpError> {
     command
         .spawn()
         .map_err(|e| err(format!("spawning {}: {e}", spec.program.display())))
+}
+
+/// Takes `<state_dir>/up.lock` (created, with `up`'s pid in it), or says
+/// which `up` holds it. The lock is the kernel's (flock): it goes with the
+/// process that held it, however that process ended.
+fn lock_state(state_dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, UpError> {
+    use std::io::{Seek, Write};
+    let path = state_dir.join("up.lock");
+    let io = |what: &str, e: std::io::Error| UpError::Io {
+        what: format!("{what} {}", path.display()),
+        source: e,
+    };
+    std::fs::create_dir_all(state_dir).map_err(|e| io("creating the directory of", e))?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .open(&path)
+        .map_err(|e| io("opening", e))?;
+    let mut file = match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+    {
+        Ok(locked) => locked,
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            return Err(UpError::Start {
+                part: "up",
+                message: format!(
+                    "another gatehouse up (pid {}) runs on the state directory {}: stop it first",
+                    holder.trim(),
+                    state_dir.display()
+                ),
+            });
+        }
+        Err((_, e)) => return Err(io("locking", std::io::Error::from(e))),
+    };
+    file.set_len(0).map_err(|e| io("writing", e))?;
+    file.rewind().map_err(|e| io("writing", e))?;
+    writeln!(file, "{}", std::process::id()).map_err(|e| io("writing", e))?;
+    Ok(file)
 }
 
 /// Waits until every socket of `spec` accepts a connection; fails when the

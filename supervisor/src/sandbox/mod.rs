@@ -40,6 +40,14 @@ use crate::plan::{Identity, MountStep, Plan};
 
 pub use cgroup::{LimitMechanism, LimitReport};
 
+/// Makes the process `cmd` spawns get SIGKILL when the calling *thread*
+/// ends (the parent-death signal, set after the child's credentials
+/// change); a child whose parent is already gone does not start. Keep the
+/// spawning thread alive as long as the child.
+pub fn die_with_parent(cmd: &mut std::process::Command) {
+    sys::fork::die_with_parent_std(cmd);
+}
+
 /// The sandbox could not be built, or a protection the profile requires is
 /// missing. Nothing was run.
 pub const EXIT_SANDBOX_FAILED: u8 = 125;

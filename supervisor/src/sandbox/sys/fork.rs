@@ -200,8 +200,15 @@ pub fn unshare_works(flags: nix::sched::CloneFlags) -> bool {
 /// The signal is tied to the thread that forks; the caller keeps that
 /// thread alive as long as the child (see the job runner).
 pub fn die_with_parent(cmd: &mut tokio::process::Command) {
+    die_with_parent_std(cmd.as_std_mut());
+}
+
+/// [`die_with_parent`] for a `std` command (`gatehouse up`'s parts).
+pub fn die_with_parent_std(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
     let parent = std::process::id();
-    // SAFETY: runs in the child between fork and exec; it only makes two
+    // SAFETY: runs in the child between fork and exec, after std changed
+    // its credentials (which would clear the signal); it only makes two
     // async-signal-safe system calls (prctl, getppid) and allocates nothing
     // (an io::Error from an errno or an ErrorKind holds no heap memory).
     unsafe {

@@ -249,3 +249,150 @@ fn a_granted_tunnel_reaches_the_registry_from_a_sandbox() {
     drop(svc);
     admin_task.abort();
 }
+
+/// `gatehouse proxy` killed with SIGKILL while a sandboxed job runs, and
+/// started again on the same config: the job's identity is restored from
+/// the proxy's saved state, its socket re-created in the same directory
+/// the sandbox holds bind-mounted, so the worker's next call goes through;
+/// the comment it created before the crash is still its own to edit, and
+/// one it did not create is still refused. When the job ends the identity
+/// is gone, from the proxy and from the saved state.
+#[test]
+fn a_running_job_keeps_its_identity_across_a_proxy_killed_with_sigkill() {
+    require!(Need::Sandbox);
+    let dir = tempfile::tempdir().unwrap();
+    let token = gatehouse_testkit::random::token("ghs_");
+    let github = gatehouse_emulators::GithubEmulator::start(
+        gatehouse_emulators::GithubOptions::new(dir.path().join("git"))
+            .token(&token, "gatehouse-test[bot]")
+            .repo(gatehouse_emulators::RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    github
+        .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
+        .unwrap();
+    let alices = github
+        .add_issue_comment("acme/widgets", 1, "mine", "alice")
+        .unwrap();
+    let state = dir.path().join("identities.json");
+    let with_state = |d: &Path| {
+        let config = d.join("proxy.toml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(
+            &config,
+            format!("identity_state = \"identities.json\"\n{text}"),
+        )
+        .unwrap();
+    };
+    let start = |dir: &Path| {
+        gatehouse_testkit::proxy::process::start_proxy_process_with(
+            dir,
+            &github,
+            &token,
+            gatehouse_testkit::bin::command(),
+            with_state,
+        )
+    };
+    let mut proxy = start(dir.path());
+    let admin = proxy.admin.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let svc = Service::start(Options {
+        unsandboxed: false,
+        proxy_admin: Some(admin.clone()),
+        ca_cert: Some(dir.path().join("ca.pem")),
+        ..Options::default()
+    });
+    let ticket = "tkt_proxy_crash";
+    let api = "https://api.github.com/repos/acme/widgets";
+    let curl = "curl -sS -o /dev/null -w '%{http_code}'";
+    let script = format!(
+        "curl -sS -o created.json -w '%{{http_code}}' -X POST -d '{{\"body\":\"on it\"}}' \
+             {api}/issues/1/comments > before; \
+         touch ready; while [ ! -e go ]; do sleep 0.05; done; \
+         {curl} {api}/issues/1 > after 2> after.err; \
+         {curl} -X PATCH -d '{{\"body\":\"edited\"}}' {api}/issues/comments/$(cat id) > edited; \
+         {curl} -X PATCH -d '{{\"body\":\"edited\"}}' {api}/issues/comments/{alices} > not_own"
+    );
+    let mut body = sh_job(ticket, &script);
+    body["rule_sets"] = json!(["test-worker"]);
+    body["variables"] = json!({"repo": "acme/widgets"});
+    let id = rt.block_on(svc.submit("k", body));
+    let work = svc.work_dir(ticket);
+    let read = |name: &str| std::fs::read_to_string(work.join(name)).unwrap_or_default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !work.join("ready").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job never got going"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(read("before"), "201");
+    let created: Value = serde_json::from_str(&read("created.json")).unwrap();
+    let comment = created["id"].as_u64().unwrap();
+    std::fs::write(work.join("id"), comment.to_string()).unwrap();
+    // Saved: the identity and what it created.
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(saved["identities"][0]["name"], ticket, "{saved}");
+    assert_eq!(
+        saved["identities"][0]["own"][0]["id"],
+        comment.to_string(),
+        "{saved}"
+    );
+
+    proxy.child.kill().unwrap();
+    proxy.child.wait().unwrap();
+    drop(proxy);
+    // The dead proxy's admin socket file is left; the new one replaces it.
+    std::fs::remove_file(&admin).unwrap();
+    let proxy = start(dir.path());
+    let listed = rt
+        .block_on(http::request(&admin, Method::GET, "/identities", &[], None))
+        .unwrap()
+        .json();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["name"] == ticket),
+        "the identity was not restored: {listed}"
+    );
+    assert_eq!(rt.block_on(svc.job(&id))["state"], "running");
+
+    std::fs::write(work.join("go"), "").unwrap();
+    let end = rt.block_on(svc.wait_ended(&id));
+    assert_eq!(end["state"], "done", "{end}");
+    assert_eq!(read("after"), "200", "{}", read("after.err"));
+    assert_eq!(
+        read("edited"),
+        "200",
+        "its own comment, created before the crash"
+    );
+    assert_eq!(read("not_own"), "403", "alice's comment");
+    let edited = github.comments();
+    assert!(edited.iter().any(|c| c.id == comment && c.body == "edited"));
+    assert!(edited.iter().any(|c| c.id == alices && c.body == "mine"));
+
+    let listed = rt
+        .block_on(http::request(&admin, Method::GET, "/identities", &[], None))
+        .unwrap()
+        .json();
+    assert!(
+        !listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["name"] == ticket),
+        "identity outlived its job: {listed}"
+    );
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(saved["identities"], json!([]), "{saved}");
+    let log = std::fs::read_to_string(&proxy.log).unwrap();
+    assert!(log.contains("identity restored"), "{log}");
+    assert!(!log.contains(&token), "the token is in the proxy's log");
+}

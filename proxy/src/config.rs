@@ -54,6 +54,10 @@ pub struct ProxyConfig {
     pub admin: Option<AdminFile>,
     /// Where sockets of identities created through the admin API go.
     pub identity_socket_dir: PathBuf,
+    /// The file that keeps identities created through the admin API (and
+    /// what they created) across restarts; none: they die with the process.
+    #[serde(default)]
+    pub identity_state: Option<PathBuf>,
     /// Rule-set files, and directories whose `*.toml` files are all loaded.
     #[serde(default)]
     pub rule_set_files: Vec<PathBuf>,
@@ -194,6 +198,7 @@ pub struct Config {
     pub audit_rotation: crate::audit::Rotation,
     pub admin_socket: Option<PathBuf>,
     pub identity_socket_dir: PathBuf,
+    pub identity_state: Option<PathBuf>,
     pub limits: Limits,
 }
 
@@ -401,6 +406,7 @@ impl ProxyConfig {
             .map_err(|message| cx.invalid("audit", message))?,
             admin_socket: self.admin.map(|a| cx.resolve(&a.socket)),
             identity_socket_dir,
+            identity_state: self.identity_state.map(|p| cx.resolve(&p)),
             limits: self.limits,
         })
     }

@@ -39,6 +39,9 @@ pub enum StartError {
     },
     #[error(transparent)]
     Admin(#[from] AdminError),
+    /// The saved identities could not be read.
+    #[error(transparent)]
+    Restore(#[from] crate::server::persist::PersistError),
     /// A static identity's socket would sit in a directory others may
     /// enter: anyone there could speak as that identity.
     #[error(
@@ -60,8 +63,8 @@ pub struct Running {
 }
 
 impl Running {
-    /// Stops serving: the admin socket closes and every identity is revoked
-    /// (sockets removed, connections cut).
+    /// Stops serving: the admin socket closes and every identity is closed
+    /// (sockets removed, connections cut); saved identities stay saved.
     pub async fn stop(self, config: &Config) {
         if let Some(admin) = self.admin {
             admin.abort();
@@ -188,6 +191,17 @@ pub fn start(config: &Config) -> Result<Running, StartError> {
                 name: identity.name.clone(),
                 source,
             })?;
+    }
+    // Before the admin socket: the supervisor's first call after a restart
+    // finds the identities of its running jobs in place.
+    if let Some(path) = &config.identity_state {
+        let restored = proxy.restore_identities(path)?;
+        if !restored.is_empty() {
+            tracing::info!(
+                count = restored.len(),
+                "identities of the admin API restored"
+            );
+        }
     }
     let admin = match &config.admin_socket {
         Some(path) => Some(admin::serve(proxy.clone(), path)?),

@@ -77,8 +77,13 @@ pub struct RunArgs {
     #[arg(long)]
     workdir: PathBuf,
     /// Unix socket of the proxy; a relay on 127.0.0.1:3128 inside forwards to it
-    #[arg(long)]
+    #[arg(long, conflicts_with = "proxy_dir")]
     proxy_socket: Option<PathBuf>,
+    /// Directory holding the proxy identity's socket as `proxy.sock`, bound
+    /// at /run/gatehouse/proxy (a socket re-created there by a restarted
+    /// proxy is reached); the relay forwards to it
+    #[arg(long)]
+    proxy_dir: Option<PathBuf>,
     /// Unix socket of the supervisor, bound at /run/gatehouse/control.sock
     #[arg(long)]
     control_socket: Option<PathBuf>,
@@ -244,6 +249,11 @@ fn prepare(args: RunArgs) -> anyhow::Result<(Plan, Option<sandbox::worker_uids::
         .as_deref()
         .map(|p| absolute("--proxy-socket", p))
         .transpose()?;
+    let proxy_dir = args
+        .proxy_dir
+        .as_deref()
+        .map(|p| absolute("--proxy-dir", p))
+        .transpose()?;
     let control_socket = args
         .control_socket
         .as_deref()
@@ -270,6 +280,7 @@ fn prepare(args: RunArgs) -> anyhow::Result<(Plan, Option<sandbox::worker_uids::
     let request = RunRequest {
         workdir,
         proxy_socket,
+        proxy_dir,
         control_socket,
         ca_bundle,
         gatehouse_exe,
@@ -340,7 +351,17 @@ mod tests {
     fn assert_parsed_as(req: &LaunchRequest<'_>, profiles_dir: Option<&str>, run: &RunArgs) {
         assert_eq!(run.profile, req.profile);
         assert_eq!(run.workdir, req.work_dir);
-        assert_eq!(run.proxy_socket.as_deref(), req.proxy_socket);
+        // An identity's socket alone in its directory goes as the directory.
+        match req.proxy_socket {
+            Some(p) if p.file_name() == Some("proxy.sock".as_ref()) => {
+                assert_eq!(run.proxy_dir.as_deref(), p.parent());
+                assert_eq!(run.proxy_socket, None);
+            }
+            p => {
+                assert_eq!(run.proxy_socket.as_deref(), p);
+                assert_eq!(run.proxy_dir, None);
+            }
+        }
         assert_eq!(run.control_socket.as_deref(), Some(req.control_socket));
         assert_eq!(run.ca_cert.as_deref(), req.ca_cert);
         assert_eq!(run.profiles_dir.as_deref(), profiles_dir.map(Path::new));
@@ -385,10 +406,17 @@ mod tests {
             command: &[],
             ..full.clone()
         };
+        let in_dir = LaunchRequest {
+            proxy_socket: Some(Path::new(
+                "/run/gatehouse/proxy/identities/tkt_1/proxy.sock",
+            )),
+            ..full.clone()
+        };
         for (req, profiles_dir) in [
             (&full, Some("/etc/gatehouse/profiles")),
             (&full, None),
             (&bare, None),
+            (&in_dir, None),
         ] {
             let emitted = launcher(profiles_dir).command(req);
             let run = parse(&emitted.args)

@@ -106,6 +106,7 @@ pub fn proxy(file: &UpFile, layout: &Layout) -> Result<Table, UpError> {
             ("key", path(&layout.ca_key)),
         ]),
     );
+    t.insert("identity_state".into(), path(&layout.identity_state));
     t.insert("audit".into(), table([("path", path(&layout.audit_log))]));
     t.insert(
         "admin".into(),

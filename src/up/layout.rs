@@ -6,11 +6,11 @@
 //! ```text
 //! <state>/config         root 0755   proxy.toml, supervisor.toml, router.toml (paths, no secrets)
 //! <state>/logs           root 0700   one log per part (the parts write to an inherited descriptor)
-//! <state>/proxy          proxy 0700  the audit log
+//! <state>/proxy          proxy 0700  the audit log, identities.json (ticket identities, kept across restarts)
 //! <state>/ca             proxy 0755  ca.pem (public: the router and sandboxes trust it), ca.key 0600
 //! <state>/supervisor     root 0700   jobs database, work dirs, control sockets
 //! <state>/router         router 0700 the router's database
-//! <run>/proxy            proxy 0700  admin.sock (0600; root reaches it), identities/ (tickets)
+//! <run>/proxy            proxy 0700  admin.sock (0600; root reaches it), identities/<ticket>/proxy.sock
 //! <run>/router-proxy     proxy:router 0750  the router's identity sockets
 //! <run>/jobs             root:router 0750   jobs.sock (0660, group router)
 //! ```
@@ -64,6 +64,8 @@ pub struct Layout {
     pub logs_dir: PathBuf,
     pub proxy_state: PathBuf,
     pub audit_log: PathBuf,
+    /// The proxy's saved ticket identities.
+    pub identity_state: PathBuf,
     pub ca_dir: PathBuf,
     pub ca_cert: PathBuf,
     pub ca_key: PathBuf,
@@ -122,6 +124,7 @@ impl Layout {
             config_dir,
             logs_dir: state_dir.join("logs"),
             audit_log: proxy_state.join("audit.jsonl"),
+            identity_state: proxy_state.join("identities.json"),
             proxy_state,
             ca_cert: ca_dir.join("ca.pem"),
             ca_key: ca_dir.join("ca.key"),
@@ -178,12 +181,13 @@ impl Layout {
     }
 
     /// The first socket path too long to bind, if any. Ticket identities
-    /// (`identities/tkt_….sock`, names up to 64 bytes) are counted at their
-    /// longest.
+    /// (`identities/tkt_…/proxy.sock`, names up to 64 bytes) are counted at
+    /// their longest.
     pub fn overlong_socket(&self) -> Option<PathBuf> {
         let longest_ticket = self
             .identity_socket_dir
-            .join(format!("{}.sock", "x".repeat(64)));
+            .join("x".repeat(64))
+            .join(gatehouse_types::sandbox::PROXY_SOCKET_NAME);
         self.sockets()
             .into_iter()
             .map(|(_, p)| p.to_owned())

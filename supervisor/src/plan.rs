@@ -49,6 +49,11 @@ pub enum PlanError {
 pub struct RunRequest {
     pub workdir: PathBuf,
     pub proxy_socket: Option<PathBuf>,
+    /// The proxy identity's directory, holding its socket as
+    /// [`inside::PROXY_SOCKET_NAME`] (instead of `proxy_socket`): bound
+    /// whole, so a socket the proxy re-creates there after a restart is the
+    /// one the relay reaches.
+    pub proxy_dir: Option<PathBuf>,
     pub control_socket: Option<PathBuf>,
     /// System roots plus the gatehouse CA, already read and checked.
     pub ca_bundle: Option<String>,
@@ -296,6 +301,7 @@ impl Plan {
         for (flag, path) in [
             ("--workdir", Some(&request.workdir)),
             ("--proxy-socket", request.proxy_socket.as_ref()),
+            ("--proxy-dir", request.proxy_dir.as_ref()),
             ("--control-socket", request.control_socket.as_ref()),
         ] {
             if let Some(p) = path.filter(|p| !p.is_absolute()) {
@@ -338,15 +344,31 @@ impl Plan {
             user_namespace_limits: user_namespace_limits(&profile.limits),
             require: profile.require,
             wall_time,
-            relay: request
-                .proxy_socket
-                .as_ref()
-                .map(|_| PathBuf::from(inside::PROXY_SOCKET)),
+            relay: relay_target(request),
             hostname: HOSTNAME,
             env,
             argv,
             cwd: PathBuf::from(inside::WORK),
         })
+    }
+}
+
+impl RunRequest {
+    /// Whether the worker gets a way to the proxy (either form).
+    pub fn has_proxy(&self) -> bool {
+        self.proxy_socket.is_some() || self.proxy_dir.is_some()
+    }
+}
+
+/// Where the relay connects inside the sandbox.
+fn relay_target(request: &RunRequest) -> Option<PathBuf> {
+    if request.proxy_dir.is_some() {
+        Some(Path::new(inside::PROXY_DIR).join(inside::PROXY_SOCKET_NAME))
+    } else {
+        request
+            .proxy_socket
+            .as_ref()
+            .map(|_| PathBuf::from(inside::PROXY_SOCKET))
     }
 }
 
@@ -385,6 +407,7 @@ fn build_mounts(profile: &Profile, request: &RunRequest) -> Vec<MountStep> {
     steps.push(MountStep::Dev);
     for (host, at) in [
         (&request.proxy_socket, inside::PROXY_SOCKET),
+        (&request.proxy_dir, inside::PROXY_DIR),
         (&request.control_socket, inside::CONTROL_SOCKET),
     ] {
         if let Some(host) = host {
@@ -473,9 +496,8 @@ fn build_landlock(profile: &Profile, request: &RunRequest) -> LandlockPlan {
     LandlockPlan {
         rules,
         tcp_connect: request
-            .proxy_socket
-            .as_ref()
-            .map(|_| RELAY_PORT)
+            .has_proxy()
+            .then_some(RELAY_PORT)
             .into_iter()
             .collect(),
         required: profile.require.landlock,
@@ -530,7 +552,7 @@ pub fn build_env(
     ] {
         env.remove(k);
     }
-    if request.proxy_socket.is_some() {
+    if request.has_proxy() {
         for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
             env.insert(k.to_string(), RELAY_URL.to_string());
         }

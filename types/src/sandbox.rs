@@ -8,8 +8,15 @@ pub const WORK: &str = "/work";
 pub const TMP: &str = "/tmp";
 /// Everything gatehouse itself puts into the sandbox.
 pub const RUN: &str = "/run/gatehouse";
-/// The proxy identity's socket (the relay's upstream).
+/// The proxy identity's socket (the relay's upstream), when the sandbox
+/// is given the socket itself (`--proxy-socket`).
 pub const PROXY_SOCKET: &str = "/run/gatehouse/proxy.sock";
+/// The proxy identity's directory, when the sandbox is given that
+/// (`--proxy-dir`): the proxy re-creates the socket in it after a restart,
+/// and the sandbox sees the new one at the same path.
+pub const PROXY_DIR: &str = "/run/gatehouse/proxy";
+/// The name of the identity's socket in its directory.
+pub const PROXY_SOCKET_NAME: &str = "proxy.sock";
 /// The job's control socket (`gatehouse report`, `gatehouse inbox`).
 pub const CONTROL_SOCKET: &str = "/run/gatehouse/control.sock";
 /// System roots plus the proxy's CA.
@@ -25,7 +32,7 @@ mod tests {
 
     #[test]
     fn gatehouse_paths_are_under_run() {
-        for path in [PROXY_SOCKET, CONTROL_SOCKET, CA_BUNDLE, BIN_DIR] {
+        for path in [PROXY_SOCKET, PROXY_DIR, CONTROL_SOCKET, CA_BUNDLE, BIN_DIR] {
             assert_eq!(
                 std::path::Path::new(path).parent(),
                 Some(std::path::Path::new(RUN)),

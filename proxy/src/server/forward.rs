@@ -421,7 +421,9 @@ async fn respond(
         let bytes = collected.to_bytes();
         let id = created_message_id(&bytes, &message.id_pointer);
         if let Some(id) = id.as_deref().filter(|_| owned::created(status)) {
-            created.record(&message.kind, id);
+            if created.record(&message.kind, id) {
+                completion.proxy.save_identities();
+            }
         }
         let redacted = redact_body(&secrets, bytes);
         completion.record(status.as_u16(), redacted.len() as u64, id, None);

@@ -26,6 +26,7 @@ mod idle;
 mod inspect;
 mod message;
 mod owned;
+pub mod persist;
 pub mod policy;
 mod records;
 mod refusals;
@@ -34,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use gatehouse_types::{variables, DnsName, IdentityName, RepoSlug, TunnelTarget};
 use serde::Serialize;
@@ -85,9 +86,14 @@ pub struct IdentitySpec {
     pub rule_sets: Vec<String>,
     pub tunnel_hosts: Vec<String>,
     pub variables: BTreeMap<String, String>,
-    /// Where its socket goes; by default `<identity socket dir>/<name>.sock`.
+    /// Where its socket goes (a static identity of the config). `None`: an
+    /// identity of the admin API, whose socket is
+    /// `<identity socket dir>/<name>/proxy.sock`, saved across restarts.
     pub socket: Option<PathBuf>,
 }
+
+/// The file name of a dynamic identity's socket in its own directory.
+pub const IDENTITY_SOCKET: &str = gatehouse_types::sandbox::PROXY_SOCKET_NAME;
 
 /// A live identity.
 pub struct Identity {
@@ -96,6 +102,8 @@ pub struct Identity {
     /// The `host:port`s it may splice (a bare host in the spec is port 443).
     pub tunnel_hosts: BTreeSet<TunnelTarget>,
     pub socket: PathBuf,
+    /// Created through the admin API: in its own directory, saved.
+    dynamic: bool,
     client: UpstreamClient,
     revoked: watch::Sender<bool>,
     /// The objects it created (people's words are theirs).
@@ -138,6 +146,9 @@ pub struct Proxy {
     connections: Arc<Semaphore>,
     request_prefix: String,
     next_request: AtomicU64,
+    /// Where the dynamic identities are saved ([`persist`]), once set.
+    identity_state: OnceLock<PathBuf>,
+    identity_state_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -199,6 +210,8 @@ impl Proxy {
             connections: Arc::new(Semaphore::new(budget.connections)),
             request_prefix: format!("req_{:x}", started.as_nanos()),
             next_request: AtomicU64::new(1),
+            identity_state: OnceLock::new(),
+            identity_state_lock: Mutex::new(()),
         }))
     }
 
@@ -265,18 +278,47 @@ impl Proxy {
     }
 
     /// Creates an identity: checks it, binds its socket and starts serving.
+    /// Without a socket path it is an identity of the admin API: its socket
+    /// goes in a directory of its own and it is saved (see [`persist`]).
     pub fn add_identity(self: &Arc<Self>, spec: IdentitySpec) -> Result<PathBuf, IdentityError> {
+        if spec.socket.is_some() {
+            self.insert(spec, false, std::iter::empty())
+        } else {
+            self.add_dynamic(spec, std::iter::empty())
+        }
+    }
+
+    fn add_dynamic(
+        self: &Arc<Self>,
+        spec: IdentitySpec,
+        own: impl IntoIterator<Item = crate::rules::OwnedObject>,
+    ) -> Result<PathBuf, IdentityError> {
+        let socket = self.insert(spec, true, own)?;
+        self.save_identities();
+        Ok(socket)
+    }
+
+    fn insert(
+        self: &Arc<Self>,
+        spec: IdentitySpec,
+        dynamic: bool,
+        own: impl IntoIterator<Item = crate::rules::OwnedObject>,
+    ) -> Result<PathBuf, IdentityError> {
         let checked = self.validate(&spec)?;
-        let socket = spec
-            .socket
-            .clone()
-            .unwrap_or_else(|| self.socket_dir.join(format!("{}.sock", spec.name)));
         let mut identities = self.lock_identities();
         if identities.contains_key(&spec.name) {
             return Err(IdentityError::Exists(spec.name));
         }
+        // The name is checked (no `/`, no `..`): the directory is the socket
+        // directory's own child.
+        let socket = match &spec.socket {
+            Some(socket) => socket.clone(),
+            None => identity_dir(&self.socket_dir.join(&spec.name))?.join(IDENTITY_SOCKET),
+        };
         let listener = bind_socket(&socket)?;
         let (revoked, _) = watch::channel(false);
+        let created = owned::Created::default();
+        created.restore(own);
         let identity = Arc::new(Identity {
             name: spec.name.clone(),
             scope: Scope {
@@ -286,9 +328,10 @@ impl Proxy {
             },
             tunnel_hosts: checked.tunnel_hosts.into_iter().collect(),
             socket: socket.clone(),
+            dynamic,
             client: self.upstreams.client(),
             revoked,
-            created: owned::Created::default(),
+            created,
             connections: Arc::new(Semaphore::new(self.budget.per_identity)),
             requests: Arc::new(Semaphore::new(self.limits.requests_per_identity)),
         });
@@ -299,17 +342,32 @@ impl Proxy {
         Ok(socket)
     }
 
-    /// Revokes an identity: its socket is removed and its connections cut.
+    /// Revokes an identity: its socket (and directory) removed, its
+    /// connections cut, and it is no longer saved.
     pub fn remove_identity(&self, name: &str) -> Result<(), IdentityError> {
+        let identity = self.close_identity(name)?;
+        if identity.dynamic {
+            if let Some(dir) = identity.socket.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+            self.save_identities();
+        }
+        self.write_refusal_counts(Some(name));
+        tracing::info!(identity = %name, "identity revoked");
+        Ok(())
+    }
+
+    /// Stops serving an identity (socket removed, connections cut) without
+    /// forgetting it: what a shutdown does, so that a restart brings back
+    /// the identities of jobs that still run.
+    fn close_identity(&self, name: &str) -> Result<Arc<Identity>, IdentityError> {
         let identity = self
             .lock_identities()
             .remove(name)
             .ok_or_else(|| IdentityError::NotFound(name.to_string()))?;
         let _ = std::fs::remove_file(&identity.socket);
         identity.revoked.send_replace(true);
-        self.write_refusal_counts(Some(name));
-        tracing::info!(identity = %name, "identity revoked");
-        Ok(())
+        Ok(identity)
     }
 
     /// All live identities, by name.
@@ -329,11 +387,14 @@ impl Proxy {
         list
     }
 
-    /// Revokes every identity and writes out the audit log (shutdown).
+    /// Closes every identity and writes out the audit log (shutdown). The
+    /// saved identities stay saved: the jobs they belong to may outlive
+    /// this process (the supervisor revokes them when the jobs end).
     pub async fn shutdown(&self) {
         let names: Vec<String> = self.lock_identities().keys().cloned().collect();
         for name in names {
-            let _ = self.remove_identity(&name);
+            let _ = self.close_identity(&name);
+            self.write_refusal_counts(Some(&name));
         }
         // Let cut connections record their completions, then sync.
         tokio::task::yield_now().await;
@@ -409,6 +470,29 @@ pub fn validate_spec(spec: &IdentitySpec) -> Result<CheckedSpec, IdentityError> 
 /// A lowercase DNS name with at least one dot and no IP-literal shape.
 pub fn is_dns_name(host: &str) -> bool {
     DnsName::is_valid(host)
+}
+
+/// The directory of a dynamic identity's socket: created 0711, or, left by
+/// a run that died, kept as it is (a sandbox may hold it bind-mounted: a
+/// new directory would be a different one). It sits in the 0700 socket
+/// directory, so only the proxy's user and root reach it by path; 0711
+/// lets a sandbox's relay, whatever its uid, reach the socket inside it
+/// through the bind mount, without listing it.
+fn identity_dir(dir: &Path) -> Result<PathBuf, IdentityError> {
+    let err = |source| IdentityError::Socket {
+        path: dir.to_path_buf(),
+        source,
+    };
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.file_type().is_dir() => {}
+        Ok(_) => return Err(err(std::io::Error::other("exists and is not a directory"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir(dir).map_err(err)?;
+        }
+        Err(e) => return Err(err(e)),
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(err)?;
+    Ok(dir.to_path_buf())
 }
 
 /// Binds an identity socket. The socket is world-connectable (0666) but

@@ -4,9 +4,10 @@
 //! answers to its message-bearing calls (the created id, at the rule's
 //! `created_id_pointer`) and keeps the set in memory, per identity.
 //!
-//! Fail closed: objects created before the proxy restarted, or by an
-//! earlier identity of the same name, are not in the set, so editing them
-//! is refused.
+//! Fail closed: objects created by an earlier identity of the same name
+//! are not in the set, so editing them is refused. An identity of the
+//! admin API keeps its set across a restart of the proxy (`persist`);
+//! a static identity's starts empty.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -18,12 +19,23 @@ use crate::rules::OwnedObject;
 pub(super) struct Created(Mutex<HashSet<OwnedObject>>);
 
 impl Created {
-    /// Records a created object (an answer of 2xx to a message call).
-    pub(super) fn record(&self, kind: &str, id: &str) {
+    /// Records a created object (an answer of 2xx to a message call);
+    /// whether it is new.
+    pub(super) fn record(&self, kind: &str, id: &str) -> bool {
         self.lock().insert(OwnedObject {
             kind: kind.to_owned(),
             id: id.to_owned(),
-        });
+        })
+    }
+
+    /// Every object recorded (to save them).
+    pub(super) fn snapshot(&self) -> Vec<OwnedObject> {
+        self.lock().iter().cloned().collect()
+    }
+
+    /// Puts saved objects back (a restarted proxy).
+    pub(super) fn restore(&self, objects: impl IntoIterator<Item = OwnedObject>) {
+        self.lock().extend(objects);
     }
 
     /// Why a request on `object` is refused, if it is.
@@ -41,7 +53,7 @@ fn refusal(object: &OwnedObject, created_here: bool) -> Option<String> {
     (!created_here).then(|| {
         format!(
             "{} {} was not created by this identity: a worker may edit or close only what it created \
-             (objects created before the proxy restarted count as not its own)",
+             (objects created by an earlier identity of the same name count as not its own)",
             object.kind, object.id
         )
     })

@@ -69,8 +69,16 @@ impl Launcher for SandboxLauncher {
         };
         push("--profile", req.profile.as_ref());
         push("--workdir", req.work_dir.as_os_str());
-        if let Some(p) = req.proxy_socket {
-            push("--proxy-socket", p.as_os_str());
+        // An identity of the proxy's admin API has its socket alone in its
+        // own directory: binding the directory keeps the sandbox's way out
+        // when the proxy restarts and binds a new socket there.
+        match req.proxy_socket {
+            Some(p) if p.file_name() == Some(sandbox::PROXY_SOCKET_NAME.as_ref()) => {
+                let dir = p.parent().unwrap_or(p);
+                push("--proxy-dir", dir.as_os_str());
+            }
+            Some(p) => push("--proxy-socket", p.as_os_str()),
+            None => {}
         }
         push("--control-socket", req.control_socket.as_os_str());
         if let Some(ca) = req.ca_cert {

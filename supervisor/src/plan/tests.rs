@@ -125,6 +125,42 @@ fn sockets_ca_and_binary_are_bound_when_asked_for() {
 }
 
 #[test]
+fn a_proxy_dir_is_bound_whole_and_the_relay_reaches_the_socket_in_it() {
+    let req = RunRequest {
+        proxy_dir: Some("/run/gh/identities/tkt_1".into()),
+        ..request()
+    };
+    let plan = build(&req, &[]);
+    assert!(plan.mounts.iter().any(|m| matches!(
+        m,
+        MountStep::BindReadOnly { host, inside: i, optional: false, exec: false }
+            if host == &PathBuf::from("/run/gh/identities/tkt_1") && i == &PathBuf::from(inside::PROXY_DIR)
+    )));
+    assert_eq!(
+        plan.relay,
+        Some(PathBuf::from("/run/gatehouse/proxy/proxy.sock"))
+    );
+    assert_eq!(plan.landlock.tcp_connect, [RELAY_PORT]);
+    assert_eq!(env_of(&plan, "HTTPS_PROXY").as_deref(), Some(RELAY_URL));
+    // Neither form: no relay, no port, no proxy variables.
+    let none = build(&request(), &[]);
+    assert_eq!(none.relay, None);
+    assert!(none.landlock.tcp_connect.is_empty());
+    assert_eq!(env_of(&none, "HTTPS_PROXY"), None);
+    let relative = RunRequest {
+        proxy_dir: Some("ids/tkt_1".into()),
+        ..request()
+    };
+    assert!(matches!(
+        Plan::build(&default_profile(), &relative, ROOTLESS, &[]),
+        Err(PlanError::NotAbsolute {
+            flag: "--proxy-dir",
+            ..
+        })
+    ));
+}
+
+#[test]
 fn env_is_an_allowlist_and_sandbox_values_win() {
     let req = RunRequest {
         env: vec![

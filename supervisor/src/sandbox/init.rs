@@ -143,7 +143,11 @@ fn open_sources(
         .map(|(step, tree)| match tree {
             Some(tree) => Ok(Source::Tree {
                 tree,
-                is_dir: matches!(step, MountStep::BindWritable { .. }),
+                is_dir: match step {
+                    MountStep::BindWritable { .. } => true,
+                    MountStep::BindReadOnly { inside, .. } => super::is_proxy_dir(inside),
+                    _ => false,
+                },
             }),
             None => super::open_source(step),
         })

@@ -196,8 +196,9 @@ fn idmapped_workdir(plan: &Plan) -> Result<Option<OwnedFd>, SandboxError> {
 
 /// The detached mounts the host side makes before any namespace exists, one
 /// slot per mount step: the idmapped work dir, and, started by root, a clone
-/// of each bound socket. A socket sits in a directory its owner keeps
-/// private (the proxy's identity sockets are the proxy user's, 0700): the
+/// of each bound socket and of the proxy identity's directory. A socket sits
+/// in a directory its owner keeps private (the proxy's identity sockets are
+/// the proxy user's, 0700): the
 /// caller, root, can reach it, but the init, once in its own user namespace,
 /// no longer can, even before it takes the worker's uid.
 fn host_trees(plan: &Plan) -> Result<Vec<Option<OwnedFd>>, SandboxError> {
@@ -207,9 +208,11 @@ fn host_trees(plan: &Plan) -> Result<Vec<Option<OwnedFd>>, SandboxError> {
         .iter()
         .map(|step| match step {
             MountStep::BindWritable { .. } => Ok(workdir.take()),
-            MountStep::BindReadOnly { host, .. }
+            MountStep::BindReadOnly { host, inside, .. }
                 if plan.identity.caller_is_root
-                    && std::fs::symlink_metadata(host).is_ok_and(|m| m.file_type().is_socket()) =>
+                    && (std::fs::symlink_metadata(host)
+                        .is_ok_and(|m| m.file_type().is_socket())
+                        || is_proxy_dir(inside)) =>
             {
                 sys::idmap::clone_tree(host)
                     .map(Some)
@@ -221,6 +224,12 @@ fn host_trees(plan: &Plan) -> Result<Vec<Option<OwnedFd>>, SandboxError> {
             _ => Ok(None),
         })
         .collect()
+}
+
+/// Whether a bind's place inside is the proxy identity's directory (a
+/// private directory of the proxy's user, cloned like a socket).
+pub(crate) fn is_proxy_dir(inside: &std::path::Path) -> bool {
+    inside == std::path::Path::new(crate::plan::inside::PROXY_DIR)
 }
 
 /// Opens one bind source. The init calls this right after clone (an fd

@@ -206,7 +206,7 @@ fn the_job_api_accepts_the_job_the_live_router_sends() {
     assert_eq!(spec.deadline_secs, 600);
     assert!(spec.task.contains("fix the flaky test"));
     // The key is a header value the job API takes as is.
-    let key = idempotency_key(&ticket.id, &generation);
+    let key = idempotency_key(&ticket.id, &generation, 1);
     assert!(key.bytes().all(|b| b.is_ascii_graphic()), "{key}");
 }
 

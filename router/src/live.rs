@@ -18,6 +18,7 @@
 //! http       the job API client's and the proxy client's HTTP (unix socket; CONNECT + TLS)
 //! jobs       the job API's calls
 //! send       the outbox sent through the proxy
+//! lost       a job lost with the supervisor's restart: started again (bounded), else failed
 //! runner     the loop's thread, runtime and passes (LiveLoop)
 //! ```
 
@@ -25,6 +26,7 @@ pub mod config;
 pub mod events;
 pub mod http;
 pub mod jobs;
+mod lost;
 pub mod outbox;
 pub mod plan;
 pub mod runner;

@@ -249,8 +249,10 @@ fn start_proxy(
                 "app_id = \"cli_unused\"",
                 &format!("app_id = \"{FEISHU_APP}\""),
             );
+        // Identities of the admin API (the workers', the router's here)
+        // are kept across a restart of the proxy, as `gatehouse up` does.
         let config = format!(
-            "{config}\n[upstream.\"open.feishu.cn\"]\nurl = \"{}\"\nca_file = \"feishu-ca.pem\"\n",
+            "identity_state = \"identities.json\"\n{config}\n[upstream.\"open.feishu.cn\"]\nurl = \"{}\"\nca_file = \"feishu-ca.pem\"\n",
             feishu.base_url()
         );
         std::fs::write(d.join("proxy.toml"), config).unwrap();
@@ -349,8 +351,9 @@ impl LiveWorld {
         let _ = self.proxy.child.wait();
     }
 
-    /// Starts the proxy again on the same config (same CA) and creates the
-    /// router's identities again, at the same socket paths.
+    /// Starts the proxy again on the same config (same CA); it restores the
+    /// identities it had (the router's and the running workers'), at the
+    /// same socket paths.
     pub fn restart_proxy(&mut self) {
         let dir = self.dir.path().join("proxy");
         let _ = std::fs::remove_file(&self.proxy.admin);
@@ -372,16 +375,18 @@ impl LiveWorld {
             assert!(Instant::now() < deadline, "the proxy did not start again");
             std::thread::sleep(Duration::from_millis(25));
         }
-        let gh = create_identity(
-            &self.proxy.admin,
-            "router-gh-1",
-            json!({"rule_sets": ["router-github"], "variables": {"repo": "acme/widgets"}}),
-        );
-        assert_eq!(gh, self.github_identity);
-        create_identity(
-            &self.proxy.admin,
-            "router-fs",
-            json!({"rule_sets": ["router-feishu"]}),
+        let (status, listed) = admin_call(&self.proxy.admin, "GET", "/identities", None);
+        assert_eq!(status, 200, "{listed}");
+        let listed: Value = serde_json::from_str(&listed).unwrap();
+        let gh = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"] == "router-gh-1")
+            .unwrap_or_else(|| panic!("the router's identity was not restored: {listed}"));
+        assert_eq!(
+            gh["socket"].as_str().map(PathBuf::from).as_ref(),
+            Some(&self.github_identity)
         );
     }
 }

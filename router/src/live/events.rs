@@ -12,6 +12,9 @@ pub enum JobEvent {
     Report { job_id: String, report: Report },
     /// The job reached a final state (`done`, `failed`, `cancelled`, `timed_out`).
     Ended { job_id: String, state: String },
+    /// The job ended because the supervisor restarted (it kills, never
+    /// re-attaches): the work was lost, not done or failed by the worker.
+    Lost { job_id: String },
     /// Anything else (a non-final state, a kind this router does not know).
     Other,
 }
@@ -54,6 +57,9 @@ fn report_of(data: &serde_json::Value) -> Result<Report, serde_json::Error> {
 /// The final job states; the rest (`queued`, `running`) need nothing.
 pub const FINAL_STATES: &[&str] = &["done", "failed", "cancelled", "timed_out"];
 
+/// The `reason` of a job the supervisor ended at its start (supervisor/SERVICE.md, restarts).
+pub const LOST_REASON: &str = "supervisor_restarted";
+
 /// Parses a page. An event the router cannot read is `Other` (the cursor
 /// passes it) rather than an error that would stop the loop on it forever;
 /// a page that is not a page at all is an error.
@@ -82,6 +88,9 @@ fn bridge(e: RawEvent) -> JobEvent {
             }
         },
         "job_state" => match e.data["state"].as_str() {
+            Some("failed") if e.data["reason"].as_str() == Some(LOST_REASON) => {
+                JobEvent::Lost { job_id }
+            }
             Some(state) if FINAL_STATES.contains(&state) => JobEvent::Ended {
                 job_id,
                 state: state.to_owned(),
@@ -147,5 +156,31 @@ mod tests {
         assert_eq!(got[6], (7, JobEvent::Other));
         assert_eq!(got[7], (8, JobEvent::Other), "no job id");
         assert!(parse_page(b"{\"events\": 3}").is_err());
+    }
+
+    #[test]
+    fn a_job_the_supervisor_ended_at_its_restart_is_lost() {
+        let page = serde_json::json!({"events": [
+            {"seq": 1, "job_id": "job_a", "kind": "job_state", "data": {"state": "failed", "reason": "supervisor_restarted"}},
+            {"seq": 2, "job_id": "job_b", "kind": "job_state", "data": {"state": "failed", "reason": "launch failed: x"}},
+            {"seq": 3, "job_id": "job_c", "kind": "job_state", "data": {"state": "failed"}},
+            {"seq": 4, "job_id": "job_d", "kind": "job_state", "data": {"state": "cancelled", "reason": "supervisor_restarted"}}
+        ], "next": 4})
+        .to_string();
+        let got = parse_page(page.as_bytes()).unwrap().events;
+        assert_eq!(
+            got[0].1,
+            JobEvent::Lost {
+                job_id: "job_a".into()
+            }
+        );
+        let ended = |id: &str, state: &str| JobEvent::Ended {
+            job_id: id.into(),
+            state: state.into(),
+        };
+        assert_eq!(got[1].1, ended("job_b", "failed"));
+        assert_eq!(got[2].1, ended("job_c", "failed"));
+        // A cancel asked for before the restart stays a cancel.
+        assert_eq!(got[3].1, ended("job_d", "cancelled"));
     }
 }

@@ -269,9 +269,24 @@ pub fn fit_words(text: &str, max: usize) -> String {
 }
 
 /// The `Idempotency-Key` of a ticket generation's job: a retry after a
-/// crash is the same job, a resume (a new generation) a new one.
-pub fn idempotency_key(ticket: &TicketId, generation: &TriggerId) -> String {
-    format!("{ticket}:{generation}")
+/// crash is the same job, a resume (a new generation) a new one, and so is
+/// a start after the job was lost with the supervisor (`attempt` > 0).
+pub fn idempotency_key(ticket: &TicketId, generation: &TriggerId, attempt: u32) -> String {
+    match attempt {
+        0 => format!("{ticket}:{generation}"),
+        n => format!("{ticket}:{generation}:again{n}"),
+    }
+}
+
+/// How many times a generation's job is started again after it was lost
+/// with the supervisor; past that, the ticket fails.
+pub const LOST_JOB_RETRIES: u32 = 1;
+
+/// What to do when the job of a live ticket's generation, started
+/// `attempt` times before, was lost: `Some(next attempt)` to start it
+/// again, `None` to fail the ticket.
+pub fn after_lost(attempt: u32) -> Option<u32> {
+    (attempt < LOST_JOB_RETRIES).then(|| attempt + 1)
 }
 
 /// `POST /jobs`'s body, built from the ticket's mandate and the trigger

@@ -45,7 +45,7 @@ pub enum LiveError {
 /// The cursor over the router's decision log.
 const DECISIONS: &str = "decisions";
 /// The cursor over the supervisor's events.
-const EVENTS: &str = "events";
+pub(super) const EVENTS: &str = "events";
 /// How long a pass waits for more to do when nothing wakes it.
 const TICK: Duration = Duration::from_millis(200);
 /// How long the event poll waits after a failed one.
@@ -384,7 +384,7 @@ impl<J: Judge> Live<J> {
                 &input,
                 self.config.jobs.deadline_secs,
             );
-            let key = plan::idempotency_key(&job.ticket, &job.generation);
+            let key = plan::idempotency_key(&job.ticket, &job.generation, job.attempt);
             let submitted = self.jobs.submit(&key, &body).await?;
             calls += 1;
             match submitted {
@@ -511,9 +511,9 @@ impl<J: Judge> Live<J> {
         let now = wall_clock_ms();
         let words = self.reply_words();
         let job_id = match &event {
-            JobEvent::Report { job_id, .. } | JobEvent::Ended { job_id, .. } => {
-                Some(job_id.clone())
-            }
+            JobEvent::Report { job_id, .. }
+            | JobEvent::Ended { job_id, .. }
+            | JobEvent::Lost { job_id } => Some(job_id.clone()),
             JobEvent::Other => None,
         };
         // Only the current generation's job speaks for its ticket.
@@ -532,6 +532,9 @@ impl<J: Judge> Live<J> {
                     None => None,
                 }
             }
+        };
+        let Some(event) = self.on_lost(seq, event, current.as_ref(), now)? else {
+            return Ok(());
         };
         match (event, current) {
             (JobEvent::Report { report, .. }, Some((job, _))) => {

@@ -38,6 +38,9 @@ pub struct LiveJob {
     pub cancel: Option<bool>,
     /// The supervisor's final state for the job, once seen.
     pub job_state: Option<String>,
+    /// How many times the generation's job was started again after it was
+    /// lost with the supervisor (0: the first job).
+    pub attempt: u32,
 }
 
 /// Where an outbox entry is.
@@ -97,7 +100,7 @@ fn bad_id(kind: &'static str, id: &str) -> StoreError {
     }
 }
 
-const JOB_COLUMNS: &str = "ticket_id, generation, state, job_id, cancel, job_state";
+const JOB_COLUMNS: &str = "ticket_id, generation, state, job_id, cancel, job_state, attempt";
 
 type JobRow = (
     String,
@@ -106,6 +109,7 @@ type JobRow = (
     Option<String>,
     Option<String>,
     Option<String>,
+    i64,
 );
 
 fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
@@ -116,10 +120,13 @@ fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
         r.get(3)?,
         r.get(4)?,
         r.get(5)?,
+        r.get(6)?,
     ))
 }
 
-fn job_from((ticket, generation, stage, job_id, cancel, job_state): JobRow) -> Result<LiveJob> {
+fn job_from(
+    (ticket, generation, stage, job_id, cancel, job_state, attempt): JobRow,
+) -> Result<LiveJob> {
     Ok(LiveJob {
         ticket: ticket_id(&ticket)?,
         generation: trigger_id(&generation)?,
@@ -127,6 +134,7 @@ fn job_from((ticket, generation, stage, job_id, cancel, job_state): JobRow) -> R
         job_id,
         cancel: cancel.map(|c| c == "sent"),
         job_state,
+        attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
     })
 }
 
@@ -408,6 +416,20 @@ impl Tx<'_> {
                 "UPDATE live_jobs SET job_state = ?2, updated_at = ?3 WHERE job_id = ?1",
             )?
             .execute(params![job_id, job_state, sql_u64(now)])?;
+        Ok(())
+    }
+
+    /// The job `job_id` was lost (the supervisor restarted and ended it):
+    /// its generation wants a new one, attempt `attempt`. The lost job's id
+    /// is forgotten, so a late event about it speaks for nobody.
+    pub fn retry_lost_job(&mut self, job_id: &str, attempt: u32, now: u64) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "UPDATE live_jobs SET state = 'wanted', job_id = NULL, job_state = NULL,
+                     cancel = NULL, attempt = ?2, updated_at = ?3
+                 WHERE job_id = ?1",
+            )?
+            .execute(params![job_id, i64::from(attempt), sql_u64(now)])?;
         Ok(())
     }
 

@@ -191,6 +191,12 @@ CREATE TABLE live_outbox (
 ) STRICT;
 CREATE INDEX live_outbox_due ON live_outbox(next_at) WHERE state IN ('pending', 'unknown');
 "#,
+    // 6: a generation's job lost with the supervisor (it restarted and
+    // ended the job) is started again, a bounded number of times: the
+    // attempt counts them and names the new job's idempotency key.
+    r#"
+ALTER TABLE live_jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// What every connection to the router's database sets before it is used:

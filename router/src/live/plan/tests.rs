@@ -359,9 +359,38 @@ fn job_body_comes_from_the_mandate_and_the_generation() {
     // A resume is a new generation: a new key; a retry the same key.
     let mut c = IdClock::default();
     let (g1, g2): (TriggerId, TriggerId) = (c.issue(9), c.issue(9));
-    assert_eq!(idempotency_key(&t.id, &g1), idempotency_key(&t.id, &g1));
-    assert_ne!(idempotency_key(&t.id, &g1), idempotency_key(&t.id, &g2));
-    assert_eq!(idempotency_key(&t.id, &g1), format!("{}:{}", t.id, g1));
+    assert_eq!(
+        idempotency_key(&t.id, &g1, 0),
+        idempotency_key(&t.id, &g1, 0)
+    );
+    assert_ne!(
+        idempotency_key(&t.id, &g1, 0),
+        idempotency_key(&t.id, &g2, 0)
+    );
+    assert_eq!(idempotency_key(&t.id, &g1, 0), format!("{}:{}", t.id, g1));
+    // A job started again after it was lost is a new job.
+    assert_ne!(
+        idempotency_key(&t.id, &g1, 1),
+        idempotency_key(&t.id, &g1, 0)
+    );
+    assert_ne!(
+        idempotency_key(&t.id, &g1, 1),
+        idempotency_key(&t.id, &g1, 2)
+    );
+}
+
+#[test]
+fn a_lost_job_is_started_again_a_bounded_number_of_times() {
+    assert_eq!(after_lost(0), Some(1));
+    assert_eq!(after_lost(LOST_JOB_RETRIES), None);
+    assert_eq!(after_lost(u32::MAX), None);
+    let mut attempt = 0;
+    let mut starts = 1;
+    while let Some(next) = after_lost(attempt) {
+        attempt = next;
+        starts += 1;
+    }
+    assert_eq!(starts, 1 + LOST_JOB_RETRIES);
 }
 
 #[test]

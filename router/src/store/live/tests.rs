@@ -107,6 +107,40 @@ fn cursors_jobs_and_forwards() {
 }
 
 #[test]
+fn a_lost_job_is_wanted_again_with_its_attempt_and_its_id_forgotten() {
+    let (mut r, ticket, trigger) = opened();
+    r.store
+        .transaction(|tx| {
+            tx.want_job(&ticket, &trigger, 20)?;
+            tx.set_job_submitted(&ticket, &trigger, Some("job_1"), 21)
+        })
+        .unwrap();
+    assert_eq!(
+        r.store
+            .read()
+            .current_live_job(&ticket)
+            .unwrap()
+            .unwrap()
+            .attempt,
+        0
+    );
+    r.store
+        .transaction(|tx| tx.retry_lost_job("job_1", 1, 30))
+        .unwrap();
+    let read = r.store.read();
+    assert_eq!(read.live_job_by_id("job_1").unwrap(), None);
+    let wanted = read.wanted_jobs(10).unwrap();
+    assert_eq!(wanted.len(), 1);
+    assert_eq!((wanted[0].attempt, wanted[0].job_id.as_deref()), (1, None));
+    assert_eq!(wanted[0].job_state, None);
+    r.store
+        .transaction(|tx| tx.set_job_submitted(&ticket, &trigger, Some("job_2"), 31))
+        .unwrap();
+    let job = r.store.read().live_job_by_id("job_2").unwrap().unwrap();
+    assert_eq!((job.attempt, job.stage), (1, JobStage::Submitted));
+}
+
+#[test]
 fn steps_and_the_outbox() {
     let (mut r, ticket, trigger) = opened();
     r.store

@@ -24,6 +24,8 @@ pub const SERVER_NAMES: &[&str] = &[
     "pipelines.actions.githubusercontent.com",
     "open.feishu.cn",
     "open.larksuite.com",
+    // The model API (OpenAI-compatible; the proxy's model-api rule set).
+    "api.openai.com",
     // A package registry, so a tunnel test verifies TLS end to end with
     // the registry's own name (the emulator answers it 404).
     "registry.npmjs.org",

@@ -1,4 +1,4 @@
-//! Local emulators of GitHub and Feishu over TLS on loopback, for tests,
+//! Local emulators of GitHub, Feishu and an OpenAI-compatible model API over TLS on loopback, for tests,
 //! benchmarks and the demo.
 //!
 //! ```text
@@ -6,7 +6,8 @@
 //!     │                                        │ dispatch on Host / path
 //!     │                                        ├─► REST + GraphQL ─► in-memory model (pure handlers)
 //!     │                                        ├─► git smart HTTP ─► `git http-backend` on a bare repo (streamed)
-//!     │                                        └─► Feishu open API ─► tokens + messages
+//!     │                                        ├─► Feishu open API ─► tokens + messages
+//!     │                                        └─► chat completions ─► scripted answers, latency, faults
 //!     └── trusts the emulator's own test CA (generated in memory at start)
 //! ```
 //!
@@ -20,6 +21,7 @@
 pub mod ca;
 pub mod feishu;
 pub mod github;
+pub mod model;
 pub mod record;
 mod server;
 mod time;
@@ -34,6 +36,10 @@ pub use github::{
     user_id, webhook_signature, AnswerFault, Comment, CommentKind, GithubEmulator, GithubError,
     GithubHandle, GithubOptions, GithubToken, RepoSpec, WebhookDelivery, WebhookFaults,
     WebhookTarget, GIT_USER,
+};
+pub use model::{
+    Fault as ModelFault, ModelEmulator, ModelError, ModelHandle, ModelOptions, Reply as ModelReply,
+    Script as ModelScript,
 };
 pub use record::RecordedRequest;
 pub use server::ServeError;

@@ -185,7 +185,10 @@ impl ModelOptions {
     }
 
     /// Compute answers no script matches.
-    pub fn responder(mut self, f: impl Fn(&Value) -> Option<Reply> + Send + Sync + 'static) -> Self {
+    pub fn responder(
+        mut self,
+        f: impl Fn(&Value) -> Option<Reply> + Send + Sync + 'static,
+    ) -> Self {
         self.responder = Some(Arc::new(f));
         self
     }
@@ -426,7 +429,12 @@ impl ModelState {
             }
         };
         let reply = choose(&mut lock(&self.scripts), &request.contents)
-            .or_else(|| self.options.responder.as_ref().and_then(|f| f(&request.raw)))
+            .or_else(|| {
+                self.options
+                    .responder
+                    .as_ref()
+                    .and_then(|f| f(&request.raw))
+            })
             .unwrap_or_else(|| Reply::Content("ok".to_owned()));
         let o = &self.options;
         match reply {
@@ -526,9 +534,9 @@ fn parse_request(body: &[u8]) -> Result<ChatRequest, String> {
 
 /// The first script matching `contents` with uses left; uses one.
 fn choose(scripts: &mut [Script], contents: &str) -> Option<Reply> {
-    let script = scripts.iter_mut().find(|s| {
-        s.uses != Some(0) && s.contains.iter().all(|needle| contents.contains(needle))
-    })?;
+    let script = scripts
+        .iter_mut()
+        .find(|s| s.uses != Some(0) && s.contains.iter().all(|needle| contents.contains(needle)))?;
     if let Some(n) = script.uses.as_mut() {
         *n -= 1;
     }
@@ -578,7 +586,9 @@ mod tests {
         assert!(parse_request(b"{").is_err());
         assert!(parse_request(br#"{"messages":[{"role":"user","content":"x"}]}"#).is_err());
         assert!(parse_request(br#"{"model":"m","messages":[]}"#).is_err());
-        assert!(parse_request(br#"{"model":"m","messages":[{"role":"boss","content":"x"}]}"#).is_err());
+        assert!(
+            parse_request(br#"{"model":"m","messages":[{"role":"boss","content":"x"}]}"#).is_err()
+        );
         assert!(parse_request(br#"{"model":"m","messages":[{"role":"user"}]}"#).is_err());
         let r = parse_request(&request(&["a", "b"])).unwrap();
         assert_eq!(r.contents, "a\nb");
@@ -601,7 +611,10 @@ mod tests {
             choose(&mut scripts, "judge r1"),
             Some(Reply::Content("J".into()))
         );
-        assert_eq!(choose(&mut scripts, "judge"), Some(Reply::Content("J".into())));
+        assert_eq!(
+            choose(&mut scripts, "judge"),
+            Some(Reply::Content("J".into()))
+        );
     }
 
     #[test]
@@ -622,7 +635,13 @@ mod tests {
         let wrong = fault_answer(Fault::WrongSchema, &r, &o);
         let v: Value = serde_json::from_slice(&wrong.body).unwrap();
         assert!(v.get("choices").is_none());
-        let limited = fault_answer(Fault::RateLimited { retry_after_secs: 3 }, &r, &o);
+        let limited = fault_answer(
+            Fault::RateLimited {
+                retry_after_secs: 3,
+            },
+            &r,
+            &o,
+        );
         assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(limited.retry_after, Some(3));
     }

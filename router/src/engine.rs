@@ -13,7 +13,7 @@ use crate::id::{ReplyId, ThreadId, TicketId, TriggerId};
 use crate::json;
 use crate::policy::{Policy, PolicyVersion};
 use crate::reply::{check_note, check_reply, Purpose, Refusal, ReplyAttempt, TriggerRecord};
-use crate::route::{claim_holds, route_trigger, NoTicket, TicketAction};
+use crate::route::{claim_holds, judge_ask, route_trigger, NoTicket, TicketAction};
 use crate::store::{text_sha256, ReplyRecord, ReplyTarget, Store, StoreError, ThreadRecord, Tx};
 use crate::ticket::{
     apply_report, end_ticket, EndRefusal, EndRequester, Mandate, Outcome, Report, ReportRefusal,
@@ -226,6 +226,29 @@ impl<J: Judge> Router<J> {
         let decision = record_policy(&mut self.store, &policy, previous, now)?;
         self.policy = policy;
         Ok(decision)
+    }
+
+    /// Lets a batching judge answer, in one call, every candidate the
+    /// coming `inputs` will ask about (a turn); decisions follow one by one.
+    pub fn prepare_turn(&mut self, inputs: &[TriggerInput]) -> Result<(), EngineError> {
+        if !self.judge.batches() {
+            return Ok(());
+        }
+        let mut asks = Vec::new();
+        for input in inputs {
+            let read = self.store.read();
+            let had_ticket = match read.thread_by_key(&input.thread)? {
+                Some(thread) => read.latest_ticket(&thread.id)?.is_some(),
+                None => false,
+            };
+            // Two candidates of one turn on one new thread: the first may
+            // open a ticket; the second is asked anyway (cheap, never wrong).
+            if let Some(ask) = judge_ask(input, &self.policy, had_ticket) {
+                asks.push(ask);
+            }
+        }
+        self.judge.prepare(asks);
+        Ok(())
     }
 
     /// Gate, then pass-through, revalidation or eval; records it all.

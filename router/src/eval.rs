@@ -2,9 +2,11 @@
 //!
 //! Code checks each rule's structured conditions first (the fast path); only
 //! rules whose conditions hold go to a [`Judge`] for the semantic match (the
-//! slow path: the router model, later). The rule's mode then decides: `off`
-//! rules are not evaluated, `observe` records "would accept" and accepts
-//! nothing, `auto` accepts.
+//! slow path: the router model, [`crate::model::judge`]). The rule's mode then
+//! decides: `off` rules are not evaluated, `observe` records "would accept"
+//! and accepts nothing, `auto` accepts. A judge that cannot answer (the model
+//! unreachable, an answer that is not valid) accepts nothing: the verdict is
+//! `not_judged` with the reason (`judge_unavailable`, `judge_invalid`).
 
 use serde::{Deserialize, Serialize};
 
@@ -19,10 +21,61 @@ pub struct Judgement {
     pub reason: String,
 }
 
+/// Why a judge gave no judgement; the rule accepts nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeFailure {
+    /// No answer: unreachable, timed out, refused, rate limited past retries.
+    JudgeUnavailable,
+    /// An answer that is not a valid judgement (not JSON, wrong schema, a
+    /// rule or candidate that was not offered, a missing or doubled answer).
+    JudgeInvalid,
+}
+
+/// A judge's failure, with what went wrong in words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JudgeError {
+    pub reason: JudgeFailure,
+    pub detail: String,
+}
+
+impl JudgeError {
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        Self {
+            reason: JudgeFailure::JudgeUnavailable,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn invalid(detail: impl Into<String>) -> Self {
+        Self {
+            reason: JudgeFailure::JudgeInvalid,
+            detail: detail.into(),
+        }
+    }
+}
+
 /// Decides whether a candidate means what a rule describes. Called only for
-/// enabled, not-off rules whose structured conditions already hold.
+/// enabled, not-off rules whose structured conditions already hold, and
+/// never about the gate.
 pub trait Judge {
-    fn judge(&self, rule: &Rule, trigger: &TriggerInput) -> Judgement;
+    fn judge(&self, rule: &Rule, trigger: &TriggerInput) -> Result<Judgement, JudgeError>;
+
+    /// Called once per turn, before its decisions, with every candidate
+    /// they will ask about: a batching judge answers them in one call.
+    fn prepare(&mut self, _asks: Vec<Ask>) {}
+
+    /// Whether [`Judge::prepare`] is worth computing asks for.
+    fn batches(&self) -> bool {
+        false
+    }
+}
+
+/// A candidate a turn will ask a judge about, with the rules it is judged against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    pub trigger: TriggerInput,
+    pub rules: Vec<Rule>,
 }
 
 /// Accepts on the structured conditions alone.
@@ -30,11 +83,11 @@ pub trait Judge {
 pub struct RulesOnlyJudge;
 
 impl Judge for RulesOnlyJudge {
-    fn judge(&self, _rule: &Rule, _trigger: &TriggerInput) -> Judgement {
-        Judgement {
+    fn judge(&self, _rule: &Rule, _trigger: &TriggerInput) -> Result<Judgement, JudgeError> {
+        Ok(Judgement {
             matched: true,
             reason: "structured conditions hold (rules-only judge)".to_owned(),
-        }
+        })
     }
 }
 
@@ -68,6 +121,11 @@ pub enum Verdict {
     },
     Accept {
         reason: String,
+    },
+    /// The judge gave no judgement; nothing is accepted.
+    NotJudged {
+        reason: JudgeFailure,
+        detail: String,
     },
 }
 
@@ -143,12 +201,31 @@ fn verdict(
     if let Err(condition) = conditions_hold(&rule.when, trigger, author, scope) {
         return Verdict::ConditionFailed { condition };
     }
-    let Judgement { matched, reason } = judge.judge(rule, trigger);
+    let Judgement { matched, reason } = match judge.judge(rule, trigger) {
+        Ok(j) => j,
+        Err(JudgeError { reason, detail }) => return Verdict::NotJudged { reason, detail },
+    };
     match (matched, rule.mode) {
         (false, _) => Verdict::NoMatch { reason },
         (true, Mode::Auto) => Verdict::Accept { reason },
         (true, _) => Verdict::WouldAccept { reason },
     }
+}
+
+/// The rules of the scope's team a judge would be asked about: enabled, not
+/// off, their structured conditions holding (what a batch asks the model).
+pub fn rules_to_judge<'p>(
+    trigger: &TriggerInput,
+    author: &Author,
+    scope: &Scope,
+    policy: &'p Policy,
+) -> Vec<&'p Rule> {
+    policy
+        .rules
+        .iter()
+        .filter(|r| r.team == scope.team && r.enabled && r.mode != Mode::Off)
+        .filter(|r| conditions_hold(&r.when, trigger, author, scope).is_ok())
+        .collect()
 }
 
 /// The first structured condition the trigger fails, if any.
@@ -228,11 +305,11 @@ mod tests {
 
     struct Never;
     impl Judge for Never {
-        fn judge(&self, rule: &Rule, _: &TriggerInput) -> Judgement {
-            Judgement {
+        fn judge(&self, rule: &Rule, _: &TriggerInput) -> Result<Judgement, JudgeError> {
+            Ok(Judgement {
                 matched: false,
                 reason: format!("not what {} means", rule.id),
-            }
+            })
         }
     }
 
@@ -283,6 +360,59 @@ mod tests {
             Verdict::NoMatch { .. }
         ));
         assert!(e.accepted().is_empty());
+    }
+
+    struct Broken(JudgeFailure);
+    impl Judge for Broken {
+        fn judge(&self, _: &Rule, _: &TriggerInput) -> Result<Judgement, JudgeError> {
+            Err(JudgeError {
+                reason: self.0,
+                detail: "model down".into(),
+            })
+        }
+    }
+
+    #[test]
+    fn a_failed_judge_accepts_nothing_and_says_why() {
+        for failure in [JudgeFailure::JudgeUnavailable, JudgeFailure::JudgeInvalid] {
+            let e = eval_with(BASE, &ci_failure("main"), &Broken(failure));
+            assert_eq!(
+                verdict_of(&e, "ci-fails-on-main"),
+                Verdict::NotJudged {
+                    reason: failure,
+                    detail: "model down".into()
+                }
+            );
+            assert!(e.accepted().is_empty() && e.would_accept().is_empty());
+        }
+        let json = serde_json::to_string(&Verdict::NotJudged {
+            reason: JudgeFailure::JudgeUnavailable,
+            detail: "x".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            json,
+            r#"{"verdict":"not_judged","reason":"judge_unavailable","detail":"x"}"#
+        );
+    }
+
+    #[test]
+    fn rules_to_judge_are_those_the_judge_is_asked_about() {
+        let t = ci_failure("main");
+        let p = Policy::from_toml("p", BASE).unwrap();
+        let adm = gate(&t, &p);
+        let Admission::Candidate { author } = &adm else {
+            panic!()
+        };
+        let scope = scope_for(&t, &adm, &p).unwrap();
+        let ids: Vec<&str> = rules_to_judge(&t, author, &scope, &p)
+            .iter()
+            .map(|r| r.id.as_str())
+            .collect();
+        assert_eq!(ids, vec!["ci-fails-on-main"]);
+        let off =
+            Policy::from_toml("p", &BASE.replace("mode = \"auto\"", "mode = \"off\"")).unwrap();
+        assert!(rules_to_judge(&t, author, &scope, &off).is_empty());
     }
 
     #[test]

@@ -38,6 +38,7 @@
 //!                          stored delivery ─► engine once (signature, mention,
 //!                          github mapping, listener, process)
 //! live         the live router: router.toml; decisions ─► jobs, inbox, replies
+//! model        the router model through the proxy: client, judge, batching per turn
 //! ```
 
 #![forbid(unsafe_code)]
@@ -49,6 +50,7 @@ pub mod id;
 pub mod intake;
 pub mod json;
 pub mod live;
+pub mod model;
 pub mod policy;
 pub mod replay;
 pub mod reply;

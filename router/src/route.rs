@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::eval::{evaluate, Evaluation, Judge};
+use crate::eval::{evaluate, rules_to_judge, Ask, Evaluation, Judge};
 use crate::gate::{gate, scope_for, Admission, Author};
 use crate::id::TicketId;
 use crate::policy::Policy;
@@ -124,6 +124,30 @@ pub fn claim_holds(input: &TriggerInput, claimed: &Ticket) -> bool {
     input.kind.is_lifecycle()
         && claimed.is_live()
         && input.repo.as_deref() == Some(claimed.mandate.scope.repo.as_str())
+}
+
+/// What a judge will be asked about `input`, if anything (pure): only a
+/// candidate on a thread that has never had a ticket reaches eval (a live
+/// ticket takes it as pass-through, an ended one resumes or stays ended),
+/// and only rules whose structured conditions hold reach the judge; a
+/// lifecycle trigger (a close, a merge) is never evaluated.
+pub fn judge_ask(input: &TriggerInput, policy: &Policy, thread_had_ticket: bool) -> Option<Ask> {
+    if thread_had_ticket || input.kind.is_lifecycle() {
+        return None;
+    }
+    let admission = gate(input, policy);
+    let Admission::Candidate { author } = &admission else {
+        return None;
+    };
+    let scope = scope_for(input, &admission, policy)?;
+    let rules: Vec<_> = rules_to_judge(input, author, &scope, policy)
+        .into_iter()
+        .cloned()
+        .collect();
+    (!rules.is_empty()).then(|| Ask {
+        trigger: input.clone(),
+        rules,
+    })
 }
 
 /// What the thread's most recent ticket decides for an admitted trigger.

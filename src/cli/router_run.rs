@@ -11,6 +11,7 @@ use gatehouse_router::engine::Router;
 use gatehouse_router::eval::RulesOnlyJudge;
 use gatehouse_router::intake::{wall_clock_ms, Intake, ListenerConfig};
 use gatehouse_router::live::{LiveLoop, RouterConfig};
+use gatehouse_router::model::{ConfiguredJudge, ModelClient, ModelJudge};
 use gatehouse_router::policy::Policy;
 use gatehouse_router::store::Store;
 
@@ -49,7 +50,16 @@ pub(super) fn run(config_path: &Path, sync: Sync) -> anyhow::Result<ExitCode> {
     // that (ids and caches follow the other connection's commits).
     let stop = StopSignals::install()?;
     let now = wall_clock_ms();
-    let intake_router = Router::new(open_store()?, policy.clone(), RulesOnlyJudge, now)?;
+    // The model judges only when configured (`[model] judge = true`);
+    // otherwise the rules-only judge decides, as without a model.
+    let judge = match &config.model {
+        Some(m) if m.judge => ConfiguredJudge::Model(Box::new(
+            ModelJudge::new(ModelClient::new(m.clone(), &config.proxy.ca_cert)?)
+                .context("cannot start the model judge")?,
+        )),
+        _ => ConfiguredJudge::RulesOnly(RulesOnlyJudge),
+    };
+    let intake_router = Router::new(open_store()?, policy.clone(), judge, now)?;
     let loop_router = Router::new(open_store()?, policy, RulesOnlyJudge, now)?;
     let mut live = LiveLoop::start(loop_router, &config)?;
     let mut intake = Intake::start_many(

@@ -13,6 +13,7 @@
 use crate::engine::{EngineError, Router};
 use crate::eval::Judge;
 use crate::store::{StoreError, StoredDelivery};
+use crate::trigger::TriggerInput;
 
 use super::feishu;
 use super::github::{self, BotAccount, Mapped};
@@ -45,20 +46,26 @@ pub fn process_pending<J: Judge>(
         if batch.is_empty() {
             return Ok(done);
         }
-        for delivery in batch {
-            process_one(router, &delivery, now(), &mut done)?;
+        // One turn: the batch's candidates are judged together first (by a
+        // batching judge), then each delivery is decided on its own.
+        let mapped: Vec<_> = batch.iter().map(|d| (d, map(router, d))).collect();
+        let inputs: Vec<TriggerInput> = mapped
+            .iter()
+            .filter_map(|(_, m)| match m {
+                Ok(Mapped::Trigger(input)) => Some((**input).clone()),
+                _ => None,
+            })
+            .collect();
+        router.prepare_turn(&inputs)?;
+        for (delivery, mapped) in mapped {
+            process_one(router, delivery, mapped, now(), &mut done)?;
         }
     }
 }
 
-fn process_one<J: Judge>(
-    router: &mut Router<J>,
-    d: &StoredDelivery,
-    now: u64,
-    done: &mut Processed,
-) -> Result<(), EngineError> {
+fn map<J: Judge>(router: &Router<J>, d: &StoredDelivery) -> Result<Mapped, String> {
     let bot = BotAccount::from_policy(router.policy());
-    let mapped = match d.platform.as_str() {
+    match d.platform.as_str() {
         "github" => {
             github::map(&d.event, &d.delivery_id, &d.body, bot.as_ref()).map_err(|e| e.to_string())
         }
@@ -67,7 +74,16 @@ fn process_one<J: Judge>(
             feishu::map(&d.body, bot.as_deref()).map_err(|e| e.to_string())
         }
         other => Err(format!("no source maps `{other}` deliveries")),
-    };
+    }
+}
+
+fn process_one<J: Judge>(
+    router: &mut Router<J>,
+    d: &StoredDelivery,
+    mapped: Result<Mapped, String>,
+    now: u64,
+    done: &mut Processed,
+) -> Result<(), EngineError> {
     match mapped {
         Ok(Mapped::Trigger(input)) => {
             router.on_trigger_with(*input, now, |tx, decision| {

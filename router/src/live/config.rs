@@ -41,6 +41,7 @@ struct File {
     proxy: ProxyFile,
     github: Option<GithubFile>,
     feishu: Option<FeishuFile>,
+    model: Option<crate::model::config::ModelFile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -94,6 +95,8 @@ pub struct RouterConfig {
     pub proxy: ProxyConfig,
     pub github: Option<GithubConfig>,
     pub feishu: Option<FeishuConfig>,
+    /// The router's model; `None`: rules-only judge, template replies.
+    pub model: Option<crate::model::ModelConfig>,
 }
 
 /// The supervisor's job API.
@@ -238,7 +241,20 @@ fn validate(raw: File, file: &str, base: &Path) -> Result<RouterConfig, ConfigEr
             ));
         }
     }
+    let model = match raw.model {
+        None => None,
+        Some(m) => Some(
+            m.validate(|key, p| {
+                if p.as_os_str().is_empty() {
+                    return Err((key.to_owned(), "a path".to_owned()));
+                }
+                Ok(crate::model::config::resolve(base, p))
+            })
+            .map_err(|(key, expected)| invalid(&key, &expected))?,
+        ),
+    };
     Ok(RouterConfig {
+        model,
         policy: path("policy", raw.policy)?,
         state: path("state", raw.state)?,
         jobs: JobsConfig {

@@ -46,6 +46,7 @@ pub enum HttpError {
 #[derive(Debug, Clone)]
 pub struct Answer {
     pub status: StatusCode,
+    pub headers: http::HeaderMap,
     pub body: Bytes,
 }
 
@@ -128,6 +129,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
     driver.abort();
     Ok(Answer {
         status: parts.status,
+        headers: parts.headers,
         body,
     })
 }

@@ -1,0 +1,22 @@
+//! The router's model: a judge for team rules' text and (later) a writer
+//! for reply texts, reached only through the proxy with the router's own
+//! identity (rule set `model-api`; the proxy holds and injects the key).
+//! Off by default: without `[model]` the rules-only judge decides.
+//!
+//! ```text
+//! config   [model] in router.toml ─► ModelConfig (no key: an unknown field)
+//! client   Structured ─► POST chat/completions (JSON schema, strict) ─► JSON;
+//!          retries on 429/5xx/no answer honouring Retry-After; a concurrency limit
+//! judge    pure: candidates + offered rules ─► prompt (message text as data);
+//!          answer ─► judgements, or judge_invalid (a rule not offered, …)
+//! batch    a turn's candidates ─► one call per chunk ─► per-item retry ─► ModelJudge
+//! ```
+
+pub mod batch;
+pub mod client;
+pub mod config;
+pub mod judge;
+
+pub use batch::{ConfiguredJudge, ModelJudge};
+pub use client::{CallError, ModelClient};
+pub use config::ModelConfig;

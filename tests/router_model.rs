@@ -188,6 +188,7 @@ fn ci_failure(n: u32, text: &str) -> TriggerInput {
         labels: Vec::new(),
         branch: Some("main".into()),
         text: text.into(),
+        head_ticket: None,
         raw: None,
     }
 }

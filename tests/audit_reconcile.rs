@@ -1,10 +1,12 @@
 //! `gatehouse audit reconcile` and `attention` over a real run of the live
 //! loop (`gatehouse_testkit::live`: emulators, proxy, supervisor, router as
-//! processes): the run reconciles with nothing unexplained, the GitHub side
-//! fetched through the router's own identity; then each kind of mismatch
-//! is seeded and reported with why: a comment the bot's token posted
-//! directly on the emulator, a message call with no reply-log entry, a
-//! reply marked sent that was never forwarded, a tampered audit line.
+//! processes): a GitHub and a Feishu story reconcile with nothing
+//! unexplained, both platforms' side fetched through the router's own
+//! identities; then each kind of mismatch is seeded and reported with why:
+//! a comment the bot's token posted directly on the GitHub emulator and a
+//! message the Feishu app posted with its own credential, a message call
+//! with no reply-log entry, a reply marked sent that was never forwarded, a
+//! tampered audit line.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -15,7 +17,7 @@ use gatehouse_proxy::audit::{
 };
 use gatehouse_router::id::ReplyId;
 use gatehouse_router::store::{Durability, OutboxState, OutboxUpdate, ReplyRecord, Store};
-use gatehouse_testkit::live::{LiveWorld, BOT_LOGIN};
+use gatehouse_testkit::live::{LiveWorld, BOT_LOGIN, FEISHU_APP, FEISHU_BOT, FEISHU_CHAT};
 use serde_json::Value;
 
 const WORKER: &str = r#"
@@ -59,7 +61,7 @@ fn p(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
-fn wait_ended(w: &LiveWorld) {
+fn wait_ended(w: &LiveWorld, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let tickets = Store::open(&w.state(), Durability::Normal)
@@ -67,7 +69,7 @@ fn wait_ended(w: &LiveWorld) {
             .read()
             .tickets()
             .unwrap();
-        if tickets.iter().any(|t| t.outcome.is_some()) {
+        if tickets.iter().filter(|t| t.outcome.is_some()).count() >= n {
             return;
         }
         assert!(Instant::now() < deadline, "never ended: {}", w.log());
@@ -169,10 +171,18 @@ fn a_live_run_reconciles_and_each_seeded_mismatch_is_reported() {
     w.github
         .add_issue_comment("acme/widgets", n, "@gatehouse-bot please fix it", "alice")
         .unwrap();
-    w.wait("the result", |w| {
+    w.feishu.send_user_message(
+        FEISHU_CHAT,
+        "group",
+        "ou_alice",
+        "@_user_1 the login form rejects valid emails",
+        &[(FEISHU_BOT, "gatehouse")],
+    );
+    w.wait("the results", |w| {
         w.bot_comments(n).iter().any(|c| c.starts_with("Done:"))
+            && w.bot_messages().iter().any(|m| m.starts_with("Done:"))
     });
-    wait_ended(&w);
+    wait_ended(&w, 2);
     std::thread::sleep(Duration::from_secs(1));
     let dir = w.dir.path().to_owned();
     let (log, db, config) = (
@@ -190,24 +200,27 @@ fn a_live_run_reconciles_and_each_seeded_mismatch_is_reported() {
         p(&config),
         "--github-bot",
         BOT_LOGIN,
+        "--feishu",
     ];
 
-    // The clean run: both replies delivered, both comments explained.
+    // The clean run: four replies delivered, each posted message explained.
     let (code, findings, summary) = audit(&live);
     assert_eq!(code, 0, "{findings:#?}");
     assert_eq!(summary["unexplained"], 0, "{findings:#?}");
     let explained = kinds(&findings, true);
     let count = |k: &str| explained.iter().filter(|e| *e == k).count();
-    assert_eq!(count("reply_delivered"), 2, "{findings:#?}");
-    assert_eq!(count("platform_explained"), 2, "{findings:#?}");
-    let delivered: Vec<&Value> = findings
-        .iter()
-        .filter(|f| f["kind"] == "reply_delivered")
-        .collect();
-    assert_eq!(delivered[0]["purpose"], "ack");
-    assert_eq!(delivered[1]["purpose"], "result");
+    assert_eq!(count("reply_delivered"), 4, "{findings:#?}");
+    assert_eq!(count("platform_explained"), 4, "{findings:#?}");
+    for message in ["github_issue_comment", "feishu_reply"] {
+        let purposes: Vec<&Value> = findings
+            .iter()
+            .filter(|f| f["kind"] == "reply_delivered" && f["message"] == message)
+            .map(|f| &f["purpose"])
+            .collect();
+        assert_eq!(purposes, ["ack", "result"], "{message}: {findings:#?}");
+    }
 
-    // Attention: one finished ticket, an ack and a result, nothing else.
+    // Attention: two finished tickets, an ack and a result each.
     let (code, _, _) = {
         let out = gatehouse_testkit::bin::command()
             .args([
@@ -222,39 +235,47 @@ fn a_live_run_reconciles_and_each_seeded_mismatch_is_reported() {
             .output()
             .unwrap();
         let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(report["finished_tickets"], 1, "{report:#}");
-        assert_eq!(report["messages"], 2, "{report:#}");
+        assert_eq!(report["finished_tickets"], 2, "{report:#}");
+        assert_eq!(report["messages"], 4, "{report:#}");
         assert_eq!(report["progress_style"], 0, "{report:#}");
         assert_eq!(report["tickets"][0]["by_purpose"]["ack"], 1, "{report:#}");
         (out.status.code().unwrap_or(-1), (), ())
     };
     assert_eq!(code, 0);
 
-    // The bot's token used directly on the platform.
+    // The bot's credentials used directly on each platform.
     w.github
         .add_issue_comment("acme/widgets", n, "Still working on it", BOT_LOGIN)
         .unwrap();
+    let feishu_direct = w
+        .feishu
+        .add_app_message(FEISHU_CHAT, FEISHU_APP, "Still working");
     let (code, findings, _) = audit(&live);
     assert_eq!(code, 1);
     assert_eq!(
         kinds(&findings, false),
-        vec!["platform_unexplained"],
+        vec!["platform_unexplained", "platform_unexplained"],
         "{findings:#?}"
     );
-    let direct = findings
+    let direct: Vec<&Value> = findings
         .iter()
-        .find(|f| f["kind"] == "platform_unexplained")
-        .unwrap();
-    assert!(direct["why"]
-        .as_str()
-        .unwrap()
-        .contains("outside gatehouse"));
+        .filter(|f| f["kind"] == "platform_unexplained")
+        .collect();
+    assert!(direct
+        .iter()
+        .all(|d| d["why"].as_str().unwrap().contains("outside gatehouse")));
     assert!(
-        direct["target"]
+        direct.iter().any(|d| d["target"]
             .as_str()
             .unwrap()
-            .contains(&format!("/issues/{n}")),
-        "{direct}"
+            .contains(&format!("/issues/{n}"))),
+        "{direct:?}"
+    );
+    assert!(
+        direct
+            .iter()
+            .any(|d| d["why"].as_str().unwrap().contains(&feishu_direct)),
+        "{direct:?}"
     );
 
     // Seeded into copies: the logs of a stopped router.

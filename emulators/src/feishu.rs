@@ -395,6 +395,27 @@ impl FeishuHandle {
         message_id
     }
 
+    /// The app posts a text message to `chat_id` with its own credential,
+    /// outside any gatehouse (what an audit must notice); returns its id.
+    pub fn add_app_message(&self, chat_id: &str, app_id: &str, text: &str) -> String {
+        let mut model = lock(&self.state.model);
+        let message_id = model.fresh("om");
+        model.messages.push(FeishuMessage {
+            message_id: message_id.clone(),
+            chat_id: chat_id.to_owned(),
+            root_id: String::new(),
+            parent_id: String::new(),
+            msg_type: "text".to_owned(),
+            content: json!({ "text": text }).to_string(),
+            sender_id: app_id.to_owned(),
+            sender_type: "app".to_owned(),
+            receive_id: Some(("chat_id".to_owned(), chat_id.to_owned())),
+            uuid: None,
+            create_time_ms: crate::time::unix_now() * 1000,
+        });
+        message_id
+    }
+
     /// Faults for the next pushed events.
     pub fn set_event_faults(&self, faults: events::EventFaults) {
         self.state.events.set_faults(faults);
@@ -576,17 +597,41 @@ impl FeishuState {
                     return Answer::validation("container_id_type must be chat");
                 }
                 let chat = query_param("container_id").unwrap_or("");
+                // start_time and end_time are seconds, both inclusive.
+                let secs = |name: &str| query_param(name).and_then(|v| v.parse::<u64>().ok());
+                let (start, end) = (secs("start_time"), secs("end_time"));
                 let items: Vec<Value> = model
                     .messages
                     .iter()
                     .filter(|m| m.chat_id == chat)
+                    .filter(|m| start.is_none_or(|s| m.create_time_ms / 1000 >= s))
+                    .filter(|m| end.is_none_or(|e| m.create_time_ms / 1000 <= e))
                     .map(message_json)
                     .collect();
-                Answer::ok(json!({
-                    "code": 0,
-                    "msg": "success",
-                    "data": { "has_more": false, "page_token": "", "items": items },
-                }))
+                page(items, query_param("page_size"), query_param("page_token"))
+            }
+            (&Method::GET, ["open-apis", "im", "v1", "chats"]) => {
+                // The chats the bot is in: here, every chat with a message.
+                let mut chats: Vec<&str> =
+                    model.messages.iter().map(|m| m.chat_id.as_str()).collect();
+                chats.sort_unstable();
+                chats.dedup();
+                let items: Vec<Value> = chats
+                    .into_iter()
+                    .map(|chat| {
+                        json!({
+                            "chat_id": chat,
+                            "avatar": "",
+                            "name": chat,
+                            "description": "",
+                            "owner_id": "",
+                            "owner_id_type": "open_id",
+                            "external": false,
+                            "tenant_key": "gatehouse-tenant",
+                        })
+                    })
+                    .collect();
+                page(items, query_param("page_size"), query_param("page_token"))
             }
             _ => Answer::error(StatusCode::NOT_FOUND, 404, "404 page not found"),
         }
@@ -763,6 +808,33 @@ fn created(message: &FeishuMessage) -> Answer {
     }
 }
 
+/// One page of a listing: `page_size` items (default 20, at most 50) from
+/// the offset `page_token` names, with `has_more` and the next token.
+fn page(items: Vec<Value>, page_size: Option<&str>, page_token: Option<&str>) -> Answer {
+    let size = page_size
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(20)
+        .clamp(1, 50);
+    let from = match page_token.filter(|t| !t.is_empty()) {
+        None => 0,
+        Some(t) => match t.parse::<usize>() {
+            Ok(n) => n,
+            Err(_) => return Answer::validation("page_token is invalid"),
+        },
+    };
+    let has_more = items.len() > from.saturating_add(size);
+    let items: Vec<Value> = items.into_iter().skip(from).take(size).collect();
+    Answer::ok(json!({
+        "code": 0,
+        "msg": "success",
+        "data": {
+            "has_more": has_more,
+            "page_token": if has_more { (from + size).to_string() } else { String::new() },
+            "items": items,
+        },
+    }))
+}
+
 fn message_json(message: &FeishuMessage) -> Value {
     let id_type = if message.sender_type == "app" {
         "app_id"
@@ -795,6 +867,24 @@ fn message_json(message: &FeishuMessage) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listings_page_by_token() {
+        let items: Vec<Value> = (0..45).map(|i| json!(i)).collect();
+        let first = page(items.clone(), Some("20"), None);
+        assert_eq!(first.body["data"]["items"].as_array().unwrap().len(), 20);
+        assert_eq!(first.body["data"]["has_more"], true);
+        assert_eq!(first.body["data"]["page_token"], "20");
+        let last = page(items.clone(), Some("20"), Some("40"));
+        assert_eq!(last.body["data"]["items"][0], 40);
+        assert_eq!(last.body["data"]["items"].as_array().unwrap().len(), 5);
+        assert_eq!(last.body["data"]["has_more"], false);
+        assert_eq!(last.body["data"]["page_token"], "");
+        // At most 50 a page; a token that is not one is refused.
+        let all = page(items.clone(), Some("500"), None);
+        assert_eq!(all.body["data"]["items"].as_array().unwrap().len(), 45);
+        assert_eq!(page(items, None, Some("x")).status, StatusCode::BAD_REQUEST);
+    }
 
     fn apps() -> Vec<FeishuApp> {
         vec![FeishuApp {

@@ -1,8 +1,9 @@
 //! What the platforms say the bot account posted in a window, fetched
 //! through the proxy with the router's own identities (rule set
 //! `router-github`: the repository's issue and PR comments, review
-//! comments, pull requests and their reviews). Parsing a page is pure;
-//! fetching is at the edge.
+//! comments, pull requests and their reviews; `router-feishu`: the chats
+//! the bot is in and their messages). Parsing a page is pure; fetching is
+//! at the edge.
 
 use std::time::Duration;
 
@@ -173,6 +174,136 @@ pub fn fetch_github(
     })
 }
 
+/// The app's messages on one page of `GET /open-apis/im/v1/messages`, and
+/// the next page's token (if there is more). Errors on an error answer.
+pub fn feishu_messages_page(
+    page: &[u8],
+    app_id: &str,
+    since_ms: u64,
+) -> anyhow::Result<(Vec<PlatformMessage>, Option<String>)> {
+    let v: Value = serde_json::from_slice(page).context("a Feishu listing page")?;
+    if v["code"].as_i64() != Some(0) {
+        bail!("Feishu answered code {}: {}", v["code"], v["msg"]);
+    }
+    let mut out = Vec::new();
+    for m in v["data"]["items"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+    {
+        let sender = &m["sender"];
+        if sender["sender_type"] != "app" || sender["id"].as_str() != Some(app_id) {
+            continue;
+        }
+        let (Some(id), Some(at)) = (
+            m["message_id"].as_str(),
+            m["create_time"]
+                .as_str()
+                .and_then(|t| t.parse::<u64>().ok()),
+        ) else {
+            continue;
+        };
+        if at < since_ms {
+            continue;
+        }
+        out.push(PlatformMessage {
+            key: format!("feishu:message:{id}"),
+            at,
+            place: format!("chat {}", m["chat_id"].as_str().unwrap_or_default()),
+        });
+    }
+    Ok((out, next_token(&v)))
+}
+
+/// The chat ids on one page of `GET /open-apis/im/v1/chats`, and the next
+/// page's token.
+pub fn feishu_chats_page(page: &[u8]) -> anyhow::Result<(Vec<String>, Option<String>)> {
+    let v: Value = serde_json::from_slice(page).context("a Feishu listing page")?;
+    if v["code"].as_i64() != Some(0) {
+        bail!("Feishu answered code {}: {}", v["code"], v["msg"]);
+    }
+    let chats = v["data"]["items"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|c| c["chat_id"].as_str().map(str::to_owned))
+        .collect();
+    Ok((chats, next_token(&v)))
+}
+
+fn next_token(v: &Value) -> Option<String> {
+    (v["data"]["has_more"] == true)
+        .then(|| v["data"]["page_token"].as_str().map(str::to_owned))
+        .flatten()
+        .filter(|t| !t.is_empty())
+}
+
+/// Every page of a Feishu listing through `socket`, each handed to `each`,
+/// which returns the next page's token.
+async fn feishu_pages(
+    client: &ProxyClient,
+    socket: &std::path::Path,
+    path: &str,
+    mut each: impl FnMut(&[u8]) -> anyhow::Result<Option<String>>,
+) -> anyhow::Result<()> {
+    let mut token: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let url = match &token {
+            Some(t) => format!("{path}&page_token={t}"),
+            None => path.to_owned(),
+        };
+        let answer = client
+            .request(socket, "open.feishu.cn", Method::GET, &url, None, TIMEOUT)
+            .await
+            .map_err(|e| anyhow::anyhow!("GET {url} through the router's identity: {e}"))?;
+        if !answer.status.is_success() {
+            bail!("GET {url} through the router's identity: {}", answer.status);
+        }
+        token = each(&answer.body)?;
+        if token.is_none() {
+            return Ok(());
+        }
+    }
+    bail!("{path}: more than {MAX_PAGES} pages")
+}
+
+/// The app's Feishu messages since `since_ms` in every chat the bot is in,
+/// fetched through the router's Feishu identity.
+pub fn fetch_feishu(config: &RouterConfig, since_ms: u64) -> anyhow::Result<Vec<PlatformMessage>> {
+    let (Some(socket), Some(feishu)) = (&config.proxy.feishu_socket, &config.feishu) else {
+        bail!("the router's config has no Feishu identity and app");
+    };
+    let client = ProxyClient::new(&config.proxy.ca_cert)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let mut chats = Vec::new();
+        feishu_pages(&client, socket, "/open-apis/im/v1/chats?page_size=100", |page| {
+            let (more, next) = feishu_chats_page(page)?;
+            chats.extend(more);
+            Ok(next)
+        })
+        .await?;
+        let mut out = Vec::new();
+        for chat in chats {
+            let path = format!(
+                "/open-apis/im/v1/messages?container_id_type=chat&container_id={chat}&start_time={}&page_size=50",
+                since_ms / 1000
+            );
+            feishu_pages(&client, socket, &path, |page| {
+                let (more, next) = feishu_messages_page(page, &feishu.app_id, since_ms)?;
+                out.extend(more);
+                Ok(next)
+            })
+            .await?;
+        }
+        Ok(out)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +329,31 @@ mod tests {
         let got = github_page(GithubList::Reviews, "o/r", reviews, "bot", since).unwrap();
         assert_eq!(got[0].key, "github:review:5");
         assert!(github_page(GithubList::Reviews, "o/r", b"{}", "bot", 0).is_err());
+    }
+
+    #[test]
+    fn feishu_pages_keep_the_apps_messages_and_follow_the_token() {
+        let page = br#"{"code": 0, "data": {"has_more": true, "page_token": "50", "items": [
+          {"message_id": "om_1", "chat_id": "oc_1", "create_time": "1796000001000",
+           "sender": {"id": "cli_app", "id_type": "app_id", "sender_type": "app"}},
+          {"message_id": "om_2", "chat_id": "oc_1", "create_time": "1796000002000",
+           "sender": {"id": "ou_alice", "id_type": "open_id", "sender_type": "user"}},
+          {"message_id": "om_3", "chat_id": "oc_1", "create_time": "1796000003000",
+           "sender": {"id": "cli_other", "id_type": "app_id", "sender_type": "app"}},
+          {"message_id": "om_4", "chat_id": "oc_1", "create_time": "1795000000000",
+           "sender": {"id": "cli_app", "id_type": "app_id", "sender_type": "app"}}
+        ]}}"#;
+        let (got, next) = feishu_messages_page(page, "cli_app", 1_796_000_000_000).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].key, "feishu:message:om_1");
+        assert_eq!(got[0].at, 1_796_000_001_000);
+        assert_eq!(next.as_deref(), Some("50"));
+        let last = br#"{"code": 0, "data": {"has_more": false, "page_token": "", "items": [{"chat_id": "oc_9"}]}}"#;
+        assert_eq!(
+            feishu_chats_page(last).unwrap(),
+            (vec!["oc_9".to_owned()], None)
+        );
+        let refused = br#"{"code": 99991663, "msg": "invalid token"}"#;
+        assert!(feishu_messages_page(refused, "cli_app", 0).is_err());
     }
 }

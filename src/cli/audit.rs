@@ -73,6 +73,10 @@ pub struct ReconcileArgs {
     /// account (this login) posted in the window
     #[arg(long)]
     github_bot: Option<String>,
+    /// Also ask Feishu, through the router's identity, what the app posted
+    /// in the window in the chats the bot is in
+    #[arg(long)]
+    feishu: bool,
     /// The router's config, for its identities (default:
     /// <state>/config/router.toml)
     #[arg(long)]
@@ -225,9 +229,9 @@ fn platform_messages(
     window: Window,
     log: &Path,
 ) -> anyhow::Result<Vec<PlatformMessage>> {
-    let Some(login) = &args.github_bot else {
+    if args.github_bot.is_none() && !args.feishu {
         return Ok(Vec::new());
-    };
+    }
     let config_path =
         args.state
             .path(&args.router_config, "config/router.toml", "--router-config")?;
@@ -238,7 +242,14 @@ fn platform_messages(
         Some(s) => s,
         None => first_time(log)?.saturating_sub(1_000),
     };
-    platform::fetch_github(&config, login, since)
+    let mut out = Vec::new();
+    if let Some(login) = &args.github_bot {
+        out.extend(platform::fetch_github(&config, login, since)?);
+    }
+    if args.feishu {
+        out.extend(platform::fetch_feishu(&config, since)?);
+    }
+    Ok(out)
 }
 
 fn run_reconcile(args: ReconcileArgs) -> anyhow::Result<ExitCode> {

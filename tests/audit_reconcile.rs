@@ -243,6 +243,38 @@ fn a_live_run_reconciles_and_each_seeded_mismatch_is_reported() {
     };
     assert_eq!(code, 0);
 
+    // The log as OCSF HTTP Activity, one event per request.
+    let out = gatehouse_testkit::bin::command()
+        .args(["audit", "export", p(&log)])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let requests = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"event\":\"request\""))
+        .count();
+    assert_eq!(events.len(), requests);
+    assert!(events
+        .iter()
+        .all(|e| e["class_uid"] == 4002 && e["metadata"]["version"] == "1.1.0"));
+    let replies: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["unmapped"]["rule"] == "reply-comment-create")
+        .collect();
+    assert_eq!(replies.len(), 2, "{events:#?}");
+    assert!(replies.iter().all(|e| e["activity_name"] == "Post"
+        && e["status"] == "Success"
+        && e["http_response"]["code"] == 201));
+
     // The bot's credentials used directly on each platform.
     w.github
         .add_issue_comment("acme/widgets", n, "Still working on it", BOT_LOGIN)

@@ -13,6 +13,7 @@
 
 pub mod attention;
 pub mod model;
+pub mod ocsf;
 pub mod platform;
 pub mod reconcile;
 pub mod sources;
@@ -67,6 +68,7 @@ pub fn reconcile(
                 rec.message(m);
             }
             Step::Broken { at, place, why } => rec.broken(at, &place, &why),
+            Step::Record(_) => {}
         }
         for f in rec.drain() {
             out(&f)?;

@@ -39,6 +39,8 @@ pub enum Step {
     Message(ProxyMessage),
     /// The chain breaks here.
     Broken { at: u64, place: String, why: String },
+    /// The line's record, after its `Line` (only [`ProxyLog::with_records`]).
+    Record(Record),
 }
 
 /// The proxy's audit log (one file, or every file of a rotated set in
@@ -53,6 +55,8 @@ pub struct ProxyLog {
     buf: Vec<u8>,
     /// Message requests waiting for their completion.
     open: HashMap<String, ProxyMessage>,
+    /// Hand every record on too.
+    records: bool,
     /// The last time read (for a break's finding).
     now: u64,
     done: bool,
@@ -74,6 +78,12 @@ impl ProxyLog {
         Ok(log)
     }
 
+    /// Every record is handed on as a [`Step::Record`] too.
+    pub fn with_records(mut self) -> Self {
+        self.records = true;
+        self
+    }
+
     fn open_file(&mut self, path: &Path) -> anyhow::Result<()> {
         let file = std::fs::File::open(path)
             .with_context(|| format!("opening the audit log {}", path.display()))?;
@@ -92,6 +102,7 @@ impl ProxyLog {
             line: 0,
             buf: Vec::with_capacity(1024),
             open: HashMap::new(),
+            records: false,
             now: 0,
             done: false,
             queue: std::collections::VecDeque::new(),
@@ -147,6 +158,9 @@ impl ProxyLog {
         let now = self.now;
         self.queue.push_back(Step::Line { now });
         self.join(&record);
+        if self.records {
+            self.queue.push_back(Step::Record(record));
+        }
         Ok(())
     }
 
@@ -381,7 +395,7 @@ mod tests {
             match step.unwrap() {
                 Step::Message(m) => messages.push(m),
                 Step::Broken { place, why, .. } => broken.push(format!("{place}: {why}")),
-                Step::Line { .. } => {}
+                Step::Line { .. } | Step::Record(_) => {}
             }
         }
         (messages, broken)

@@ -12,7 +12,9 @@ use crate::gate::{Admission, Author};
 use crate::id::{ReplyId, ThreadId, TicketId, TriggerId};
 use crate::json;
 use crate::policy::{Policy, PolicyVersion};
-use crate::reply::{check_note, check_reply, Purpose, Refusal, ReplyAttempt, TriggerRecord};
+use crate::reply::{
+    check_note, check_reply, Purpose, Refusal, ReplyAttempt, TriggerRecord, Writer,
+};
 use crate::route::{claim_holds, judge_ask, route_trigger, NoTicket, TicketAction};
 use crate::store::{text_sha256, ReplyRecord, ReplyTarget, Store, StoreError, ThreadRecord, Tx};
 use crate::ticket::{
@@ -373,6 +375,18 @@ impl<J: Judge> Router<J> {
         now: u64,
         also: impl FnOnce(&mut Tx<'_>, &Decision) -> Result<(), StoreError>,
     ) -> Result<Decision, EngineError> {
+        self.on_reply_written(attempt, Writer::Template, now, also)
+    }
+
+    /// [`Router::on_reply_with`] for a text `writer` wrote; the reply log
+    /// records which. The checks are the same whoever wrote it.
+    pub fn on_reply_written(
+        &mut self,
+        attempt: ReplyAttempt,
+        writer: Writer,
+        now: u64,
+        also: impl FnOnce(&mut Tx<'_>, &Decision) -> Result<(), StoreError>,
+    ) -> Result<Decision, EngineError> {
         let limits = self.policy.limits;
         self.store.transaction(|tx| {
             let ticket = tx.read().ticket(&attempt.ticket)?;
@@ -397,6 +411,7 @@ impl<J: Judge> Router<J> {
                         text_sha256: text_sha256(&attempt.text),
                         words: count_words(&attempt.text),
                         at: now,
+                        writer,
                     };
                     // Logged before it is sent: the live router sends only
                     // what this transaction committed.

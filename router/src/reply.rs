@@ -41,7 +41,30 @@ impl Purpose {
     }
 }
 
-/// A reply the router (its model, later) wants to send.
+/// Who wrote a reply's text: the template, or the router model's draft
+/// (which passed the draft checks; the reply rules check both alike).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Writer {
+    #[default]
+    Template,
+    Model,
+}
+
+impl Writer {
+    pub fn is_template(&self) -> bool {
+        *self == Writer::Template
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Writer::Template => "template",
+            Writer::Model => "model",
+        }
+    }
+}
+
+/// A reply the router wants to send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplyAttempt {

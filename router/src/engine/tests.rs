@@ -875,3 +875,46 @@ fn a_claim_holds_only_for_live_work_in_the_same_repository() {
     ended.state = TicketState::Ended;
     assert!(!claim_holds(&pr, &ended));
 }
+
+#[test]
+fn the_reply_log_records_who_wrote_the_text() {
+    use crate::reply::Writer;
+    let mut r = router();
+    let d = r.on_trigger(ask("fix it"), 10).unwrap();
+    let ticket = opened(&d);
+    let drafted = r
+        .on_reply_written(
+            reply(&ticket, Purpose::Ack, None, "On it, looking now."),
+            Writer::Model,
+            11,
+            |_, _| Ok(()),
+        )
+        .unwrap();
+    assert!(is_allowed(&drafted));
+    let json = serde_json::to_value(&drafted).unwrap();
+    assert_eq!(json["allowed"]["writer"], "model", "{json}");
+    // A template reply says nothing (as before the writer existed).
+    let d2 = r.on_trigger(ask("and this"), 12).unwrap();
+    let msg = trig(&d2).trigger.clone();
+    let template = r
+        .on_reply(reply(&ticket, Purpose::Ack, Some(&msg), "On it."), 13)
+        .unwrap();
+    let json = serde_json::to_value(&template).unwrap();
+    assert!(is_allowed(&template));
+    assert!(json["allowed"].get("writer").is_none(), "{json}");
+    let log = r.store().read().replies().unwrap();
+    let writers: Vec<Writer> = log.iter().map(|r| r.writer).collect();
+    assert_eq!(writers, vec![Writer::Model, Writer::Template]);
+    // A drafted text is checked like any: too long is refused.
+    let d3 = r.on_trigger(ask("more"), 14).unwrap();
+    let long = "word ".repeat(101);
+    let refused = r
+        .on_reply_written(
+            reply(&ticket, Purpose::Ack, Some(&trig(&d3).trigger), &long),
+            Writer::Model,
+            15,
+            |_, _| Ok(()),
+        )
+        .unwrap();
+    assert_eq!(refusal_of(&refused), "too_long");
+}

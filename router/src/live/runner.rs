@@ -28,6 +28,8 @@ use crate::engine::{Accepted, Checked, Decision, ReportInput, Router};
 use crate::eval::Judge;
 use crate::id::TicketId;
 use crate::intake::wall_clock_ms;
+use crate::model::{writer, ModelClient};
+use crate::reply::{Purpose, ReplyAttempt, Writer};
 use crate::store::{StoreError, Tx};
 use crate::ticket::Outcome;
 
@@ -86,6 +88,10 @@ impl LiveLoop {
             supervisor_retry_at: 0,
             supervisor_failures: 0,
             events_retry_at: 0,
+            writer: match &config.model {
+                Some(m) if m.writer => Some(ModelClient::new(m.clone(), &config.proxy.ca_cert)?),
+                _ => None,
+            },
         };
         let (stop, stopped) = watch::channel(false);
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -147,6 +153,8 @@ pub(super) struct Live<J: Judge> {
     pub(super) supervisor_failures: u32,
     /// The event poll waits until then after a failed poll.
     pub(super) events_retry_at: u64,
+    /// The router model drafting reply texts, when `[model] writer = true`.
+    pub(super) writer: Option<ModelClient>,
 }
 
 type EventsTask = tokio::task::JoinHandle<Result<EventPage, JobsError>>;
@@ -192,7 +200,7 @@ impl<J: Judge> Live<J> {
         if let Err(e) = self.follow_decisions(wall_clock_ms()) {
             tracing::error!(error = %e, "following the decision log failed");
         }
-        if let Err(e) = self.run_steps() {
+        if let Err(e) = self.run_steps().await {
             tracing::error!(error = %e, "deciding planned steps failed");
         }
         if wall_clock_ms() >= self.supervisor_retry_at {
@@ -238,6 +246,51 @@ impl<J: Judge> Live<J> {
         }
     }
 
+    /// The reply's text: the model's draft when the writer is on and the
+    /// draft passes its checks, else the planned template (`attention`
+    /// is never drafted).
+    async fn written(&self, mut attempt: ReplyAttempt) -> (ReplyAttempt, Writer) {
+        let Some(client) = &self.writer else {
+            return (attempt, Writer::Template);
+        };
+        if !writer::draftable(attempt.purpose) {
+            return (attempt, Writer::Template);
+        }
+        let facts = match self.draft_facts(&attempt) {
+            Ok(f) => f,
+            Err(error) => {
+                tracing::warn!(%error, "no facts to draft from; the template is sent");
+                return (attempt, Writer::Template);
+            }
+        };
+        let (text, by) = writer::draft_or_template(client, &facts).await;
+        attempt.text = text;
+        (attempt, by)
+    }
+
+    fn draft_facts(&self, attempt: &ReplyAttempt) -> Result<writer::DraftFacts, StoreError> {
+        let read = self.router.store.read();
+        let ticket = read.ticket(&attempt.ticket)?;
+        let target = attempt
+            .in_reply_to
+            .clone()
+            .unwrap_or_else(|| ticket.mandate.trigger.clone());
+        let message = read.trigger(&target)?.trigger.input.text;
+        // An ack has nothing to report yet.
+        let (summary, links) = match (&ticket.latest_report, attempt.purpose) {
+            (Some(r), Purpose::Result | Purpose::Answer) => (r.summary.clone(), r.links.clone()),
+            _ => (String::new(), Vec::new()),
+        };
+        Ok(writer::DraftFacts {
+            purpose: attempt.purpose,
+            message,
+            summary,
+            links,
+            template: attempt.text.clone(),
+            reply_words: self.reply_words(),
+        })
+    }
+
     fn reply_words(&self) -> usize {
         self.router.policy().limits.reply_words
     }
@@ -277,7 +330,7 @@ impl<J: Judge> Live<J> {
 
     // === steps ─► the core ===
 
-    fn run_steps(&mut self) -> Result<(), PassError> {
+    async fn run_steps(&mut self) -> Result<(), PassError> {
         let steps = self.router.store.read().pending_steps(BATCH)?;
         for (seq, json) in steps {
             let now = wall_clock_ms();
@@ -293,20 +346,24 @@ impl<J: Judge> Live<J> {
             };
             let words = self.reply_words();
             let result = match step {
-                Step::Reply { attempt } => self.router.on_reply_with(attempt, now, |tx, d| {
-                    tx.set_live_step_done(seq, now)?;
-                    if let Decision::Reply {
-                        result:
-                            Checked::Allowed {
-                                allowed: Accepted(r),
-                            },
-                        ..
-                    } = d
-                    {
-                        tx.queue_reply(&r.reply, now)?;
-                    }
-                    Ok(())
-                }),
+                Step::Reply { attempt } => {
+                    let (attempt, writer) = self.written(attempt).await;
+                    let now = wall_clock_ms();
+                    self.router.on_reply_written(attempt, writer, now, |tx, d| {
+                        tx.set_live_step_done(seq, now)?;
+                        if let Decision::Reply {
+                            result:
+                                Checked::Allowed {
+                                    allowed: Accepted(r),
+                                },
+                            ..
+                        } = d
+                        {
+                            tx.queue_reply(&r.reply, now)?;
+                        }
+                        Ok(())
+                    })
+                }
                 Step::Close { ticket, trigger } => {
                     let read = self.router.store.read();
                     // Unknown records end here like any step's: dropped below.

@@ -227,7 +227,7 @@ impl Reader<'_> {
     pub fn replies(&self) -> Result<Vec<ReplyRecord>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT id, ticket_id, thread_key, purpose, platform, target_message, target_trigger,
-                    text_sha256, words, at FROM replies ORDER BY seq",
+                    text_sha256, words, at, writer FROM replies ORDER BY seq",
         )?;
         let rows = stmt
             .query_map([], |r| {
@@ -244,6 +244,7 @@ impl Reader<'_> {
                     ],
                     r.get::<_, i64>(8)?,
                     r.get::<_, i64>(9)?,
+                    r.get::<_, String>(10)?,
                 ))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -253,6 +254,7 @@ impl Reader<'_> {
                     [id, ticket, thread_key, purpose, platform, message, trigger, hash],
                     words,
                     at,
+                    writer,
                 )| {
                     Ok(ReplyRecord {
                         reply: ReplyId::parse(&id).ok_or_else(|| not_found("reply", &id))?,
@@ -269,6 +271,7 @@ impl Reader<'_> {
                         text_sha256: hash,
                         words: usize::try_from(words).unwrap_or(0),
                         at: from_sql_u64(at),
+                        writer: enum_from("writer", &writer)?,
                     })
                 },
             )

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gate::Admission;
 use crate::id::{ReplyId, ThreadId, TicketId, TriggerId};
-use crate::reply::Purpose;
+use crate::reply::{Purpose, Writer};
 use crate::trigger::{Source, TriggerKind};
 
 /// A thread as stored.
@@ -57,6 +57,9 @@ pub struct ReplyRecord {
     pub text_sha256: String,
     pub words: usize,
     pub at: u64,
+    /// Who wrote the text (absent: the template).
+    #[serde(default, skip_serializing_if = "Writer::is_template")]
+    pub writer: Writer,
 }
 
 /// What a ticket's worker receives.

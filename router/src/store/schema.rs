@@ -197,6 +197,11 @@ CREATE INDEX live_outbox_due ON live_outbox(next_at) WHERE state IN ('pending', 
     r#"
 ALTER TABLE live_jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
 "#,
+    // 7: the reply log says who wrote each text: the template or the
+    // router model's draft.
+    r#"
+ALTER TABLE replies ADD COLUMN writer TEXT NOT NULL DEFAULT 'template';
+"#,
 ];
 
 /// What every connection to the router's database sets before it is used:

@@ -275,6 +275,7 @@ fn ack_once_is_enforced_by_the_schema() {
         text_sha256: text_sha256("ok"),
         words: 1,
         at: n,
+        writer: crate::reply::Writer::Template,
     };
     let store = &mut r.store;
     store

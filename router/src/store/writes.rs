@@ -219,8 +219,8 @@ impl Tx<'_> {
         self.tx
             .prepare_cached(
                 "INSERT INTO replies (id, ticket_id, thread_key, purpose, target_trigger, platform,
-                                      target_message, text, text_sha256, words, at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                      target_message, text, text_sha256, words, at, writer)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             )?
             .execute(params![
                 r.reply.as_str(),
@@ -234,6 +234,7 @@ impl Tx<'_> {
                 r.text_sha256,
                 i64::try_from(r.words).unwrap_or(i64::MAX),
                 sql_u64(r.at),
+                r.writer.as_str(),
             ])?;
         Ok(())
     }

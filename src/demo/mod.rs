@@ -13,7 +13,7 @@
 //! → an ack → a result.
 
 mod timeline;
-mod world;
+pub mod world;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -1,0 +1,186 @@
+//! The loop survives its parts dying, under `gatehouse up` as root (each
+//! part under its own user) on the demo's world: alice assigns an issue,
+//! the worker (the reference worker, held at its start until the test says
+//! go) runs in its sandbox, and meanwhile the proxy, the router and the
+//! supervisor are each killed with SIGKILL. `up` restarts each; the
+//! supervisor's restart loses the job and the router starts it again; the
+//! proxy restores the new job's identity; the worker then clones, pushes and opens its
+//! pull request through the proxy, and alice hears exactly one ack and one
+//! result on the GitHub emulator. No sandbox process is left at the end.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use gatehouse::demo::world::{Owners, World, BOT_LOGIN, REPO};
+use gatehouse::up::{self, Part};
+use gatehouse_router::store::{Durability, Store};
+use gatehouse_testkit::machine::{user_gid, user_uid};
+use gatehouse_testkit::{require, Need};
+
+const PROXY_USER: &str = "gatehouse-proxy";
+const ROUTER_USER: &str = "gatehouse-router";
+
+/// The demo team's worker, held until `/work/go` exists (each start appends
+/// a line to `/work/started`), then the reference worker.
+const HELD_PROFILE: &str = r#"extends = "default"
+description = "faults test: the reference worker, held at its start"
+[network]
+rule_sets = ["github-worker"]
+[worker]
+command = ["sh", "-c", "echo started >> /work/started; while [ ! -e /work/go ]; do sleep 0.1; done; exec gatehouse reference-worker"]
+"#;
+
+fn wait_for(what: &str, secs: u64, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every descendant of `pid` (through /proc's parent links).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut links = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        if after.starts_with('Z') {
+            continue;
+        }
+        links.push((p, after.split(' ').nth(1).unwrap().parse::<u32>().unwrap()));
+    }
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(links.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+fn started(work: &Path) -> usize {
+    std::fs::read_to_string(work.join("started"))
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+fn kill_and_wait_restart(running: &up::Running, part: Part, restarts: u32) -> u32 {
+    let before = running.pid(part).unwrap();
+    gatehouse_testkit::procs::signal(before, "KILL");
+    wait_for(&format!("the {} restarted", part.name()), 30, || {
+        running.pid(part).is_some_and(|p| p != before) && running.restarts(part) == restarts
+    });
+    running.pid(part).unwrap()
+}
+
+#[test]
+fn kill_9_of_each_part_mid_ticket_under_up_and_the_ticket_finishes_once() {
+    require!(Need::Root, Need::User(PROXY_USER), Need::User(ROUTER_USER));
+    let dir = gatehouse_testkit::sandbox::reachable_dir("gh-upf-");
+    let run = gatehouse_testkit::sandbox::reachable_dir("uf");
+    let owners = Owners {
+        proxy: (user_uid(PROXY_USER).unwrap(), user_gid(PROXY_USER).unwrap()),
+        router: (
+            user_uid(ROUTER_USER).unwrap(),
+            user_gid(ROUTER_USER).unwrap(),
+        ),
+    };
+    let world = World::create(dir.path(), run.path(), Some(owners)).unwrap();
+    std::fs::write(dir.path().join("profiles/demo.toml"), HELD_PROFILE).unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    gatehouse_testkit::bin::copy_to(&bin);
+    let prepared = up::prepare(&world.config).unwrap();
+    let running = up::start(
+        &prepared,
+        up::Options {
+            services: Some(bin.join("gatehouse-services")),
+            ..up::Options::default()
+        },
+    )
+    .unwrap();
+    let layout = &prepared.layout;
+
+    let issue = world
+        .github
+        .add_issue(REPO, "Widgets wobble", "They wobble on tables.", "alice")
+        .unwrap();
+    world
+        .github
+        .assign(REPO, issue, BOT_LOGIN, "alice")
+        .unwrap();
+    wait_for("the ack", 30, || !world.bot_comments(issue).is_empty());
+    let ticket = || -> Option<String> {
+        let store = Store::open(&layout.router_db, Durability::Normal).ok()?;
+        let tickets = store.read().tickets().ok()?;
+        tickets.first().map(|t| t.id.to_string())
+    };
+    wait_for("the ticket", 30, || ticket().is_some());
+    let work: PathBuf = layout
+        .supervisor_state
+        .join("tickets")
+        .join(ticket().unwrap())
+        .join("work");
+    wait_for("the worker", 30, || started(&work) == 1);
+
+    // The supervisor, while the sandbox runs: the sandbox dies with it,
+    // the job is lost, and the router starts it again.
+    let sandbox = descendants(running.pid(Part::Supervisor).unwrap());
+    assert!(!sandbox.is_empty(), "no sandbox under the supervisor");
+    kill_and_wait_restart(&running, Part::Supervisor, 1);
+    wait_for("the old sandbox to die", 10, || {
+        sandbox
+            .iter()
+            .all(|p| !gatehouse_testkit::procs::alive(*p as i32))
+    });
+    wait_for("the job started again", 60, || started(&work) == 2);
+    // The proxy, while the new job's worker runs: its identity comes back
+    // in the directory the sandbox holds.
+    kill_and_wait_restart(&running, Part::Proxy, 1);
+    // The router, between the ack and the result.
+    kill_and_wait_restart(&running, Part::Router, 1);
+
+    std::fs::write(work.join("go"), "").unwrap();
+    wait_for("the result", 60, || {
+        world
+            .bot_comments(issue)
+            .iter()
+            .any(|c| c.starts_with("Done:"))
+    });
+    // Anything that would go out twice has had the time to.
+    std::thread::sleep(Duration::from_secs(2));
+    let said = world.bot_comments(issue);
+    assert_eq!(said.len(), 2, "one ack and one result: {said:?}");
+    assert!(said[0].starts_with("On it"), "{said:?}");
+    assert!(
+        said[1].contains("/pull/"),
+        "the result links the PR: {said:?}"
+    );
+    let pulls = world
+        .github
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == format!("/repos/{REPO}/pulls"))
+        .count();
+    assert_eq!(pulls, 1, "one pull request opened");
+    // No sandbox is left once the ticket ended.
+    let supervisor = running.pid(Part::Supervisor).unwrap();
+    wait_for("no sandbox left", 20, || descendants(supervisor).is_empty());
+    let stopped = running.stop();
+    assert!(
+        stopped.iter().all(|s| !s.killed),
+        "a part outlived its grace: {stopped:?}"
+    );
+}

@@ -371,7 +371,7 @@ impl LiveWorld {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.proxy.admin.exists() {
+        while std::os::unix::net::UnixStream::connect(&self.proxy.admin).is_err() {
             assert!(Instant::now() < deadline, "the proxy did not start again");
             std::thread::sleep(Duration::from_millis(25));
         }

@@ -100,14 +100,17 @@ ca_file = "upstream-ca.pem"
         .spawn()
         .unwrap();
     let admin = dir.join("admin.sock");
+    // Served, not only bound: the file exists from bind(2), a moment before
+    // listen(2), when a connect is still refused.
+    let serves = |admin: &Path| UnixStream::connect(admin).is_ok();
     for _ in 0..400 {
-        if admin.exists() {
+        if serves(&admin) {
             break;
         }
         std::thread::sleep(Duration::from_millis(25));
     }
     assert!(
-        admin.exists(),
+        serves(&admin),
         "the proxy did not start: {}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );

@@ -64,6 +64,9 @@ pub fn serve(proxy: Arc<Proxy>, path: &Path) -> Result<tokio::task::JoinHandle<(
     nix::sys::stat::umask(previous);
     let listener = bound.map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    // Besides the 0600 mode: only root (the supervisor) and this user, by
+    // the peer's credentials.
+    let own = nix::unistd::geteuid().as_raw();
     Ok(tokio::spawn(async move {
         // Out of descriptors, retrying at once would spin and flood the log.
         let mut backoff = crate::server::backoff::AcceptBackoff::new("admin");
@@ -78,6 +81,22 @@ pub fn serve(proxy: Arc<Proxy>, path: &Path) -> Result<tokio::task::JoinHandle<(
                     continue;
                 }
             };
+            match stream.peer_cred() {
+                Ok(c) if gatehouse_types::peer::admitted(c.uid(), c.gid(), own, None) => {}
+                Ok(c) => {
+                    tracing::warn!(
+                        uid = c.uid(),
+                        gid = c.gid(),
+                        pid = c.pid(),
+                        "refused a peer of the admin socket (not root or the proxy's user)"
+                    );
+                    continue;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "refused an admin peer whose credentials are unknown");
+                    continue;
+                }
+            }
             let proxy = proxy.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req| handle(proxy.clone(), req));

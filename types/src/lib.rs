@@ -19,6 +19,7 @@
 //! - [`wire`]: the bodies two processes exchange (proxy admin, worker
 //!   reports, inbox messages);
 //! - [`sandbox`]: paths inside a sandbox; [`env`]: `GATEHOUSE_*` variables;
+//! - [`peer`]: who may use a local socket, by its peer's credentials;
 //!
 //! The crate depends on serde only; its error is [`ParseError`].
 
@@ -30,6 +31,7 @@ mod error;
 pub mod host;
 pub mod id;
 pub mod name;
+pub mod peer;
 pub mod sandbox;
 pub mod variables;
 pub mod wire;

@@ -132,6 +132,17 @@ where
     H: Fn(Request<Bytes>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
+    serve_admitting(listener, max_body, |_, _| true, handler).await
+}
+
+/// [`serve`], closing at once each connection whose peer (`SO_PEERCRED`:
+/// uid, gid) `admit` refuses, logged.
+pub async fn serve_admitting<A, H, F>(listener: UnixListener, max_body: usize, admit: A, handler: H)
+where
+    A: Fn(u32, u32) -> bool + Send,
+    H: Fn(Request<Bytes>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -145,6 +156,18 @@ where
                         continue;
                     }
                 };
+                match stream.peer_cred() {
+                    Ok(cred) if admit(cred.uid(), cred.gid()) => {}
+                    Ok(cred) => {
+                        tracing::warn!(uid = cred.uid(), gid = cred.gid(), pid = cred.pid(),
+                            "refused a peer of the job API (not root, this user or its group)");
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!("refused a peer whose credentials are unknown: {e}");
+                        continue;
+                    }
+                }
                 let handler = handler.clone();
                 connections.spawn(async move {
                     let service = hyper::service::service_fn(move |req: Request<Incoming>| {

@@ -65,9 +65,18 @@ pub fn bind_api(config: &Config) -> std::io::Result<tokio::net::UnixListener> {
     Ok(listener)
 }
 
-/// Serves the job API on `listener` until the future is dropped.
+/// Serves the job API on `listener` until the future is dropped: to root,
+/// the supervisor's own user and the members of `api_socket_group` by
+/// their primary group (the router), by the peer's credentials.
 pub async fn serve_api(supervisor: Supervisor, listener: tokio::net::UnixListener) {
-    http::serve(listener, api::MAX_BODY, move |req| {
+    let own = nix::unistd::geteuid().as_raw();
+    // `bind_api` refused a group that does not exist.
+    let group = match &supervisor.config().api_socket_group {
+        None => None,
+        Some(name) => crate::accounts::group(name).ok().flatten(),
+    };
+    let admit = move |uid, gid| gatehouse_types::peer::admitted(uid, gid, own, group);
+    http::serve_admitting(listener, api::MAX_BODY, admit, move |req| {
         let supervisor = supervisor.clone();
         async move { api::handle(supervisor, req).await }
     })

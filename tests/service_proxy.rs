@@ -396,3 +396,57 @@ fn a_running_job_keeps_its_identity_across_a_proxy_killed_with_sigkill() {
     assert!(log.contains("identity restored"), "{log}");
     assert!(!log.contains(&token), "the token is in the proxy's log");
 }
+
+/// A job started while the proxy is down waits for it (queued, not
+/// failed), and runs once the proxy is back: its allowed call is answered.
+#[test]
+fn a_job_started_while_the_proxy_is_down_waits_for_it() {
+    require!(Need::Sandbox);
+    let dir = tempfile::tempdir().unwrap();
+    let token = gatehouse_testkit::random::token("ghs_");
+    let github = gatehouse_emulators::GithubEmulator::start(
+        gatehouse_emulators::GithubOptions::new(dir.path().join("git"))
+            .token(&token, "gatehouse-test[bot]")
+            .repo(gatehouse_emulators::RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    github
+        .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
+        .unwrap();
+    let start =
+        || gatehouse_testkit::proxy::process::start_proxy_process(dir.path(), &github, &token);
+    let mut proxy = start();
+    let admin = proxy.admin.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let svc = Service::start(Options {
+        unsandboxed: false,
+        proxy_admin: Some(admin.clone()),
+        ca_cert: Some(dir.path().join("ca.pem")),
+        ..Options::default()
+    });
+    proxy.child.kill().unwrap();
+    proxy.child.wait().unwrap();
+    drop(proxy);
+    std::fs::remove_file(&admin).unwrap();
+    let ticket = "tkt_proxy_down";
+    let mut body = sh_job(
+        ticket,
+        "curl -sS -o /dev/null -w '%{http_code}' https://api.github.com/repos/acme/widgets/issues/1 > allowed",
+    );
+    body["rule_sets"] = json!(["test-worker"]);
+    body["variables"] = json!({"repo": "acme/widgets"});
+    let id = rt.block_on(svc.submit("k", body));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(rt.block_on(svc.job(&id))["state"], "queued");
+    let _proxy = start();
+    let end = rt.block_on(svc.wait_ended(&id));
+    assert_eq!(end["state"], "done", "{end}");
+    assert_eq!(
+        std::fs::read_to_string(svc.work_dir(ticket).join("allowed")).unwrap(),
+        "200"
+    );
+}

@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::config::{Config, LauncherKind};
+use super::http::HttpError;
 use super::launcher::{exit_parts, LaunchCommand, LaunchRequest};
 use super::logs;
 use super::process;
@@ -78,6 +79,10 @@ fn stop_reason_text(stop: StopReason) -> &'static str {
         StopReason::Deadline => "deadline reached",
     }
 }
+
+/// The first wait before asking an unreachable proxy again, and the longest.
+const PROXY_RETRY_FIRST: Duration = Duration::from_millis(250);
+const PROXY_RETRY_MAX: Duration = Duration::from_secs(5);
 
 fn deadline_instant(deadline_at_ms: i64) -> Instant {
     let left = deadline_at_ms.saturating_sub(now_ms()).max(0) as u64;
@@ -212,7 +217,21 @@ impl Inner {
         let prompt_path = workspace::prepare(&self.config, job)?;
         let control_socket = self.open_control(job, res)?;
         let t_prepared = Instant::now();
-        let proxy_socket = self.create_identity(job, res).await?;
+        // The proxy may be down (restarting): the job waits for it, until a
+        // cancel or its deadline.
+        let proxy_socket = tokio::select! {
+            created = self.create_identity(job, res) => created?,
+            _ = cancel.wait_for(|c| *c) => return Ok(Ending {
+                event: JobEvent::Stopped(StopReason::Cancel),
+                exit: None,
+                reason: Some("cancelled while waiting for the proxy".into()),
+            }),
+            _ = tokio::time::sleep_until(deadline) => return Ok(Ending {
+                event: JobEvent::Stopped(StopReason::Deadline),
+                exit: None,
+                reason: Some("deadline reached while waiting for the proxy".into()),
+            }),
+        };
         // Absolute, as the worker sees it: valid whatever its directory.
         let prompt_path = self
             .launcher
@@ -301,8 +320,26 @@ impl Inner {
         // Recorded before it exists, so a crash in between cannot leak it.
         self.store.set_identity(&job.id, &spec.ticket)?;
         res.identity = Some(spec.ticket.clone());
-        let socket = proxy.create(&identity).await?;
-        Ok(Some(socket))
+        let mut wait = PROXY_RETRY_FIRST;
+        let mut logged = false;
+        loop {
+            match proxy.create(&identity).await {
+                // Unreachable, or cut mid-call (a retry that finds the
+                // identity made revokes and makes it again).
+                Err(ProxyAdminError::Http(
+                    e @ (HttpError::Connect { .. } | HttpError::Exchange { .. }),
+                )) => {
+                    if !logged {
+                        tracing::warn!(job = %job.id, error = %e,
+                            "the proxy's admin socket does not answer; the job waits for it");
+                        logged = true;
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(PROXY_RETRY_MAX);
+                }
+                created => return Ok(Some(created?)),
+            }
+        }
     }
 
     /// Waits until the process exits, or stops it on cancel or deadline:

@@ -221,6 +221,11 @@ pub struct AuditLog {
     len: u64,
     /// A failed write's tail could not be cut off yet; cut it before the next.
     torn: bool,
+    /// Lines chained but not yet written ([`AuditLog::defer`]): they go out
+    /// ahead of the next write's.
+    deferred: Vec<u8>,
+    /// The chain's head after the deferred lines (`None`: none deferred).
+    deferred_head: Option<Head>,
 }
 
 /// A log's bytes split at the end of its last whole line: the whole lines,
@@ -228,6 +233,30 @@ pub struct AuditLog {
 pub fn split_torn_tail(bytes: &[u8]) -> (&[u8], &[u8]) {
     let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     bytes.split_at(whole)
+}
+
+/// Serialises `records` as chained lines after `head` into `buffer`;
+/// returns the new head.
+fn chain_into(
+    records: &[Record],
+    mut head: Head,
+    buffer: &mut Vec<u8>,
+) -> Result<Head, AuditError> {
+    for record in records {
+        let line = serde_json::to_vec(&Line {
+            seq: head.lines,
+            prev: head.hash.clone(),
+            record,
+        })
+        .map_err(|e| AuditError::Serialize(e.to_string()))?;
+        head = Head {
+            lines: head.lines + 1,
+            hash: hex::encode(Sha256::digest(&line)),
+        };
+        buffer.extend_from_slice(&line);
+        buffer.push(b'\n');
+    }
+    Ok(head)
 }
 
 impl AuditLog {
@@ -289,6 +318,8 @@ impl AuditLog {
             started_ms: first_time.unwrap_or_else(|| rfc3339_ms(now).unwrap_or(0)),
             len: whole.len() as u64,
             torn: !torn.is_empty(),
+            deferred: Vec::new(),
+            deferred_head: None,
         };
         if !torn.is_empty() {
             let recovery = Record::Recovery(RecoveryRecord {
@@ -325,32 +356,81 @@ impl AuditLog {
 
     /// Write records without syncing; a later [`AuditLog::sync`] makes them
     /// durable. For a writer that syncs ordinary records in batches and
-    /// message records at once.
+    /// message records at once. Deferred lines are written first, in the
+    /// same write.
     pub fn write_all(&mut self, records: &[Record]) -> Result<Head, AuditError> {
         let now_ms = now_unix_ms();
         if self.rotation.due(self.len, self.started_ms, now_ms) {
+            // Deferred lines are chained in the file they were deferred
+            // in: they go out there before it is left.
+            if !self.deferred.is_empty() {
+                self.write_lines(&[])?;
+            }
             self.rotate(now_ms)?;
         }
         self.write_lines(records)
     }
 
+    /// Writes the deferred lines and `records` in one write.
     fn write_lines(&mut self, records: &[Record]) -> Result<Head, AuditError> {
-        let mut head = self.head.clone();
-        let mut buffer = Vec::new();
-        for record in records {
-            let line = serde_json::to_vec(&Line {
-                seq: head.lines,
-                prev: head.hash.clone(),
-                record,
-            })
-            .map_err(|e| AuditError::Serialize(e.to_string()))?;
-            head = Head {
-                lines: head.lines + 1,
-                hash: hex::encode(Sha256::digest(&line)),
-            };
-            buffer.extend_from_slice(&line);
-            buffer.push(b'\n');
+        let mut buffer = std::mem::take(&mut self.deferred);
+        let deferred = buffer.len();
+        let start = self
+            .deferred_head
+            .take()
+            .unwrap_or_else(|| self.head.clone());
+        let head = match chain_into(records, start.clone(), &mut buffer) {
+            Ok(head) => head,
+            Err(e) => {
+                buffer.truncate(deferred);
+                self.deferred = buffer;
+                self.deferred_head = (deferred > 0).then_some(start);
+                return Err(e);
+            }
+        };
+        self.write_out(&buffer, head)
+    }
+
+    /// Chains a record now and keeps its line to go out with the next
+    /// write ([`AuditLog::write_all`], [`AuditLog::write_deferred`]): one
+    /// `write(2)` for many lines. For lines nothing waits on (completions);
+    /// until written they are lost if the process dies.
+    pub fn defer(&mut self, record: &Record) -> Result<(), AuditError> {
+        let start = self
+            .deferred_head
+            .take()
+            .unwrap_or_else(|| self.head.clone());
+        let kept = self.deferred.len();
+        match chain_into(
+            std::slice::from_ref(record),
+            start.clone(),
+            &mut self.deferred,
+        ) {
+            Ok(head) => {
+                self.deferred_head = Some(head);
+                Ok(())
+            }
+            Err(e) => {
+                self.deferred.truncate(kept);
+                self.deferred_head = (kept > 0).then_some(start);
+                Err(e)
+            }
         }
+    }
+
+    /// Writes the deferred lines, if any.
+    pub fn write_deferred(&mut self) -> Result<(), AuditError> {
+        if self.deferred.is_empty() {
+            return Ok(());
+        }
+        self.write_all(&[]).map(drop)
+    }
+
+    /// Writes whole chained lines ending the chain on `head`. A failed
+    /// write is cut back to the last whole record and the chain stays on
+    /// the last line written: the lines of this write (deferred ones too)
+    /// are lost, never half in the file.
+    fn write_out(&mut self, buffer: &[u8], head: Head) -> Result<Head, AuditError> {
         let io = |source| AuditError::Io {
             path: self.path.clone(),
             source,
@@ -363,7 +443,7 @@ impl AuditLog {
         // One write call per batch: lines are never interleaved or split by
         // us. A failed write may have written part of the batch: cut it
         // back, so the file ends on a whole record and the chain on `head`.
-        if let Err(source) = file.write_all(&buffer) {
+        if let Err(source) = file.write_all(buffer) {
             self.torn = self.file.set_len(self.len).is_err();
             return Err(io(source));
         }

@@ -9,11 +9,19 @@
 //!    `Authorization` header (run as a foreground child from a config written
 //!    into a temp dir), and direct as the ceiling.
 //!
+//! 3. large transfers ([`large`]): a `git clone` of a big repository and a
+//!    download through a spliced tunnel, through the proxy, directly and
+//!    through nginx, in MB/s, with the proxy's CPU and peak memory.
+//!
 //! Run: `cargo bench -p gatehouse-proxy --bench proxy` (nginx must be on
 //! PATH or in /usr/sbin; `scripts/setup-debian` installs nginx-light).
-//! `BENCH_REQUESTS` and `BENCH_SECS` change the sample sizes.
+//! `BENCH_REQUESTS` and `BENCH_SECS` change the sample sizes,
+//! `BENCH_LARGE_MB` the large transfers' size (0 skips them).
+//! nginx is stopped with its whole process group, and the bench checks
+//! that none of its processes remain.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod large;
 mod nginx;
 
 use std::collections::BTreeMap;
@@ -51,6 +59,25 @@ methods = ["GET"]
 path = "/repos/{repo}/issues/{n}"
 credential = "github"
 inject = "bearer"
+
+[[rule]]
+name = "git-fetch-refs"
+source = "git smart HTTP: GET /{owner}/{repo}.git/info/refs?service=git-upload-pack"
+host = "github.com"
+methods = ["GET"]
+path = "/{repo}.git/info/refs"
+credential = "github"
+inject = "git_basic"
+query = { service = ["git-upload-pack"] }
+
+[[rule]]
+name = "git-fetch"
+source = "git smart HTTP: POST /{owner}/{repo}.git/git-upload-pack"
+host = "github.com"
+methods = ["POST"]
+path = "/{repo}.git/git-upload-pack"
+credential = "github"
+inject = "git_basic"
 "#;
 
 const PATH: &str = "/repos/acme/widgets/issues/1";
@@ -300,9 +327,10 @@ fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let n = env_or("BENCH_REQUESTS", 3000) as usize;
     let secs = env_or("BENCH_SECS", 5);
+    let large_mib = large::size_mib();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    for sub in ["body", "proxy", "fastcgi", "uwsgi", "scgi"] {
+    for sub in ["body", "proxy", "fastcgi", "uwsgi", "scgi", "clones"] {
         std::fs::create_dir(d.join(sub)).unwrap();
     }
     let token = format!(
@@ -310,6 +338,14 @@ fn main() {
         u64::from(std::process::id()).wrapping_mul(0x9e37_79b9_7f4a_7c15)
     );
     let (github, upstream_ca) = start_github(d, &token);
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("bench-client")
+        .enable_all()
+        .build()
+        .unwrap();
+    let download_bytes = large_mib << 20;
+    let download_addr = client_rt.block_on(large::start_download_server(download_bytes));
 
     // The proxy, on its own runtime (as in `gatehouse proxy`).
     let proxy_rt = tokio::runtime::Builder::new_multi_thread()
@@ -318,8 +354,15 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let (proxy, socket) = proxy_rt.block_on(start_proxy(d, github.base_url(), &upstream_ca));
-    let (nginx, nginx_addr, nginx_ca) = start_nginx(d, github.addr(), &upstream_ca, &token);
+    let (proxy, socket, git_socket) = proxy_rt.block_on(start_proxy(
+        d,
+        github.base_url(),
+        &upstream_ca,
+        download_addr,
+    ));
+    let (nginx, nginx_ports, nginx_ca) =
+        start_nginx(d, github.addr(), &upstream_ca, &token, download_addr);
+    let nginx_pid = nginx.0.id();
 
     let direct = Target {
         route: Route::Direct {
@@ -333,21 +376,45 @@ fn main() {
         tls: client_config(&d.join("ca.pem")),
     };
     let via_nginx = Target {
-        route: Route::Nginx { addr: nginx_addr },
+        route: Route::Nginx {
+            addr: nginx_ports.api,
+        },
         tls: client_config(&nginx_ca),
     };
 
-    let client_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("bench-client")
-        .enable_all()
-        .build()
-        .unwrap();
     client_rt.block_on(async {
         report_latency(&direct, &via_proxy, &via_nginx, n).await;
-        report_throughput(&direct, &via_proxy, &via_nginx, nginx.0.id(), secs).await;
+        report_throughput(&direct, &via_proxy, &via_nginx, nginx_pid, secs).await;
     });
-    drop(nginx);
+    if large_mib > 0 {
+        let cached = large::cached_repo(large_mib);
+        large::install_repo(&github.repo_git_dir(large::BIG_REPO).unwrap(), &cached);
+        let relay_port = client_rt.block_on(large::start_relay(git_socket.clone()));
+        large::report(&large::Contenders {
+            runtime: &client_rt,
+            clone_direct: large::CloneVia::Direct {
+                addr: github.addr(),
+                token: token.clone(),
+                ca: upstream_ca.clone(),
+            },
+            clone_nginx: large::CloneVia::Nginx {
+                addr: nginx_ports.git,
+                ca: nginx_ca.clone(),
+            },
+            clone_proxy: large::CloneVia::Proxy {
+                relay_port,
+                ca: d.join("ca.pem"),
+            },
+            download_direct: large::Via::Direct(download_addr),
+            download_nginx: large::Via::Nginx(nginx_ports.download),
+            download_tunnel: large::Via::Tunnel(git_socket),
+            nginx_pid,
+            scratch: d.join("clones"),
+            repo_bytes: large::object_bytes(&cached.join("objects")),
+            download_bytes,
+        });
+    }
+    nginx.stop_checked();
     proxy_rt.block_on(proxy.shutdown());
 }
 
@@ -355,7 +422,8 @@ fn main() {
 fn start_github(d: &Path, token: &str) -> (GithubHandle, PathBuf) {
     let mut options = GithubOptions::new(d.join("git"))
         .token(token, "gatehouse-bench[bot]")
-        .repo(RepoSpec::new("acme", "widgets"));
+        .repo(RepoSpec::new("acme", "widgets"))
+        .repo(RepoSpec::new("acme", "big"));
     options.worker_threads = 2;
     let github = GithubEmulator::start(options).unwrap();
     github
@@ -368,13 +436,32 @@ fn start_github(d: &Path, token: &str) -> (GithubHandle, PathBuf) {
     (github, upstream_ca)
 }
 
-/// The proxy with one identity for the bench rule set; its socket.
-async fn start_proxy(d: &Path, github_url: String, upstream_ca: &Path) -> (Arc<Proxy>, PathBuf) {
-    let upstreams = Upstreams::new(&[UpstreamOverride {
-        host: "api.github.com".into(),
-        url: github_url,
-        ca_file: Some(upstream_ca.to_path_buf()),
-    }])
+/// The proxy with two identities for the bench rule set: `bench`
+/// (`acme/widgets`) and `bench-git` (`acme/big`, and the download host as
+/// a tunnel); their sockets.
+async fn start_proxy(
+    d: &Path,
+    github_url: String,
+    upstream_ca: &Path,
+    download: std::net::SocketAddr,
+) -> (Arc<Proxy>, PathBuf, PathBuf) {
+    let upstreams = Upstreams::new(&[
+        UpstreamOverride {
+            host: "api.github.com".into(),
+            url: github_url.clone(),
+            ca_file: Some(upstream_ca.to_path_buf()),
+        },
+        UpstreamOverride {
+            host: "github.com".into(),
+            url: github_url,
+            ca_file: Some(upstream_ca.to_path_buf()),
+        },
+        UpstreamOverride {
+            host: large::DOWNLOAD_HOST.into(),
+            url: format!("https://{download}"),
+            ca_file: None,
+        },
+    ])
     .unwrap();
     let credentials = Credentials::load(
         &BTreeMap::from([(
@@ -398,16 +485,24 @@ async fn start_proxy(d: &Path, github_url: String, upstream_ca: &Path) -> (Arc<P
         limits: gatehouse_proxy::limits::Limits::default(),
     })
     .unwrap();
+    let identity = |name: &str, repo: &str, tunnel_hosts: Vec<String>| IdentitySpec {
+        name: name.into(),
+        rule_sets: vec!["bench".into()],
+        tunnel_hosts,
+        variables: BTreeMap::from([("repo".to_string(), repo.to_string())]),
+        socket: None,
+    };
     let socket = proxy
-        .add_identity(IdentitySpec {
-            name: "bench".into(),
-            rule_sets: vec!["bench".into()],
-            tunnel_hosts: vec![],
-            variables: BTreeMap::from([("repo".to_string(), "acme/widgets".to_string())]),
-            socket: None,
-        })
+        .add_identity(identity("bench", "acme/widgets", vec![]))
         .unwrap();
-    (proxy, socket)
+    let git_socket = proxy
+        .add_identity(identity(
+            "bench-git",
+            large::BIG_REPO,
+            vec![large::DOWNLOAD_HOST.into()],
+        ))
+        .unwrap();
+    (proxy, socket, git_socket)
 }
 
 /// Latency, one keep-alive connection each, sequential requests, interleaved.

@@ -11,7 +11,10 @@
 //! message-bearing calls are waited for until they are on disk, so an
 //! acknowledged message is never missing after a crash; other records are
 //! synced in batches (group commit), which keeps an fsync off the path of
-//! every ordinary request. After the first record of a batch the sync
+//! every ordinary request. Completion lines, which nothing waits on, are
+//! chained at once but written with the next line that is (or by the sync
+//! thread before it syncs): one `write(2)` a request instead of two. After
+//! the first record of a batch the sync
 //! thread waits up to [`GATHER`] for more; a caller that waits for the disk
 //! cuts that short. A failed sync leaves the file's state unknown, so the
 //! log refuses every later record (503) until the proxy is restarted and
@@ -119,12 +122,38 @@ impl AuditWriter {
             tracing::error!(%error, "writing the audit log");
             return Err(AuditUnavailable);
         }
+        self.mark_dirty();
+        Ok(())
+    }
+
+    /// Chains a record after every record before it and writes it with the
+    /// next record written, or within [`GATHER`] by the sync thread (one
+    /// write for many). For records no caller acts on once recorded
+    /// (completions): until written, a crash of the process loses them.
+    pub fn record_later(&self, record: Record) -> Result<(), AuditUnavailable> {
+        if self.shared.failed.load(Ordering::Acquire) {
+            return Err(AuditUnavailable);
+        }
+        let record = crate::audit::bound(record);
+        let chained = {
+            let mut log = self.log.lock().map_err(|_| AuditUnavailable)?;
+            log.defer(&record)
+        };
+        if let Err(error) = chained {
+            tracing::error!(%error, "chaining an audit record");
+            return Err(AuditUnavailable);
+        }
+        self.mark_dirty();
+        Ok(())
+    }
+
+    /// Tells the sync thread there is something to write or sync.
+    fn mark_dirty(&self) {
         let mut pending = self.shared.pending();
         if !pending.dirty {
             pending.dirty = true;
             self.shared.wake.notify_one();
         }
-        Ok(())
     }
 
     /// Waits until every record written so far is on disk.
@@ -148,8 +177,9 @@ impl AuditWriter {
     }
 }
 
-/// The sync thread: waits for written records, gathers a batch, syncs it,
-/// answers the callers waiting for it. A state machine over [`Pending`].
+/// The sync thread: waits for written records, gathers a batch, writes the
+/// deferred lines, syncs, answers the callers waiting for it. A state
+/// machine over [`Pending`].
 fn sync_loop(shared: &Shared, log: &Mutex<AuditLog>) {
     loop {
         let mut pending = shared.pending();
@@ -167,13 +197,19 @@ fn sync_loop(shared: &Shared, log: &Mutex<AuditLog>) {
         let closed = pending.closed;
         pending.dirty = false;
         drop(pending);
-        // The current file, taken under the log's lock only for the time of
-        // a clone: writers never wait for a sync. A rotation syncs the file
-        // it leaves before any record goes to the next one.
-        let file = log
-            .lock()
-            .map(|l| l.current_file())
-            .unwrap_or_else(|p| p.into_inner().current_file());
+        // Deferred lines written, and the current file taken, under the
+        // log's lock; the sync runs without it: writers never wait for a
+        // sync. A rotation syncs the file it leaves before any record goes
+        // to the next one.
+        let file = {
+            let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
+            if !shared.failed.load(Ordering::Acquire) {
+                if let Err(error) = log.write_deferred() {
+                    tracing::error!(%error, "writing deferred audit records; they are lost");
+                }
+            }
+            log.current_file()
+        };
         let ok = !shared.failed.load(Ordering::Acquire) && file.sync_data().is_ok();
         if !ok && !shared.failed.swap(true, Ordering::AcqRel) {
             tracing::error!("syncing the audit log failed; refusing every request from now on");
@@ -238,5 +274,65 @@ mod tests {
         writer.flush().await.unwrap();
         drop(writer);
         assert_eq!(crate::audit::verify(&path).unwrap().lines, 51);
+    }
+
+    fn completion(id: &str) -> Record {
+        Record::Completion(CompletionRecord {
+            time: "2026-01-01T00:00:00.000Z".into(),
+            request_id: id.into(),
+            status: 200,
+            bytes_sent: 0,
+            bytes_received: 0,
+            duration_ms: 0,
+            message_id: None,
+            error: None,
+            truncated: Default::default(),
+        })
+    }
+
+    #[tokio::test]
+    async fn deferred_records_go_out_in_order_with_the_next_write_or_the_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let writer = AuditWriter::start(AuditLog::open(&path).unwrap()).unwrap();
+        writer.record(request("a")).unwrap();
+        writer.record_later(completion("a")).unwrap();
+        writer.record(request("b")).unwrap();
+        // The next record written carries the deferred one ahead of it (or
+        // the sync thread wrote it first): in the file, in chain order.
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let events: Vec<(&str, &str)> = lines
+            .iter()
+            .map(|l| {
+                (
+                    l["event"].as_str().unwrap(),
+                    l["request_id"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            events,
+            [("request", "a"), ("completion", "a"), ("request", "b")]
+        );
+        // With nothing written after it, the sync thread writes it.
+        writer.record_later(completion("b")).unwrap();
+        writer.flush().await.unwrap();
+        let report = crate::audit::verify(&path).unwrap();
+        assert_eq!((report.lines, report.completions), (4, 2));
+        assert!(report.open_requests.is_empty());
+        writer.record_later(request("c")).unwrap();
+        drop(writer);
+        // The last handle gone, the sync thread writes what is left.
+        for _ in 0..200 {
+            if crate::audit::verify(&path).unwrap().lines == 5 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the deferred record was not written at the end");
     }
 }

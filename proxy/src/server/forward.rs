@@ -83,6 +83,7 @@ impl Completion {
         message_id: Option<String>,
         error: Option<String>,
     ) {
+        let has_message_id = message_id.is_some();
         let record = Record::Completion(CompletionRecord {
             time: now(),
             request_id: self.request_id.clone(),
@@ -94,7 +95,14 @@ impl Completion {
             error,
             truncated: Default::default(),
         });
-        if self.proxy.audit.record(record).is_err() {
+        // A created message's id is written at once; other completions go
+        // out with the next line written (one write for both).
+        let recorded = if has_message_id {
+            self.proxy.audit.record(record)
+        } else {
+            self.proxy.audit.record_later(record)
+        };
+        if recorded.is_err() {
             tracing::error!(request_id = %self.request_id, "audit completion record lost");
         }
     }

@@ -517,6 +517,10 @@ impl<T: Read + Unpin> Read for Guarded<T> {
             if this.eof || this.tracker.violation.is_some() {
                 return Poll::Ready(Ok(()));
             }
+            if matches!(this.tracker.state, State::Passthrough) {
+                // A tunnel: nothing to follow, so no copy through `pending`.
+                return Pin::new(&mut this.inner).poll_read(cx, buf);
+            }
             let mut read = ReadBuf::new(&mut this.scratch);
             ready!(Pin::new(&mut this.inner).poll_read(cx, read.unfilled()))?;
             let filled = read.filled();

@@ -8,21 +8,10 @@
 //! router's side.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gatehouse_emulators::{
-    ModelEmulator, ModelFault, ModelHandle, ModelOptions, ModelReply, ModelScript,
-};
-use gatehouse_proxy::audit::AuditLog;
-use gatehouse_proxy::ca::CertificateAuthority;
-use gatehouse_proxy::credentials::{CredentialSpec, Credentials};
-use gatehouse_proxy::rules::{RuleBook, RuleSet};
-use gatehouse_proxy::server::audit_writer::AuditWriter;
-use gatehouse_proxy::server::{IdentitySpec, Proxy, ProxyParts};
-use gatehouse_proxy::upstream::{UpstreamOverride, Upstreams};
+use gatehouse_emulators::{ModelFault, ModelOptions, ModelReply, ModelScript};
 use gatehouse_router::engine::Router;
 use gatehouse_router::model::config::RetryPolicy;
 use gatehouse_router::model::{ConfiguredJudge, ModelClient, ModelConfig, ModelJudge};

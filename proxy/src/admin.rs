@@ -141,6 +141,9 @@ async fn handle(
                 *resp.status_mut() = StatusCode::NO_CONTENT;
                 resp
             }
+            Err(e @ IdentityError::State(_)) => {
+                error(StatusCode::SERVICE_UNAVAILABLE, with_causes(&e))
+            }
             Err(e) => error(StatusCode::NOT_FOUND, e),
         },
         (_, ["identities"] | ["identities", _]) => {
@@ -169,6 +172,7 @@ async fn create(proxy: &Arc<Proxy>, req: Request<Incoming>) -> Response<ProxyBod
         Err(e @ IdentityError::Socket { .. }) => {
             error(StatusCode::INTERNAL_SERVER_ERROR, with_causes(&e))
         }
+        Err(e @ IdentityError::State(_)) => error(StatusCode::SERVICE_UNAVAILABLE, with_causes(&e)),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }
 }

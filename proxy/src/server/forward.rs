@@ -429,8 +429,10 @@ async fn respond(
         let bytes = collected.to_bytes();
         let id = created_message_id(&bytes, &message.id_pointer);
         if let Some(id) = id.as_deref().filter(|_| owned::created(status)) {
+            // A failed save is logged: the object stays the identity's
+            // while this process runs.
             if created.record(&message.kind, id) {
-                completion.proxy.save_identities();
+                let _ = completion.proxy.save_identities();
             }
         }
         let redacted = redact_body(&secrets, bytes);

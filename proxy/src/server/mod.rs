@@ -70,6 +70,10 @@ pub enum IdentityError {
     /// A variable's name or value is not acceptable.
     #[error("variable {name:?}: {why}")]
     BadVariable { name: String, why: String },
+    /// The saved identities could not be written: what was asked is not
+    /// durable, so it is not answered as done.
+    #[error("the identity state could not be saved")]
+    State(#[source] persist::PersistError),
     /// The socket could not be created.
     #[error("identity socket {path}")]
     Socket {
@@ -148,7 +152,18 @@ pub struct Proxy {
     next_request: AtomicU64,
     /// Where the dynamic identities are saved ([`persist`]), once set.
     identity_state: OnceLock<PathBuf>,
-    identity_state_lock: Mutex<()>,
+    identity_state_lock: Mutex<persist::Pending>,
+}
+
+/// Where an identity's socket goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    /// The config's path.
+    Static,
+    /// Created through the admin API: a new directory of its own.
+    Created,
+    /// Restored from the saved state: the directory a sandbox may hold.
+    Restored,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -211,7 +226,7 @@ impl Proxy {
             request_prefix: format!("req_{:x}", started.as_nanos()),
             next_request: AtomicU64::new(1),
             identity_state: OnceLock::new(),
-            identity_state_lock: Mutex::new(()),
+            identity_state_lock: Mutex::new(persist::Pending::default()),
         }))
     }
 
@@ -282,26 +297,25 @@ impl Proxy {
     /// goes in a directory of its own and it is saved (see [`persist`]).
     pub fn add_identity(self: &Arc<Self>, spec: IdentitySpec) -> Result<PathBuf, IdentityError> {
         if spec.socket.is_some() {
-            self.insert(spec, false, std::iter::empty())
-        } else {
-            self.add_dynamic(spec, std::iter::empty())
+            return self.insert(spec, Placement::Static, std::iter::empty());
         }
-    }
-
-    fn add_dynamic(
-        self: &Arc<Self>,
-        spec: IdentitySpec,
-        own: impl IntoIterator<Item = crate::rules::OwnedObject>,
-    ) -> Result<PathBuf, IdentityError> {
-        let socket = self.insert(spec, true, own)?;
-        self.save_identities();
+        let name = spec.name.clone();
+        let socket = self.insert(spec, Placement::Created, std::iter::empty())?;
+        // Answered only once saved: an identity a restart would lose is
+        // taken down again.
+        if let Err(e) = self.save_identities() {
+            if let Ok(identity) = self.close_identity(&name) {
+                remove_identity_dir(&identity);
+            }
+            return Err(IdentityError::State(e));
+        }
         Ok(socket)
     }
 
     fn insert(
         self: &Arc<Self>,
         spec: IdentitySpec,
-        dynamic: bool,
+        placement: Placement,
         own: impl IntoIterator<Item = crate::rules::OwnedObject>,
     ) -> Result<PathBuf, IdentityError> {
         let checked = self.validate(&spec)?;
@@ -313,7 +327,11 @@ impl Proxy {
         // directory's own child.
         let socket = match &spec.socket {
             Some(socket) => socket.clone(),
-            None => identity_dir(&self.socket_dir.join(&spec.name))?.join(IDENTITY_SOCKET),
+            None => identity_dir(
+                &self.socket_dir.join(&spec.name),
+                placement == Placement::Created,
+            )?
+            .join(IDENTITY_SOCKET),
         };
         let listener = bind_socket(&socket)?;
         let (revoked, _) = watch::channel(false);
@@ -328,7 +346,7 @@ impl Proxy {
             },
             tunnel_hosts: checked.tunnel_hosts.into_iter().collect(),
             socket: socket.clone(),
-            dynamic,
+            dynamic: placement != Placement::Static,
             client: self.upstreams.client(),
             revoked,
             created,
@@ -342,15 +360,26 @@ impl Proxy {
         Ok(socket)
     }
 
-    /// Revokes an identity: its socket (and directory) removed, its
-    /// connections cut, and it is no longer saved.
+    /// Revokes an identity: its connections cut, its socket (and directory)
+    /// removed, and then no longer saved. Answered done only once the saved
+    /// state no longer holds it: else [`IdentityError::State`], and asking
+    /// again retries the write (the identity stays down meanwhile).
     pub fn remove_identity(&self, name: &str) -> Result<(), IdentityError> {
-        let identity = self.close_identity(name)?;
-        if identity.dynamic {
-            if let Some(dir) = identity.socket.parent() {
-                let _ = std::fs::remove_dir(dir);
+        match self.close_identity(name) {
+            Ok(identity) if !identity.dynamic => {}
+            Ok(identity) => {
+                remove_identity_dir(&identity);
+                self.save_revoked(name, true)
+                    .map_err(IdentityError::State)?;
             }
-            self.save_identities();
+            Err(not_live) => {
+                if !self
+                    .save_revoked(name, false)
+                    .map_err(IdentityError::State)?
+                {
+                    return Err(not_live);
+                }
+            }
         }
         self.write_refusal_counts(Some(name));
         tracing::info!(identity = %name, "identity revoked");
@@ -472,19 +501,30 @@ pub fn is_dns_name(host: &str) -> bool {
     DnsName::is_valid(host)
 }
 
-/// The directory of a dynamic identity's socket: created 0711, or, left by
-/// a run that died, kept as it is (a sandbox may hold it bind-mounted: a
-/// new directory would be a different one). It sits in the 0700 socket
-/// directory, so only the proxy's user and root reach it by path; 0711
-/// lets a sandbox's relay, whatever its uid, reach the socket inside it
-/// through the bind mount, without listing it.
-fn identity_dir(dir: &Path) -> Result<PathBuf, IdentityError> {
+/// The directory of a dynamic identity's socket, 0711. Restored: kept as
+/// a run that died left it (a sandbox may hold it bind-mounted: a new
+/// directory would be a different one). Created: always a new one, so that
+/// a sandbox still holding an earlier identity's directory of that name
+/// never reaches this socket; one that cannot be removed is refused. It
+/// sits in the 0700 socket directory, so only the proxy's user and root
+/// reach it by path; 0711 lets a sandbox's relay, whatever its uid, reach
+/// the socket inside it through the bind mount, without listing it.
+fn identity_dir(dir: &Path, fresh: bool) -> Result<PathBuf, IdentityError> {
     let err = |source| IdentityError::Socket {
         path: dir.to_path_buf(),
         source,
     };
     match std::fs::symlink_metadata(dir) {
-        Ok(meta) if meta.file_type().is_dir() => {}
+        Ok(meta) if meta.file_type().is_dir() && !fresh => {}
+        Ok(meta) if meta.file_type().is_dir() => {
+            let _ = std::fs::remove_file(dir.join(IDENTITY_SOCKET));
+            std::fs::remove_dir(dir).map_err(|e| {
+                err(std::io::Error::other(format!(
+                    "left by an earlier identity of this name and not removable ({e}): not reused"
+                )))
+            })?;
+            std::fs::create_dir(dir).map_err(err)?;
+        }
         Ok(_) => return Err(err(std::io::Error::other("exists and is not a directory"))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::create_dir(dir).map_err(err)?;
@@ -493,6 +533,16 @@ fn identity_dir(dir: &Path) -> Result<PathBuf, IdentityError> {
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(err)?;
     Ok(dir.to_path_buf())
+}
+
+/// Removes a revoked dynamic identity's directory. One that stays is
+/// logged; the next identity of that name gets a new one anyway.
+fn remove_identity_dir(identity: &Identity) {
+    if let Some(dir) = identity.socket.parent() {
+        if let Err(error) = std::fs::remove_dir(dir) {
+            tracing::error!(identity = %identity.name, dir = %dir.display(), %error, "a revoked identity's directory could not be removed; not reused");
+        }
+    }
 }
 
 /// Binds an identity socket. The socket is world-connectable (0666) but

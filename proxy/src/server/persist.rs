@@ -13,7 +13,7 @@
 //! ids of created objects: no secret. Static identities (the config's)
 //! are not in it: the config re-creates them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{IdentitySpec, Proxy};
+use super::{IdentityError, IdentitySpec, Proxy};
 use crate::rules::OwnedObject;
 
 /// The only version this proxy writes and reads.
@@ -40,6 +40,9 @@ pub enum PersistError {
     /// The file is not one this proxy wrote.
     #[error("identity state {path}: {message} (move it away to start without the identities it holds; their jobs then fail)")]
     Format { path: PathBuf, message: String },
+    /// The file or its directory could be written by someone else.
+    #[error("identity state {path}: {message}: refused (make it the proxy's user's, not writable by group or others)")]
+    Unsafe { path: PathBuf, message: String },
 }
 
 /// The file.
@@ -113,34 +116,96 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<SavedIdentity>, String> {
     Ok(saved.identities)
 }
 
-/// Reads the saved identities; none when the file does not exist.
-pub fn read(path: &Path) -> Result<Vec<SavedIdentity>, PersistError> {
-    match std::fs::read(path) {
-        Ok(bytes) => decode(&bytes).map_err(|message| PersistError::Format {
+/// Why a state file (or its directory) is not one to trust, if it is not
+/// (pure): owned by someone else, or writable by group or others, who
+/// could then put identities in it.
+pub fn unsafe_owner_or_mode(owner: u32, mode: u32, euid: u32) -> Option<String> {
+    if owner != euid {
+        return Some(format!("owned by uid {owner}, not the proxy's ({euid})"));
+    }
+    if mode & 0o022 != 0 {
+        return Some(format!(
+            "mode {:04o} lets group or others write",
+            mode & 0o7777
+        ));
+    }
+    None
+}
+
+fn check_meta(path: &Path, meta: &std::fs::Metadata) -> Result<(), PersistError> {
+    use std::os::unix::fs::MetadataExt;
+    let euid = nix::unistd::geteuid().as_raw();
+    match unsafe_owner_or_mode(meta.uid(), meta.mode(), euid) {
+        Some(message) => Err(PersistError::Unsafe {
             path: path.to_owned(),
             message,
         }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(source) => Err(PersistError::Io {
-            path: path.to_owned(),
-            source,
-        }),
+        None => Ok(()),
     }
 }
 
+/// Reads the saved identities; none when the file does not exist. The file
+/// and its directory must be the proxy's own and not writable by others;
+/// a symlink is refused.
+pub fn read(path: &Path) -> Result<Vec<SavedIdentity>, PersistError> {
+    use std::io::Read;
+    let io = |source| PersistError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let dir_meta = std::fs::metadata(dir).map_err(|source| PersistError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    check_meta(dir, &dir_meta)?;
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(io(source)),
+    };
+    // What was opened is what is checked (no race with a rename).
+    let meta = file.metadata().map_err(io)?;
+    if !meta.file_type().is_file() {
+        return Err(PersistError::Unsafe {
+            path: path.to_owned(),
+            message: "not a regular file".into(),
+        });
+    }
+    check_meta(path, &meta)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(io)?;
+    decode(&bytes).map_err(|message| PersistError::Format {
+        path: path.to_owned(),
+        message,
+    })
+}
+
 /// Replaces the file with `bytes` so that a reader (or a crash) sees the
-/// old content or the new, never a mix: a 0600 temporary file beside it,
-/// synced, renamed over it, and the directory synced.
+/// old content or the new, never a mix: a new 0600 temporary file beside
+/// it (a stale one removed first; never through a symlink or into a file
+/// someone else opened), synced, renamed over it, and the directory synced.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PersistError> {
     let io = |source| PersistError::Io {
         path: path.to_owned(),
         source,
     };
     let tmp = path.with_extension("new");
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+        _ => {}
+    }
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
         .mode(0o600)
         .open(&tmp)
         .map_err(io)?;
@@ -156,64 +221,134 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PersistError> {
     Ok(())
 }
 
+/// What the file holds beyond the live dynamic identities; guarded by the
+/// writer's lock.
+#[derive(Debug, Default)]
+pub struct Pending {
+    /// Revoked, but the file written since may still hold them: a revoke
+    /// asked again retries the write instead of answering "no such
+    /// identity" (which the supervisor takes as done).
+    revoked: BTreeSet<String>,
+    /// Saved identities that could not be restored for a reason that may
+    /// pass (their socket): kept in the file until revoked or re-created.
+    unrestored: BTreeMap<String, SavedIdentity>,
+}
+
 impl Proxy {
     /// Re-creates the identities saved at `path` and keeps saving there from
     /// now on. An identity the rules no longer admit is dropped, logged
-    /// (fail closed: its job's calls are then refused). Returns the names
-    /// restored.
+    /// (fail closed: its job's calls are then refused); one whose socket
+    /// could not be bound stays in the file (its job's calls fail until the
+    /// supervisor revokes it). Returns the names restored.
     pub fn restore_identities(self: &Arc<Self>, path: &Path) -> Result<Vec<String>, PersistError> {
         let saved = read(path)?;
         let _ = self.identity_state.set(path.to_owned());
         let mut restored = Vec::new();
+        let mut dropped = false;
         for s in saved {
             let spec = IdentitySpec {
                 name: s.name.clone(),
-                rule_sets: s.rule_sets,
-                tunnel_hosts: s.tunnel_hosts,
-                variables: s.variables,
+                rule_sets: s.rule_sets.clone(),
+                tunnel_hosts: s.tunnel_hosts.clone(),
+                variables: s.variables.clone(),
                 socket: None,
             };
-            match self.add_dynamic(spec, s.own.into_iter().map(OwnedObject::from)) {
+            // Inserted only: one write after the loop, so that a crash
+            // midway leaves the file whole.
+            let own = s.own.iter().cloned().map(OwnedObject::from);
+            match self.insert(spec, super::Placement::Restored, own) {
                 Ok(socket) => {
                     tracing::info!(identity = %s.name, socket = %socket.display(), "identity restored");
                     restored.push(s.name);
                 }
+                Err(error @ IdentityError::Socket { .. }) => {
+                    tracing::error!(identity = %s.name, error = %super::with_causes(&error), "a saved identity is not restored; kept saved");
+                    self.pending().unrestored.insert(s.name.clone(), s);
+                }
                 Err(error) => {
-                    tracing::error!(identity = %s.name, %error, "a saved identity is not restored")
+                    tracing::error!(identity = %s.name, %error, "a saved identity is not restored");
+                    dropped = true;
                 }
             }
         }
-        // What was dropped is gone from the file too.
-        self.save_identities();
+        // What the rules refused is gone from the file too.
+        if dropped {
+            let _ = self.save_identities();
+        }
         Ok(restored)
     }
 
-    /// Writes the dynamic identities out, when a state file is set. A write
-    /// that fails is logged: the identities still work, but would not
-    /// survive a restart.
-    pub(super) fn save_identities(&self) {
-        let Some(path) = self.identity_state.get() else {
-            return;
-        };
-        // One writer at a time, each writing the state at its own moment.
-        let _writing = self
-            .identity_state_lock
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.identity_state_lock
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let identities: Vec<SavedIdentity> = self
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes the dynamic identities out, when a state file is set. A write
+    /// that fails is logged and returned: the caller decides whether what it
+    /// did may be answered as done.
+    pub(super) fn save_identities(&self) -> Result<(), PersistError> {
+        self.save_with(|_| true)
+    }
+
+    /// Makes the revocation of `name` durable: false when there was nothing
+    /// to revoke (neither live, nor pending, nor kept unrestored). A write
+    /// that fails leaves it pending, so that asking again retries.
+    pub(super) fn save_revoked(&self, name: &str, was_live: bool) -> Result<bool, PersistError> {
+        let mut known = was_live;
+        self.save_with(|pending| {
+            known |= pending.revoked.contains(name);
+            known |= pending.unrestored.remove(name).is_some();
+            if known {
+                pending.revoked.insert(name.to_owned());
+            }
+            known
+        })?;
+        Ok(known)
+    }
+
+    /// One writer at a time, each writing the state at its own moment
+    /// (after `change` to what is pending, which says whether to write).
+    fn save_with(&self, change: impl FnOnce(&mut Pending) -> bool) -> Result<(), PersistError> {
+        let mut pending = self.pending();
+        if !change(&mut pending) {
+            return Ok(());
+        }
+        let Some(path) = self.identity_state.get() else {
+            pending.revoked.clear();
+            return Ok(());
+        };
+        let mut identities: BTreeMap<String, SavedIdentity> = self
             .lock_identities()
             .values()
             .filter(|i| i.dynamic)
-            .map(|i| SavedIdentity {
-                name: i.name.clone(),
-                rule_sets: i.scope.rule_sets.clone(),
-                tunnel_hosts: i.tunnel_hosts.iter().map(|t| t.to_string()).collect(),
-                variables: i.scope.variables.clone(),
-                own: i.created.snapshot().iter().map(SavedObject::from).collect(),
+            .map(|i| {
+                let saved = SavedIdentity {
+                    name: i.name.clone(),
+                    rule_sets: i.scope.rule_sets.clone(),
+                    tunnel_hosts: i.tunnel_hosts.iter().map(|t| t.to_string()).collect(),
+                    variables: i.scope.variables.clone(),
+                    own: i.created.snapshot().iter().map(SavedObject::from).collect(),
+                };
+                (i.name.clone(), saved)
             })
             .collect();
-        if let Err(error) = write_atomic(path, &encode(identities)) {
-            tracing::error!(%error, "saving the identities failed: a restart would lose them");
+        // A name created anew replaces what was kept unrestored.
+        pending
+            .unrestored
+            .retain(|name, _| !identities.contains_key(name));
+        for (name, kept) in &pending.unrestored {
+            identities.insert(name.clone(), kept.clone());
+        }
+        match write_atomic(path, &encode(identities.into_values().collect())) {
+            Ok(()) => {
+                pending.revoked.clear();
+                Ok(())
+            }
+            Err(error) => {
+                tracing::error!(%error, "saving the identities failed");
+                Err(error)
+            }
         }
     }
 }
@@ -289,5 +424,47 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(!path.with_extension("new").exists());
+    }
+
+    #[test]
+    fn a_stale_temporary_file_is_replaced_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("identities.json");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        std::os::unix::fs::symlink(&victim, path.with_extension("new")).unwrap();
+        write_atomic(&path, &encode(vec![identity("tkt_1", &[])])).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        assert!(std::fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_file());
+        // A stale regular one (left by a crash, any mode) as well.
+        std::fs::write(path.with_extension("new"), "stale").unwrap();
+        write_atomic(&path, &encode(vec![identity("tkt_2", &[])])).unwrap();
+        assert_eq!(read(&path).unwrap()[0].name, "tkt_2");
+    }
+
+    #[test]
+    fn owner_and_mode_table() {
+        for (owner, mode, euid, ok) in [
+            (0, 0o600, 0, true),
+            (0, 0o644, 0, true),
+            (0, 0o700, 0, true),
+            (0, 0o755, 0, true),
+            (1000, 0o600, 1000, true),
+            (1000, 0o600, 0, false),
+            (0, 0o600, 1000, false),
+            (0, 0o620, 0, false),
+            (0, 0o602, 0, false),
+            (0, 0o770, 0, false),
+            (0, 0o1777, 0, false),
+        ] {
+            assert_eq!(
+                unsafe_owner_or_mode(owner, mode, euid).is_none(),
+                ok,
+                "{owner} {mode:o} {euid}"
+            );
+        }
     }
 }

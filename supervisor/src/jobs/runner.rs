@@ -84,6 +84,11 @@ fn stop_reason_text(stop: StopReason) -> &'static str {
 const PROXY_RETRY_FIRST: Duration = Duration::from_millis(250);
 const PROXY_RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// How often the store is looked at for revocations to retry, and the
+/// longest wait while they keep failing.
+const REVOKE_RETRY_FIRST: Duration = Duration::from_secs(5);
+const REVOKE_RETRY_MAX: Duration = Duration::from_secs(60);
+
 fn deadline_instant(deadline_at_ms: i64) -> Instant {
     let left = deadline_at_ms.saturating_sub(now_ms()).max(0) as u64;
     Instant::now() + Duration::from_millis(left)
@@ -127,6 +132,43 @@ impl Inner {
             }
         }
         Ok(recovery)
+    }
+
+    /// Retries, with backoff, the revocations that did not complete (the
+    /// proxy down longer than a job's release waited, or unable to make
+    /// the revocation durable): each ended job's identity stays in the
+    /// store until the proxy confirms it gone. Ends with the supervisor.
+    pub(super) async fn retry_revocations(inner: std::sync::Weak<Self>) {
+        let mut wait = REVOKE_RETRY_FIRST;
+        loop {
+            tokio::time::sleep(wait).await;
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            wait = match inner.revoke_unrevoked().await {
+                Ok(()) => REVOKE_RETRY_FIRST,
+                Err(e) => {
+                    tracing::warn!("revoking the identities of ended jobs: {e}");
+                    (wait * 2).min(REVOKE_RETRY_MAX)
+                }
+            };
+        }
+    }
+
+    /// Revokes the identities of ended jobs still held in the store.
+    async fn revoke_unrevoked(&self) -> Result<(), ServiceError> {
+        let mut result = Ok(());
+        for job in self.store.unrevoked_identities()? {
+            if let Some(name) = &job.identity {
+                match self.revoke(&job.id, name).await {
+                    Ok(()) => {
+                        tracing::info!(job = %job.id, identity = %name, "identity revoked on retry")
+                    }
+                    Err(e) => result = Err(e),
+                }
+            }
+        }
+        result
     }
 
     async fn revoke(&self, job_id: &str, name: &str) -> Result<(), ServiceError> {

@@ -198,6 +198,9 @@ impl Supervisor {
             slots,
         });
         let recovery = inner.recover().await?;
+        if inner.proxy.is_some() {
+            tokio::spawn(Inner::retry_revocations(Arc::downgrade(&inner)));
+        }
         Ok((Supervisor { inner }, recovery))
     }
 

@@ -40,7 +40,7 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::engine::Router;
 use crate::eval::Judge;
@@ -131,17 +131,21 @@ impl Intake {
             durability,
             vec![(secrets.into(), listen)],
             config,
+            None,
         )
     }
 
     /// One listener per (verifier, address), e.g. GitHub webhooks and
     /// Feishu events, sharing one processor (one writer of decisions).
+    /// `decided` is notified after each batch that recorded a trigger (the
+    /// live loop's waker, so that it acts at once).
     pub fn start_many<J: Judge + Send + 'static>(
         router: Router<J>,
         state: &Path,
         durability: Durability,
         listeners: Vec<(Verifier, SocketAddr)>,
         config: ListenerConfig,
+        decided: Option<Arc<Notify>>,
     ) -> Result<Self, IntakeError> {
         let (wake, woken) = sync_channel(1);
         let (stop, stopped) = watch::channel(false);
@@ -166,7 +170,7 @@ impl Intake {
             intake.addrs.push(addr);
             intake.servers.push(server);
         }
-        intake.processor = Some(spawn_processor(router, woken, stopped)?);
+        intake.processor = Some(spawn_processor(router, woken, stopped, decided)?);
         Ok(intake)
     }
 
@@ -280,6 +284,7 @@ fn spawn_processor<J: Judge + Send + 'static>(
     mut router: Router<J>,
     woken: Receiver<()>,
     stopped: watch::Receiver<bool>,
+    decided: Option<Arc<Notify>>,
 ) -> Result<std::thread::JoinHandle<()>, IntakeError> {
     std::thread::Builder::new()
         .name("intake-processor".into())
@@ -287,6 +292,11 @@ fn spawn_processor<J: Judge + Send + 'static>(
             match process::process_pending(&mut router, wall_clock_ms) {
                 Ok(done) if done.total() > 0 => {
                     tracing::debug!(?done, "deliveries processed");
+                    if done.triggers > 0 {
+                        if let Some(n) = &decided {
+                            n.notify_one();
+                        }
+                    }
                 }
                 Ok(_) => {}
                 // The delivery stays pending; the next pass retries it.

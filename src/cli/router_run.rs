@@ -68,6 +68,7 @@ pub(super) fn run(config_path: &Path, sync: Sync) -> anyhow::Result<ExitCode> {
         durability,
         listeners,
         ListenerConfig::default(),
+        Some(live.waker()),
     )?;
     let listening: serde_json::Map<String, serde_json::Value> = names
         .iter()

@@ -15,7 +15,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use std::sync::Arc;
+
+use tokio::sync::{watch, Notify};
 
 use super::config::RouterConfig;
 use super::events::{EventPage, JobEvent};
@@ -62,6 +64,7 @@ const BATCH: usize = 50;
 /// The running live loop; [`LiveLoop::stop`] or dropping it stops it.
 pub struct LiveLoop {
     stop: watch::Sender<bool>,
+    wake: Arc<Notify>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -92,7 +95,9 @@ impl LiveLoop {
                 Some(m) if m.writer => Some(ModelClient::new(m.clone(), &config.proxy.ca_cert)?),
                 _ => None,
             },
+            wake: Arc::new(Notify::new()),
         };
+        let wake = state.wake.clone();
         let (stop, stopped) = watch::channel(false);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -109,8 +114,16 @@ impl LiveLoop {
             .map_err(LiveError::Start)?;
         Ok(Self {
             stop,
+            wake,
             thread: Some(thread),
         })
+    }
+
+    /// What wakes the loop for a pass now: notify it after recording
+    /// decisions on the same state (a wake while a pass runs is kept, so
+    /// none is lost; without any, the loop still passes every tick).
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
     }
 
     /// Stops the loop (between steps: what is in hand is durable) and waits.
@@ -155,6 +168,9 @@ pub(super) struct Live<J: Judge> {
     pub(super) events_retry_at: u64,
     /// The router model drafting reply texts, when `[model] writer = true`.
     pub(super) writer: Option<ModelClient>,
+    /// Woken when new decisions are recorded (by the intake's processor):
+    /// the next pass starts at once instead of at the next tick.
+    pub(super) wake: Arc<Notify>,
 }
 
 type EventsTask = tokio::task::JoinHandle<Result<EventPage, JobsError>>;
@@ -176,8 +192,13 @@ impl<J: Judge> Live<J> {
             if events.is_none() && wall_clock_ms() >= self.events_retry_at {
                 events = self.poll_events();
             }
+            let wake = self.wake.clone();
             let Some(task) = events.as_mut() else {
-                tokio::time::sleep(TICK).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(TICK) => {}
+                    _ = wake.notified() => {}
+                    _ = stopped.changed() => break,
+                }
                 continue;
             };
             tokio::select! {
@@ -186,6 +207,7 @@ impl<J: Judge> Live<J> {
                     self.on_events(page);
                 }
                 _ = tokio::time::sleep(TICK) => {}
+                _ = wake.notified() => {}
                 _ = stopped.changed() => break,
             }
         }

@@ -164,6 +164,7 @@ fn decisions(policy: &Policy, dir: &Path, n: usize) -> Vec<f64> {
                 branch: None,
                 text: "@gatehouse-bot please look".into(),
                 head_ticket: None,
+                pull_url: None,
                 raw: None,
             };
             let t = Instant::now();

@@ -99,6 +99,7 @@ fn ci_failure(n: u32, text: &str) -> TriggerInput {
         branch: Some("main".into()),
         text: text.into(),
         head_ticket: None,
+        pull_url: None,
         raw: None,
     }
 }

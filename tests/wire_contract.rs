@@ -188,6 +188,7 @@ fn the_job_api_accepts_the_job_the_live_router_sends() {
         branch: None,
         text: "@gatehouse-bot fix the flaky test".into(),
         head_ticket: None,
+        pull_url: None,
         raw: None,
     };
     let body = serde_json::to_vec(&job_body(&ticket, &generation, &input, 600)).unwrap();

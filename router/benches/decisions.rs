@@ -60,6 +60,7 @@ fn generate(count: usize, threads: usize) -> Vec<TriggerInput> {
                 branch: None,
                 text: format!("comment {i} on thread {thread}: the parser fails on empty input"),
                 head_ticket: None,
+                pull_url: None,
                 raw: None,
             };
             match (i * 7 + thread) % 10 {

@@ -582,9 +582,16 @@ fn claimed_ticket(tx: &mut Tx<'_>, input: &TriggerInput) -> Result<Option<Ticket
     let Some(id) = input.head_ticket.as_deref().and_then(TicketId::parse) else {
         return Ok(None);
     };
-    match tx.read().ticket(&id) {
-        Ok(t) if claim_holds(input, &t) => Ok(Some(t)),
-        Ok(_) | Err(StoreError::NotFound { .. }) => Ok(None),
+    let Some(url) = input.pull_url.as_deref() else {
+        return Ok(None);
+    };
+    let read = tx.read();
+    match read.ticket(&id) {
+        Ok(t) => {
+            let reported = read.reported_link(&t.id, url)?;
+            Ok(claim_holds(input, &t, reported).then_some(t))
+        }
+        Err(StoreError::NotFound { .. }) => Ok(None),
         Err(e) => Err(e),
     }
 }

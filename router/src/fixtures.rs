@@ -48,6 +48,7 @@ pub(crate) fn gh(sender: Sender, kind: TriggerKind) -> TriggerInput {
         branch: None,
         text: "hello".to_owned(),
         head_ticket: None,
+        pull_url: None,
         raw: None,
     }
 }
@@ -69,6 +70,7 @@ pub(crate) fn fs(sender: Sender, chat_id: &str, kind: ChatKind) -> TriggerInput 
         branch: None,
         text: "你好".to_owned(),
         head_ticket: None,
+        pull_url: None,
         raw: None,
     }
 }

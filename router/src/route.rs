@@ -118,12 +118,17 @@ pub fn route_trigger(
 
 /// Whether a lifecycle trigger on a pull request may act on `claimed`, the
 /// ticket its work branch names: only a live ticket whose work is in the
-/// trigger's repository. (The mapping already refused the claim for a pull
-/// request the bot did not open.)
-pub fn claim_holds(input: &TriggerInput, claimed: &Ticket) -> bool {
+/// trigger's repository and whose worker reported this pull request
+/// (`reported`: a report of its current generation names the pull
+/// request's address). The mapping already refused the claim for a pull
+/// request the bot did not open; the report is what ties the pull request
+/// to this ticket's worker rather than to another worker of the same bot.
+pub fn claim_holds(input: &TriggerInput, claimed: &Ticket, reported: bool) -> bool {
     input.kind.is_lifecycle()
         && claimed.is_live()
         && input.repo.as_deref() == Some(claimed.mandate.scope.repo.as_str())
+        && input.pull_url.is_some()
+        && reported
 }
 
 /// What a judge will be asked about `input`, if anything (pure): only a

@@ -140,10 +140,14 @@ pub struct TriggerInput {
     #[serde(default)]
     pub text: String,
     /// For a pull request the bot itself opened from a `gatehouse/<ticket>`
-    /// branch: that ticket id. The branch name only claims it; the router
-    /// accepts the claim for a live ticket of the same repository.
+    /// branch: that ticket id, and the pull request's web address. The
+    /// branch name only claims the ticket (any worker can push any
+    /// `gatehouse/` branch); the router believes the claim only when a report
+    /// of that ticket's current generation names this address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_ticket: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_url: Option<String>,
     /// The platform payload as received; stored once, referenced by hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<serde_json::Value>,

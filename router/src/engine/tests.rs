@@ -711,7 +711,21 @@ fn lifecycle(kind: TriggerKind, thread: &str, head_ticket: Option<&TicketId>) ->
     t.text = String::new();
     t.message_id = format!("lc_{thread}");
     t.head_ticket = head_ticket.map(|id| id.to_string());
+    t.pull_url = head_ticket.map(|_| pull_url(thread));
     t
+}
+
+/// The web address of the pull request whose thread is `thread`.
+fn pull_url(thread: &str) -> String {
+    let number = thread.rsplit('#').next().unwrap();
+    format!("https://github.com/acme/widgets/pull/{number}")
+}
+
+/// The ticket's worker reports a link.
+fn report_link(r: &mut R, ticket: &TicketId, link: &str, at: u64) {
+    let mut input = report(ticket, ReportState::Working);
+    input.report.links = vec![link.to_owned()];
+    assert!(is_allowed(&r.on_report(input, at).unwrap()));
 }
 
 fn no_ticket(d: &Decision) -> NoTicket {
@@ -785,6 +799,29 @@ fn the_bots_pull_request_reaches_the_ticket_its_branch_names() {
     let mut r = router();
     let ticket = opened(&r.on_trigger(ask("fix it"), 10).unwrap());
     let pr_thread = "gh:acme/widgets#2";
+    // Before the ticket's worker reported the pull request, the branch name
+    // alone claims nothing: another worker of the same bot may have opened it.
+    let d = r
+        .on_trigger(
+            lifecycle(TriggerKind::PullRequestClosed, pr_thread, Some(&ticket)),
+            10,
+        )
+        .unwrap();
+    assert_eq!(no_ticket(&d), NoTicket::NoLiveWork);
+    report_link(
+        &mut r,
+        &ticket,
+        "https://github.com/acme/widgets/pull/3",
+        10,
+    );
+    let d = r
+        .on_trigger(
+            lifecycle(TriggerKind::PullRequestClosed, pr_thread, Some(&ticket)),
+            10,
+        )
+        .unwrap();
+    assert_eq!(no_ticket(&d), NoTicket::NoLiveWork);
+    report_link(&mut r, &ticket, &pull_url(pr_thread), 10);
     let d = r
         .on_trigger(
             lifecycle(TriggerKind::PullRequestClosed, pr_thread, Some(&ticket)),
@@ -861,19 +898,26 @@ fn a_claim_holds_only_for_live_work_in_the_same_repository() {
         "gh:acme/widgets#2",
         Some(&live.id),
     );
-    assert!(claim_holds(&pr, &live));
+    assert!(claim_holds(&pr, &live, true));
+    assert!(
+        !claim_holds(&pr, &live, false),
+        "not reported by the ticket"
+    );
     let mut elsewhere = pr.clone();
     elsewhere.repo = Some("acme/gadgets".into());
-    assert!(!claim_holds(&elsewhere, &live));
+    assert!(!claim_holds(&elsewhere, &live, true));
     let mut no_repo = pr.clone();
     no_repo.repo = None;
-    assert!(!claim_holds(&no_repo, &live));
+    assert!(!claim_holds(&no_repo, &live, true));
+    let mut no_url = pr.clone();
+    no_url.pull_url = None;
+    assert!(!claim_holds(&no_url, &live, true));
     let mut message = pr.clone();
     message.kind = TriggerKind::PullRequestComment;
-    assert!(!claim_holds(&message, &live));
+    assert!(!claim_holds(&message, &live, true));
     let mut ended = live.clone();
     ended.state = TicketState::Ended;
-    assert!(!claim_holds(&pr, &ended));
+    assert!(!claim_holds(&pr, &ended, true));
 }
 
 #[test]

@@ -49,7 +49,7 @@ pub enum Step {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         requested_by: Option<TriggerId>,
     },
-    /// A person closed the ticket's issue or pull request: an end whose
+    /// A person closed (or merged) the ticket's issue or pull request: an end whose
     /// outcome [`close_outcome`] takes from the ticket's state when the step
     /// runs, requested by the closing trigger.
     Close {
@@ -92,7 +92,7 @@ pub fn plan_trigger(d: &TriggerDecision, input: &TriggerInput, reply_words: usiz
             out
         }
         TicketOutcome::PassThrough { ticket } if input.kind.is_lifecycle() => {
-            vec![plan_lifecycle(d, input.kind, ticket)]
+            vec![plan_lifecycle(d, ticket)]
         }
         TicketOutcome::PassThrough { ticket } => {
             if explicit_human && is_stop(&input.text) {
@@ -112,27 +112,22 @@ pub fn plan_trigger(d: &TriggerDecision, input: &TriggerInput, reply_words: usiz
     }
 }
 
-/// A close or merge that joined live work. A merge ends the work as
-/// merged, whoever the gate admitted pressed the button (merging is the
-/// platform's permission, and it ends the work well); a close ends it only
-/// when a person did it, as a "stop" would; a listed bot's close reaches the
-/// worker as information and stops nothing.
-fn plan_lifecycle(d: &TriggerDecision, kind: TriggerKind, ticket: &TicketId) -> Intent {
-    let by_person = d.admission.human().is_some();
-    match kind {
-        TriggerKind::PullRequestMerged => Intent::Step(Step::End {
-            ticket: ticket.clone(),
-            outcome: Outcome::Merged,
-            requested_by: None,
-        }),
-        _ if by_person => Intent::Step(Step::Close {
+/// A close or merge that joined live work. Done by a person, it ends the
+/// work, requested by that close or merge (the core's end rules apply, as
+/// to a "stop"); done by a listed bot (a merge queue, a stale-issue bot) it
+/// reaches the worker as information and ends nothing: a bot never stops a
+/// ticket.
+fn plan_lifecycle(d: &TriggerDecision, ticket: &TicketId) -> Intent {
+    if d.admission.human().is_some() {
+        Intent::Step(Step::Close {
             ticket: ticket.clone(),
             trigger: d.trigger.clone(),
-        }),
-        _ => Intent::Forward {
+        })
+    } else {
+        Intent::Forward {
             trigger: d.trigger.clone(),
             ticket: ticket.clone(),
-        },
+        }
     }
 }
 

@@ -730,7 +730,9 @@ fn after_end(
         return Ok(());
     }
     tx.want_cancel(ticket, now)?;
-    if !outcome.allows_result() {
+    // A merge says the pull request was taken, not what the work was: only
+    // a ready report (which planned its own result) speaks for the work.
+    if !outcome.allows_result() || outcome == Outcome::Merged {
         return Ok(());
     }
     let read = tx.read();

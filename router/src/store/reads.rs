@@ -129,6 +129,24 @@ impl Reader<'_> {
         })
     }
 
+    /// Whether a report of the ticket's current generation (reports a resume
+    /// cleared do not count) names `link` among its links.
+    pub fn reported_link(&self, ticket: &TicketId, link: &str) -> Result<bool> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT body FROM reports WHERE ticket_id = ?1 AND cleared = 0")?;
+        let bodies = stmt
+            .query_map([ticket.as_str()], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        for body in bodies {
+            let report: crate::ticket::Report = from_json("report", &body)?;
+            if report.links.iter().any(|l| l == link) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// The ticket whose inbox the trigger went to, if any.
     pub fn trigger_inbox(&self, id: &TriggerId) -> Result<Option<TicketId>> {
         let row: Option<Option<String>> = self

@@ -139,6 +139,7 @@ pub fn map(body: &[u8], bot: Option<&str>) -> Result<Mapped, MapError> {
         branch: None,
         text,
         head_ticket: None,
+        pull_url: None,
         raw: Some(json!({ "feishu_event": e.header.event_id, "event": e.header.event_type })),
     })))
 }

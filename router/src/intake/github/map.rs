@@ -85,6 +85,7 @@ impl Ctx<'_> {
             branch: on.branch,
             text,
             head_ticket: None,
+            pull_url: None,
             raw: Some(json!({ "github_delivery": self.delivery, "event": self.event })),
         }))
     }
@@ -216,11 +217,12 @@ const WORK_BRANCH_PREFIX: &str = "gatehouse/";
 /// names the ticket it came from ([`TriggerInput::head_ticket`]); one that
 /// anybody else opened names none, whatever its branch is called.
 fn closed(ctx: &Ctx<'_>, e: &Envelope) -> Mapped {
-    let (kind, on, id, head_ticket) = match (&e.pull_request, &e.issue) {
+    let (kind, on, id, head_ticket, pull_url) = match (&e.pull_request, &e.issue) {
         (Some(p), _) => {
+            // By id only: a login can be renamed and taken by someone else.
             let by_bot = ctx
                 .bot
-                .is_some_and(|b| p.user.as_ref().is_some_and(|u| b.is(u)));
+                .is_some_and(|b| b.id.is_some() && p.user.as_ref().is_some_and(|u| b.is(u)));
             let head_ticket = p
                 .head
                 .as_ref()
@@ -232,12 +234,20 @@ fn closed(ctx: &Ctx<'_>, e: &Envelope) -> Mapped {
             } else {
                 (TriggerKind::PullRequestClosed, "pc")
             };
-            (kind, ctx.pull(p), format!("{prefix}_{}", p.id), head_ticket)
+            let pull_url = head_ticket.as_ref().and(p.html_url.clone());
+            (
+                kind,
+                ctx.pull(p),
+                format!("{prefix}_{}", p.id),
+                head_ticket,
+                pull_url,
+            )
         }
         (None, Some(i)) => (
             TriggerKind::IssueClosed,
             ctx.issue(i),
             format!("cl_{}", i.id),
+            None,
             None,
         ),
         (None, None) => return Mapped::Skip(Skip::NotMapped),
@@ -245,6 +255,7 @@ fn closed(ctx: &Ctx<'_>, e: &Envelope) -> Mapped {
     let mut mapped = ctx.trigger(kind, on, id, Vec::new(), String::new());
     if let Mapped::Trigger(t) = &mut mapped {
         t.head_ticket = head_ticket;
+        t.pull_url = pull_url;
     }
     mapped
 }

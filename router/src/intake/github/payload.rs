@@ -60,6 +60,8 @@ pub(super) struct Pull {
     pub(super) user: Option<User>,
     #[serde(default)]
     pub(super) merged: bool,
+    #[serde(default)]
+    pub(super) html_url: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -413,6 +413,7 @@ fn closed_pull(author: Value, head: &str, merged: bool) -> Value {
     p["head"] = json!({"ref": head});
     p["merged"] = json!(merged);
     p["state"] = json!("closed");
+    p["html_url"] = json!("https://github.com/acme/widgets/pull/413");
     json!({"action": "closed", "pull_request": p, "number": 413,
            "sender": alice(), "repository": repo()})
 }
@@ -438,6 +439,10 @@ fn closes_and_merges_are_lifecycle_triggers_without_text() {
     assert_eq!(merged.thread, "gh:acme/widgets#413");
     assert_eq!(merged.message_id, "pm_88");
     assert_eq!(merged.head_ticket.as_deref(), Some("tkt_01"));
+    assert_eq!(
+        merged.pull_url.as_deref(),
+        Some("https://github.com/acme/widgets/pull/413")
+    );
 
     let closed = trigger(map_ok(
         "pull_request",
@@ -470,8 +475,22 @@ fn only_the_bots_own_pull_request_names_a_ticket() {
         ));
         assert_eq!(t.head_ticket.as_deref(), expected, "{author} {head}");
     }
-    // Without a bot identity nothing is the bot's.
+    // Without a bot identity nothing is the bot's; with a login but no id,
+    // neither (a freed login can be taken by someone else).
     let body = closed_pull(user("gatehouse-bot", BOT_ID), "gatehouse/tkt_02", true);
     let m = map("pull_request", "d-1", body.to_string().as_bytes(), None).unwrap();
     assert_eq!(trigger(m).head_ticket, None);
+    let by_login = BotAccount {
+        login: "gatehouse-bot".into(),
+        id: None,
+    };
+    let m = map(
+        "pull_request",
+        "d-1",
+        body.to_string().as_bytes(),
+        Some(&by_login),
+    )
+    .unwrap();
+    let t = trigger(m);
+    assert_eq!((t.head_ticket, t.pull_url), (None, None));
 }

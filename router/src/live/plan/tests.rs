@@ -426,11 +426,6 @@ fn closes_and_merges_of_live_work_plan_ends_only_as_the_rules_say() {
         ticket: tkt.clone(),
         trigger: trg.clone(),
     });
-    let merged = Intent::Step(Step::End {
-        ticket: tkt.clone(),
-        outcome: Outcome::Merged,
-        requested_by: None,
-    });
     let forward = Intent::Forward {
         trigger: trg.clone(),
         ticket: tkt.clone(),
@@ -450,9 +445,11 @@ fn closes_and_merges_of_live_work_plan_ends_only_as_the_rules_say() {
         (
             TriggerKind::PullRequestMerged,
             person.clone(),
-            merged.clone(),
+            close.clone(),
         ),
-        (TriggerKind::PullRequestMerged, bot.clone(), merged.clone()),
+        (TriggerKind::PullRequestMerged, explicit(), close.clone()),
+        // A bot never stops a ticket, by merging no more than by closing.
+        (TriggerKind::PullRequestMerged, bot.clone(), forward.clone()),
     ];
     for (kind, admission, expected) in cases {
         // Whatever the text says: a close has none of its own, and a "stop"

@@ -79,6 +79,7 @@ fn event(n: usize) -> TriggerInput {
         branch: Some("main".into()),
         text: format!("CI run {n} failed on main: test_wobble timed out"),
         head_ticket: None,
+        pull_url: None,
         raw: None,
     }
 }

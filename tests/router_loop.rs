@@ -303,28 +303,7 @@ fn a_person_saying_stop_cancels_the_ticket_and_its_job() {
     let w = LiveWorld::start(
         "gatehouse report --state working --summary 'On a long task' && sleep 120",
     );
-    let n = w
-        .github
-        .add_issue("acme/widgets", "Slow", "b", "alice")
-        .unwrap();
-    w.github
-        .add_issue_comment(
-            "acme/widgets",
-            n,
-            "@gatehouse-bot take a long look",
-            "alice",
-        )
-        .unwrap();
-    w.wait("the ack and the job's first report", |w| {
-        !w.bot_comments(n).is_empty()
-            && Store::open(&w.state(), Durability::Normal)
-                .unwrap()
-                .read()
-                .tickets()
-                .unwrap()
-                .first()
-                .is_some_and(|t| t.latest_report.is_some())
-    });
+    let (n, _) = long_running_ticket(&w);
     // Words that only mention stopping are forwarded, not obeyed (the control).
     w.github
         .add_issue_comment("acme/widgets", n, "@gatehouse-bot don't stop yet", "alice")
@@ -337,19 +316,7 @@ fn a_person_saying_stop_cancels_the_ticket_and_its_job() {
         .unwrap();
     assert_eq!(wait_ended(&w), "cancelled");
     // The job is cancelled on the supervisor.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let jobs = Store::open(&w.state(), Durability::Normal)
-        .unwrap()
-        .read()
-        .live_jobs()
-        .unwrap();
-    assert_eq!(jobs.len(), 1);
-    let id = jobs[0].job_id.clone().unwrap();
-    let job = rt.block_on(w.supervisor.wait_ended(&id));
-    assert_eq!(job["state"], "cancelled", "{job}");
+    assert_eq!(job_end_state(&w), "cancelled");
     // Nothing but the ack was said.
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(w.bot_comments(n).len(), 1, "{:?}", w.bot_comments(n));

@@ -17,6 +17,14 @@
 //! thumb; nothing here needs a real tokenizer). Requests are answered
 //! concurrently; [`ModelHandle::max_in_flight`] tells a test how many were
 //! in flight at once.
+//!
+//! As OpenAI's API does, a message's `content` may be a string or an array
+//! of content parts (the `text` parts are what scripts match), and a request
+//! with `"stream": true` is answered as server-sent events: `chat.completion.chunk`
+//! objects on `data:` lines, the last with `finish_reason`, a usage chunk
+//! when `stream_options.include_usage` asks for it, then `data: [DONE]`
+//! (API reference, "Chat" > "The chat completion chunk object"). Coding-agent
+//! CLIs stream by default.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -315,6 +323,8 @@ struct ModelState {
 struct Answer {
     status: StatusCode,
     body: Bytes,
+    /// `text/event-stream` instead of `application/json`.
+    event_stream: bool,
     retry_after: Option<u64>,
     /// Waited before sending.
     delay: Duration,
@@ -325,6 +335,7 @@ impl Answer {
         Self {
             status,
             body: Bytes::from(body.to_string()),
+            event_stream: false,
             retry_after: None,
             delay: Duration::ZERO,
         }
@@ -363,7 +374,11 @@ impl Handler for ModelState {
             *response.status_mut() = answer.status;
             response.headers_mut().insert(
                 http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/json"),
+                http::HeaderValue::from_static(if answer.event_stream {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                }),
             );
             if let Some(secs) = answer.retry_after {
                 response
@@ -440,7 +455,15 @@ impl ModelState {
         match reply {
             Reply::Content(content) => {
                 let tokens = tokens(&content);
-                let mut a = Answer::json(StatusCode::OK, &completion_body(&request, &content));
+                let mut a = if request.stream {
+                    Answer {
+                        event_stream: true,
+                        body: Bytes::from(event_stream_body(&request, &content)),
+                        ..Answer::json(StatusCode::OK, &Value::Null)
+                    }
+                } else {
+                    Answer::json(StatusCode::OK, &completion_body(&request, &content))
+                };
                 a.delay = o.fixed_latency + o.per_token_latency * tokens;
                 a
             }
@@ -499,10 +522,13 @@ struct ChatRequest {
     model: String,
     /// Every message's content, joined by newlines (what scripts match).
     contents: String,
+    /// `"stream": true`: answer with server-sent events.
+    stream: bool,
 }
 
 /// A request must be an object with a `model` and non-empty `messages`,
-/// each with a `role` and a string `content`.
+/// each with a `role` and a `content` that is a string or an array of
+/// content parts (text parts are read, others are skipped).
 fn parse_request(body: &[u8]) -> Result<ChatRequest, String> {
     let raw: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
@@ -519,17 +545,43 @@ fn parse_request(body: &[u8]) -> Result<ChatRequest, String> {
     let mut contents = Vec::new();
     for m in messages {
         let role = m.get("role").and_then(Value::as_str);
-        let content = m.get("content").and_then(Value::as_str);
+        let content = match m.get("content") {
+            Some(Value::String(c)) => Some(c.clone()),
+            Some(Value::Array(parts)) => text_parts(parts),
+            _ => None,
+        };
         match (role, content) {
             (Some("system" | "user" | "assistant" | "developer"), Some(c)) => contents.push(c),
-            _ => return Err("each message needs a known 'role' and a string 'content'".into()),
+            _ => {
+                return Err(
+                    "each message needs a known 'role' and a 'content' string or parts".into(),
+                )
+            }
         }
     }
+    let stream = match raw.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err("'stream' must be a boolean".into()),
+    };
     Ok(ChatRequest {
         contents: contents.join("\n"),
         model,
+        stream,
         raw,
     })
+}
+
+/// The text of an array of content parts, joined by newlines; `None` when
+/// a part is not an object with a `type` (a text part needs its `text`).
+fn text_parts(parts: &[Value]) -> Option<String> {
+    let mut texts = Vec::new();
+    for part in parts {
+        if part.get("type").and_then(Value::as_str)? == "text" {
+            texts.push(part.get("text").and_then(Value::as_str)?);
+        }
+    }
+    Some(texts.join("\n"))
 }
 
 /// The first script matching `contents` with uses left; uses one.
@@ -546,6 +598,46 @@ fn choose(scripts: &mut [Script], contents: &str) -> Option<Reply> {
 /// Four characters a token, rounded up.
 fn tokens(text: &str) -> u32 {
     u32::try_from(text.chars().count().div_ceil(4)).unwrap_or(u32::MAX)
+}
+
+/// A streamed completion: the content in chunks of up to 64 characters,
+/// a last chunk with `finish_reason`, the usage chunk if asked for, `[DONE]`.
+fn event_stream_body(request: &ChatRequest, content: &str) -> String {
+    let id = format!("chatcmpl-{}", random_hex(12));
+    let created = crate::time::unix_now();
+    let chunk = |delta: Value, finish: Option<&str>| {
+        json!({
+            "id": id, "object": "chat.completion.chunk", "created": created,
+            "model": request.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        })
+    };
+    let mut events = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
+    let chars: Vec<char> = content.chars().collect();
+    for piece in chars.chunks(64) {
+        events.push(chunk(
+            json!({"content": piece.iter().collect::<String>()}),
+            None,
+        ));
+    }
+    events.push(chunk(json!({}), Some("stop")));
+    let include_usage = request
+        .raw
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if include_usage {
+        let (prompt, completion) = (tokens(&request.contents), tokens(content));
+        events.push(json!({
+            "id": id, "object": "chat.completion.chunk", "created": created,
+            "model": request.model, "choices": [],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                      "total_tokens": prompt + completion},
+        }));
+    }
+    let mut body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+    body.push_str("data: [DONE]\n\n");
+    body
 }
 
 fn completion_body(request: &ChatRequest, content: &str) -> Value {
@@ -644,5 +736,73 @@ mod tests {
         );
         assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(limited.retry_after, Some(3));
+    }
+
+    #[test]
+    fn content_parts_are_read_and_a_bad_part_is_refused() {
+        let body = json!({"model": "m", "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "first"},
+                {"type": "image_url", "image_url": {"url": "data:,"}},
+                {"type": "text", "text": "second"},
+            ]},
+        ]});
+        let r = parse_request(body.to_string().as_bytes()).unwrap();
+        assert_eq!(r.contents, "first\nsecond");
+        assert!(!r.stream);
+        for bad in [
+            json!([{"text": "no type"}]),
+            json!([{"type": "text"}]),
+            json!(["a string part"]),
+            json!(7),
+        ] {
+            let body = json!({"model": "m", "messages": [{"role": "user", "content": bad}]});
+            assert!(parse_request(body.to_string().as_bytes()).is_err(), "{bad}");
+        }
+        let body =
+            json!({"model": "m", "stream": "yes", "messages": [{"role": "user", "content": "x"}]});
+        assert!(parse_request(body.to_string().as_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_streamed_answer_is_chunks_that_add_up_to_the_content_then_done() {
+        let content = "é".repeat(70) + " and the rest";
+        for include_usage in [false, true] {
+            let body = json!({"model": "m", "stream": true,
+                "stream_options": {"include_usage": include_usage},
+                "messages": [{"role": "user", "content": "x"}]});
+            let r = parse_request(body.to_string().as_bytes()).unwrap();
+            assert!(r.stream);
+            let text = event_stream_body(&r, &content);
+            let mut data: Vec<&str> = text
+                .split("\n\n")
+                .filter(|e| !e.is_empty())
+                .map(|e| e.strip_prefix("data: ").unwrap())
+                .collect();
+            assert_eq!(data.pop(), Some("[DONE]"));
+            let chunks: Vec<Value> = data
+                .iter()
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect();
+            let joined: String = chunks
+                .iter()
+                .filter_map(|c| {
+                    c.pointer("/choices/0/delta/content")
+                        .and_then(Value::as_str)
+                })
+                .collect();
+            assert_eq!(joined, content);
+            let finishes: Vec<&Value> = chunks
+                .iter()
+                .filter_map(|c| c.pointer("/choices/0/finish_reason"))
+                .filter(|f| !f.is_null())
+                .collect();
+            assert_eq!(finishes, [&json!("stop")]);
+            let usage = chunks.iter().filter(|c| c.get("usage").is_some()).count();
+            assert_eq!(usage, usize::from(include_usage));
+            assert!(chunks
+                .iter()
+                .all(|c| c["object"] == "chat.completion.chunk"));
+        }
     }
 }

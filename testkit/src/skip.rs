@@ -32,7 +32,13 @@ pub enum Need {
     SandboxAsTestUser,
     /// A listening socket on `[::1]`.
     Ipv6Loopback,
+    /// aider, the coding-agent CLI, installed at [`AIDER_PREFIX`]
+    /// (`scripts/install-aider`, which `scripts/setup-debian` runs).
+    Aider,
 }
+
+/// Where `scripts/install-aider` installs aider by default.
+pub const AIDER_PREFIX: &str = "/opt/gatehouse/aider";
 
 const SANDBOX_FEATURES: [Feature; 3] =
     [Feature::UserNamespaces, Feature::Landlock, Feature::Seccomp];
@@ -73,6 +79,15 @@ impl Need {
                         .map(|r| format!("as {TEST_USER}: {r}"))
                 }),
             Need::Ipv6Loopback => machine::ipv6_loopback_missing(),
+            Need::Aider => {
+                let aider = std::path::Path::new(AIDER_PREFIX).join("bin/aider");
+                (!aider.is_file()).then(|| {
+                    format!(
+                        "{} is missing (scripts/install-aider installs it)",
+                        aider.display()
+                    )
+                })
+            }
         }
     }
 }

@@ -27,6 +27,10 @@ pub struct Options {
     pub ca_cert: Option<PathBuf>,
     pub profiles_dir: Option<PathBuf>,
     pub api_socket_group: Option<String>,
+    /// More `[limits]` lines (`key = value`), appended to the table.
+    pub limits: String,
+    /// Runs the supervisor under `prlimit --nofile=N:N`.
+    pub nofile: Option<u64>,
 }
 
 impl Default for Options {
@@ -40,6 +44,8 @@ impl Default for Options {
             ca_cert: None,
             profiles_dir: None,
             api_socket_group: None,
+            limits: String::new(),
+            nofile: None,
         }
     }
 }
@@ -50,6 +56,7 @@ pub struct Service {
     pub config: PathBuf,
     pub socket: PathBuf,
     child: Option<Child>,
+    nofile: Option<u64>,
 }
 
 impl Service {
@@ -73,6 +80,10 @@ impl Service {
             cap = opts.log_cap_bytes,
             grace = opts.cancel_grace_ms,
         );
+        toml.push_str(&opts.limits);
+        if !opts.limits.is_empty() && !opts.limits.ends_with('\n') {
+            toml.push('\n');
+        }
         toml.push_str(&format!(
             "[sandbox]\ndangerously_unsandboxed = {}\n",
             opts.unsandboxed
@@ -95,6 +106,7 @@ impl Service {
             config,
             socket,
             child: None,
+            nofile: opts.nofile,
         };
         service.spawn();
         service
@@ -107,7 +119,17 @@ impl Service {
     /// Starts the supervisor process and returns once its API is served
     /// (it logs "job API on" when the socket is bound).
     pub fn spawn(&mut self) {
-        let mut child = crate::bin::command()
+        // `prlimit` execs the supervisor: the child is the supervisor itself.
+        let mut command = match self.nofile {
+            Some(n) => {
+                let mut c = std::process::Command::new("prlimit");
+                c.arg(format!("--nofile={n}:{n}"))
+                    .arg(crate::bin::gatehouse());
+                c
+            }
+            None => crate::bin::command(),
+        };
+        let mut child = command
             .args(["supervisor", "--config"])
             .arg(&self.config)
             .env(

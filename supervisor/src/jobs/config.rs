@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::control_limits::ControlLimits;
 use super::spec::SpecLimits;
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +79,12 @@ struct RawLimits {
     log_cap_bytes: u64,
     cancel_grace_ms: u64,
     max_task_bytes: usize,
+    control_connections_per_job: usize,
+    control_read_secs: u64,
+    control_write_burst: u32,
+    control_writes_per_minute: u32,
+    reports_per_job: u32,
+    report_bytes_per_job: u64,
 }
 
 impl Default for RawLimits {
@@ -89,6 +96,12 @@ impl Default for RawLimits {
             log_cap_bytes: 8 << 20,
             cancel_grace_ms: 3000,
             max_task_bytes: 64 << 10,
+            control_connections_per_job: ControlLimits::default().connections_per_job,
+            control_read_secs: ControlLimits::default().read_secs,
+            control_write_burst: ControlLimits::default().write_burst,
+            control_writes_per_minute: ControlLimits::default().writes_per_minute,
+            reports_per_job: ControlLimits::default().reports_per_job,
+            report_bytes_per_job: ControlLimits::default().report_bytes_per_job,
         }
     }
 }
@@ -130,6 +143,8 @@ pub struct Config {
     pub log_cap_bytes: u64,
     pub cancel_grace: Duration,
     pub max_task_bytes: usize,
+    /// What one job may take through its control socket.
+    pub control: ControlLimits,
 }
 
 impl Config {
@@ -197,6 +212,14 @@ impl Config {
             log_cap_bytes: l.log_cap_bytes,
             cancel_grace: Duration::from_millis(l.cancel_grace_ms),
             max_task_bytes: l.max_task_bytes,
+            control: ControlLimits {
+                connections_per_job: l.control_connections_per_job,
+                read_secs: l.control_read_secs,
+                write_burst: l.control_write_burst,
+                writes_per_minute: l.control_writes_per_minute,
+                reports_per_job: l.reports_per_job,
+                report_bytes_per_job: l.report_bytes_per_job,
+            },
         })
     }
 
@@ -235,6 +258,28 @@ fn check_limits(l: &RawLimits) -> Result<(), Refusal> {
     }
     if l.max_task_bytes == 0 || l.max_task_bytes > 1 << 20 {
         return Err(("limits.max_task_bytes", "1 to 1048576"));
+    }
+    let at_least_one = [
+        (
+            "limits.control_connections_per_job",
+            l.control_connections_per_job == 0,
+        ),
+        ("limits.control_read_secs", l.control_read_secs == 0),
+        ("limits.control_write_burst", l.control_write_burst == 0),
+        (
+            "limits.control_writes_per_minute",
+            l.control_writes_per_minute == 0,
+        ),
+        ("limits.reports_per_job", l.reports_per_job == 0),
+        ("limits.report_bytes_per_job", l.report_bytes_per_job < 1024),
+    ];
+    if let Some((key, _)) = at_least_one.iter().find(|(_, bad)| *bad) {
+        let expected = if *key == "limits.report_bytes_per_job" {
+            "at least 1024"
+        } else {
+            "at least 1"
+        };
+        return Err((key, expected));
     }
     Ok(())
 }
@@ -325,7 +370,7 @@ mod tests {
     #[test]
     fn limits_table() {
         assert_eq!(check_limits(&RawLimits::default()), Ok(()));
-        let cases: [LimitCase; 8] = [
+        let cases: [LimitCase; 14] = [
             (|l| l.max_running_jobs = 0, "limits.max_running_jobs"),
             (|l| l.max_running_jobs = 4097, "limits.max_running_jobs"),
             (|l| l.max_deadline_secs = 0, "limits.max_deadline_secs"),
@@ -343,6 +388,21 @@ mod tests {
                 |l| l.max_task_bytes = (1 << 20) + 1,
                 "limits.max_task_bytes",
             ),
+            (
+                |l| l.control_connections_per_job = 0,
+                "limits.control_connections_per_job",
+            ),
+            (|l| l.control_read_secs = 0, "limits.control_read_secs"),
+            (|l| l.control_write_burst = 0, "limits.control_write_burst"),
+            (
+                |l| l.control_writes_per_minute = 0,
+                "limits.control_writes_per_minute",
+            ),
+            (|l| l.reports_per_job = 0, "limits.reports_per_job"),
+            (
+                |l| l.report_bytes_per_job = 1023,
+                "limits.report_bytes_per_job",
+            ),
         ];
         for (change, key) in cases {
             let mut l = RawLimits::default();
@@ -356,6 +416,12 @@ mod tests {
             log_cap_bytes: 1024,
             cancel_grace_ms: 600_000,
             max_task_bytes: 1 << 20,
+            control_connections_per_job: 1,
+            control_read_secs: 1,
+            control_write_burst: 1,
+            control_writes_per_minute: 1,
+            reports_per_job: 1,
+            report_bytes_per_job: 1024,
         };
         assert_eq!(check_limits(&edges), Ok(()));
     }

@@ -7,11 +7,17 @@
 //!   trigger?}]}`, every message not acknowledged yet (at-least-once delivery)
 //! - `POST /inbox/ack` [`InboxAck`] `{through: seq}` → 200 `{acknowledged: n}`
 //!
+//! Reports and acknowledgements share a per-job rate (429 `too_many_writes`
+//! with `Retry-After`), and a job stores at most its report budget (429
+//! `report_budget_spent`); see [`super::control_limits`].
+//!
 //! The bodies are the shared wire types, used here by both ends: the
 //! server below and the worker's client (`send_report`, `read_inbox`,
 //! `ack_inbox`).
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use gatehouse_types::wire::{InboxAck, InboxDelivery, InboxPage};
@@ -20,8 +26,9 @@ use serde_json::{json, Value};
 use tokio::net::UnixListener;
 
 use super::codec::{to_json_bytes, CodecError};
+use super::control_limits::{ConnectionGate, JobBudget, Refusal};
 use super::http::{
-    body_within, error_response, json_response, parse_json, request, Body, HttpError,
+    body_within, error_response, json_response, parse_json, request, Body, HttpError, ServeOptions,
 };
 use super::report::Report;
 use super::service::{ServiceError, Supervisor};
@@ -29,19 +36,87 @@ use super::service::{ServiceError, Supervisor};
 const MAX_REPORT_BODY: usize = 32 * 1024;
 const MAX_ACK_BODY: usize = 1024;
 
+/// Serves job `job_id`'s control socket within the job's limits
+/// ([`super::control_limits::ControlLimits`]): its connections beyond its share are closed at
+/// accept, and its writes beyond the rate or its report budget are
+/// answered 429.
 pub async fn serve(listener: UnixListener, supervisor: Supervisor, job_id: String) {
-    super::http::serve(listener, MAX_REPORT_BODY, move |req| {
-        let supervisor = supervisor.clone();
-        let job_id = job_id.clone();
-        async move { handle(&supervisor, &job_id, req).await }
-    })
+    let inner = &supervisor.inner;
+    let limits = inner.config.control;
+    let options = ServeOptions {
+        max_body: MAX_REPORT_BODY,
+        read_timeout: limits.read_timeout(),
+        gates: vec![
+            ConnectionGate::new(inner.control_per_job),
+            inner.control_gate.clone(),
+        ],
+        what: "a job's control socket",
+    };
+    let start = Instant::now();
+    let budget = Arc::new(Mutex::new(JobBudget::new(limits, start.elapsed())));
+    super::http::serve_with(
+        listener,
+        options,
+        |_, _| true,
+        move |req| {
+            let supervisor = supervisor.clone();
+            let job_id = job_id.clone();
+            let budget = budget.clone();
+            async move {
+                let mut account = Account {
+                    budget: &budget,
+                    now: start.elapsed(),
+                };
+                handle(&supervisor, &job_id, &mut account, req).await
+            }
+        },
+    )
     .await
 }
 
-async fn handle(supervisor: &Supervisor, job_id: &str, req: Request<Bytes>) -> Response<Body> {
+/// The job's budget as one request sees it.
+struct Account<'a> {
+    budget: &'a Mutex<JobBudget>,
+    now: Duration,
+}
+
+impl Account<'_> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, JobBudget> {
+        self.budget.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&mut self) -> Result<(), Refusal> {
+        let now = self.now;
+        self.lock().write(now)
+    }
+}
+
+/// 429 with the reason; `Retry-After` when waiting helps.
+fn too_many(refusal: Refusal) -> Response<Body> {
+    let (code, retry) = match &refusal {
+        Refusal::TooFast { retry_after_secs } => ("too_many_writes", Some(*retry_after_secs)),
+        Refusal::Spent { .. } => ("report_budget_spent", None),
+    };
+    let mut resp = error_response(StatusCode::TOO_MANY_REQUESTS, code, refusal.message());
+    if let Some(secs) = retry {
+        resp.headers_mut()
+            .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
+    }
+    resp
+}
+
+async fn handle(
+    supervisor: &Supervisor,
+    job_id: &str,
+    account: &mut Account<'_>,
+    req: Request<Bytes>,
+) -> Response<Body> {
     let (parts, body) = req.into_parts();
     match (&parts.method, parts.uri.path()) {
         (&Method::POST, "/report") => {
+            if let Err(refusal) = account.write() {
+                return too_many(refusal);
+            }
             let bytes = match body_within(body, MAX_REPORT_BODY) {
                 Ok(b) => b,
                 Err(resp) => return *resp,
@@ -50,8 +125,19 @@ async fn handle(supervisor: &Supervisor, job_id: &str, req: Request<Bytes>) -> R
                 Ok(r) => r,
                 Err(resp) => return *resp,
             };
+            // What the store keeps of it: the report as JSON.
+            let size = serde_json::to_vec(&report).map_or(u64::MAX, |v| v.len() as u64);
+            // Held across the store write so concurrent reports cannot
+            // both pass the check.
+            let mut budget = account.lock();
+            if let Err(refusal) = budget.report_fits(size) {
+                return too_many(refusal);
+            }
             match supervisor.report(job_id, &report) {
-                Ok(id) => json_response(StatusCode::CREATED, &json!({"report_id": id})),
+                Ok(id) => {
+                    budget.stored(size);
+                    json_response(StatusCode::CREATED, &json!({"report_id": id}))
+                }
                 Err(ServiceError::Report(e)) => {
                     error_response(StatusCode::BAD_REQUEST, "invalid_report", e.to_string())
                 }
@@ -73,6 +159,9 @@ async fn handle(supervisor: &Supervisor, job_id: &str, req: Request<Bytes>) -> R
             }
         }
         (&Method::POST, "/inbox/ack") => {
+            if let Err(refusal) = account.write() {
+                return too_many(refusal);
+            }
             let bytes = match body_within(body, MAX_ACK_BODY) {
                 Ok(b) => b,
                 Err(resp) => return *resp,

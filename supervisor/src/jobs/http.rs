@@ -5,16 +5,20 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
 use serde_json::json;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinSet;
+
+use super::control_limits::ConnectionGate;
 
 pub type Body = Full<Bytes>;
 
@@ -118,6 +122,31 @@ pub fn bind(path: &Path, mode: u32) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// How a server loop treats its connections.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// A request body of more bytes is answered 413.
+    pub max_body: usize,
+    /// How long a request's head, and then its body, may take to arrive;
+    /// a kept-alive connection idle this long is closed.
+    pub read_timeout: Duration,
+    /// Every gate must admit a connection, else it is closed at accept.
+    pub gates: Vec<Arc<ConnectionGate>>,
+    /// What the socket is, for the log.
+    pub what: &'static str,
+}
+
+impl ServeOptions {
+    pub fn new(max_body: usize, what: &'static str) -> Self {
+        Self {
+            max_body,
+            read_timeout: Duration::from_secs(30),
+            gates: Vec::new(),
+            what,
+        }
+    }
+}
+
 /// Serves HTTP/1.1 connections on `listener` until the returned future is
 /// dropped; dropping it also cuts every open connection (they live in a
 /// `JoinSet` owned by the future).
@@ -132,7 +161,13 @@ where
     H: Fn(Request<Bytes>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    serve_admitting(listener, max_body, |_, _| true, handler).await
+    serve_with(
+        listener,
+        ServeOptions::new(max_body, "a unix socket"),
+        |_, _| true,
+        handler,
+    )
+    .await
 }
 
 /// [`serve`], closing at once each connection whose peer (`SO_PEERCRED`:
@@ -143,16 +178,52 @@ where
     H: Fn(Request<Bytes>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
+    serve_with(
+        listener,
+        ServeOptions::new(max_body, "the job API"),
+        admit,
+        handler,
+    )
+    .await
+}
+
+/// Request heads are bounded: at most this many bytes buffered...
+const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// ...and this many header fields; more is answered 431 and closed.
+const MAX_HEADERS: usize = 64;
+
+/// The server loop behind [`serve`] and [`serve_admitting`]: connections
+/// the `options.gates` do not admit are closed at accept (counted, logged
+/// at most every 10 s); a failing accept (out of descriptors) backs off,
+/// doubling up to 1 s; request heads are bounded; a head or body that does
+/// not arrive within `options.read_timeout` closes the connection (408 for
+/// a body).
+pub async fn serve_with<A, H, F>(
+    listener: UnixListener,
+    options: ServeOptions,
+    admit: A,
+    handler: H,
+) where
+    A: Fn(u32, u32) -> bool + Send,
+    H: Fn(Request<Bytes>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
     let mut connections = JoinSet::new();
+    let mut backoff = Backoff::new(options.what);
+    let mut turned_away = Turned::default();
+    let read_timeout = options.read_timeout;
+    let max_body = options.max_body;
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                    Ok((stream, _)) => {
+                        backoff.succeeded();
+                        stream
+                    }
                     Err(e) => {
                         // E.g. out of descriptors: back off instead of spinning.
-                        tracing::warn!("accept on a unix socket: {e}");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        backoff.failed(&e).await;
                         continue;
                     }
                 };
@@ -168,20 +239,39 @@ where
                         continue;
                     }
                 }
+                let mut admitted = Vec::with_capacity(options.gates.len());
+                for gate in &options.gates {
+                    match gate.enter() {
+                        Some(a) => admitted.push(a),
+                        None => break,
+                    }
+                }
+                if admitted.len() < options.gates.len() {
+                    // Closed at accept: the stream and admissions drop here.
+                    turned_away.one(options.what);
+                    continue;
+                }
                 let handler = handler.clone();
                 connections.spawn(async move {
+                    let _admitted = admitted;
                     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                         let handler = handler.clone();
                         async move {
                             let (parts, body) = req.into_parts();
-                            let resp = match read_body(body, max_body).await {
-                                Ok(bytes) => handler(Request::from_parts(parts, bytes)).await,
-                                Err(resp) => *resp,
+                            let read = tokio::time::timeout(read_timeout, read_body(body, max_body));
+                            let resp = match read.await {
+                                Ok(Ok(bytes)) => handler(Request::from_parts(parts, bytes)).await,
+                                Ok(Err(resp)) => *resp,
+                                Err(_) => too_slow(read_timeout),
                             };
                             Ok::<_, Infallible>(resp)
                         }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(read_timeout)
+                        .max_buf_size(MAX_HEAD_BYTES)
+                        .max_headers(MAX_HEADERS)
                         .serve_connection(TokioIo::new(stream), service)
                         .await;
                 });
@@ -189,6 +279,85 @@ where
             // Reap finished connections so the set does not grow.
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
+    }
+}
+
+fn too_slow(timeout: Duration) -> Response<Body> {
+    let mut resp = error_response(
+        StatusCode::REQUEST_TIMEOUT,
+        "body_too_slow",
+        format!(
+            "the request body did not arrive within {} s",
+            timeout.as_secs()
+        ),
+    );
+    resp.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
+/// Connections closed at accept, logged at most every 10 s with a count.
+#[derive(Default)]
+struct Turned {
+    unlogged: u64,
+    logged: Option<Instant>,
+}
+
+impl Turned {
+    fn one(&mut self, what: &str) {
+        self.unlogged += 1;
+        if self.logged.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
+            tracing::warn!(
+                closed = self.unlogged,
+                socket = what,
+                "closed connections at accept: over the connection cap"
+            );
+            self.unlogged = 0;
+            self.logged = Some(Instant::now());
+        }
+    }
+}
+
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Backoff for an accept loop: each failure in a row doubles the pause
+/// (5 ms up to 1 s), logged at most every 10 s with how many there were.
+struct Backoff {
+    what: &'static str,
+    pause: Duration,
+    unlogged: u64,
+    logged: Option<Instant>,
+}
+
+impl Backoff {
+    const MIN: Duration = Duration::from_millis(5);
+    const MAX: Duration = Duration::from_secs(1);
+
+    fn new(what: &'static str) -> Self {
+        Self {
+            what,
+            pause: Self::MIN,
+            unlogged: 0,
+            logged: None,
+        }
+    }
+
+    fn succeeded(&mut self) {
+        self.pause = Self::MIN;
+    }
+
+    async fn failed(&mut self, error: &std::io::Error) {
+        self.unlogged += 1;
+        if self.logged.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
+            tracing::warn!(%error, failures = self.unlogged, socket = self.what,
+                "accept failed; backing off");
+            self.unlogged = 0;
+            self.logged = Some(Instant::now());
+        }
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(Self::MAX);
     }
 }
 

@@ -21,6 +21,7 @@ pub mod api;
 pub mod codec;
 pub mod config;
 pub mod control;
+pub mod control_limits;
 pub mod http;
 pub mod launcher;
 pub mod logs;

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use super::codec::CodecError;
 use super::config::{Config, LauncherKind};
+use super::control_limits::{self, ConnectionGate};
 use super::launcher::{Launcher, SandboxLauncher, UnsandboxedLauncher};
 use super::prompts::PromptError;
 use super::proxy_admin::{ProxyAdmin, ProxyAdminError};
@@ -118,6 +119,11 @@ pub(super) struct Inner {
     /// before it leaves `live`, so waking on it lost the last wake-up).
     live_count: watch::Sender<usize>,
     pub(super) slots: Arc<Semaphore>,
+    /// Control connections of all jobs together, by the descriptor budget.
+    pub(super) control_gate: Arc<ConnectionGate>,
+    /// One job's control connections: its configured cap, lowered to a
+    /// quarter of the descriptor budget.
+    pub(super) control_per_job: usize,
 }
 
 /// The running supervisor. Cheap to clone.
@@ -187,6 +193,15 @@ impl Supervisor {
         });
         let (events, _) = watch::channel(store.last_event_seq()?);
         let slots = Arc::new(Semaphore::new(config.max_running_jobs));
+        let descriptors = control_limits::raise_descriptor_limit();
+        let (all, per_job) =
+            control_limits::connection_budget(descriptors, config.control.connections_per_job);
+        tracing::info!(
+            descriptors,
+            control_connections = all,
+            per_job,
+            "control socket connection budget"
+        );
         let inner = Arc::new(Inner {
             config,
             store,
@@ -196,6 +211,8 @@ impl Supervisor {
             live: Mutex::new(HashMap::new()),
             live_count: watch::channel(0).0,
             slots,
+            control_gate: ConnectionGate::new(all),
+            control_per_job: per_job,
         });
         let recovery = inner.recover().await?;
         if inner.proxy.is_some() {

@@ -368,3 +368,45 @@ fn the_supervisor_retries_a_revoke_the_proxy_could_not_make_durable() {
     assert!(restart_restores(&state).is_empty());
     drop(svc);
 }
+
+/// Creates and revokes answered together (their writes batched on the
+/// state writer's thread, off the runtime's) are each answered only once
+/// the file says so.
+#[test]
+fn concurrent_creates_and_revokes_are_each_answered_only_once_durable() {
+    let (h, state) = with_state();
+    let names: Vec<String> = (0..24).map(|i| format!("tkt_c{i:02}")).collect();
+    h.rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for name in names.clone() {
+            let (proxy, state) = (h.proxy.clone(), state.clone());
+            set.spawn(async move {
+                proxy.create_identity(identity(&name)).await.unwrap();
+                assert!(saved(&state).contains(&name), "{name} answered unsaved");
+            });
+        }
+        while let Some(done) = set.join_next().await {
+            done.unwrap();
+        }
+        for name in names.iter().step_by(2).cloned() {
+            let (proxy, state) = (h.proxy.clone(), state.clone());
+            set.spawn(async move {
+                proxy.revoke_identity(&name).await.unwrap();
+                assert!(
+                    !saved(&state).contains(&name),
+                    "{name} revoked, still saved"
+                );
+            });
+        }
+        while let Some(done) = set.join_next().await {
+            done.unwrap();
+        }
+    });
+    let kept: Vec<String> = names.iter().skip(1).step_by(2).cloned().collect();
+    assert_eq!(saved(&state), kept);
+    assert_eq!(restart_restores(&state), kept);
+    // Control: the same through the blocking form, from a thread of its own.
+    let _rt = h.rt.enter();
+    h.proxy.remove_identity(&kept[0]).unwrap();
+    assert_eq!(saved(&state), kept[1..]);
+}

@@ -135,7 +135,7 @@ async fn handle(
     Ok(match (req.method().clone(), segments.as_slice()) {
         (Method::GET, ["identities"]) => reply(StatusCode::OK, json!(proxy.identities())),
         (Method::POST, ["identities"]) => create(&proxy, req).await,
-        (Method::DELETE, ["identities", name]) => match proxy.remove_identity(name) {
+        (Method::DELETE, ["identities", name]) => match proxy.revoke_identity(name).await {
             Ok(()) => {
                 let mut resp = Response::new(body::empty());
                 *resp.status_mut() = StatusCode::NO_CONTENT;
@@ -166,7 +166,7 @@ async fn create(proxy: &Arc<Proxy>, req: Request<Incoming>) -> Response<ProxyBod
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid identity: {e}")),
     };
     let name = spec.name.clone();
-    match proxy.add_identity(spec) {
+    match proxy.create_identity(spec).await {
         Ok(socket) => created_reply(&name, socket),
         Err(e @ IdentityError::Exists(_)) => error(StatusCode::CONFLICT, e),
         Err(e @ IdentityError::Socket { .. }) => {

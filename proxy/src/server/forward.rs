@@ -432,7 +432,7 @@ async fn respond(
             // A failed save is logged: the object stays the identity's
             // while this process runs.
             if created.record(&message.kind, id) {
-                let _ = completion.proxy.save_identities();
+                let _ = completion.proxy.save_identities().done().await;
             }
         }
         let redacted = redact_body(&secrets, bytes);

@@ -24,6 +24,7 @@ mod head;
 mod headers;
 mod idle;
 mod inspect;
+mod lifecycle;
 mod message;
 mod owned;
 pub mod persist;
@@ -31,6 +32,7 @@ pub mod policy;
 mod records;
 mod refusals;
 mod sockets;
+mod state_writer;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::PermissionsExt;
@@ -48,7 +50,7 @@ use crate::limits::{Budget, Limits};
 use crate::upstream::{UpstreamClient, Upstreams};
 use audit_writer::AuditWriter;
 use policy::{Policy, Scope};
-use sockets::{bind_socket, identity_dir, remove_identity_dir};
+use sockets::{bind_socket, identity_dir};
 
 /// Errors creating or removing identities.
 #[derive(Debug, thiserror::Error)]
@@ -152,7 +154,7 @@ pub struct Proxy {
     request_prefix: String,
     next_request: AtomicU64,
     /// Where the dynamic identities are saved ([`persist`]), once set.
-    identity_state: OnceLock<PathBuf>,
+    identity_state: OnceLock<state_writer::StateWriter>,
     identity_state_lock: Mutex<persist::Pending>,
 }
 
@@ -293,26 +295,6 @@ impl Proxy {
         &self.ca
     }
 
-    /// Creates an identity: checks it, binds its socket and starts serving.
-    /// Without a socket path it is an identity of the admin API: its socket
-    /// goes in a directory of its own and it is saved (see [`persist`]).
-    pub fn add_identity(self: &Arc<Self>, spec: IdentitySpec) -> Result<PathBuf, IdentityError> {
-        if spec.socket.is_some() {
-            return self.insert(spec, Placement::Static, std::iter::empty());
-        }
-        let name = spec.name.clone();
-        let socket = self.insert(spec, Placement::Created, std::iter::empty())?;
-        // Answered only once saved: an identity a restart would lose is
-        // taken down again.
-        if let Err(e) = self.save_identities() {
-            if let Ok(identity) = self.close_identity(&name) {
-                remove_identity_dir(&identity);
-            }
-            return Err(IdentityError::State(e));
-        }
-        Ok(socket)
-    }
-
     fn insert(
         self: &Arc<Self>,
         spec: IdentitySpec,
@@ -359,32 +341,6 @@ impl Proxy {
         tokio::spawn(connect::accept_loop(self.clone(), identity, listener));
         tracing::info!(identity = %spec.name, socket = %socket.display(), "identity created");
         Ok(socket)
-    }
-
-    /// Revokes an identity: its connections cut, its socket (and directory)
-    /// removed, and then no longer saved. Answered done only once the saved
-    /// state no longer holds it: else [`IdentityError::State`], and asking
-    /// again retries the write (the identity stays down meanwhile).
-    pub fn remove_identity(&self, name: &str) -> Result<(), IdentityError> {
-        match self.close_identity(name) {
-            Ok(identity) if !identity.dynamic => {}
-            Ok(identity) => {
-                remove_identity_dir(&identity);
-                self.save_revoked(name, true)
-                    .map_err(IdentityError::State)?;
-            }
-            Err(not_live) => {
-                if !self
-                    .save_revoked(name, false)
-                    .map_err(IdentityError::State)?
-                {
-                    return Err(not_live);
-                }
-            }
-        }
-        self.write_refusal_counts(Some(name));
-        tracing::info!(identity = %name, "identity revoked");
-        Ok(())
     }
 
     /// Stops serving an identity (socket removed, connections cut) without

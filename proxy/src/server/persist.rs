@@ -5,7 +5,7 @@
 //! same directory, where the sandbox sees it at the same path.
 //!
 //! ```text
-//! create / revoke / an object created ─► snapshot of the dynamic identities ─► tmp, fsync, rename
+//! create / revoke / an object created ─► state_writer thread: snapshot of the dynamic identities ─► tmp, fsync, rename
 //! start (Proxy::restore)               ─► read ─► add_identity each (checked again) ─► own sets back
 //! ```
 //!
@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::state_writer::{Change, Durable, StateWriter};
 use super::{IdentityError, IdentitySpec, Proxy};
 use crate::rules::OwnedObject;
 
@@ -228,21 +229,44 @@ pub struct Pending {
     /// Revoked, but the file written since may still hold them: a revoke
     /// asked again retries the write instead of answering "no such
     /// identity" (which the supervisor takes as done).
-    revoked: BTreeSet<String>,
+    pub(super) revoked: BTreeSet<String>,
     /// Saved identities that could not be restored for a reason that may
     /// pass (their socket): kept in the file until revoked or re-created.
-    unrestored: BTreeMap<String, SavedIdentity>,
+    pub(super) unrestored: BTreeMap<String, SavedIdentity>,
+}
+
+impl PersistError {
+    /// The same error for another waiter of the same write (an I/O error's
+    /// kind and text kept).
+    pub(super) fn duplicate(&self) -> PersistError {
+        match self {
+            PersistError::Io { path, source } => PersistError::Io {
+                path: path.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            PersistError::Format { path, message } => PersistError::Format {
+                path: path.clone(),
+                message: message.clone(),
+            },
+            PersistError::Unsafe { path, message } => PersistError::Unsafe {
+                path: path.clone(),
+                message: message.clone(),
+            },
+        }
+    }
 }
 
 impl Proxy {
     /// Re-creates the identities saved at `path` and keeps saving there from
-    /// now on. An identity the rules no longer admit is dropped, logged
-    /// (fail closed: its job's calls are then refused); one whose socket
-    /// could not be bound stays in the file (its job's calls fail until the
-    /// supervisor revokes it). Returns the names restored.
+    /// now on (on a thread of its own, [`super::state_writer`]). An identity
+    /// the rules no longer admit is dropped, logged (fail closed: its job's
+    /// calls are then refused); one whose socket could not be bound stays
+    /// in the file (its job's calls fail until the supervisor revokes it).
+    /// Returns the names restored.
     pub fn restore_identities(self: &Arc<Self>, path: &Path) -> Result<Vec<String>, PersistError> {
         let saved = read(path)?;
-        let _ = self.identity_state.set(path.to_owned());
+        let writer = StateWriter::start(Arc::downgrade(self), path)?;
+        let _ = self.identity_state.set(writer);
         let mut restored = Vec::new();
         let mut dropped = false;
         for s in saved {
@@ -271,53 +295,46 @@ impl Proxy {
                 }
             }
         }
-        // What the rules refused is gone from the file too.
+        // What the rules refused is gone from the file too (at start, before
+        // anything is served: written here).
         if dropped {
-            let _ = self.save_identities();
+            let _ = self.write_state(path, &mut self.pending());
         }
         Ok(restored)
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+    pub(super) fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
         self.identity_state_lock
             .lock()
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Writes the dynamic identities out, when a state file is set. A write
-    /// that fails is logged and returned: the caller decides whether what it
-    /// did may be answered as done.
-    pub(super) fn save_identities(&self) -> Result<(), PersistError> {
-        self.save_with(|_| true)
+    /// Asks for the dynamic identities to be written out, when a state file
+    /// is set; the answer says when it is durable. A write that fails is
+    /// logged and answered: the caller decides whether what it did may be
+    /// answered as done.
+    pub(super) fn save_identities(&self) -> Durable {
+        self.request_state(Change::Save)
     }
 
-    /// Makes the revocation of `name` durable: false when there was nothing
-    /// to revoke (neither live, nor pending, nor kept unrestored). A write
-    /// that fails leaves it pending, so that asking again retries.
-    pub(super) fn save_revoked(&self, name: &str, was_live: bool) -> Result<bool, PersistError> {
-        let mut known = was_live;
-        self.save_with(|pending| {
-            known |= pending.revoked.contains(name);
-            known |= pending.unrestored.remove(name).is_some();
-            if known {
-                pending.revoked.insert(name.to_owned());
-            }
-            known
-        })?;
-        Ok(known)
+    /// Asks for the revocation of `name` to be made durable: answered false
+    /// when there was nothing to revoke (neither live, nor pending, nor kept
+    /// unrestored). A write that fails leaves it pending, so that asking
+    /// again retries.
+    pub(super) fn save_revoked(&self, name: &str, was_live: bool) -> Durable {
+        self.request_state(Change::Revoked {
+            name: name.to_owned(),
+            was_live,
+        })
     }
 
-    /// One writer at a time, each writing the state at its own moment
-    /// (after `change` to what is pending, which says whether to write).
-    fn save_with(&self, change: impl FnOnce(&mut Pending) -> bool) -> Result<(), PersistError> {
-        let mut pending = self.pending();
-        if !change(&mut pending) {
-            return Ok(());
-        }
-        let Some(path) = self.identity_state.get() else {
-            pending.revoked.clear();
-            return Ok(());
-        };
+    /// Writes the state as it is now (the caller holds the pending lock:
+    /// one writer at a time).
+    pub(super) fn write_state(
+        &self,
+        path: &Path,
+        pending: &mut Pending,
+    ) -> Result<(), PersistError> {
         let mut identities: BTreeMap<String, SavedIdentity> = self
             .lock_identities()
             .values()

@@ -388,8 +388,8 @@ fn concurrent_creates_and_revokes_are_each_answered_only_once_durable() {
         while let Some(done) = set.join_next().await {
             done.unwrap();
         }
-        for name in names.iter().step_by(2).cloned() {
-            let (proxy, state) = (h.proxy.clone(), state.clone());
+        for name in names.iter().step_by(2) {
+            let (proxy, state, name) = (h.proxy.clone(), state.clone(), name.clone());
             set.spawn(async move {
                 proxy.revoke_identity(&name).await.unwrap();
                 assert!(

@@ -7,6 +7,9 @@
 //! proxy restores the new job's identity; the worker then clones, pushes and opens its
 //! pull request through the proxy, and alice hears exactly one ack and one
 //! result on the GitHub emulator. No sandbox process is left at the end.
+//! Two follow-ups from alice reach the first job's inbox before the
+//! supervisor is killed: the one its worker had read (and acknowledged) is
+//! not given again, the one it had not is given to the new job, once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
@@ -23,13 +26,16 @@ const PROXY_USER: &str = "gatehouse-proxy";
 const ROUTER_USER: &str = "gatehouse-router";
 
 /// The demo team's worker, held until `/work/go` exists (each start appends
-/// a line to `/work/started`), then the reference worker.
+/// a line to `/work/started`), then the reference worker. While held, start
+/// `n` reads its inbox (`gatehouse inbox`, which acknowledges what it
+/// printed) into `/work/inbox-<n>` each time `/work/read` appears, adding a
+/// line to `/work/reads-<n>`; released, it reads it once more, then works.
 const HELD_PROFILE: &str = r#"extends = "default"
 description = "faults test: the reference worker, held at its start"
 [network]
 rule_sets = ["github-worker"]
 [worker]
-command = ["sh", "-c", "echo started >> /work/started; while [ ! -e /work/go ]; do sleep 0.1; done; exec gatehouse reference-worker"]
+command = ["sh", "-c", "echo started >> /work/started; n=$(wc -l < /work/started); while [ ! -e /work/go ]; do if [ -e /work/read ]; then rm -f /work/read; gatehouse inbox >> /work/inbox-$n; echo read >> /work/reads-$n; fi; sleep 0.1; done; gatehouse inbox >> /work/inbox-$n; exec gatehouse reference-worker"]
 "#;
 
 fn wait_for(what: &str, secs: u64, mut ok: impl FnMut() -> bool) {
@@ -72,6 +78,51 @@ fn started(work: &Path) -> usize {
         .unwrap_or_default()
         .lines()
         .count()
+}
+
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// The texts worker start `n` printed from its inbox, in order.
+fn inbox_texts(work: &Path, n: usize) -> Vec<String> {
+    std::fs::read_to_string(work.join(format!("inbox-{n}")))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["text"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// Has the held worker start `n` read its inbox until it holds `text`.
+fn read_until(work: &Path, n: usize, text: &str) {
+    let reads = work.join(format!("reads-{n}"));
+    wait_for(&format!("worker {n} to read {text:?}"), 30, || {
+        let before = lines(&reads);
+        std::fs::write(work.join("read"), "").unwrap();
+        wait_for("a read", 10, || lines(&reads) > before);
+        inbox_texts(work, n).iter().any(|t| t == text)
+    });
+}
+
+/// Pass-throughs the router has forwarded to a job's inbox.
+fn forwarded(router_db: &Path) -> i64 {
+    let db = rusqlite::Connection::open_with_flags(
+        router_db,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    db.query_row(
+        "SELECT count(*) FROM live_forwards WHERE state = 'forwarded'",
+        [],
+        |r| r.get(0),
+    )
+    .unwrap_or(0)
 }
 
 fn kill_and_wait_restart(running: &up::Running, part: Part, restarts: u32) -> u32 {
@@ -135,6 +186,23 @@ fn kill_9_of_each_part_mid_ticket_under_up_and_the_ticket_finishes_once() {
         .join("work");
     wait_for("the worker", 30, || started(&work) == 1);
 
+    // A follow-up the worker reads (and acknowledges), then one the router
+    // forwards and the worker has not read when its job is lost.
+    const READ: &str = "@gatehouse-bot first note: they wobble on carpet too";
+    const UNREAD: &str = "@gatehouse-bot second note: and on tiles";
+    world
+        .github
+        .add_issue_comment(REPO, issue, READ, "alice")
+        .unwrap();
+    read_until(&work, 1, READ);
+    world
+        .github
+        .add_issue_comment(REPO, issue, UNREAD, "alice")
+        .unwrap();
+    wait_for("the second note forwarded", 30, || {
+        forwarded(&layout.router_db) == 2
+    });
+
     // The supervisor, while the sandbox runs: the sandbox dies with it,
     // the job is lost, and the router starts it again.
     let sandbox = descendants(running.pid(Part::Supervisor).unwrap());
@@ -153,6 +221,21 @@ fn kill_9_of_each_part_mid_ticket_under_up_and_the_ticket_finishes_once() {
     kill_and_wait_restart(&running, Part::Router, 1);
 
     std::fs::write(work.join("go"), "").unwrap();
+    // The new job's worker gets the note the lost one had not read, once,
+    // and not the one it had.
+    wait_for("the new worker's inbox read", 30, || {
+        !inbox_texts(&work, 2).is_empty()
+    });
+    assert_eq!(
+        inbox_texts(&work, 1),
+        [READ],
+        "the first worker read one note"
+    );
+    assert_eq!(
+        inbox_texts(&work, 2),
+        [UNREAD],
+        "carried to the new job once"
+    );
     wait_for("the result", 60, || {
         world
             .bot_comments(issue)

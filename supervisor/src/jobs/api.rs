@@ -7,7 +7,7 @@
 //! | `GET /jobs/{id}` | 200 job view; 404 unknown |
 //! | `GET /jobs/{id}/result` | 200 once ended; 409 before |
 //! | `DELETE /jobs/{id}` | 202 stop requested; 409 already ended (body names the state) |
-//! | `POST /jobs/{id}/inbox` | 201 `{seq}`; 409 ended |
+//! | `POST /jobs/{id}/inbox` | 201 `{seq}`; 409 ended (a lost job's inbox stays open until its ticket's next job, which inherits it) |
 //! | `GET /events?after=N&wait_ms=M` | 200 `{events, next}`: long-poll, cursor never skips |
 
 use std::time::Duration;

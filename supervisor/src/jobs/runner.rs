@@ -115,7 +115,7 @@ impl Inner {
             } else {
                 JobEvent::SupervisorRestarted
             };
-            self.transition(&job.id, event, None, None, Some("supervisor_restarted"))?;
+            self.transition(&job.id, event, None, None, Some(super::store::LOST_REASON))?;
             recovery.jobs_failed.push(job.id);
         }
         // Identities of ended jobs whose revocation did not complete.

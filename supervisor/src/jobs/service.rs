@@ -24,7 +24,9 @@ use super::proxy_admin::{ProxyAdmin, ProxyAdminError};
 use super::report::{self, InboxMessage, Report, ReportError};
 use super::spec::{check_scope, JobRequest, SpecError};
 use super::state::{cancel_decision, CancelDecision, JobEvent, JobState};
-use super::store::{EventRecord, ExitStatus, Inserted, JobRecord, NewJob, Store, StoreError};
+use super::store::{
+    EventRecord, ExitStatus, Inserted, JobRecord, NewJob, Pushed, Store, StoreError,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -337,17 +339,20 @@ impl Supervisor {
         }
     }
 
-    /// `POST /jobs/{id}/inbox`: a message for a live job's worker.
+    /// `POST /jobs/{id}/inbox`: a message for a live job's worker (or a
+    /// lost job's, which its ticket's next job gets: [`Store::push_inbox`]).
     pub fn push_inbox(&self, id: &str, message: &InboxMessage) -> Result<i64, ServiceError> {
         report::check_inbox(message)?;
         let job = self.get(id)?;
-        if job.state.is_final() {
-            return Err(ServiceError::Ended {
-                job_id: job.id,
-                state: job.state,
-            });
-        }
-        let seq = self.inner.store.push_inbox(id, message, now_ms())?;
+        let seq = match self.inner.store.push_inbox(id, message, now_ms())? {
+            Pushed::Queued(seq) => seq,
+            Pushed::Closed(state) => {
+                return Err(ServiceError::Ended {
+                    job_id: job.id,
+                    state,
+                })
+            }
+        };
         if let Some(live) = self.inner.lock_live().get(id) {
             live.inbox.send_replace(seq as u64);
         }

@@ -125,6 +125,7 @@ impl Store {
             "INSERT INTO idempotency (key, body_sha256, job_id) VALUES (?1, ?2, ?3)",
             params![key, body_hash, new.id],
         )?;
+        carry_lost_inbox(&tx, new.id, &new.spec.ticket)?;
         let job = get_job(&tx, new.id)?.ok_or_else(|| StoreError::NotFound(new.id.into()))?;
         let seq = append_event(&tx, new.now, new.id, "job_state", &state_event(&job))?;
         tx.commit()?;
@@ -283,19 +284,37 @@ impl Store {
         .transpose()
     }
 
+    /// Queues a message for job `job_id`'s worker, if its inbox is open:
+    /// the job is live, or it was lost ([`LOST_REASON`]) and its ticket has
+    /// no later job yet (the message then goes to that job when it is
+    /// created, [`carry_lost_inbox`]). Decided in the transaction that
+    /// writes it, so a message never lands in an inbox nobody will carry.
     pub fn push_inbox(
         &self,
         job_id: &str,
         message: &InboxMessage,
         now: i64,
-    ) -> Result<i64, StoreError> {
+    ) -> Result<Pushed, StoreError> {
         let body = to_json("inbox message", message)?;
-        let conn = self.conn();
-        conn.execute(
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let job = get_job(&tx, job_id)?.ok_or_else(|| StoreError::NotFound(job_id.into()))?;
+        let succeeded: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM jobs WHERE ticket = ?1
+                 AND rowid > (SELECT rowid FROM jobs WHERE id = ?2))",
+            params![job.spec.ticket, job_id],
+            |r| r.get(0),
+        )?;
+        if !inbox_open(job.state, job.end_reason.as_deref(), succeeded) {
+            return Ok(Pushed::Closed(job.state));
+        }
+        tx.execute(
             "INSERT INTO inbox (job_id, at, body) VALUES (?1, ?2, ?3)",
             params![job_id, now, body],
         )?;
-        Ok(conn.last_insert_rowid())
+        let seq = tx.last_insert_rowid();
+        tx.commit()?;
+        Ok(Pushed::Queued(seq))
     }
 
     /// The messages the worker has not acknowledged yet, oldest first. They
@@ -372,6 +391,61 @@ impl Store {
             .conn()
             .query_row("SELECT COALESCE(MAX(seq), 0) FROM events", [], |r| r.get(0))?)
     }
+}
+
+/// Why a job ended when the supervisor restarted under it: it was lost, not
+/// failed by its worker (the router starts its ticket's work again).
+pub const LOST_REASON: &str = "supervisor_restarted";
+
+/// `inbox.delivered` of a lost job's message handed on to its ticket's next
+/// job (0: waiting for the worker, 1: acknowledged by it).
+const CARRIED: i64 = 2;
+
+/// What became of a message for a job's inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// Queued under this sequence number.
+    Queued(i64),
+    /// The job ended (in this state) and nobody will read it.
+    Closed(JobState),
+}
+
+/// Whether a job's inbox takes messages (pure): while it is live, and once
+/// lost until its ticket has a later job.
+pub fn inbox_open(state: JobState, end_reason: Option<&str>, succeeded: bool) -> bool {
+    !state.is_final()
+        || (state == JobState::Failed && end_reason == Some(LOST_REASON) && !succeeded)
+}
+
+/// A ticket's new job inherits, in their order, the messages its lost jobs'
+/// workers had not acknowledged (nor those they had: no duplicate); each is
+/// handed on once, marked [`CARRIED`] where it was.
+fn carry_lost_inbox(
+    tx: &rusqlite::Transaction<'_>,
+    job_id: &str,
+    ticket: &str,
+) -> Result<usize, StoreError> {
+    const LOST: &str = "SELECT id FROM jobs WHERE ticket = ?2 AND id <> ?1
+                        AND state = 'failed' AND end_reason = ?3";
+    let args = params![job_id, ticket, LOST_REASON];
+    let carried = tx.execute(
+        &format!(
+            "INSERT INTO inbox (job_id, at, body)
+             SELECT ?1, at, body FROM inbox WHERE delivered = 0 AND job_id IN ({LOST})
+             ORDER BY seq"
+        ),
+        args,
+    )?;
+    tx.execute(
+        &format!(
+            "UPDATE inbox SET delivered = {CARRIED} WHERE delivered = 0 AND job_id IN ({LOST})"
+        ),
+        args,
+    )?;
+    if carried > 0 {
+        tracing::info!(job = %job_id, %ticket, carried, "messages a lost job had not acknowledged go to the new one");
+    }
+    Ok(carried)
 }
 
 #[cfg(test)]

@@ -7,44 +7,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::Command;
 
-use gatehouse_testkit::machine::{user_gid, user_uid, TEST_USER};
+use gatehouse_testkit::machine::{http_status_as as call_as, user_gid, user_uid, TEST_USER};
 use gatehouse_testkit::service::{Options, Service};
 use gatehouse_testkit::{require, Need};
-
-/// What a `GET path` over `socket` came to, as `who`: the status line, or
-/// `closed` when the connection ended unanswered.
-fn call_as(who: Option<(u32, u32)>, socket: &Path, path: &str) -> String {
-    let mut cmd = Command::new("python3");
-    cmd.args([
-        "-c",
-        "import socket,sys\n\
-         s=socket.socket(socket.AF_UNIX)\n\
-         s.settimeout(10)\n\
-         s.connect(sys.argv[1])\n\
-         try:\n s.sendall(('GET '+sys.argv[2]+' HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n').encode())\n\
-         except OSError:\n pass\n\
-         data=b''\n\
-         try:\n while True:\n  b=s.recv(4096)\n  if not b: break\n  data+=b\n\
-         except OSError:\n pass\n\
-         print(data.split(b'\\r\\n')[0].decode() if data else 'closed')",
-    ])
-    .arg(socket)
-    .arg(path);
-    if let Some((uid, gid)) = who {
-        cmd.uid(uid).gid(gid);
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "python3: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 fn test_user() -> (u32, u32) {
     (user_uid(TEST_USER).unwrap(), user_gid(TEST_USER).unwrap())

@@ -118,3 +118,24 @@ fn collect_rule_sets(value: &toml::Value, out: &mut Vec<String>) {
         _ => {}
     }
 }
+
+/// The supervisor's systemd unit bounds it to the capabilities `gatehouse
+/// up` bounds it to: one list, whose sufficiency the tests under `up` as
+/// root show (sandboxes are built there).
+#[test]
+fn the_supervisor_unit_keeps_the_capabilities_up_keeps() {
+    let unit = std::fs::read_to_string(root().join("deploy/systemd/gatehouse-supervisor.service"))
+        .unwrap();
+    let line = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .unwrap();
+    let mut listed: Vec<&str> = line.split_whitespace().collect();
+    listed.sort();
+    let mut kept: Vec<String> = gatehouse_supervisor::sandbox::SUPERVISOR_CAPABILITIES
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+    kept.sort();
+    assert_eq!(listed, kept);
+}

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use gatehouse::up::{self, Part};
 use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
-use gatehouse_testkit::machine::{user_gid, user_uid, TEST_USER};
+use gatehouse_testkit::machine::{http_status_as, user_gid, user_uid, TEST_USER};
 use gatehouse_testkit::rules::TEST_RULES;
 use gatehouse_testkit::{require, Need};
 
@@ -269,6 +269,23 @@ fn each_part_runs_as_its_user_and_a_stop_goes_in_reverse_order() {
         "0 0 0 0",
         "the supervisor stays root"
     );
+    // ...with only the capabilities building sandboxes needs (those of
+    // them this process has: a container may lack some).
+    let cap = |pid: &str, field: &str| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+        u64::from_str_radix(line[field.len()..].trim(), 16).unwrap()
+    };
+    let kept = gatehouse_supervisor::sandbox::SUPERVISOR_CAPABILITIES;
+    let keep = kept.iter().fold(0u64, |m, c| m | c.bitmask()) & cap("self", "CapBnd:");
+    assert_ne!(keep & kept[0].bitmask(), 0, "no {} to keep", kept[0]);
+    for field in ["CapBnd:", "CapPrm:", "CapEff:"] {
+        let mask = cap(&supervisor.to_string(), field);
+        assert_eq!(
+            mask, keep,
+            "the supervisor's {field} {mask:x}, not {keep:x}"
+        );
+    }
     // Environments hold only what each needs.
     for pid in [proxy, supervisor, router] {
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
@@ -355,6 +372,44 @@ fn each_socket_admits_only_its_intended_peer() {
     assert_eq!(mode(&l.jobs_socket), 0o660);
     assert_eq!(mode(&l.router_proxy_run), 0o750);
     assert_eq!(mode(&l.jobs_run), 0o750);
+    running.stop();
+}
+
+/// The router's identity socket admits the router's user by the peer's
+/// credentials, not only by its modes: opened to everyone on purpose, a
+/// connection from another user is closed unanswered (and put on the
+/// proxy's record), while the router's is answered.
+#[test]
+fn the_router_identity_refuses_another_user_even_through_an_open_mode() {
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    let prepared = up::prepare(&s.config).unwrap();
+    let running = up::start(&prepared, options(&s)).unwrap();
+    let l = &prepared.layout;
+    let socket = &l.router_identities[0].socket;
+    let open = |p: &Path, mode| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    open(&l.router_proxy_run, 0o755);
+    open(socket, 0o666);
+    let other = ids(TEST_USER);
+    let router = ids(ROUTER_USER);
+    assert!(
+        connects_as(other, socket),
+        "the modes still keep {TEST_USER} out: the test would prove nothing"
+    );
+    assert_eq!(http_status_as(Some(other), socket, "/"), "closed");
+    assert!(
+        http_status_as(Some(router), socket, "/").starts_with("HTTP/1.1 "),
+        "the router is answered"
+    );
+    // Root (the operator) is admitted too.
+    assert!(http_status_as(None, socket, "/").starts_with("HTTP/1.1 "));
+    wait_for("the refusal on the proxy's record", || {
+        std::fs::read_to_string(&l.audit_log)
+            .unwrap_or_default()
+            .contains("not the one this identity is for")
+    });
     running.stop();
 }
 

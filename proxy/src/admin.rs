@@ -188,6 +188,7 @@ pub fn parse_new_identity(bytes: &[u8]) -> Result<IdentitySpec, serde_json::Erro
         tunnel_hosts: new.tunnel_hosts.into_iter().map(String::from).collect(),
         variables: new.variables,
         socket: None,
+        peer_uid: None,
     })
 }
 

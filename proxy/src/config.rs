@@ -171,6 +171,11 @@ pub struct IdentityFile {
     pub tunnel_hosts: Vec<String>,
     #[serde(default)]
     pub variables: Vars,
+    /// The one user (uid) whose connections the socket admits, checked by
+    /// the peer's credentials (SO_PEERCRED; root is admitted too), beside
+    /// the socket's modes. Unset: whoever can reach the socket.
+    #[serde(default)]
+    pub peer_uid: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -276,6 +281,8 @@ pub struct StaticIdentity {
     pub rule_sets: Vec<String>,
     pub tunnel_hosts: Vec<String>,
     pub variables: Vars,
+    /// The one user it admits, when set (`peer_uid`).
+    pub peer_uid: Option<u32>,
 }
 
 /// Where to send requests for one host instead of resolving it (the
@@ -596,7 +603,8 @@ fn validate_identities(
                 format!("{} is used twice", socket.display()),
             ));
         }
-        let identity = check_identity(
+        let peer_uid = raw.peer_uid;
+        let mut identity = check_identity(
             rule_book,
             raw.name,
             socket,
@@ -605,6 +613,7 @@ fn validate_identities(
             raw.variables,
         )
         .map_err(|(field, message)| cx.invalid(&key(field), message))?;
+        identity.peer_uid = peer_uid;
         identities.push(identity);
     }
     Ok(identities)
@@ -670,6 +679,7 @@ pub fn check_identity(
         rule_sets,
         tunnel_hosts,
         variables,
+        peer_uid: None,
     })
 }
 

@@ -186,6 +186,7 @@ pub fn start(config: &Config) -> Result<Running, StartError> {
                 tunnel_hosts: identity.tunnel_hosts.clone(),
                 variables: identity.variables.clone(),
                 socket: Some(identity.socket.clone()),
+                peer_uid: identity.peer_uid,
             })
             .map_err(|source| StartError::Identity {
                 name: identity.name.clone(),

@@ -117,7 +117,7 @@ pub fn prepare(path: &Path) -> Result<Prepared, UpError> {
     }
     check_secrets(&file, &users).map_err(|(key, m)| invalid(&key, m))?;
     readable(&file.policy, users.router(), "the router's").map_err(|m| invalid("policy", m))?;
-    let generated = generate::all(&file, &layout, users.router_group())?;
+    let generated = generate::all(&file, &layout, users.router_group(), users.router().uid)?;
     load_generated(&layout, &generated, &policy)?;
     Ok(Prepared {
         config_path: path,

@@ -45,17 +45,19 @@ pub fn all(
     file: &UpFile,
     layout: &Layout,
     router_group: Option<&str>,
+    router_uid: u32,
 ) -> Result<Generated, UpError> {
     Ok(Generated {
-        proxy: serialize("proxy.toml", &proxy(file, layout)?)?,
+        proxy: serialize("proxy.toml", &proxy(file, layout, router_uid)?)?,
         supervisor: serialize("supervisor.toml", &supervisor(file, layout, router_group))?,
         router: serialize("router.toml", &router(file, layout))?,
     })
 }
 
 /// proxy.toml: the credentials and overrides as given, the CA, audit log
-/// and sockets from the layout, and the router's static identities.
-pub fn proxy(file: &UpFile, layout: &Layout) -> Result<Table, UpError> {
+/// and sockets from the layout, and the router's static identities, each
+/// admitting the router's uid alone (and root).
+pub fn proxy(file: &UpFile, layout: &Layout, router_uid: u32) -> Result<Table, UpError> {
     let to_value = |what: String, v: Result<Value, toml::ser::Error>| {
         v.map_err(|e| UpError::Generate {
             what,
@@ -83,6 +85,7 @@ pub fn proxy(file: &UpFile, layout: &Layout) -> Result<Table, UpError> {
                     "rule_sets",
                     Value::Array(vec![Value::String(i.rule_set.into())]),
                 ),
+                ("peer_uid", Value::Integer(i64::from(router_uid))),
             ];
             if let Some(repo) = &i.repo {
                 entries.push(("variables", table([("repo", Value::String(repo.clone()))])));
@@ -267,7 +270,7 @@ worker_command = ["/usr/bin/worker", "--go"]
     #[test]
     fn the_proxy_gets_credentials_with_absolute_paths_and_the_router_identities() {
         let (file, layout) = fixture();
-        let t = proxy(&file, &layout).unwrap();
+        let t = proxy(&file, &layout, 990).unwrap();
         assert_eq!(
             t["credentials"]["github"]["kind"].as_str(),
             Some("github_token")
@@ -293,12 +296,14 @@ worker_command = ["/usr/bin/worker", "--go"]
         assert_eq!(ids[0]["name"].as_str(), Some("router-gh-1"));
         assert_eq!(ids[0]["variables"]["repo"].as_str(), Some("acme/widgets"));
         assert_eq!(ids[1]["rule_sets"][0].as_str(), Some("router-feishu"));
+        // Each admits the router's uid alone.
+        assert!(ids.iter().all(|i| i["peer_uid"].as_integer() == Some(990)));
     }
 
     #[test]
     fn the_router_gets_no_credential() {
         let (file, layout) = fixture();
-        let all = all(&file, &layout, Some("gatehouse-router")).unwrap();
+        let all = all(&file, &layout, Some("gatehouse-router"), 990).unwrap();
         for secret in [
             "github-token",
             "secrets/feishu\"",

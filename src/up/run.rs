@@ -451,6 +451,14 @@ fn spawn(spec: &ChildSpec) -> Result<Child, UpError> {
         .process_group(0);
     // ...and a `kill -9` of `up` takes them with it.
     gatehouse_supervisor::sandbox::die_with_parent(&mut command);
+    // The supervisor stays root, bounded to what building sandboxes needs
+    // (the same set as its systemd unit).
+    if spec.part == Part::Supervisor && nix::unistd::geteuid().is_root() {
+        gatehouse_supervisor::sandbox::bound_capabilities(
+            &mut command,
+            &gatehouse_supervisor::sandbox::SUPERVISOR_CAPABILITIES,
+        );
+    }
     if let Some(who) = spec.user {
         // std sets the gid, drops supplementary groups (setgroups(0)), then
         // sets the uid.

@@ -2,6 +2,8 @@
 //! `scripts/setup-debian` creates, the kernel features `gatehouse doctor`
 //! checks (decided by the same code), IPv6 loopback.
 
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -160,4 +162,35 @@ pub fn ipv6_loopback_missing() -> Option<String> {
     std::net::TcpListener::bind("[::1]:0")
         .err()
         .map(|e| format!("no IPv6 loopback: binding [::1] fails: {e}"))
+}
+
+/// What a `GET path` over `socket` came to, as `who`: the status line, or
+/// `closed` when the connection ended unanswered.
+pub fn http_status_as(who: Option<(u32, u32)>, socket: &Path, path: &str) -> String {
+    let mut cmd = Command::new("python3");
+    cmd.args([
+        "-c",
+        "import socket,sys\n\
+         s=socket.socket(socket.AF_UNIX)\n\
+         s.settimeout(10)\n\
+         s.connect(sys.argv[1])\n\
+         try:\n s.sendall(('GET '+sys.argv[2]+' HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n').encode())\n\
+         except OSError:\n pass\n\
+         data=b''\n\
+         try:\n while True:\n  b=s.recv(4096)\n  if not b: break\n  data+=b\n\
+         except OSError:\n pass\n\
+         print(data.split(b'\\r\\n')[0].decode() if data else 'closed')",
+    ])
+    .arg(socket)
+    .arg(path);
+    if let Some((uid, gid)) = who {
+        cmd.uid(uid).gid(gid);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "python3: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }

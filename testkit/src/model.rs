@@ -76,6 +76,7 @@ pub fn start(options: ModelOptions) -> World {
             tunnel_hosts: Vec::new(),
             variables: BTreeMap::new(),
             socket: None,
+            peer_uid: None,
         };
         let socket = proxy
             .add_identity(identity("router-model", vec!["model-api".into()]))

@@ -306,6 +306,7 @@ pub fn identity(name: &str) -> IdentitySpec {
         tunnel_hosts: vec![TUNNEL_HOST.into(), "github.com".into()],
         variables: BTreeMap::from([("repo".to_string(), REPO.to_string())]),
         socket: None,
+        peer_uid: None,
     }
 }
 

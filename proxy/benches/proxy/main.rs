@@ -491,6 +491,7 @@ async fn start_proxy(
         tunnel_hosts,
         variables: BTreeMap::from([("repo".to_string(), repo.to_string())]),
         socket: None,
+        peer_uid: None,
     };
     let socket = proxy
         .add_identity(identity("bench", "acme/widgets", vec![]))

@@ -418,7 +418,10 @@ fn identities_table() {
         rule_sets: vec!["github-read".into()],
         tunnel_hosts: Vec::new(),
         variables: Vars::from([("repo".to_string(), "octo/hello".to_string())]),
+        peer_uid: name.strip_prefix('u').and_then(|u| u.parse().ok()),
     };
+    let bound = validate_identities(&cx(), vec![identity("u990", None)], &book, dir).unwrap();
+    assert_eq!(bound[0].peer_uid, Some(990), "peer_uid is kept");
     let ok = validate_identities(
         &cx(),
         vec![identity("a", None), identity("b", Some("b.sock"))],

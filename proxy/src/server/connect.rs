@@ -62,6 +62,27 @@ fn admit(proxy: &Proxy, identity: &Identity) -> Result<Arc<Held>, &'static str> 
     }))
 }
 
+/// Whether the connection's peer (SO_PEERCRED) is the user the identity is
+/// for, when it is bound to one: else why not (logged with the peer's ids,
+/// and put on record by the caller).
+fn peer_admitted(identity: &Identity, stream: &UnixStream) -> Result<(), &'static str> {
+    let Some(peer) = identity.peer_uid else {
+        return Ok(());
+    };
+    match stream.peer_cred() {
+        Ok(c) if gatehouse_types::peer::identity_admitted(c.uid(), Some(peer)) => Ok(()),
+        Ok(c) => {
+            tracing::warn!(identity = %identity.name, uid = c.uid(), gid = c.gid(), pid = c.pid(),
+                expected = peer, "refused a peer of an identity socket (not the user it is for)");
+            Err("the connecting user is not the one this identity is for; the connection was closed")
+        }
+        Err(error) => {
+            tracing::warn!(identity = %identity.name, %error, "refused an identity peer whose credentials are unknown");
+            Err("the connecting user could not be known; the connection was closed")
+        }
+    }
+}
+
 /// Accepts connections until the identity is revoked. A connection over
 /// the identity's cap (or the proxy's) is closed at once, its refusal on
 /// record; accept failures back off instead of spinning.
@@ -77,6 +98,12 @@ pub(super) async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     backoff.succeeded();
+                    if let Err(reason) = peer_admitted(&identity, &stream) {
+                        drop(stream);
+                        let record = framing_record(now(), proxy.request_id(), &identity.name, "-", None, reason);
+                        let _ = proxy.record_refusal(record);
+                        continue;
+                    }
                     match admit(&proxy, &identity) {
                         Ok(held) => {
                             tokio::spawn(serve_outer(proxy.clone(), identity.clone(), stream, held));

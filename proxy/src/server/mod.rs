@@ -97,6 +97,10 @@ pub struct IdentitySpec {
     /// identity of the admin API, whose socket is
     /// `<identity socket dir>/<name>/proxy.sock`, saved across restarts.
     pub socket: Option<PathBuf>,
+    /// The one user whose connections it admits (SO_PEERCRED; root too),
+    /// when known: the router's for its identities. `None`: whoever
+    /// reaches the socket.
+    pub peer_uid: Option<u32>,
 }
 
 /// The file name of a dynamic identity's socket in its own directory.
@@ -109,6 +113,8 @@ pub struct Identity {
     /// The `host:port`s it may splice (a bare host in the spec is port 443).
     pub tunnel_hosts: BTreeSet<TunnelTarget>,
     pub socket: PathBuf,
+    /// The one user it admits, when bound ([`IdentitySpec::peer_uid`]).
+    peer_uid: Option<u32>,
     /// Created through the admin API: in its own directory, saved.
     dynamic: bool,
     client: UpstreamClient,
@@ -329,6 +335,7 @@ impl Proxy {
             },
             tunnel_hosts: checked.tunnel_hosts.into_iter().collect(),
             socket: socket.clone(),
+            peer_uid: spec.peer_uid,
             dynamic: placement != Placement::Static,
             client: self.upstreams.client(),
             revoked,
@@ -472,6 +479,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             socket: None,
+            peer_uid: None,
         }
     }
 

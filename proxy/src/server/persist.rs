@@ -276,6 +276,7 @@ impl Proxy {
                 tunnel_hosts: s.tunnel_hosts.clone(),
                 variables: s.variables.clone(),
                 socket: None,
+                peer_uid: None,
             };
             // Inserted only: one write after the loop, so that a crash
             // midway leaves the file whole.

@@ -48,6 +48,36 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
     sys::fork::die_with_parent_std(cmd);
 }
 
+/// What a supervisor started by root keeps: namespaces, mounts, pivot_root
+/// and idmapped mounts (`CAP_SYS_ADMIN`); the worker's uid and maps
+/// (`CAP_SETUID`, `CAP_SETGID`); dropping the bounding set inside
+/// (`CAP_SETPCAP`); work dirs handed to the worker account and cleaned up
+/// (`CAP_CHOWN`, `CAP_FOWNER`, `CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`);
+/// stopping jobs that run as other uids (`CAP_KILL`); loopback in the
+/// sandbox's network namespace (`CAP_NET_ADMIN`); rlimits
+/// (`CAP_SYS_RESOURCE`). `deploy/systemd/gatehouse-supervisor.service`
+/// lists the same, and `gatehouse up` bounds its supervisor to them.
+pub const SUPERVISOR_CAPABILITIES: [caps::Capability; 11] = [
+    caps::Capability::CAP_SYS_ADMIN,
+    caps::Capability::CAP_SETUID,
+    caps::Capability::CAP_SETGID,
+    caps::Capability::CAP_SETPCAP,
+    caps::Capability::CAP_CHOWN,
+    caps::Capability::CAP_FOWNER,
+    caps::Capability::CAP_DAC_OVERRIDE,
+    caps::Capability::CAP_DAC_READ_SEARCH,
+    caps::Capability::CAP_KILL,
+    caps::Capability::CAP_NET_ADMIN,
+    caps::Capability::CAP_SYS_RESOURCE,
+];
+
+/// Limits the capability bounding set of the process `cmd` spawns to
+/// `keep` (every other capability the kernel knows is dropped before
+/// exec): a program run as root then holds only those.
+pub fn bound_capabilities(cmd: &mut std::process::Command, keep: &[caps::Capability]) {
+    sys::fork::bound_capabilities_std(cmd, keep);
+}
+
 /// The sandbox could not be built, or a protection the profile requires is
 /// missing. Nothing was run.
 pub const EXIT_SANDBOX_FAILED: u8 = 125;

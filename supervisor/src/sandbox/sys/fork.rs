@@ -224,6 +224,31 @@ pub fn die_with_parent_std(cmd: &mut std::process::Command) {
     }
 }
 
+/// [`super::super::bound_capabilities`]: drops from the child's bounding
+/// set, before exec, each capability this kernel supports that `keep`
+/// does not name.
+pub fn bound_capabilities_std(cmd: &mut std::process::Command, keep: &[caps::Capability]) {
+    use std::os::unix::process::CommandExt;
+    // Listed before the fork: the child only walks the list.
+    let dropped: Vec<caps::Capability> = caps::runtime::thread_all_supported()
+        .into_iter()
+        .filter(|c| !keep.contains(c))
+        .collect();
+    // SAFETY: runs in the child between fork and exec; it reads a vector
+    // built before the fork and makes one prctl(PR_CAPBSET_DROP) call per
+    // entry (async-signal-safe), allocating only if a drop fails, in which
+    // case the spawn fails rather than start with more than `keep`.
+    unsafe {
+        cmd.pre_exec(move || {
+            for cap in &dropped {
+                caps::drop(None, caps::CapSet::Bounding, *cap)
+                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::PermissionDenied))?;
+            }
+            Ok(())
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

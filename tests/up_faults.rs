@@ -1,5 +1,7 @@
 //! The loop survives its parts dying, under `gatehouse up` as root (each
-//! part under its own user) on the demo's world: alice assigns an issue,
+//! part under its own user) and rootless (`gatehouse up` run by an ordinary
+//! user, the three parts and the sandboxes under that user) on the demo's
+//! world: alice assigns an issue,
 //! the worker (the reference worker, held at its start until the test says
 //! go) runs in its sandbox, and meanwhile the proxy, the router and the
 //! supervisor are each killed with SIGKILL. `up` restarts each; the
@@ -17,9 +19,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gatehouse::demo::world::{Owners, World, BOT_LOGIN, REPO};
+use gatehouse::up::config::UpFile;
+use gatehouse::up::layout::Layout;
 use gatehouse::up::{self, Part};
 use gatehouse_router::store::{Durability, Store};
-use gatehouse_testkit::machine::{user_gid, user_uid};
+use gatehouse_testkit::machine::{user_gid, user_uid, TEST_USER};
 use gatehouse_testkit::{require, Need};
 
 const PROXY_USER: &str = "gatehouse-proxy";
@@ -125,13 +129,57 @@ fn forwarded(router_db: &Path) -> i64 {
     .unwrap_or(0)
 }
 
-fn kill_and_wait_restart(running: &up::Running, part: Part, restarts: u32) -> u32 {
-    let before = running.pid(part).unwrap();
+/// Where the test finds `up`'s parts.
+trait Parts {
+    fn pid(&self, part: Part) -> Option<u32>;
+}
+
+/// `up` in this process, as root.
+impl Parts for up::Running {
+    fn pid(&self, part: Part) -> Option<u32> {
+        up::Running::pid(self, part)
+    }
+}
+
+/// `gatehouse up` run as another user: its children, each known by the
+/// part its command line names (`gatehouse <part> …`, the name `up` gives
+/// gatehouse-services). Stopped when dropped, so a failed test leaves no
+/// `up` running.
+struct Spawned(u32, std::process::Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if matches!(self.1.try_wait(), Ok(None)) {
+            gatehouse_testkit::procs::signal(self.0, "TERM");
+            let _ = self.1.wait();
+        }
+    }
+}
+
+impl Parts for Spawned {
+    fn pid(&self, part: Part) -> Option<u32> {
+        descendants(self.0).into_iter().find(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let parent = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 2..].split(' ').nth(1).map(str::to_owned));
+            if parent.as_deref() != Some(self.0.to_string().as_str()) {
+                return false;
+            }
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.len() > 1 && args[0] == b"gatehouse" && args[1] == part.name().as_bytes()
+        })
+    }
+}
+
+fn kill_and_wait_restart(up: &dyn Parts, part: Part) -> u32 {
+    let before = up.pid(part).unwrap();
     gatehouse_testkit::procs::signal(before, "KILL");
     wait_for(&format!("the {} restarted", part.name()), 30, || {
-        running.pid(part).is_some_and(|p| p != before) && running.restarts(part) == restarts
+        up.pid(part).is_some_and(|p| p != before)
     });
-    running.pid(part).unwrap()
+    up.pid(part).unwrap()
 }
 
 #[test]
@@ -162,8 +210,96 @@ fn kill_9_of_each_part_mid_ticket_under_up_and_the_ticket_finishes_once() {
         },
     )
     .unwrap();
-    let layout = &prepared.layout;
+    story(&world, &prepared.layout, &running);
+    for part in Part::START_ORDER {
+        assert_eq!(running.restarts(part), 1, "{} restarts", part.name());
+    }
+    let stopped = running.stop();
+    assert!(
+        stopped.iter().all(|s| !s.killed),
+        "a part outlived its grace: {stopped:?}"
+    );
+}
 
+/// The same story, `gatehouse up` run by an ordinary user: the three parts
+/// and each sandbox run as that user (rootless).
+#[test]
+fn rootless_kill_9_of_each_part_mid_ticket_and_the_ticket_finishes_once() {
+    // Root only to become the test user and to look at its files.
+    require!(Need::Root, Need::SandboxAsTestUser);
+    let dir = gatehouse_testkit::sandbox::reachable_dir("gh-upr-");
+    let run = gatehouse_testkit::sandbox::reachable_dir("ur");
+    let world = World::create(dir.path(), run.path(), None).unwrap();
+    std::fs::write(dir.path().join("profiles/demo.toml"), HELD_PROFILE).unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    gatehouse_testkit::bin::copy_to(&bin);
+    let me = format!(
+        "{}:{}",
+        user_uid(TEST_USER).unwrap(),
+        user_gid(TEST_USER).unwrap()
+    );
+    for d in [dir.path(), run.path()] {
+        let chown = std::process::Command::new("chown")
+            .args(["-R", &me])
+            .arg(d)
+            .status()
+            .unwrap();
+        assert!(chown.success());
+    }
+    let text = std::fs::read_to_string(&world.config).unwrap();
+    let file = UpFile::parse(&world.config, &text).unwrap();
+    let layout = Layout::new(&file.state_dir, &file.run_dir, &[], file.feishu.is_some());
+    let log = dir.path().join("up.log");
+    let mut child = gatehouse_testkit::sandbox::as_test_user(&bin.join("gatehouse"))
+        .args(["up", "--config"])
+        .arg(&world.config)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for("gatehouse up to run", 60, || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "gatehouse up ended: {text}"
+        );
+        text.contains("gatehouse up: running")
+    });
+    let mut up = Spawned(child.id(), child);
+    let parts: Vec<u32> = Part::START_ORDER
+        .iter()
+        .map(|p| up.pid(*p).unwrap())
+        .collect();
+    story(&world, &layout, &up);
+    let parts: Vec<u32> = parts
+        .iter()
+        .zip(Part::START_ORDER)
+        .map(|(before, p)| {
+            let now = up.pid(p).unwrap();
+            assert_ne!(*before, now, "the {} was not restarted", p.name());
+            now
+        })
+        .collect();
+    gatehouse_testkit::procs::signal(up.0, "TERM");
+    let status = up.1.wait().unwrap();
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    for p in parts {
+        assert!(
+            !gatehouse_testkit::procs::alive(p as i32),
+            "pid {p} outlived gatehouse up"
+        );
+    }
+}
+
+/// alice assigns an issue; two follow-ups; each part killed with SIGKILL
+/// mid-ticket (the supervisor with its sandbox, the proxy while the new
+/// job runs, the router between the ack and the result); released, the
+/// worker finishes and alice hears one ack and one result.
+fn story(world: &World, layout: &Layout, up: &dyn Parts) {
     let issue = world
         .github
         .add_issue(REPO, "Widgets wobble", "They wobble on tables.", "alice")
@@ -205,9 +341,9 @@ fn kill_9_of_each_part_mid_ticket_under_up_and_the_ticket_finishes_once() {
 
     // The supervisor, while the sandbox runs: the sandbox dies with it,
     // the job is lost, and the router starts it again.
-    let sandbox = descendants(running.pid(Part::Supervisor).unwrap());
+    let sandbox = descendants(up.pid(Part::Supervisor).unwrap());
     assert!(!sandbox.is_empty(), "no sandbox under the supervisor");
-    kill_and_wait_restart(&running, Part::Supervisor, 1);
+    kill_and_wait_restart(up, Part::Supervisor);
     wait_for("the old sandbox to die", 10, || {
         sandbox
             .iter()
@@ -216,9 +352,9 @@ fn kill_9_of_each_part_mid_ticket_under_up_and_the_ticket_finishes_once() {
     wait_for("the job started again", 60, || started(&work) == 2);
     // The proxy, while the new job's worker runs: its identity comes back
     // in the directory the sandbox holds.
-    kill_and_wait_restart(&running, Part::Proxy, 1);
+    kill_and_wait_restart(up, Part::Proxy);
     // The router, between the ack and the result.
-    kill_and_wait_restart(&running, Part::Router, 1);
+    kill_and_wait_restart(up, Part::Router);
 
     std::fs::write(work.join("go"), "").unwrap();
     // The new job's worker gets the note the lost one had not read, once,
@@ -259,11 +395,6 @@ fn kill_9_of_each_part_mid_ticket_under_up_and_the_ticket_finishes_once() {
         .count();
     assert_eq!(pulls, 1, "one pull request opened");
     // No sandbox is left once the ticket ended.
-    let supervisor = running.pid(Part::Supervisor).unwrap();
+    let supervisor = up.pid(Part::Supervisor).unwrap();
     wait_for("no sandbox left", 20, || descendants(supervisor).is_empty());
-    let stopped = running.stop();
-    assert!(
-        stopped.iter().all(|s| !s.killed),
-        "a part outlived its grace: {stopped:?}"
-    );
 }

@@ -103,13 +103,30 @@ fn inbox_texts(work: &Path, n: usize) -> Vec<String> {
         .collect()
 }
 
+/// Asks the held worker to read its inbox: `/work/read`, owned like the
+/// work dir. The test runs as root, and a root-owned file in a dir owned by
+/// another user is unmapped in the sandbox's idmapped `/work`: the worker
+/// could not remove it (EOVERFLOW) and would read again and again.
+fn ask_to_read(work: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(work).unwrap();
+    let path = work.join("read");
+    std::fs::write(&path, "").unwrap();
+    std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid())).unwrap();
+}
+
 /// Has the held worker start `n` read its inbox until it holds `text`.
 fn read_until(work: &Path, n: usize, text: &str) {
     let reads = work.join(format!("reads-{n}"));
     wait_for(&format!("worker {n} to read {text:?}"), 30, || {
         let before = lines(&reads);
-        std::fs::write(work.join("read"), "").unwrap();
+        ask_to_read(work);
         wait_for("a read", 10, || lines(&reads) > before);
+        // Consumed, so the worker reads again only when asked.
+        assert!(
+            !work.join("read").exists(),
+            "the worker could not remove /work/read"
+        );
         inbox_texts(work, n).iter().any(|t| t == text)
     });
 }

@@ -184,3 +184,80 @@ fn proxy_process_admin_api_audit_verify_and_no_secret_in_any_log() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line "), "{err}");
 }
+
+/// A GitHub-only deployment over the shipped rule-set directory: the proxy
+/// starts without Feishu or model credentials, says at start which sets are
+/// out of use and why, serves GitHub identities, and refuses an identity
+/// that names a set it cannot serve, with the reason.
+#[test]
+fn a_github_only_proxy_loads_the_shipped_rules_and_refuses_the_sets_it_cannot_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let token = random_token("ghs_");
+    let github = GithubEmulator::start(
+        GithubOptions::new(d.join("git"))
+            .token(&token, "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles/rules");
+    let mut proxy = gatehouse_testkit::proxy::process::start_proxy_process_with(
+        d,
+        &github,
+        &token,
+        gatehouse_testkit::bin::command(),
+        |d| {
+            let path = d.join("proxy.toml");
+            let text = std::fs::read_to_string(&path).unwrap();
+            let (head, tail) = text.split_once("[credentials.feishu]").unwrap();
+            let tail = &tail[tail.find("\n[upstream").unwrap()..];
+            let text = format!("{head}{tail}").replacen(
+                "rule_set_files = [\"rules.toml\"]",
+                &format!("rule_set_dirs = [{:?}]", shipped.display().to_string()),
+                1,
+            );
+            assert!(!text.contains("feishu_app") && text.contains("rule_set_dirs"));
+            std::fs::write(&path, text).unwrap();
+        },
+    );
+    let log = std::fs::read_to_string(&proxy.log).unwrap();
+    for set in ["feishu-read", "feishu-send", "router-feishu", "model-api"] {
+        assert!(
+            log.contains(&format!("rule set `{set}` is not in use")),
+            "{set}: {log}"
+        );
+    }
+    assert!(!log.contains("`github-worker` is not in use"), "{log}");
+
+    let new = |sets: &str| {
+        format!(
+            r#"{{"name":"tkt_gh","rule_sets":{sets},"tunnel_hosts":[],"variables":{{"repo":"acme/widgets"}}}}"#
+        )
+    };
+    let (status, body) = admin(
+        &proxy.admin,
+        "POST",
+        "/identities",
+        Some(&new(r#"["github-worker","feishu-send"]"#)),
+    );
+    assert_eq!(status, 400, "{body}");
+    let error = serde_json::from_str::<Value>(&body).unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("rule set `feishu-send` is not in use")
+            && error.contains("credential `feishu`, which is not defined"),
+        "{error}"
+    );
+    // Control: the GitHub sets alone are served.
+    let (status, body) = admin(
+        &proxy.admin,
+        "POST",
+        "/identities",
+        Some(&new(r#"["github-worker"]"#)),
+    );
+    assert_eq!(status, 201, "{body}");
+    gatehouse_testkit::procs::signal(proxy.child.id(), "TERM");
+    assert!(proxy.child.wait().unwrap().success());
+}

@@ -602,6 +602,25 @@ fn config_check_refuses_what_up_could_not_run() {
             }),
             "no-such-set",
         ),
+        (
+            // The set loads (a deployment without a model credential may
+            // keep the shipped file) but is out of use, and says why. It
+            // stays in the rules dir for the later cases: loading it alone
+            // fails nothing.
+            "a team rule set whose credential is not defined",
+            Box::new(|s: &Setup| {
+                let shipped = gatehouse_testkit::bin::repo_path("sandbox-profiles/rules/model-api.toml");
+                let text = std::fs::read_to_string(shipped).unwrap();
+                write(&s.path("rules/model-api.toml"), &text, 0o644, None);
+                let text = POLICY.replace(
+                    "rule_sets = [\"test-worker\"]",
+                    "rule_sets = [\"test-worker\", \"model-api\"]",
+                );
+                assert_ne!(text, POLICY);
+                write(&s.path("policy.toml"), &text, 0o644, None);
+            }),
+            "rule set `model-api`, which is not in use: rule `chat-completions` uses credential `model`",
+        ),
     ];
     let _ = proxy;
     for (what, mutate, needle) in cases {

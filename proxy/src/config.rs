@@ -296,10 +296,15 @@ pub struct UpstreamAddress {
 }
 
 impl Config {
-    /// The warnings `gatehouse proxy` gives at start: each `github_token`
-    /// credential opted in to GraphQL rules it cannot scope.
+    /// The warnings `gatehouse proxy` gives at start: each rule set out of
+    /// use for want of a credential, and each `github_token` credential
+    /// opted in to GraphQL rules it cannot scope.
     pub fn warnings(&self) -> Vec<String> {
-        self.credentials
+        let withdrawn = self.rule_book.withdrawn().map(|(name, why)| {
+            format!("rule set `{name}` is not in use ({why}): an identity naming it is refused")
+        });
+        let unscoped = self
+            .credentials
             .iter()
             .filter(|(_, c)| {
                 matches!(
@@ -316,8 +321,8 @@ impl Config {
                      GraphQL rules pin only root fields to the identity's repository, and this token \
                      lets a query walk from there to every repository it can read"
                 )
-            })
-            .collect()
+            });
+        withdrawn.chain(unscoped).collect()
     }
 
     /// Read and validate the config at `path` and the rule sets it names.
@@ -389,7 +394,10 @@ impl ProxyConfig {
         let (ca_cert, ca_key) = validate_ca(&cx, &self.ca)?;
         let credentials = validate_credentials(&cx, self.credentials)?;
         validate_rule_credentials(&cx, &rule_sets, &credentials)?;
-        let rule_book = RuleBook::new(rule_sets)?;
+        let mut rule_book = RuleBook::new(rule_sets)?;
+        for (name, why) in sets_without_credentials(&rule_book, &credentials) {
+            rule_book.withdraw(&name, why);
+        }
         let identity_socket_dir = cx.resolve(&self.identity_socket_dir);
         let identities =
             validate_identities(&cx, self.identities, &rule_book, &identity_socket_dir)?;
@@ -529,8 +537,36 @@ fn validate_credential(
     })
 }
 
-/// Every rule of every loaded set must name a defined credential of a
-/// fitting kind.
+/// The sets (`extends` resolved) some rule of which needs a credential the
+/// config does not define, each with why. They are withdrawn, not an error:
+/// a deployment that uses GitHub alone loads the shipped rule-set directory
+/// without defining Feishu or model credentials, is warned at start, and an
+/// identity that names such a set is refused with the reason.
+pub fn sets_without_credentials(
+    book: &RuleBook,
+    credentials: &BTreeMap<String, Credential>,
+) -> Vec<(String, String)> {
+    book.names()
+        .filter_map(|name| {
+            let set = book.get(name)?;
+            let rule = set
+                .rules
+                .iter()
+                .find(|r| !credentials.contains_key(&r.credential))?;
+            Some((
+                name.to_owned(),
+                format!(
+                    "rule `{}` uses credential `{}`, which is not defined in [credentials]",
+                    rule.name, rule.credential
+                ),
+            ))
+        })
+        .collect()
+}
+
+/// Every rule of every loaded set that names a defined credential names
+/// one of a fitting kind (sets naming an undefined one are withdrawn:
+/// [`sets_without_credentials`]).
 fn validate_rule_credentials(
     cx: &Context,
     rule_sets: &[RuleSet],
@@ -538,15 +574,9 @@ fn validate_rule_credentials(
 ) -> Result<(), ConfigError> {
     for set in rule_sets {
         for rule in &set.rules {
-            let credential = credentials.get(&rule.credential).ok_or_else(|| {
-                cx.invalid(
-                    "credentials",
-                    format!(
-                        "rule set `{}` rule `{}` uses credential `{}`, which is not defined",
-                        set.name, rule.name, rule.credential
-                    ),
-                )
-            })?;
+            let Some(credential) = credentials.get(&rule.credential) else {
+                continue;
+            };
             if !credential.supports(rule.inject) {
                 return Err(cx.invalid(
                     &format!("credentials.{}", rule.credential),
@@ -667,7 +697,9 @@ pub fn check_identity(
     rule_book
         .check_identity(&rule_sets, &variables)
         .map_err(|e| match e {
-            RuleError::UnknownRuleSet(_) => ("rule_sets", e.to_string()),
+            RuleError::UnknownRuleSet(_) | RuleError::Withdrawn { .. } => {
+                ("rule_sets", e.to_string())
+            }
             _ => ("variables", e.to_string()),
         })?;
     for host in &tunnel_hosts {

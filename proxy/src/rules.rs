@@ -171,6 +171,9 @@ pub enum RuleError {
     /// An identity names a rule set that is not loaded.
     #[error("unknown rule set `{0}`")]
     UnknownRuleSet(String),
+    /// An identity names a rule set that was withdrawn at load.
+    #[error("rule set `{rule_set}` is not in use: {why}")]
+    Withdrawn { rule_set: String, why: String },
     /// An identity lacks a variable a rule set needs, or has a bad value.
     #[error("rule set `{rule_set}` needs variable `{variable}`: {message}")]
     Variable {
@@ -306,10 +309,12 @@ fn forbidden_endpoint(path: &str) -> Option<&'static str> {
         .map(|(_, why)| *why)
 }
 
-/// All loaded rule sets, by name.
+/// All loaded rule sets, by name, and the sets withdrawn from use with why
+/// (their rules need a credential the proxy does not hold).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuleBook {
     sets: BTreeMap<String, RuleSet>,
+    withdrawn: BTreeMap<String, String>,
 }
 
 impl fmt::Display for Injection {

@@ -268,12 +268,17 @@ fn load_generated(layout: &Layout, generated: &Generated, policy: &Policy) -> Re
         for (repo, scope) in &team.repos {
             for set in &scope.rule_sets {
                 if proxy.rule_book.get(set).is_none() {
+                    let why = proxy
+                        .rule_book
+                        .withdrawn()
+                        .find(|(name, _)| name == set)
+                        .map(|(_, why)| format!("which is not in use: {why}"))
+                        .unwrap_or_else(|| "which rule_sets_dir does not define".into());
                     return Err(part(
                         "proxy",
                         proxy_file,
                         format!(
-                            "the policy's team `{team_name}` gives {repo} rule set `{set}`, which \
-                             rule_sets_dir does not define"
+                            "the policy's team `{team_name}` gives {repo} rule set `{set}`, {why}"
                         ),
                     ));
                 }

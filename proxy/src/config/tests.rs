@@ -331,18 +331,17 @@ fn rules_need_a_defined_credential_of_a_fitting_kind() {
         installation_id: 2,
     });
     assert!(validate_rule_credentials(&cx(), &rule_sets(), &github).is_ok());
-    let cases = [
-        (BTreeMap::new(), "credentials", "which is not defined"),
-        (
-            credentials(Credential::FeishuApp {
-                app_id: "a".into(),
-                app_secret_file: "s".into(),
-                base_url: "https://x".into(),
-            }),
-            "credentials.github",
-            "which a feishu_app credential cannot do",
-        ),
-    ];
+    // An undefined credential is not this check's: its sets are withdrawn.
+    assert!(validate_rule_credentials(&cx(), &rule_sets(), &BTreeMap::new()).is_ok());
+    let cases = [(
+        credentials(Credential::FeishuApp {
+            app_id: "a".into(),
+            app_secret_file: "s".into(),
+            base_url: "https://x".into(),
+        }),
+        "credentials.github",
+        "which a feishu_app credential cannot do",
+    )];
     for (credentials, key, needle) in cases {
         let error = validate_rule_credentials(&cx(), &rule_sets(), &credentials).unwrap_err();
         assert!(error.to_string().contains(needle), "{error}");
@@ -496,4 +495,110 @@ fn upstreams_table() {
         let raw = BTreeMap::from([(host.to_string(), upstream(url))]);
         assert_eq!(key_of(validate_upstreams(&cx(), raw).unwrap_err()), key);
     }
+}
+
+/// A deployment that uses GitHub alone loads a rule-set directory that also
+/// holds Feishu and model sets without defining their credentials: those
+/// sets (and every set extending one) are withdrawn, named in the start-up
+/// warnings, and an identity naming one is refused with the reason.
+#[test]
+fn sets_whose_credential_is_undefined_are_withdrawn_not_fatal() {
+    const FEISHU: &str = r#"
+name = "feishu-send"
+description = "test"
+
+[[rule]]
+name = "send"
+source = "test"
+host = "open.feishu.cn"
+methods = ["POST"]
+path = "/open-apis/im/v1/messages"
+credential = "feishu"
+inject = "feishu_tenant"
+"#;
+    const CHILD: &str = r#"
+name = "feishu-more"
+description = "test"
+extends = ["feishu-send"]
+"#;
+    let sets = || {
+        vec![
+            RuleSet::parse("github-read.toml", RULES).unwrap(),
+            RuleSet::parse("feishu-send.toml", FEISHU).unwrap(),
+            RuleSet::parse("feishu-more.toml", CHILD).unwrap(),
+        ]
+    };
+    let github = BTreeMap::from([(
+        "github".to_string(),
+        Credential::GithubToken {
+            token_file: "t".into(),
+            unscoped_graphql: false,
+        },
+    )]);
+    let book = RuleBook::new(sets()).unwrap();
+    let withdrawn = sets_without_credentials(&book, &github);
+    let names: Vec<&str> = withdrawn.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["feishu-more", "feishu-send"]);
+    assert!(
+        withdrawn[1]
+            .1
+            .contains("rule `send` uses credential `feishu`, which is not defined"),
+        "{withdrawn:?}"
+    );
+    // Every credential defined: nothing withdrawn.
+    let mut all = github.clone();
+    all.insert(
+        "feishu".into(),
+        Credential::FeishuApp {
+            app_id: "a".into(),
+            app_secret_file: "s".into(),
+            base_url: "https://x".into(),
+        },
+    );
+    assert!(sets_without_credentials(&book, &all).is_empty());
+
+    // Through the whole config: it loads, warns, keeps the GitHub set.
+    let file = Path::new("/etc/gatehouse/proxy.toml");
+    let config = ProxyConfig::parse(file, CONFIG)
+        .unwrap()
+        .validate(file, sets())
+        .unwrap();
+    assert!(config.rule_book.get("github-read").is_some());
+    assert!(config.rule_book.get("feishu-send").is_none());
+    let warnings = config.warnings();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[1].contains("rule set `feishu-send` is not in use"),
+        "{warnings:?}"
+    );
+    // An identity created later that names it is refused, with the reason.
+    let refused = check_identity(
+        &config.rule_book,
+        "tkt_2".into(),
+        "/run/ids/tkt_2.sock".into(),
+        vec!["github-read".into(), "feishu-send".into()],
+        Vec::new(),
+        Vars::from([("repo".to_string(), "octo/hello".to_string())]),
+    )
+    .unwrap_err();
+    assert_eq!(refused.0, "rule_sets");
+    assert!(
+        refused
+            .1
+            .contains("credential `feishu`, which is not defined"),
+        "{refused:?}"
+    );
+    // A static identity that names it fails the load, naming the key.
+    let text = CONFIG.replacen(
+        "rule_sets = [\"github-read\"]",
+        "rule_sets = [\"feishu-send\"]",
+        1,
+    );
+    let error = ProxyConfig::parse(file, &text)
+        .unwrap()
+        .validate(file, sets())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("identity[0].rule_sets"), "{error}");
+    assert!(error.contains("is not in use"), "{error}");
 }

@@ -116,6 +116,19 @@ impl RuleBook {
         self.sets.keys().map(String::as_str)
     }
 
+    /// Takes set `name` out of use, keeping why: an identity that names it
+    /// is then refused with that reason, not with "unknown rule set".
+    pub fn withdraw(&mut self, name: &str, why: String) {
+        if self.sets.remove(name).is_some() {
+            self.withdrawn.insert(name.to_owned(), why);
+        }
+    }
+
+    /// The sets withdrawn from use, with why.
+    pub fn withdrawn(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.withdrawn.iter().map(|(n, w)| (n.as_str(), w.as_str()))
+    }
+
     /// The GitHub App permissions an identity with `rule_sets` needs: the
     /// union of the sets', the higher level winning. Unknown sets add nothing.
     pub fn github_permissions(&self, rule_sets: &[String]) -> BTreeMap<String, Access> {
@@ -133,6 +146,12 @@ impl RuleBook {
     /// variable they need with a value that can stand in a path.
     pub fn check_identity(&self, rule_sets: &[String], vars: &Vars) -> Result<(), RuleError> {
         for name in rule_sets {
+            if let Some(why) = self.withdrawn.get(name) {
+                return Err(RuleError::Withdrawn {
+                    rule_set: name.clone(),
+                    why: why.clone(),
+                });
+            }
             let set = self
                 .sets
                 .get(name)

@@ -57,6 +57,8 @@ echo "== gh paginate"
 gh api --paginate 'repos/acme/widgets/issues/1/comments?per_page=1' --jq '.[].body' | sed 's/^/PAGE: /'
 echo "== curl denied"
 curl -sS https://api.github.com/repos/acme/secret-plans/issues/1; echo
+echo "== tunnel refused"
+python3 -c 'import http.client; c = http.client.HTTPSConnection("127.0.0.1", 3128); c.set_tunnel("pypi.org", 443); c.connect()' 2>&1 | tail -n 1
 echo "== env"
 env
 cat /proc/self/environ | tr '\0' '\n'
@@ -112,6 +114,15 @@ fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
         "{seen:?}"
     );
     assert!(out.contains(r#""error":"gatehouse_denied""#), "{all}");
+    // A refused tunnel says why in its status line, which is all Python's
+    // http.client (and so pip) shows of it.
+    assert!(
+        out.contains(
+            "Tunnel connection failed: 403 Forbidden (gatehouse: no rule of this identity's \
+             rule sets names this host, and it is not a tunnel host)"
+        ),
+        "{all}"
+    );
 
     // The emulator saw the injected credential on git and REST calls, and
     // the branch landed but main did not move.

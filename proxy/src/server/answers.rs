@@ -10,9 +10,47 @@ use crate::body::{self, ProxyBody};
 use crate::receive_pack::StatusReport;
 use crate::redact::{redact_all, Secrets};
 
+/// The longest reason phrase the proxy writes, in bytes.
+const MAX_REASON_PHRASE: usize = 200;
+
+/// The status line's reason phrase for a refusal: the status's own words
+/// and the reason, e.g. `Forbidden (gatehouse: no rule … names this host)`.
+/// Clients that never show a body still show the status line: Python's
+/// `http.client` (pip) reports a refused tunnel as `Tunnel connection
+/// failed: 403 <phrase>`, curl and git print it too. Only visible ASCII and
+/// spaces (RFC 9112 allows tab, space, VCHAR and obs-text), cut to a bound.
+pub(super) fn reason_phrase(status: StatusCode, reason: &str) -> String {
+    let words = status.canonical_reason().unwrap_or("Refused");
+    let mut said: String = reason
+        .chars()
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    let room = MAX_REASON_PHRASE - words.len() - " (gatehouse: )".len();
+    if said.len() > room {
+        // ASCII by now, so any byte index is a char boundary.
+        said.truncate(room - 3);
+        said.push_str("...");
+    }
+    format!("{words} (gatehouse: {said})")
+}
+
 fn json_response(status: StatusCode, value: &Value, close: bool) -> Response<ProxyBody> {
     let mut resp = Response::new(body::full(value.to_string()));
     *resp.status_mut() = status;
+    if let Some(reason) = value.get("reason").and_then(Value::as_str) {
+        let phrase = reason_phrase(status, reason);
+        // The phrase is ASCII without CR or LF (above), which is all the
+        // status line needs.
+        if let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(phrase.into_bytes()) {
+            resp.extensions_mut().insert(phrase);
+        }
+    }
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -156,6 +194,13 @@ mod tests {
         ];
         for (resp, status, close, error) in cases {
             assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+            let phrase = resp
+                .extensions()
+                .get::<hyper::ext::ReasonPhrase>()
+                .expect("every own answer says why in its status line");
+            let phrase = String::from_utf8(phrase.as_bytes().to_vec()).unwrap();
+            assert!(phrase.contains("(gatehouse: "), "{phrase}");
+            assert!(!phrase.contains("ghs_secret"), "{phrase}");
             let (got_status, connection, body) = read(resp).await;
             assert_eq!(got_status.as_u16(), status, "{error}");
             assert_eq!(connection.as_deref() == Some("close"), close, "{error}");
@@ -163,6 +208,34 @@ mod tests {
             assert_eq!(json["error"], error);
             assert!(!String::from_utf8_lossy(&body).contains("ghs_secret"));
         }
+    }
+
+    #[test]
+    fn reason_phrases_are_bounded_ascii_without_line_breaks() {
+        let forbidden = StatusCode::FORBIDDEN;
+        let cases = [
+            (
+                "no rule names this host",
+                "Forbidden (gatehouse: no rule names this host)",
+            ),
+            (
+                "a\r\nX-Injected: 1",
+                "Forbidden (gatehouse: a??X-Injected: 1)",
+            ),
+            ("tab\there", "Forbidden (gatehouse: tab?here)"),
+            ("non-ASCII é 中", "Forbidden (gatehouse: non-ASCII ? ?)"),
+            ("", "Forbidden (gatehouse: )"),
+        ];
+        for (reason, phrase) in cases {
+            assert_eq!(reason_phrase(forbidden, reason), phrase);
+        }
+        let long = reason_phrase(forbidden, &"x".repeat(10_000));
+        assert_eq!(long.len(), MAX_REASON_PHRASE);
+        assert!(long.ends_with("...)"), "{long}");
+        let fits = "y".repeat(MAX_REASON_PHRASE - "Forbidden (gatehouse: )".len());
+        assert_eq!(reason_phrase(forbidden, &fits).len(), MAX_REASON_PHRASE);
+        assert!(!reason_phrase(forbidden, &fits).contains("..."));
+        assert!(hyper::ext::ReasonPhrase::try_from(long.into_bytes()).is_ok());
     }
 
     #[tokio::test]

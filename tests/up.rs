@@ -97,7 +97,7 @@ fn setup() -> Setup {
     .unwrap();
     github.write_ca_pem(&p("emulator-ca.pem")).unwrap();
     std::fs::set_permissions(p("emulator-ca.pem"), std::fs::Permissions::from_mode(0o644)).unwrap();
-    for d in ["bin", "rules", "secrets"] {
+    for d in ["bin", "rules", "secrets", "profiles"] {
         std::fs::create_dir(p(d)).unwrap();
         std::fs::set_permissions(p(d), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -108,6 +108,18 @@ fn setup() -> Setup {
     let text = std::fs::read_to_string(shipped).unwrap();
     write(&p("rules/router-github.toml"), &text, 0o644, None);
     write(&p("policy.toml"), POLICY, 0o644, None);
+    // The shipped profiles, with `default` also allowing the test's rule set
+    // (config check refuses a policy whose rule sets its profile refuses).
+    for name in ["base", "default"] {
+        let shipped = gatehouse_testkit::bin::repo_path(&format!("sandbox-profiles/{name}.toml"));
+        let text = std::fs::read_to_string(shipped).unwrap();
+        let text = text.replace(
+            "rule_sets = [\"github-worker\", \"model-api\"]",
+            "rule_sets = [\"github-worker\", \"model-api\", \"test-worker\"]",
+        );
+        assert_eq!(name == "default", text.contains("test-worker"), "{name}");
+        write(&p(&format!("profiles/{name}.toml")), &text, 0o644, None);
+    }
     let proxy = ids(PROXY_USER);
     let router = ids(ROUTER_USER);
     write(&p("secrets/github-token"), &token, 0o600, Some(proxy));
@@ -159,7 +171,7 @@ webhook_secret_files = ["secrets/webhook"]
 url = "https://{emulator}"
 ca_file = "emulator-ca.pem"
 "#,
-        profiles = gatehouse_testkit::bin::repo_path("sandbox-profiles").display(),
+        profiles = p("profiles").display(),
         prompts = gatehouse_testkit::bin::repo_path("prompts").display(),
         emulator = github.addr(),
         run = run.path().display(),
@@ -620,6 +632,27 @@ fn config_check_refuses_what_up_could_not_run() {
                 write(&s.path("policy.toml"), &text, 0o644, None);
             }),
             "rule set `model-api`, which is not in use: rule `chat-completions` uses credential `model`",
+        ),
+        (
+            "a team's sandbox profile that does not resolve",
+            Box::new(|s: &Setup| {
+                let text = POLICY.replace("sandbox_profile = \"default\"", "sandbox_profile = \"nosuch\"");
+                assert_ne!(text, POLICY);
+                write(&s.path("policy.toml"), &text, 0o644, None);
+            }),
+            "sandbox profile `nosuch`, which profiles_dir does not resolve",
+        ),
+        (
+            "a team rule set its sandbox profile does not allow",
+            Box::new(|s: &Setup| {
+                let text = POLICY.replace(
+                    "rule_sets = [\"test-worker\"]",
+                    "rule_sets = [\"test-worker\", \"router-github\"]",
+                );
+                assert_ne!(text, POLICY);
+                write(&s.path("policy.toml"), &text, 0o644, None);
+            }),
+            "rule set `router-github`, which its sandbox profile `default` does not allow",
         ),
     ];
     let _ = proxy;

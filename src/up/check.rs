@@ -292,6 +292,38 @@ fn load_generated(layout: &Layout, generated: &Generated, policy: &Policy) -> Re
         .map_err(|e| part("supervisor", sup_file, e.to_string()))?;
     gatehouse_supervisor::jobs::preflight::check(&sup)
         .map_err(|e| part("supervisor", sup_file, e.to_string()))?;
+    // Every repository's profile resolves and lets its jobs use the rule
+    // sets the policy gives them (else each of its jobs is refused at start).
+    let profiles = gatehouse_supervisor::profile::DirSource {
+        dirs: sup.profiles_dir.iter().cloned().collect(),
+    };
+    for (team_name, team) in &policy.teams {
+        for (repo, scope) in &team.repos {
+            let name = &scope.sandbox_profile;
+            let profile = gatehouse_supervisor::profile::resolve(&profiles, name).map_err(|e| {
+                part(
+                    "supervisor",
+                    sup_file,
+                    format!(
+                        "the policy's team `{team_name}` gives {repo} sandbox profile `{name}`, \
+                         which profiles_dir does not resolve: {e}"
+                    ),
+                )
+            })?;
+            let allowed = &profile.network.rule_sets;
+            if let Some(set) = scope.rule_sets.iter().find(|s| !allowed.contains(s)) {
+                return Err(part(
+                    "supervisor",
+                    sup_file,
+                    format!(
+                        "the policy's team `{team_name}` gives {repo} rule set `{set}`, which its \
+                         sandbox profile `{name}` does not allow (network.rule_sets = [{}])",
+                        allowed.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
     // The router's.
     let router_file = &layout.router_toml;
     let base = router_file.parent().unwrap_or(Path::new("/"));

@@ -13,6 +13,7 @@
 
 pub mod audit;
 pub mod cli;
+pub mod confine;
 pub mod demo;
 pub mod up;
 

@@ -161,6 +161,19 @@ fn both_listeners_decide_and_sigterm_stops_cleanly() {
 
     let status = sigterm(&mut child);
     assert!(status.success(), "router run exited {status:?}");
+    // It served both listeners with its network confined (tests/router_confine.rs
+    // shows what that refuses).
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        err.contains("the router's network is confined: no TCP connect"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -450,6 +450,29 @@ fn only_the_proxy_reads_the_credentials() {
             file.display()
         );
     }
+    // The supervisor stays root, but covers every secret in its own mount
+    // namespace: read through its root (/proc/<pid>/root, its view), the
+    // files give nothing, while the proxy's view holds them (the control).
+    let supervisor = running.pid(Part::Supervisor).unwrap();
+    let proxy = running.pid(Part::Proxy).unwrap();
+    let mut secrets = s.credential_files();
+    secrets.push(s.path("secrets/webhook"));
+    for file in &secrets {
+        let through = |pid: u32| {
+            let rel = file.strip_prefix("/").unwrap();
+            std::fs::read(Path::new(&format!("/proc/{pid}/root")).join(rel))
+        };
+        let seen = through(proxy).expect("the proxy's view of a secret");
+        assert!(!seen.is_empty(), "{}", file.display());
+        match through(supervisor) {
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}"),
+            Ok(bytes) => panic!(
+                "the supervisor's view of {} holds {} bytes",
+                file.display(),
+                bytes.len()
+            ),
+        }
+    }
     // Nor the proxy's state (audit log, CA key), nor the supervisor's (work dirs).
     let l = &prepared.layout;
     for file in [&l.audit_log, &l.ca_key] {

@@ -20,6 +20,15 @@ use super::router::{init_logging, Source, StopSignals, Sync};
 pub(super) fn run(config_path: &Path, sync: Sync) -> anyhow::Result<ExitCode> {
     init_logging();
     let config = RouterConfig::load(config_path)?;
+    // Before any thread exists (Landlock binds the threads started after).
+    let ports: Vec<u16> = [
+        config.github.as_ref().map(|g| g.listen.port()),
+        config.feishu.as_ref().map(|f| f.listen.port()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    crate::confine::router_network_logged(&ports).context("confining the router's network")?;
     let policy = Policy::load(&config.policy)?;
     let mut listeners = Vec::new();
     let mut names = Vec::new();

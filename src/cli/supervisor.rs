@@ -41,6 +41,14 @@ fn run_supervisor(config_path: PathBuf) -> anyhow::Result<ExitCode> {
         // `gatehouse` binary installed next to this one.
         config.gatehouse_bin = Some(crate::binaries::sibling(crate::binaries::LAUNCHER)?);
     }
+    // Before the runtime's threads: a mount namespace is per process.
+    jobs::hide::hide_from_self(&config.hidden_paths)?;
+    if !config.hidden_paths.is_empty() {
+        tracing::info!(
+            paths = config.hidden_paths.len(),
+            "the deployment's secrets are covered in the supervisor's own mount namespace"
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -14,7 +14,7 @@ pub enum Commands {
     /// under its own user when run as root; restart a part that dies; stop
     /// all three (router, supervisor, proxy) on SIGTERM or Ctrl-C
     Up {
-        /// The gatehouse config (see examples/gatehouse.toml)
+        /// The gatehouse config (commented example: deploy/gatehouse.toml)
         #[arg(long)]
         config: PathBuf,
     },

@@ -121,6 +121,20 @@ fn default_router_user() -> String {
 }
 
 impl UpFile {
+    /// Every secret file the deployment names: the credentials (the
+    /// proxy's) and the sources' verification secrets (the router's).
+    pub fn secret_files(&self) -> Vec<&Path> {
+        let mut files: Vec<&Path> = self.credentials.values().map(|c| c.secret_file()).collect();
+        if let Some(github) = &self.github {
+            files.extend(github.webhook_secret_files.iter().map(PathBuf::as_path));
+        }
+        if let Some(feishu) = &self.feishu {
+            files.extend(feishu.encrypt_key_file.as_deref());
+            files.extend(feishu.verification_token_file.as_deref());
+        }
+        files
+    }
+
     /// Parses `text` (the contents of `file`) and resolves every path
     /// against `file`'s directory, which must be absolute.
     pub fn parse(file: &Path, text: &str) -> Result<UpFile, UpError> {

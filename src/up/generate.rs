@@ -135,6 +135,12 @@ pub fn supervisor(file: &UpFile, layout: &Layout, router_group: Option<&str>) ->
         t.insert("api_socket_group".into(), Value::String(group.into()));
     }
     t.insert("prompts_dir".into(), path(&file.prompts_dir));
+    if router_group.is_some() {
+        // Under their own users the secrets are the proxy's and the
+        // router's; the supervisor, root, covers them from itself.
+        let secrets = file.secret_files().into_iter().map(path).collect();
+        t.insert("hidden_paths".into(), Value::Array(secrets));
+    }
     t.insert(
         "sandbox".into(),
         table([("profiles_dir", path(&file.profiles_dir))]),
@@ -354,6 +360,30 @@ worker_command = ["/usr/bin/worker", "--go"]
         assert_eq!(t["limits"]["default_deadline_secs"].as_integer(), Some(600));
         assert!(supervisor(&file, &layout, None)
             .get("api_socket_group")
+            .is_none());
+    }
+
+    #[test]
+    fn the_supervisor_hides_every_secret_only_when_separated() {
+        let (file, layout) = fixture();
+        let t = supervisor(&file, &layout, Some("gatehouse-router"));
+        let hidden: Vec<&str> = t["hidden_paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        let want: Vec<String> = file
+            .secret_files()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(hidden, want);
+        // The credentials and the sources' verification secrets alike.
+        assert!(want.len() > file.credentials.len(), "{want:?}");
+        // Rootless the three are one user: nothing to hide from whom.
+        assert!(supervisor(&file, &layout, None)
+            .get("hidden_paths")
             .is_none());
     }
 }

@@ -44,6 +44,10 @@ struct RawConfig {
     worker: RawWorker,
     #[serde(default)]
     limits: RawLimits,
+    /// Files (or directories) the supervisor covers in a mount namespace of
+    /// its own at start: the deployment's secrets (`hide`).
+    #[serde(default)]
+    hidden_paths: Vec<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -145,6 +149,8 @@ pub struct Config {
     pub max_task_bytes: usize,
     /// What one job may take through its control socket.
     pub control: ControlLimits,
+    /// Covered at start in the supervisor's own mount namespace (`hide`).
+    pub hidden_paths: Vec<PathBuf>,
 }
 
 impl Config {
@@ -220,6 +226,7 @@ impl Config {
                 reports_per_job: l.reports_per_job,
                 report_bytes_per_job: l.report_bytes_per_job,
             },
+            hidden_paths: raw.hidden_paths.into_iter().map(abs).collect(),
         })
     }
 

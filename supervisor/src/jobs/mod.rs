@@ -22,6 +22,7 @@ pub mod codec;
 pub mod config;
 pub mod control;
 pub mod control_limits;
+pub mod hide;
 pub mod http;
 pub mod launcher;
 pub mod logs;

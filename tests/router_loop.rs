@@ -512,3 +512,108 @@ fn merging_the_bots_pull_request_ends_its_ticket_merged() {
     assert_eq!(said.len(), 2, "{said:?}");
     assert!(said[1].starts_with("Done:"), "{said:?}");
 }
+
+/// A worker that cannot go on without a person: blocked, with a question.
+const ASKING_WORKER: &str = r#"
+gatehouse report --state blocked --summary 'Need a decision' --question 'Should the fix also cover the legacy tables, or only the new ones?' || exit 90
+T=$(gatehouse inbox --wait | sed -n 's/.*"trigger":"\(trg_[0-9a-f]*\)".*/\1/p' | head -1)
+test -n "$T" || exit 91
+gatehouse report --state ready --summary 'Covered both kinds of table' --link https://github.com/acme/widgets/pull/3 || exit 94
+"#;
+
+#[test]
+fn a_blocked_workers_question_reaches_the_person_word_for_word() {
+    const QUESTION: &str = "Should the fix also cover the legacy tables, or only the new ones?";
+    let w = LiveWorld::start(ASKING_WORKER);
+    let n = w
+        .github
+        .add_issue("acme/widgets", "Tables wobble", "They wobble.", "alice")
+        .unwrap();
+    w.github
+        .add_issue_comment("acme/widgets", n, "@gatehouse-bot please fix", "alice")
+        .unwrap();
+    w.wait("the question", |w| w.bot_comments(n).len() == 2);
+    let said = w.bot_comments(n);
+    assert!(said[0].starts_with("On it"), "{said:?}");
+    // The attention is the worker's question, word for word, then the
+    // reply's hidden marker: nothing added, nothing rewritten.
+    let (text, marker) = said[1].split_once("\n\n").unwrap();
+    assert_eq!(text, QUESTION, "{said:?}");
+    assert!(marker.starts_with("<!-- gatehouse:rpl_"), "{said:?}");
+    // The person's answer reaches the worker, which finishes.
+    w.github
+        .add_issue_comment("acme/widgets", n, "@gatehouse-bot both, please", "alice")
+        .unwrap();
+    w.wait("the result", |w| {
+        count(&w.bot_comments(n), "Done: Covered both") == 1
+    });
+    assert_eq!(wait_ended(&w), "completed");
+    std::thread::sleep(Duration::from_secs(1));
+    let said = w.bot_comments(n);
+    assert_eq!(said.len(), 3, "ack, attention, result: {said:?}");
+    let store = Store::open(&w.state(), Durability::Normal).unwrap();
+    let purposes: Vec<String> = store
+        .read()
+        .outbox()
+        .unwrap()
+        .iter()
+        .map(|o| format!("{:?}", o.purpose))
+        .collect();
+    assert_eq!(purposes, ["Ack", "Attention", "Result"], "{purposes:?}");
+}
+
+/// A worker that tries the router's own calls: a Feishu reply (the router's
+/// `router-feishu`) and a comment on another repository (which a router
+/// identity of that repository may post).
+const PROBING_WORKER: &str = r#"
+f=$(curl -s -o /dev/null -w '%{http_connect}:%{http_code}' -X POST -H 'Content-Type: application/json' -d '{"msg_type":"text","content":"{\"text\":\"hi\"}"}' https://open.feishu.cn/open-apis/im/v1/messages/om_1/reply)
+o=$(curl -s -o /dev/null -w '%{http_connect}:%{http_code}' -X POST -H 'Content-Type: application/json' -d '{"body":"hi"}' https://api.github.com/repos/acme/other/issues/1/comments)
+gatehouse report --state ready --summary "probes feishu=$f other=$o" --link https://github.com/acme/widgets/pull/4 || exit 94
+"#;
+
+#[test]
+fn a_workers_identity_cannot_speak_as_the_router() {
+    let w = LiveWorld::start(PROBING_WORKER);
+    let n = w
+        .github
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    w.github
+        .add_issue_comment("acme/widgets", n, "@gatehouse-bot please probe", "alice")
+        .unwrap();
+    w.wait("the result", |w| {
+        count(&w.bot_comments(n), "Done: probes") == 1
+    });
+    let said = w.bot_comments(n);
+    let result = said.iter().find(|c| c.starts_with("Done: probes")).unwrap();
+    // Refused either at the CONNECT (`403:000`, a host none of the ticket's
+    // rule sets names) or, the tunnel open, at the request (`200:403`).
+    let code = |name: &str| {
+        let at = result.find(&format!("{name}=")).unwrap() + name.len() + 1;
+        result[at..at + 7].to_owned()
+    };
+    for probe in ["feishu", "other"] {
+        let seen = code(probe);
+        assert!(seen == "403:000" || seen == "200:403", "{probe}: {result}");
+    }
+    // Both refusals are on the proxy's record, as the ticket's identity's.
+    let audit = std::fs::read_to_string(w.proxy.log.with_file_name("audit.jsonl")).unwrap();
+    let denied: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| {
+            l["identity"]
+                .as_str()
+                .is_some_and(|i| i.starts_with("tkt_"))
+                && l["outcome"]["decision"] == "deny"
+        })
+        .collect();
+    let hosts: Vec<&str> = denied.iter().filter_map(|l| l["host"].as_str()).collect();
+    assert!(hosts.contains(&"open.feishu.cn"), "{denied:?}");
+    assert!(hosts.contains(&"api.github.com"), "{denied:?}");
+    // And no comment reached the other repository.
+    assert!(
+        w.github.comments().iter().all(|c| c.repo != "acme/other"),
+        "a worker commented on another repository"
+    );
+}

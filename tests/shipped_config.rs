@@ -139,3 +139,60 @@ fn the_supervisor_unit_keeps_the_capabilities_up_keeps() {
     kept.sort();
     assert_eq!(listed, kept);
 }
+
+/// The shipped units are what systemd itself accepts: `systemd-analyze
+/// verify` on copies whose commands name the built binary (the one change
+/// from an install in /usr/local/bin) says nothing at all.
+#[test]
+fn the_shipped_systemd_units_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = gatehouse_testkit::bin::gatehouse();
+    let mut units = Vec::new();
+    for entry in std::fs::read_dir(root().join("deploy/systemd")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "service") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                text.contains("/usr/local/bin/gatehouse "),
+                "{}",
+                path.display()
+            );
+            let copy = dir.path().join(path.file_name().unwrap());
+            std::fs::write(
+                &copy,
+                text.replace("/usr/local/bin/gatehouse ", &format!("{} ", bin.display())),
+            )
+            .unwrap();
+            units.push(copy);
+        }
+    }
+    units.sort();
+    assert_eq!(units.len(), 3, "{units:?}");
+    let out = std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .args(&units)
+        .output()
+        .expect("systemd-analyze (scripts/setup-debian installs systemd)");
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.trim().is_empty(),
+        "systemd-analyze verify complained:\n{said}"
+    );
+    // The control: a unit with an unknown key is refused by the same check.
+    let broken = dir.path().join("gatehouse-broken.service");
+    let text = std::fs::read_to_string(&units[0]).unwrap();
+    std::fs::write(
+        &broken,
+        text.replace("[Service]", "[Service]\nNoSuchKeyAtAll=yes"),
+    )
+    .unwrap();
+    let out = std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&broken)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("NoSuchKeyAtAll"), "{said}");
+}

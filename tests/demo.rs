@@ -85,6 +85,47 @@ fn the_demo_story_holds_and_says_so() {
     assert_eq!(report["finished_tickets"], 2, "{report:#}");
     assert_eq!(report["per_ticket"], 2.0, "{report:#}");
     assert_eq!(report["progress_style"], 0, "{report:#}");
+
+    // The kept state answers the recall commands: the two tickets, each
+    // thread with its tickets and triggers, the four replies sent.
+    let db = state.join("router/router.db");
+    let recall = |args: &[&str]| {
+        let out = bin::command()
+            .args(args)
+            .arg("--state")
+            .arg(&db)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let tickets: Value = serde_json::from_str(&recall(&["tickets", "list", "--json"])).unwrap();
+    let tickets = tickets.as_array().unwrap();
+    assert_eq!(tickets.len(), 2, "{tickets:?}");
+    for ticket in tickets {
+        let id = ticket["id"].as_str().unwrap();
+        let shown: Value =
+            serde_json::from_str(&recall(&["tickets", "show", "--json", id])).unwrap();
+        assert_eq!(shown["id"], id, "{shown:#}");
+        let thread = ticket["thread"].as_str().unwrap();
+        let page: Value =
+            serde_json::from_str(&recall(&["threads", "show", "--json", thread])).unwrap();
+        let text = page.to_string();
+        assert!(
+            text.contains(id),
+            "the thread does not name its ticket: {text}"
+        );
+        assert!(text.contains("trg_"), "the thread has no trigger: {text}");
+    }
+    let replies: Vec<Value> = recall(&["replies", "export"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(replies.len(), 4, "{replies:?}");
 }
 
 /// The directories `demo --keep` left, removed when the test ends.
@@ -107,4 +148,32 @@ impl Drop for Kept {
         let _ = std::fs::remove_dir_all(&self.dir);
         let _ = std::fs::remove_dir_all(&self.sockets);
     }
+}
+
+/// The README's main-job command as an ordinary user: the same story, the
+/// three parts and every sandbox under that user (rootless, weaker; the
+/// demo says so).
+#[test]
+fn the_demo_story_holds_as_an_ordinary_user() {
+    // Root only to become the test user.
+    require!(Need::Root, Need::SandboxAsTestUser);
+    let bin_dir = gatehouse_testkit::sandbox::reachable_dir("gh-demo-bin-");
+    let gatehouse = bin::copy_to(bin_dir.path());
+    let out = gatehouse_testkit::sandbox::as_test_user(&gatehouse)
+        .args(["demo", "--json"])
+        .env("HOME", "/nonexistent")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the demo failed as {}:\n{stderr}\n{}",
+        gatehouse_testkit::machine::TEST_USER,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = doc["checks"].as_array().unwrap();
+    assert!(checks.len() >= 7, "{checks:?}");
+    assert!(checks.iter().all(|c| c["held"] == true), "{checks:?}");
+    assert_eq!(doc["summary"]["messages"].as_object().unwrap().len(), 2);
 }

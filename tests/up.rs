@@ -786,11 +786,11 @@ fn the_router_process_holds_no_credential() {
     );
     // Every file the router's user can read: grep, as that user, through the
     // whole set-up (secrets, state, sockets' dirs, the emulator's repos) and
-    // the state and run dirs; the proxy's user finds the token (control).
+    // the state and run dirs; the proxy's user finds both secrets (control).
     let dirs = [s.dir.path().to_owned(), prepared.layout.run_dir.clone()];
     let grep = |who: (u32, u32)| {
         let out = Command::new("grep")
-            .args(["-rlsF", "-e", &s.token])
+            .args(["-rlsF", "-e", &s.token, "-e", &s.feishu_secret])
             .args(&dirs)
             .uid(who.0)
             .gid(who.1)
@@ -805,6 +805,7 @@ fn the_router_process_holds_no_credential() {
     );
     let control = grep(ids(PROXY_USER));
     assert!(control.contains("secrets/github-token"), "{control}");
+    assert!(control.contains("secrets/feishu-secret"), "{control}");
     running.stop();
 }
 

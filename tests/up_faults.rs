@@ -227,7 +227,7 @@ fn kill_9_of_each_part_mid_ticket_under_up_and_the_ticket_finishes_once() {
         },
     )
     .unwrap();
-    story(&world, &prepared.layout, &running);
+    story(&world, &prepared.layout, &running, Some(TEST_USER));
     for part in Part::START_ORDER {
         assert_eq!(running.restarts(part), 1, "{} restarts", part.name());
     }
@@ -287,7 +287,7 @@ fn rootless_kill_9_of_each_part_mid_ticket_and_the_ticket_finishes_once() {
         .iter()
         .map(|p| up.pid(*p).unwrap())
         .collect();
-    story(&world, &layout, &up);
+    story(&world, &layout, &up, None);
     let parts: Vec<u32> = parts
         .iter()
         .zip(Part::START_ORDER)
@@ -312,11 +312,46 @@ fn rootless_kill_9_of_each_part_mid_ticket_and_the_ticket_finishes_once() {
     }
 }
 
+/// Every unix socket under `dir`, recursively.
+fn sockets(dir: &Path, out: &mut Vec<PathBuf>) {
+    use std::os::unix::fs::FileTypeExt;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(kind) = e.file_type() else { continue };
+        if kind.is_socket() {
+            out.push(e.path());
+        } else if kind.is_dir() {
+            sockets(&e.path(), out);
+        }
+    }
+}
+
+/// Whether user `who` can connect to `socket` at all (the kernel's check of
+/// the path and the socket's modes, before any peer check).
+fn connects_as(who: Option<(u32, u32)>, socket: &Path) -> bool {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args([
+        "-c",
+        "import socket,sys\ns=socket.socket(socket.AF_UNIX)\n\
+         try:\n s.connect(sys.argv[1]); print('connected')\n\
+         except OSError as e:\n print('refused', e)",
+    ])
+    .arg(socket);
+    if let Some((uid, gid)) = who {
+        cmd.uid(uid).gid(gid);
+    }
+    let out = cmd.output().unwrap();
+    String::from_utf8_lossy(&out.stdout).starts_with("connected")
+}
+
 /// alice assigns an issue; two follow-ups; each part killed with SIGKILL
 /// mid-ticket (the supervisor with its sandbox, the proxy while the new
 /// job runs, the router between the ack and the result); released, the
-/// worker finishes and alice hears one ack and one result.
-fn story(world: &World, layout: &Layout, up: &dyn Parts) {
+/// worker finishes and alice hears one ack and one result. With `other`, while the job runs: that local user can
+/// connect to none of the sockets `up` and its job made (the job's control
+/// socket, its proxy identity, the job API, the proxy's admin and the
+/// router's identities), which root can (the control).
+fn story(world: &World, layout: &Layout, up: &dyn Parts, other: Option<&str>) {
     let issue = world
         .github
         .add_issue(REPO, "Widgets wobble", "They wobble on tables.", "alice")
@@ -338,6 +373,29 @@ fn story(world: &World, layout: &Layout, up: &dyn Parts) {
         .join(ticket().unwrap())
         .join("work");
     wait_for("the worker", 30, || started(&work) == 1);
+    if let Some(user) = other {
+        let mut found = Vec::new();
+        sockets(&layout.run_dir, &mut found);
+        sockets(&layout.supervisor_state, &mut found);
+        let ticket_sockets = found
+            .iter()
+            .filter(|p| p.to_string_lossy().contains("tkt_") || p.ends_with("control.sock"))
+            .count();
+        assert!(ticket_sockets >= 2, "no job sockets among {found:?}");
+        let who = (user_uid(user).unwrap(), user_gid(user).unwrap());
+        for socket in &found {
+            assert!(
+                connects_as(None, socket),
+                "root cannot reach {}",
+                socket.display()
+            );
+            assert!(
+                !connects_as(Some(who), socket),
+                "{user} connected to {}",
+                socket.display()
+            );
+        }
+    }
 
     // A follow-up the worker reads (and acknowledges), then one the router
     // forwards and the worker has not read when its job is lost.

@@ -286,18 +286,19 @@ fn latency(w: &LiveWorld, rt: &tokio::runtime::Runtime) {
         p50(&start)
     );
     println!(
-        "{:<26} {:>9} {:>9} {:>14} {:>16}",
-        "", "p50 ms", "p99 ms", "parts p50 ms", "overhead p50 ms"
+        "{:<26} {:>9} {:>9} {:>14} {:>16} {:>14}",
+        "", "p50 ms", "p99 ms", "parts p50 ms", "overhead p50 ms", "loop / parts"
     );
     for (name, v, parts) in [
         ("mention -> ack posted", &ack, parts_ack),
         ("mention -> worker running", &running, parts_run),
     ] {
         println!(
-            "{name:<26} {:>9.1} {:>9.1} {parts:>14.1} {:>16.1}",
+            "{name:<26} {:>9.1} {:>9.1} {parts:>14.1} {:>16.1} {:>13.2}x",
             p50(v),
             pct(v, 0.99),
-            p50(v) - parts
+            p50(v) - parts,
+            p50(v) / parts
         );
     }
 }

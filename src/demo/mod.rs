@@ -257,7 +257,7 @@ fn collect(w: &World, layout: &up::layout::Layout, played: Played) -> anyhow::Re
     let store = Store::open(&layout.router_db, Durability::Normal)
         .with_context(|| format!("opening {}", layout.router_db.display()))?;
     let read = store.read();
-    let decisions = read
+    let decisions: Vec<(u64, serde_json::Value)> = read
         .decision_log()?
         .into_iter()
         .filter_map(|(at, body)| serde_json::from_str(&body).ok().map(|v| (at, v)))
@@ -274,9 +274,25 @@ fn collect(w: &World, layout: &up::layout::Layout, played: Played) -> anyhow::Re
             text: o.text,
         })
         .collect();
+    let mut forwarded = Vec::new();
+    for (_, d) in &decisions {
+        if d["type"] != "trigger" || d["ticket"]["action"] != "pass_through" {
+            continue;
+        }
+        let Some(trigger) = d["trigger"]
+            .as_str()
+            .and_then(gatehouse_router::id::TriggerId::parse)
+        else {
+            continue;
+        };
+        if read.forward_state(&trigger)?.as_deref() == Some("forwarded") {
+            forwarded.push(trigger.to_string());
+        }
+    }
     let audit = crate::audit::sources::audit_values(&layout.audit_log)?;
     let token_in_router_files = files_holding(&layout.router_state, w.token.as_bytes());
     Ok(Facts {
+        forwarded,
         story: played.story,
         decisions,
         outbox,

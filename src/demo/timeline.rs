@@ -43,6 +43,9 @@ pub struct Facts {
     pub feishu_messages: Vec<String>,
     /// Files of the router's state that hold the bot's token (must be none).
     pub token_in_router_files: Vec<String>,
+    /// Triggers the router forwarded to a job's inbox (the supervisor took
+    /// them: `live_forwards` state `forwarded`).
+    pub forwarded: Vec<String>,
 }
 
 /// One property of the story, and whether it held.
@@ -303,11 +306,21 @@ pub fn checks(f: &Facts) -> Vec<Check> {
     let cancelled = f.decisions.iter().any(|(_, d)| {
         d["type"] == "end" && d["outcome"] == "cancelled" && d.get("allowed").is_some()
     });
+    let reached = ci.first().is_some_and(|d| {
+        d["trigger"]
+            .as_str()
+            .is_some_and(|t| f.forwarded.iter().any(|x| x == t))
+    });
     out.push(check(
         "the CI bot's \"stop\" reached the worker and stopped nothing",
-        ci.len() == 1 && ci[0]["ticket"]["action"] == "pass_through" && completed && !cancelled,
+        ci.len() == 1
+            && ci[0]["ticket"]["action"] == "pass_through"
+            && reached
+            && completed
+            && !cancelled,
         format!(
-            "CI trigger: {}; a ticket ended completed: {completed}; one cancelled: {cancelled}",
+            "CI trigger: {}; in the worker's inbox: {reached}; a ticket ended completed: \
+             {completed}; one cancelled: {cancelled}",
             ci.first()
                 .map_or("none".into(), |d| d["ticket"]["action"].to_string())
         ),
@@ -413,6 +426,7 @@ mod tests {
                 "On it.".into(),
                 "Done: https://github.com/acme/widgets/pull/3".into(),
             ],
+            forwarded: vec!["trg_2".into()],
             ..Facts::default()
         }
     }
@@ -451,6 +465,7 @@ mod tests {
                     "outcome": "cancelled", "allowed": {"state": "ended"}}),
                 ));
             }),
+            ("the CI bot", |f| f.forwarded.clear()),
             ("push to main", |f| f.audit[1]["status"] = json!(200)),
             ("push to main", |f| {
                 f.audit[2]["outcome"]["decision"] = json!("allow")

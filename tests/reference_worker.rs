@@ -44,6 +44,12 @@ fn profiles(dir: &Path) -> std::path::PathBuf {
         format!("extends = \"default\"\n[env.set]\nGATEHOUSE_WORKER_PROBE_REPO = \"{OTHER}\"\n"),
     )
     .unwrap();
+    // A team that delivers from the bot's fork.
+    std::fs::write(
+        out.join("fork.toml"),
+        "extends = \"default\"\n[network]\nrule_sets = [\"github-worker-fork\"]\n",
+    )
+    .unwrap();
     out
 }
 
@@ -54,7 +60,11 @@ fn world() -> World {
         gatehouse_emulators::GithubOptions::new(dir.path().join("git"))
             .token(&token, "gatehouse-test[bot]")
             .repo(gatehouse_emulators::RepoSpec::new("acme", "widgets"))
-            .repo(gatehouse_emulators::RepoSpec::new("acme", "secret-plans")),
+            .repo(gatehouse_emulators::RepoSpec::new("acme", "secret-plans"))
+            .repo(gatehouse_emulators::RepoSpec::new(
+                "gatehouse-bot",
+                "widgets",
+            )),
     )
     .unwrap();
     github
@@ -70,9 +80,10 @@ fn world() -> World {
             // The shipped rule sets a worker gets, not the test ones.
             let config = std::fs::read_to_string(d.join("proxy.toml")).unwrap();
             let files = format!(
-                "rule_set_files = [{:?}, {:?}]",
+                "rule_set_files = [{:?}, {:?}, {:?}]",
                 rules.join("github-read.toml"),
-                rules.join("github-worker.toml")
+                rules.join("github-worker.toml"),
+                rules.join("github-worker-fork.toml")
             );
             let config = config.replace("rule_set_files = [\"rules.toml\"]", &files);
             std::fs::write(d.join("proxy.toml"), config).unwrap();
@@ -286,4 +297,92 @@ fn the_probe_shows_a_push_to_main_and_a_comment_elsewhere_refused() {
         "{denied:?}"
     );
     drop(w.proxy);
+}
+
+const FORK: &str = "gatehouse-bot/widgets";
+
+/// The safer delivery (`github-worker-fork`, the policy's `fork`): the
+/// worker pushes its branch to the bot's fork, never to the repository, and
+/// opens the pull request on the repository from the fork's branch.
+#[test]
+fn a_team_that_delivers_from_a_fork_pushes_there_and_opens_the_pull_request_from_it() {
+    require!(Need::Sandbox);
+    let w = world();
+    let ticket = "tkt_ref_fork";
+    let mut spec = job(ticket, "fork", "Add a note from the fork");
+    spec["rule_sets"] = json!(["github-worker-fork"]);
+    spec["variables"]["fork"] = json!(FORK);
+    let id = w.rt.block_on(w.svc.submit("k4", spec));
+    let end = finish(&w, ticket, &id);
+    pull_link(&end["latest_report"]);
+    let branch = format!("refs/heads/gatehouse/{ticket}");
+    assert!(
+        git_ref(&w, FORK, &branch).is_some(),
+        "not pushed to the fork"
+    );
+    assert!(
+        git_ref(&w, REPO, &branch).is_none(),
+        "pushed to the repository"
+    );
+    let pulls: Vec<Value> = w
+        .github
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path == format!("/repos/{REPO}/pulls"))
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    assert_eq!(
+        pulls[0]["head"],
+        format!("gatehouse-bot:gatehouse/{ticket}")
+    );
+    // The proxy refused nothing the worker did, and allowed its push by the
+    // fork rule.
+    let audit = std::fs::read_to_string(&w.audit).unwrap();
+    let lines: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &Value| l["identity"] == ticket)
+        .collect();
+    assert!(
+        lines.iter().all(|l| l["outcome"]["decision"] != "deny"),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(
+            |l| l["outcome"]["rule"] == "fork-push" || l["outcome"]["rule"] == "fork-push-bare"
+        ),
+        "{lines:?}"
+    );
+    let _ = &w.proxy;
+}
+
+/// The control for the fork: with the fork's rules, a push to the
+/// repository itself is refused.
+#[test]
+fn with_the_fork_rules_a_push_to_the_repository_is_refused() {
+    require!(Need::Sandbox);
+    let w = world();
+    let ticket = "tkt_ref_fork_wrong";
+    let mut spec = job(ticket, "fork", "Add a note");
+    spec["rule_sets"] = json!(["github-worker-fork"]);
+    // No fork variable for the worker: it pushes to origin, the repository.
+    spec["variables"]["fork"] = json!(FORK);
+    spec["command"] = json!(["sh", "-c", "git clone -q https://github.com/acme/widgets.git r && cd r && git -c user.name=w -c user.email=w@x commit -q --allow-empty -m x && if git push -q origin HEAD:refs/heads/gatehouse/x; then echo PUSHED; else echo REFUSED; fi"]);
+    let id = w.rt.block_on(w.svc.submit("k5", spec));
+    let end = w.rt.block_on(w.svc.wait_ended(&id));
+    let out = std::fs::read_to_string(
+        w.svc
+            .state_dir()
+            .join("tickets")
+            .join(ticket)
+            .join("logs")
+            .join(format!("{id}.stdout.log")),
+    )
+    .unwrap_or_default();
+    assert!(
+        out.contains("REFUSED") && !out.contains("PUSHED"),
+        "{end}\n{out}"
+    );
+    assert!(git_ref(&w, REPO, "refs/heads/gatehouse/x").is_none());
 }

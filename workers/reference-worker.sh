@@ -11,7 +11,9 @@
 #      inbox, which becomes the task (its next report answers that message);
 #   3. clone $GH_REPO, commit a note of the task on gatehouse/<ticket>, push;
 #   4. open a pull request (REST, through the proxy) and report `ready` with
-#      its link.
+#      its link. With $GATEHOUSE_FORK (the team delivers from the bot's fork,
+#      rule set github-worker-fork) the branch is pushed to the fork and the
+#      pull request opened from it (`head = <fork owner>:<branch>`).
 # Messages that reach its inbox while it works (a CI result, a person's
 # follow-up) are shown on stderr; they change nothing. Stopping is the
 # router's to decide: a person's "stop" cancels the job from outside, and a
@@ -88,10 +90,17 @@ if [ -n "${GATEHOUSE_WORKER_PROBE_REPO:-}" ]; then
 fi
 
 show_inbox
-git push -q origin "HEAD:refs/heads/$branch" || fail "cannot push $branch"
+head="$branch"
+if [ -n "${GATEHOUSE_FORK:-}" ]; then
+    git push -q "https://github.com/$GATEHOUSE_FORK.git" "HEAD:refs/heads/$branch" \
+        || fail "cannot push $branch to the fork $GATEHOUSE_FORK"
+    head="${GATEHOUSE_FORK%%/*}:$branch"
+else
+    git push -q origin "HEAD:refs/heads/$branch" || fail "cannot push $branch"
+fi
 
 show_inbox
-url=$(gh api "repos/$repo/pulls" -f title="$title" -f head="$branch" -f base="$base" \
+url=$(gh api "repos/$repo/pulls" -f title="$title" -f head="$head" -f base="$base" \
     -f body="Ticket $ticket: a note of the task in gatehouse/$ticket.md." --jq .html_url) \
     || fail "cannot open a pull request"
 gatehouse report --state ready --summary "Opened a pull request: $title" --link "$url" >/dev/null

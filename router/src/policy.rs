@@ -154,6 +154,9 @@ pub struct Bot {
 pub struct RepoScope {
     pub sandbox_profile: String,
     pub rule_sets: Vec<String>,
+    /// The bot's fork its workers deliver from (`github-worker-fork`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -252,6 +255,10 @@ pub struct Scope {
     pub repo: String,
     pub sandbox_profile: String,
     pub rule_sets: Vec<String>,
+    /// The bot's fork of `repo` the worker pushes to, if the team delivers
+    /// from one; absent from mandates made before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<String>,
 }
 
 impl Policy {
@@ -311,6 +318,7 @@ impl Policy {
             repo: repo.to_owned(),
             sandbox_profile: s.sandbox_profile.clone(),
             rule_sets: s.rule_sets.clone(),
+            fork: s.fork.clone(),
         })
     }
 

@@ -13,6 +13,8 @@ pub const JOB: &str = "GATEHOUSE_JOB";
 pub const TICKET: &str = "GATEHOUSE_TICKET";
 /// The worker's prompt, relative to its work dir.
 pub const PROMPT: &str = "GATEHOUSE_PROMPT";
+/// The bot's fork a worker pushes to, when its team delivers from one.
+pub const FORK: &str = "GATEHOUSE_FORK";
 /// The router's state database (`gatehouse router`).
 pub const STATE: &str = "GATEHOUSE_STATE";
 

@@ -9,6 +9,10 @@ use crate::RepoSlug;
 /// [`RepoSlug`] and travels as a typed field once it is checked.
 pub const REPO: &str = "repo";
 
+/// The variable that names the bot's fork of the repository, for teams
+/// whose workers deliver from a fork (`github-worker-fork`); a [`RepoSlug`].
+pub const FORK: &str = "fork";
+
 /// Why a variable was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VariableError {
@@ -38,13 +42,13 @@ fn is_segment(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
-/// Checks one variable: `repo` is `owner/name`, any other value is one path
-/// segment; names are 1-64 of `[A-Za-z0-9_-]`.
+/// Checks one variable: `repo` and `fork` are `owner/name`, any other value
+/// is one path segment; names are 1-64 of `[A-Za-z0-9_-]`.
 pub fn check(name: &str, value: &str) -> Result<(), VariableError> {
     if !is_word(name, 64) {
         return Err(VariableError::Name);
     }
-    if name == REPO {
+    if name == REPO || name == FORK {
         if !RepoSlug::is_valid(value) {
             return Err(VariableError::Value("expected owner/name"));
         }
@@ -62,7 +66,12 @@ mod tests {
 
     #[test]
     fn variable_table() {
-        for (name, value) in [("repo", "octo/hello"), ("org", "octo"), ("a-b_C", "v1.2")] {
+        for (name, value) in [
+            ("repo", "octo/hello"),
+            ("fork", "bot/hello"),
+            ("org", "octo"),
+            ("a-b_C", "v1.2"),
+        ] {
             assert_eq!(check(name, value), Ok(()), "{name}={value}");
         }
         for (name, value, err) in [
@@ -70,6 +79,12 @@ mod tests {
             ("", "x", VariableError::Name),
             ("a.b", "x", VariableError::Name),
             ("repo", "octo", VariableError::Value("expected owner/name")),
+            ("fork", "bot", VariableError::Value("expected owner/name")),
+            (
+                "fork",
+                "bot/h/x",
+                VariableError::Value("expected owner/name"),
+            ),
             ("repo", "o/..", VariableError::Value("expected owner/name")),
             (
                 "org",

@@ -800,12 +800,32 @@ impl GithubState {
                     self.repo_names(&format!("{}/{}", repo.owner, repo.name)),
                 ) {
                     (Some(head), Ok((owner, name))) => {
-                        let branch = head.rsplit(':').next().unwrap_or(&head).to_owned();
-                        let git_dir = self.root_dir.join(owner).join(format!("{name}.git"));
-                        tokio::task::spawn_blocking(move || rev_parse_blocking(&git_dir, &branch))
+                        // `owner:branch` names a branch of that owner's fork
+                        // (of the same name), as GitHub reads it for pull
+                        // requests across repositories ("head": "Required.
+                        // The name of the branch where your changes are
+                        // implemented. For cross-repository pull requests in
+                        // the same network, namespace head with a user like
+                        // this: username:branch", REST description).
+                        let (head_owner, branch) = match head.split_once(':') {
+                            Some((o, b)) => (o.to_owned(), b.to_owned()),
+                            None => (owner.to_owned(), head.clone()),
+                        };
+                        let plain = !head_owner.is_empty()
+                            && head_owner
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+                        let git_dir = self.root_dir.join(head_owner).join(format!("{name}.git"));
+                        if plain {
+                            tokio::task::spawn_blocking(move || {
+                                rev_parse_blocking(&git_dir, &branch)
+                            })
                             .await
                             .ok()
                             .flatten()
+                        } else {
+                            None
+                        }
                     }
                     _ => None,
                 }

@@ -314,7 +314,13 @@ pub fn job_body(
         team: scope.team.clone(),
         profile: scope.sandbox_profile.clone(),
         rule_sets: scope.rule_sets.clone(),
-        variables: BTreeMap::from([("repo".to_owned(), scope.repo.clone())]),
+        variables: [
+            Some(("repo".to_owned(), scope.repo.clone())),
+            scope.fork.clone().map(|fork| ("fork".to_owned(), fork)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
         task,
         deadline_secs,
     }

@@ -82,6 +82,12 @@ pub struct RepoFile {
     pub sandbox_profile: String,
     #[serde(default)]
     pub rule_sets: Vec<String>,
+    /// The bot's fork of this repository (`owner/name`): its workers push
+    /// there and open pull requests from it (rule set `github-worker-fork`,
+    /// variable `fork`), so the repository's CI runs their commits as an
+    /// outside contribution.
+    #[serde(default)]
+    pub fork: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -135,6 +135,11 @@ fn invalid_values_name_file_key_and_expectation() {
             "[teams.core.repos.\"widgets\"]",
             "owner/name",
         ),
+        (
+            "rule_sets = [\"github-repo\", \"model\"]",
+            "rule_sets = [\"github-repo\", \"model\"]\nfork = \"gatehouse-bot\"",
+            "teams.core.repos.\"acme/widgets\".fork",
+        ),
     ];
     for (from, to, needle) in cases {
         assert!(BASE.contains(from), "fixture lacks {from}");
@@ -174,4 +179,28 @@ fn github_id_wins_over_login() {
         is_bot: false,
     };
     assert_eq!(p.person(Source::Github, &bob).unwrap().name, "bob");
+}
+
+/// A repository may name the bot's fork its workers deliver from; it is in
+/// the scope of work (and so in every mandate made under it) and in the
+/// policy's version; without it the scope, and the version, are as before.
+#[test]
+fn a_repository_may_name_the_fork_its_workers_deliver_from() {
+    let forked = BASE.replacen(
+        "rule_sets = [\"github-repo\", \"model\"]",
+        "rule_sets = [\"github-repo\", \"model\"]\nfork = \"gatehouse-bot/widgets\"",
+        1,
+    );
+    assert_ne!(forked, BASE);
+    let p = Policy::from_toml("p.toml", &forked).unwrap();
+    let scope = p.scope_of_repo("acme/widgets").unwrap();
+    assert_eq!(scope.fork.as_deref(), Some("gatehouse-bot/widgets"));
+    assert_ne!(p.version(), base().version());
+    assert_eq!(base().scope_of_repo("acme/widgets").unwrap().fork, None);
+    // A mandate stored before forks existed reads back without one.
+    let old = serde_json::json!({"team": "core", "repo": "acme/widgets",
+        "sandbox_profile": "rust", "rule_sets": ["github-repo"]});
+    let scope: crate::policy::Scope = serde_json::from_value(old.clone()).unwrap();
+    assert_eq!(scope.fork, None);
+    assert_eq!(serde_json::to_value(&scope).unwrap(), old);
 }

@@ -136,9 +136,19 @@ fn repo_scope(file: &str, rkey: &str, scope: RepoFile) -> Result<RepoScope, Poli
     }
     rule_sets.sort();
     rule_sets.dedup();
+    if let Some(fork) = &scope.fork {
+        if !RepoSlug::is_valid(fork) {
+            return Err(invalid(
+                file,
+                format!("{rkey}.fork"),
+                &format!("the fork as owner/name: {}", RepoSlug::EXPECTED),
+            ));
+        }
+    }
     Ok(RepoScope {
         sandbox_profile: scope.sandbox_profile,
         rule_sets,
+        fork: scope.fork,
     })
 }
 

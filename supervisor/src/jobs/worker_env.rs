@@ -11,7 +11,8 @@ use super::spec::JobSpec;
 
 /// The configured `sandbox.env` (in name order), then the job's own:
 /// `GATEHOUSE_JOB`, `GATEHOUSE_TICKET`, `GATEHOUSE_PROMPT` (the prompt's
-/// absolute path as the worker sees it) and, when the job names a repository, `GH_REPO` for `gh`.
+/// absolute path as the worker sees it), when the job names a repository,
+/// `GH_REPO` for `gh`, and when it names the bot's fork, `GATEHOUSE_FORK`.
 pub fn worker_env(
     sandbox_env: &BTreeMap<String, String>,
     job_id: &str,
@@ -27,6 +28,9 @@ pub fn worker_env(
     env.push((vars::PROMPT.into(), prompt_path.to_owned()));
     if let Some(repo) = spec.variables.get(variables::REPO) {
         env.push(("GH_REPO".into(), repo.clone()));
+    }
+    if let Some(fork) = spec.variables.get(variables::FORK) {
+        env.push((vars::FORK.into(), fork.clone()));
     }
     env
 }
@@ -79,6 +83,16 @@ mod tests {
                 &[],
                 &[("repo", "acme/web")],
                 [&JOB[..], &[("GH_REPO", "acme/web")]].concat(),
+            ),
+            // The bot's fork, for a team that delivers from one.
+            (
+                &[],
+                &[("repo", "acme/web"), ("fork", "bot/web")],
+                [
+                    &JOB[..],
+                    &[("GH_REPO", "acme/web"), ("GATEHOUSE_FORK", "bot/web")],
+                ]
+                .concat(),
             ),
             // Other variables are for the proxy's rules, not the worker.
             (&[], &[("branch", "main"), ("pr", "4")], JOB.to_vec()),

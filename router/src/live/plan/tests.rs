@@ -335,6 +335,13 @@ fn job_body_comes_from_the_mandate_and_the_generation() {
     assert_eq!(body.profile, scope.sandbox_profile);
     assert_eq!(body.rule_sets, scope.rule_sets);
     assert_eq!(body.variables["repo"], "acme/widgets");
+    // No fork in the mandate: none for the job.
+    assert_eq!(body.variables.len(), 1, "{:?}", body.variables);
+    let mut forked = t.clone();
+    forked.mandate.scope.fork = Some("gatehouse-bot/widgets".into());
+    let fork_body = job_body(&forked, &trg, &input, 600);
+    assert_eq!(fork_body.variables["fork"], "gatehouse-bot/widgets");
+    assert_eq!(fork_body.variables["repo"], "acme/widgets");
     assert_eq!(body.deadline_secs, 600);
     assert!(
         body.task.starts_with("@bot fix the flaky test\n"),

@@ -161,6 +161,7 @@ fn the_job_api_accepts_the_job_the_live_router_sends() {
                 repo: "acme/widgets".into(),
                 sandbox_profile: "default".into(),
                 rule_sets: vec!["github-worker".into(), "model-api".into()],
+                fork: None,
             },
             matched_rules: vec![],
             requester: Author::Human("alice".into()),

@@ -617,3 +617,48 @@ fn a_workers_identity_cannot_speak_as_the_router() {
         "a worker commented on another repository"
     );
 }
+
+/// GitHub posts the ack and then answers 502: the router cannot know it
+/// was posted. It keeps the reply `unknown`, looks for its marker before
+/// trying again, finds the comment, and posts nothing twice.
+#[test]
+fn a_reply_posted_but_not_confirmed_is_found_not_posted_twice() {
+    let w = LiveWorld::start(SHORT_WORKER);
+    let n = w
+        .github
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    w.github.fail_after_creating(1);
+    w.github
+        .add_issue_comment("acme/widgets", n, "@gatehouse-bot please fix", "alice")
+        .unwrap();
+    w.wait("the result", |w| count(&w.bot_comments(n), "Done:") == 1);
+    assert_eq!(wait_ended(&w), "completed");
+    std::thread::sleep(Duration::from_secs(2));
+    let said = w.bot_comments(n);
+    assert_eq!(count(&said, "On it"), 1, "{said:?}");
+    assert_eq!(said.len(), 2, "ack and result, once each: {said:?}");
+    // The ack's post was answered 502, then looked for (a GET of the
+    // issue's comments) before anything was posted again.
+    let requests = w.github.requests();
+    let comments = format!("/repos/acme/widgets/issues/{n}/comments");
+    let posts: Vec<u16> = requests
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == comments)
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(posts[0], 502, "{posts:?}");
+    assert_eq!(posts.iter().filter(|s| **s == 201).count(), 1, "{posts:?}");
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.method == "GET" && r.path == comments),
+        "the router never looked for its reply"
+    );
+    let store = Store::open(&w.state(), Durability::Normal).unwrap();
+    let outbox = store.read().outbox().unwrap();
+    assert!(
+        outbox.iter().all(|o| o.state == OutboxState::Sent),
+        "{outbox:?}"
+    );
+}

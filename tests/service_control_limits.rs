@@ -211,10 +211,13 @@ async fn a_connection_flood_on_one_control_socket_stalls_nothing_else() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_report_flood_is_answered_429_and_stored_state_stays_bounded() {
-    // A wide bucket, so the budget is what stops the flood here.
+    // A wide bucket, so the budget is what stops the flood here; and room
+    // for connections, so that a busy machine's late close of the last
+    // round's four (the per-job cap is 8) never refuses this round's.
     let svc = Service::start(Options {
         limits: "control_write_burst = 1000\ncontrol_writes_per_minute = 60000\n\
-                 reports_per_job = 20\nreport_bytes_per_job = 8192\n"
+                 reports_per_job = 20\nreport_bytes_per_job = 8192\n\
+                 control_connections_per_job = 64\n"
             .into(),
         ..Default::default()
     });

@@ -222,6 +222,7 @@ impl GithubEmulator {
             logs_signature: random_hex(16),
             webhooks: webhooks::Webhooks::new(options.webhooks),
             answer_fault: Mutex::new(None),
+            failed_creations: std::sync::atomic::AtomicUsize::new(0),
         });
         let server = Server::start(
             options.listen,
@@ -287,6 +288,15 @@ impl GithubHandle {
     /// Make every REST answer misbehave so (`None`: answer properly again).
     pub fn set_answer_fault(&self, fault: Option<AnswerFault>) {
         *lock(&self.state.answer_fault) = fault;
+    }
+
+    /// The next `n` creations (comments, pull requests, …) are made and then
+    /// answered `502 Bad Gateway`, as GitHub sometimes does after acting: the
+    /// client cannot tell whether it posted.
+    pub fn fail_after_creating(&self, n: usize) {
+        self.state
+            .failed_creations
+            .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Every issue and review comment, seeded or created, in creation order.
@@ -469,6 +479,9 @@ struct GithubState {
     webhooks: webhooks::Webhooks,
     /// How REST answers misbehave, if they do (tests of a proxy in front).
     answer_fault: Mutex<Option<AnswerFault>>,
+    /// How many more creations (answers 201) are answered 502 instead, the
+    /// object created all the same: a platform that acted, then failed.
+    failed_creations: std::sync::atomic::AtomicUsize,
 }
 
 /// Where a request goes.
@@ -665,6 +678,22 @@ impl GithubState {
         if not_modified {
             reply.status = StatusCode::NOT_MODIFIED;
         }
+        let acted_then_failed = reply.status == StatusCode::CREATED
+            && self
+                .failed_creations
+                .fetch_update(
+                    std::sync::atomic::Ordering::SeqCst,
+                    std::sync::atomic::Ordering::SeqCst,
+                    |n| n.checked_sub(1),
+                )
+                .is_ok();
+        let body = if acted_then_failed {
+            reply.status = StatusCode::BAD_GATEWAY;
+            reply.location = None;
+            Bytes::from_static(b"{\"message\":\"Server Error\"}")
+        } else {
+            body
+        };
         record.status = reply.status.as_u16();
         record.created_id = reply.created_id.clone();
         let (host, path, query) = (

@@ -25,12 +25,16 @@
 //! feishu     open (verify, decrypt, envelope, dedup keys), map (─► TriggerInput)
 //! listener   the HTTP listener: bounded body, connections and time
 //! process    stored deliveries ─► engine, each marked in its decision's transaction
+//! poll       GitHub's list endpoints ─► the deliveries webhooks would carry (pure)
+//! poller     rounds of polling through the router's proxy identities
 //! ```
 
 pub mod feishu;
 pub mod github;
 pub mod listener;
 pub mod mention;
+pub mod poll;
+pub mod poller;
 pub mod process;
 pub mod signature;
 
@@ -48,6 +52,7 @@ use crate::store::{DeliveryLog, Durability, StoreError};
 
 pub use feishu::FeishuKeys;
 pub use listener::ListenerConfig;
+pub use poller::PollConfig;
 pub use signature::WebhookSecrets;
 
 /// What a listener verifies requests with, and so which source it serves.
@@ -97,6 +102,8 @@ pub struct Intake {
     stop: watch::Sender<bool>,
     servers: Vec<std::thread::JoinHandle<()>>,
     processor: Option<std::thread::JoinHandle<()>>,
+    /// Wakes the processor (listeners and the poller send on it).
+    wake: std::sync::mpsc::SyncSender<()>,
 }
 
 impl std::fmt::Debug for Intake {
@@ -154,6 +161,7 @@ impl Intake {
             stop,
             servers: Vec::new(),
             processor: None,
+            wake: wake.clone(),
         };
         // Bound before the processor starts: a listener that cannot bind
         // stops the start (dropping `intake` stops those already serving).
@@ -188,13 +196,36 @@ impl Intake {
         // Nobody to wake: sending fails and is ignored.
         let (wake, _) = sync_channel(1);
         let (stop, stopped) = watch::channel(false);
-        let server = spawn_server(std_listener, log, secrets.into(), config, wake, stopped)?;
+        let server = spawn_server(
+            std_listener,
+            log,
+            secrets.into(),
+            config,
+            wake.clone(),
+            stopped,
+        )?;
         Ok(Self {
             addrs: vec![addr],
             stop,
             servers: vec![server],
             processor: None,
+            wake,
         })
+    }
+
+    /// Also polls GitHub (`config`'s repositories, through the router's
+    /// identities), storing what it finds as deliveries this intake's
+    /// processor decides. Stopped with the intake.
+    pub fn poll(
+        &mut self,
+        state: &Path,
+        durability: Durability,
+        config: PollConfig,
+    ) -> Result<(), IntakeError> {
+        let log = DeliveryLog::open(state, durability)?;
+        let thread = poller::spawn(log, config, self.wake.clone(), self.stop.subscribe())?;
+        self.servers.push(thread);
+        Ok(())
     }
 
     /// The first (or only) listener's address.

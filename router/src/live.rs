@@ -30,7 +30,7 @@ mod lost;
 pub mod outbox;
 pub mod plan;
 pub mod runner;
-mod send;
+pub(crate) mod send;
 
 pub use config::{ConfigError, RouterConfig};
 pub use runner::{LiveError, LiveLoop};

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use gatehouse_router::engine::Router;
 use gatehouse_router::eval::RulesOnlyJudge;
-use gatehouse_router::intake::{wall_clock_ms, Intake, ListenerConfig};
+use gatehouse_router::intake::{wall_clock_ms, Intake, ListenerConfig, PollConfig};
 use gatehouse_router::live::{LiveLoop, RouterConfig};
 use gatehouse_router::model::{ConfiguredJudge, ModelClient, ModelJudge};
 use gatehouse_router::policy::Policy;
@@ -79,6 +79,21 @@ pub(super) fn run(config_path: &Path, sync: Sync) -> anyhow::Result<ExitCode> {
         ListenerConfig::default(),
         Some(live.waker()),
     )?;
+    if let Some(p) = &config.github_poll {
+        let poll = PollConfig {
+            interval_secs: p.interval_secs,
+            repos: config.proxy.github_sockets.clone(),
+            ca_cert: config.proxy.ca_cert.clone(),
+        };
+        intake.poll(&config.state, durability, poll)?;
+        tracing::info!(
+            repos = config.proxy.github_sockets.len(),
+            interval_secs = p.interval_secs,
+            "polling GitHub"
+        );
+    } else if config.github.is_none() && !config.proxy.github_sockets.is_empty() {
+        tracing::warn!("GitHub repositories are in scope but neither [github] webhooks nor [github_poll] is configured: nothing from GitHub reaches the router");
+    }
     let listening: serde_json::Map<String, serde_json::Value> = names
         .iter()
         .zip(intake.addrs())

@@ -91,7 +91,19 @@ fn object_field(event: &str) -> &'static str {
     }
 }
 
-/// What a delivery means: `event:object id:action:update time`, and the
+/// Which of the object's times places an event with `action`, first found
+/// first. A creation (`created`, `opened`) is placed by `created_at`, which
+/// never changes: the webhook (sent when `updated_at` equals it) and a
+/// poll that finds the object after an edit (`updated_at` moved) then mean
+/// the same event. Other actions are placed by the update they made.
+fn meaning_time(action: &str) -> &'static [&'static str] {
+    match action {
+        "created" | "opened" => &["created_at", "updated_at"],
+        _ => &["updated_at", "submitted_at", "completed_at"],
+    }
+}
+
+/// What a delivery means: `event:object id:action:time`, and the
 /// account an assignment or review request names. Two deliveries with the
 /// same meaning are the same event, whatever their delivery ids.
 pub fn meaning(event: &str, payload: &Value) -> Result<String, PayloadError> {
@@ -109,7 +121,7 @@ pub fn meaning(event: &str, payload: &Value) -> Result<String, PayloadError> {
         .get("action")
         .and_then(Value::as_str)
         .ok_or_else(|| missing("action"))?;
-    let time = ["updated_at", "submitted_at", "completed_at"]
+    let time = meaning_time(action)
         .iter()
         .find_map(|k| object.get(*k).and_then(Value::as_str))
         .ok_or_else(|| missing("update time"))?;

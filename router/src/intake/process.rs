@@ -281,6 +281,57 @@ mod tests {
         assert!(outcomes[1].starts_with("failed: "), "{}", outcomes[1]);
     }
 
+    /// A round's deliveries and the polling state are stored together; an
+    /// item a webhook brought first (same meaning) is left out, and asking
+    /// again stores nothing new: one trigger either way.
+    #[test]
+    fn polled_deliveries_join_the_webhooks_by_meaning() {
+        let (_dir, mut log, mut router) = setup();
+        let body = comment_body(5, "@gatehouse-bot fix it");
+        insert(&mut log, "guid-1", "issue_comment", "m5", &body);
+        let polled = |id: &'static str, meaning: &'static str| NewDelivery {
+            platform: "github",
+            delivery_id: id,
+            event: "issue_comment",
+            meaning,
+            body: &body,
+            received_at: 6,
+        };
+        let round = [polled("poll:m5", "m5"), polled("poll:m6", "m6")];
+        assert_eq!(
+            log.insert_polled(&round, "github:acme/widgets", "{\"a\":1}", 6)
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            log.read()
+                .poll_state("github:acme/widgets")
+                .unwrap()
+                .as_deref(),
+            Some("{\"a\":1}")
+        );
+        assert_eq!(log.read().poll_state("github:acme/other").unwrap(), None);
+        assert_eq!(
+            log.insert_polled(&round, "github:acme/widgets", "{\"a\":2}", 7)
+                .unwrap(),
+            0
+        );
+        assert_eq!(
+            log.read()
+                .poll_state("github:acme/widgets")
+                .unwrap()
+                .as_deref(),
+            Some("{\"a\":2}")
+        );
+        // A webhook arriving after the poll is a duplicate too.
+        assert_eq!(
+            insert(&mut log, "guid-2", "issue_comment", "m6", &body),
+            Inserted::DuplicateMeaning
+        );
+        assert_eq!(process_pending(&mut router, || 10).unwrap().triggers, 2);
+        assert_eq!(trigger_decisions(&router), 2);
+    }
+
     /// Deliveries left pending (a crash after the acknowledgement, before
     /// processing) are processed by the next router on the same state.
     #[test]

@@ -40,8 +40,26 @@ struct File {
     jobs: JobsFile,
     proxy: ProxyFile,
     github: Option<GithubFile>,
+    github_poll: Option<GithubPollFile>,
     feishu: Option<FeishuFile>,
     model: Option<crate::model::config::ModelFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GithubPollFile {
+    #[serde(default = "yes")]
+    enabled: bool,
+    #[serde(default = "default_poll_interval")]
+    interval_secs: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_poll_interval() -> u64 {
+    DEFAULT_POLL_INTERVAL_SECS
 }
 
 #[derive(Debug, Deserialize)]
@@ -94,6 +112,8 @@ pub struct RouterConfig {
     pub jobs: JobsConfig,
     pub proxy: ProxyConfig,
     pub github: Option<GithubConfig>,
+    /// Polling GitHub (`[github_poll]`); `None`: off.
+    pub github_poll: Option<GithubPollConfig>,
     pub feishu: Option<FeishuConfig>,
     /// The router's model; `None`: rules-only judge, template replies.
     pub model: Option<crate::model::ModelConfig>,
@@ -125,6 +145,18 @@ pub struct GithubConfig {
     pub listen: SocketAddr,
     pub webhook_secret_files: Vec<PathBuf>,
 }
+
+/// Polling GitHub: every repository of `[proxy.github_sockets]`, through
+/// its identity, every `interval_secs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GithubPollConfig {
+    pub interval_secs: u64,
+}
+
+/// Seconds between polling rounds unless the config says otherwise.
+pub const DEFAULT_POLL_INTERVAL_SECS: u64 = 60;
+/// The bounds of `github_poll.interval_secs`.
+const POLL_INTERVAL_SECS: std::ops::RangeInclusive<u64> = 1..=3600;
 
 /// The Feishu event listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,6 +239,26 @@ fn validate(raw: File, file: &str, base: &Path) -> Result<RouterConfig, ConfigEr
             })
         }
     };
+    let github_poll = match raw.github_poll {
+        Some(p) if p.enabled => {
+            if !POLL_INTERVAL_SECS.contains(&p.interval_secs) {
+                return Err(invalid(
+                    "github_poll.interval_secs",
+                    "seconds between 1 and 3600",
+                ));
+            }
+            if github_sockets.is_empty() {
+                return Err(invalid(
+                    "github_poll",
+                    "[proxy.github_sockets] naming the repositories to poll (none is named)",
+                ));
+            }
+            Some(GithubPollConfig {
+                interval_secs: p.interval_secs,
+            })
+        }
+        _ => None,
+    };
     let feishu = match raw.feishu {
         None => None,
         Some(f) => {
@@ -271,6 +323,7 @@ fn validate(raw: File, file: &str, base: &Path) -> Result<RouterConfig, ConfigEr
             github_sockets,
         },
         github,
+        github_poll,
         feishu,
     })
 }

@@ -187,9 +187,25 @@ impl ProxyClient {
         body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<Answer, HttpError> {
+        self.request_with(socket, host, method, path, &[], body, timeout)
+            .await
+    }
+
+    /// [`ProxyClient::request`] with `headers` added (e.g. `If-None-Match`).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn request_with(
+        &self,
+        socket: &Path,
+        host: &str,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<Answer, HttpError> {
         with_timeout(timeout, async {
             let stream = self.tunnel(socket, host).await?;
-            exchange(stream, host, method, path, &[], body).await
+            exchange(stream, host, method, path, headers, body).await
         })
         .await
     }

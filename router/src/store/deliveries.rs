@@ -129,6 +129,49 @@ impl DeliveryLog {
         Ok(result)
     }
 
+    /// Stores what one polling round found and the source's new polling
+    /// state, in one transaction: after a crash either both are stored or
+    /// neither (the round is asked again, and what it finds again is a
+    /// duplicate). Deliveries that duplicate a stored one (by id or by
+    /// meaning: a webhook brought it first) are left out. Returns how many
+    /// were new.
+    pub fn insert_polled(
+        &mut self,
+        deliveries: &[NewDelivery<'_>],
+        source: &str,
+        state: &str,
+        now: u64,
+    ) -> Result<usize> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let mut new = 0;
+        for d in deliveries {
+            new += tx
+                .prepare_cached(
+                    "INSERT INTO deliveries (platform, delivery_id, event, meaning, body, received_at)
+                     SELECT ?1, ?2, ?3, ?4, ?5, ?6
+                     WHERE NOT EXISTS (SELECT 1 FROM deliveries
+                                       WHERE platform = ?1 AND (delivery_id = ?2 OR meaning = ?4))",
+                )?
+                .execute(params![
+                    d.platform,
+                    d.delivery_id,
+                    d.event,
+                    d.meaning,
+                    d.body,
+                    sql_u64(d.received_at)
+                ])?;
+        }
+        tx.prepare_cached(
+            "INSERT INTO poll_state (source, state, updated_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (source) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
+        )?
+        .execute(params![source, state, sql_u64(now)])?;
+        tx.commit()?;
+        Ok(new)
+    }
+
     pub fn read(&self) -> Reader<'_> {
         Reader { conn: &self.conn }
     }
@@ -173,6 +216,15 @@ impl Reader<'_> {
             )?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
+    }
+
+    /// A polled source's state as last stored (`None`: never polled).
+    pub fn poll_state(&self, source: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT state FROM poll_state WHERE source = ?1")?
+            .query_row([source], |r| r.get(0))
+            .optional()?)
     }
 
     /// Every stored delivery, oldest first.

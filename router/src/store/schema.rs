@@ -202,6 +202,16 @@ ALTER TABLE live_jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
     r#"
 ALTER TABLE replies ADD COLUMN writer TEXT NOT NULL DEFAULT 'template';
 "#,
+    // 8: polling GitHub: per source (`github:owner/repo`) the listings'
+    // cursors and ETags (JSON), written in the transaction that stores the
+    // deliveries a round found.
+    r#"
+CREATE TABLE poll_state (
+    source TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    updated_at INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// What every connection to the router's database sets before it is used:

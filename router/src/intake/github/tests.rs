@@ -109,12 +109,39 @@ fn meaning_names_object_action_time_and_target() {
         meaning("issue_comment", &created).unwrap(),
         "issue_comment:5:created:2026-01-01T00:00:01Z"
     );
-    // The same comment redelivered means the same; edited later, it does not.
-    let mut edited = created.clone();
-    edited["comment"]["updated_at"] = json!("2026-01-01T00:05:00Z");
+    // A creation is placed by its creation time when the object has one:
+    // the webhook's comment and the same comment found by a poll after an
+    // edit (its update time moved) mean the same event; another comment
+    // does not.
+    let mut sent = created.clone();
+    sent["comment"]["created_at"] = json!("2026-01-01T00:00:01Z");
+    let mut polled = sent.clone();
+    polled["comment"]["updated_at"] = json!("2026-01-01T00:05:00Z");
+    assert_eq!(
+        meaning("issue_comment", &sent).unwrap(),
+        "issue_comment:5:created:2026-01-01T00:00:01Z"
+    );
+    assert_eq!(
+        meaning("issue_comment", &sent).unwrap(),
+        meaning("issue_comment", &polled).unwrap()
+    );
+    let mut other = polled.clone();
+    other["comment"]["id"] = json!(6);
     assert_ne!(
-        meaning("issue_comment", &created).unwrap(),
-        meaning("issue_comment", &edited).unwrap()
+        meaning("issue_comment", &polled).unwrap(),
+        meaning("issue_comment", &other).unwrap()
+    );
+    // Other actions are placed by the update they made: a close, then a
+    // reopen and a second close, are two events.
+    let close = |t: &str| {
+        let mut i = issue(false);
+        i["created_at"] = json!("2025-12-01T00:00:00Z");
+        i["updated_at"] = json!(t);
+        json!({"action": "closed", "issue": i})
+    };
+    assert_ne!(
+        meaning("issues", &close("2026-01-01T00:00:00Z")).unwrap(),
+        meaning("issues", &close("2026-01-02T00:00:00Z")).unwrap()
     );
     // Two assignments at the same instant differ by assignee.
     let assign =

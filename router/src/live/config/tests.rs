@@ -83,6 +83,16 @@ fn mistakes_are_refused_naming_the_file_and_key() {
             "[github]\nlisten = \"127.0.0.1:9\"\nwebhook_secret_files = [\"s\"]\n[feishu]\nlisten = \"127.0.0.1:9\"\napp_id = \"cli_x\"\nencrypt_key_file = \"k\"\n",
             "`feishu.listen`",
         ),
+        ("[github_poll]\nevery = 5\n", "unknown field `every`"),
+        (
+            "[github_poll]\ninterval_secs = 0\n[proxy.github_sockets]\n\"a/b\" = \"s\"\n",
+            "`github_poll.interval_secs`",
+        ),
+        (
+            "[github_poll]\ninterval_secs = 3601\n[proxy.github_sockets]\n\"a/b\" = \"s\"\n",
+            "`github_poll.interval_secs`",
+        ),
+        ("[github_poll]\n", "`github_poll`: expected [proxy.github_sockets]"),
     ];
     for (extra, expected) in cases {
         // Tables after the minimal file's own would merge into it; put the
@@ -122,5 +132,34 @@ fn an_unreadable_file_is_named() {
         err.to_string()
             .starts_with("/nonexistent/router.toml: cannot read"),
         "{err}"
+    );
+}
+
+/// Polling is off without `[github_poll]` (webhooks or not), on with it
+/// (every repository of `[proxy.github_sockets]`), and off again with
+/// `enabled = false`.
+#[test]
+fn polling_is_on_only_when_configured() {
+    let sockets = "[proxy.github_sockets]\n\"acme/widgets\" = \"gh.sock\"\n";
+    let with = |extra: &str| load(&format!("{MINIMAL}{sockets}{extra}")).unwrap();
+    assert_eq!(with("").github_poll, None);
+    assert_eq!(
+        with("[github_poll]\n").github_poll,
+        Some(GithubPollConfig {
+            interval_secs: DEFAULT_POLL_INTERVAL_SECS
+        })
+    );
+    assert_eq!(
+        with("[github_poll]\ninterval_secs = 15\n").github_poll,
+        Some(GithubPollConfig { interval_secs: 15 })
+    );
+    assert_eq!(with("[github_poll]\nenabled = false\n").github_poll, None);
+    let hooks = "[github]\nlisten = \"127.0.0.1:1\"\nwebhook_secret_files = [\"s\"]\n";
+    assert_eq!(with(hooks).github_poll, None, "webhooks alone do not poll");
+    let both = with(&format!("{hooks}[github_poll]\ninterval_secs = 300\n"));
+    assert!(both.github.is_some());
+    assert_eq!(
+        both.github_poll,
+        Some(GithubPollConfig { interval_secs: 300 })
     );
 }

@@ -34,7 +34,7 @@ pub use feishu::{
 };
 pub use github::{
     user_id, webhook_signature, AnswerFault, Comment, CommentKind, GithubEmulator, GithubError,
-    GithubHandle, GithubOptions, GithubToken, RepoSpec, WebhookDelivery, WebhookFaults,
+    GithubHandle, GithubOptions, GithubToken, RateLimit, RepoSpec, WebhookDelivery, WebhookFaults,
     WebhookTarget, GIT_USER,
 };
 pub use model::{

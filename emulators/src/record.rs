@@ -39,6 +39,8 @@ pub struct RecordedRequest {
     /// For a call that created a comment, review, pull request or message:
     /// the id the emulator returned.
     pub created_id: Option<String>,
+    /// When the request's head arrived, Unix milliseconds.
+    pub at_ms: u64,
 }
 
 impl RecordedRequest {
@@ -175,6 +177,9 @@ pub(crate) fn record_head(parts: &http::request::Parts) -> RecordedRequest {
         body_truncated: false,
         status: 0,
         created_id: None,
+        at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
     }
 }
 

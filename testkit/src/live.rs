@@ -62,9 +62,33 @@ fn create_identity(admin: &std::path::Path, name: &str, spec: Value) -> PathBuf 
     )
 }
 
+/// How GitHub reaches the router of a [`LiveWorld`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Intake {
+    /// The router's webhook listener (`[github]`); without it the
+    /// emulator's deliveries find nobody listening.
+    pub webhooks: bool,
+    /// Polling (`[github_poll]`) every so many seconds.
+    pub poll_secs: Option<u64>,
+}
+
+impl Default for Intake {
+    fn default() -> Self {
+        Self {
+            webhooks: true,
+            poll_secs: None,
+        }
+    }
+}
+
 impl LiveWorld {
     /// Starts everything; `worker` is the worker's shell script.
     pub fn start(worker: &str) -> LiveWorld {
+        Self::start_with(worker, Intake::default())
+    }
+
+    /// [`LiveWorld::start`] with GitHub reaching the router as `intake` says.
+    pub fn start_with(worker: &str, intake: Intake) -> LiveWorld {
         let dir = tempfile::Builder::new()
             .prefix("gh-loop")
             .tempdir()
@@ -113,6 +137,7 @@ impl LiveWorld {
             &feishu_identity,
             gh_port,
             fs_port,
+            intake,
         );
         let mut w = LiveWorld {
             router_log: dir.path().join("router.log"),
@@ -293,6 +318,7 @@ fn write_router_config(
     feishu_identity: &std::path::Path,
     gh_port: u16,
     fs_port: u16,
+    intake: Intake,
 ) {
     std::fs::write(
         dir.path().join("policy.toml"),
@@ -328,6 +354,14 @@ repo = "acme/widgets"
     ] {
         std::fs::write(dir.path().join(file), text).unwrap();
     }
+    let github = if intake.webhooks {
+        format!("[github]\nlisten = \"127.0.0.1:{gh_port}\"\nwebhook_secret_files = [\"webhook-secret\"]\n")
+    } else {
+        String::new()
+    };
+    let poll = intake.poll_secs.map_or(String::new(), |secs| {
+        format!("[github_poll]\ninterval_secs = {secs}\n")
+    });
     std::fs::write(
         dir.path().join("router.toml"),
         format!(
@@ -335,7 +369,7 @@ repo = "acme/widgets"
              [jobs]\nsocket = {jobs:?}\ndeadline_secs = 120\n\
              [proxy]\nca_cert = \"proxy/ca.pem\"\nfeishu_socket = {feishu_identity:?}\n\
              [proxy.github_sockets]\n\"acme/widgets\" = {github_identity:?}\n\
-             [github]\nlisten = \"127.0.0.1:{gh_port}\"\nwebhook_secret_files = [\"webhook-secret\"]\n\
+             {github}{poll}\
              [feishu]\nlisten = \"127.0.0.1:{fs_port}\"\napp_id = \"{FEISHU_APP}\"\n\
              encrypt_key_file = \"feishu-key\"\nverification_token_file = \"feishu-token\"\n",
             jobs = supervisor.socket,

@@ -23,9 +23,10 @@ use http::{Method, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::Request;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 pub use encoding::AnswerFault;
+
 pub use model::{Comment, CommentKind};
 pub use webhooks::{signature as webhook_signature, WebhookDelivery, WebhookFaults, WebhookTarget};
 
@@ -223,6 +224,7 @@ impl GithubEmulator {
             webhooks: webhooks::Webhooks::new(options.webhooks),
             answer_fault: Mutex::new(None),
             failed_creations: std::sync::atomic::AtomicUsize::new(0),
+            rate_limit: Mutex::new(None),
         });
         let server = Server::start(
             options.listen,
@@ -297,6 +299,46 @@ impl GithubHandle {
         self.state
             .failed_creations
             .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The rate limit REST answers report from now on (`None`: a fresh
+    /// window of 5000, as before).
+    pub fn set_rate_limit(&self, limit: Option<RateLimit>) {
+        *lock(&self.state.rate_limit) = limit;
+    }
+
+    /// Submit a review of pull request `number` as `author` (`state`
+    /// `APPROVED`, `CHANGES_REQUESTED` or `COMMENTED`); GitHub sends
+    /// `pull_request_review` with action `submitted`. Returns its id.
+    pub fn add_review(
+        &self,
+        full_name: &str,
+        number: u64,
+        state: &str,
+        body: &str,
+        author: &str,
+    ) -> Result<u64, GithubError> {
+        let now = unix_now();
+        let mut model = lock(&self.state.model);
+        let repo_id = repo_id_of(&model, full_name)?;
+        let issue = model
+            .issue_mut(repo_id, number)
+            .filter(|i| i.pull.is_some())
+            .ok_or_else(|| GithubError::NotFound(format!("pull {full_name}#{number}")))?;
+        issue.updated_at = issue.updated_at.max(now);
+        let id = model.fresh_id();
+        model.reviews.push(model::Review {
+            id,
+            repo_id,
+            number,
+            author: author.to_owned(),
+            body: body.to_owned(),
+            state: state.to_owned(),
+            submitted_at: now,
+        });
+        drop(model);
+        self.emit_review(repo_id, number, id);
+        Ok(id)
     }
 
     /// Every issue and review comment, seeded or created, in creation order.
@@ -482,6 +524,23 @@ struct GithubState {
     /// How many more creations (answers 201) are answered 502 instead, the
     /// object created all the same: a platform that acted, then failed.
     failed_creations: std::sync::atomic::AtomicUsize,
+    /// The rate limit REST answers report, if a test set one.
+    rate_limit: Mutex<Option<RateLimit>>,
+}
+
+/// The rate limit the emulator reports on REST answers (GitHub's headers
+/// `X-RateLimit-Remaining`, `X-RateLimit-Reset`, `Retry-After`,
+/// `X-Poll-Interval`), and whether it refuses calls while it holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateLimit {
+    pub remaining: u64,
+    /// Unix seconds when the window resets.
+    pub reset: u64,
+    pub retry_after: Option<u64>,
+    pub poll_interval: Option<u64>,
+    /// Answer every REST call with this status (403 or 429, GitHub's limit
+    /// answers) instead of serving it; `None`: serve, with the headers.
+    pub refuse_with: Option<u16>,
 }
 
 /// Where a request goes.
@@ -711,15 +770,40 @@ impl GithubState {
             Some(Credential::Basic { password, .. }) => Some(password),
             None => None,
         };
+        let limit = *lock(&self.rate_limit);
+        let refused = limit
+            .and_then(|l| l.refuse_with)
+            .and_then(|s| StatusCode::from_u16(s).ok());
+        let (reply_status, body) = match refused {
+            Some(status) => {
+                record.status = status.as_u16();
+                let text = json!({"message": "API rate limit exceeded", "documentation_url": "https://docs.github.com/rest/overview/resources-in-the-rest-api#rate-limiting"});
+                (status, Bytes::from(text.to_string()))
+            }
+            None => (reply.status, body),
+        };
+        let not_modified = not_modified && refused.is_none();
+        let etag = etag.filter(|_| refused.is_none());
         self.recorder.push(record);
+        let (remaining, reset) =
+            limit.map_or((4999, unix_now() + 3600), |l| (l.remaining, l.reset));
         let mut builder = Response::builder()
-            .status(reply.status)
+            .status(reply_status)
             .header("x-github-media-type", "github.v3; format=json")
             .header("x-ratelimit-limit", "5000")
-            .header("x-ratelimit-remaining", "4999")
-            .header("x-ratelimit-used", "1")
+            .header("x-ratelimit-remaining", remaining.to_string())
+            .header(
+                "x-ratelimit-used",
+                (5000u64.saturating_sub(remaining)).to_string(),
+            )
             .header("x-ratelimit-resource", "core")
-            .header("x-ratelimit-reset", (unix_now() + 3600).to_string());
+            .header("x-ratelimit-reset", reset.to_string());
+        if let Some(after) = limit.and_then(|l| l.retry_after) {
+            builder = builder.header(http::header::RETRY_AFTER, after.to_string());
+        }
+        if let Some(interval) = limit.and_then(|l| l.poll_interval) {
+            builder = builder.header("x-poll-interval", interval.to_string());
+        }
         if let Some(location) = &reply.location {
             builder = builder.header(http::header::LOCATION, location);
         }

@@ -250,6 +250,11 @@ impl Model {
             created_at: now,
             updated_at: now,
         });
+        // On GitHub a new comment (or review comment) updates its issue or
+        // pull request: listings sorted by `updated` and `since` find it.
+        if let Some(issue) = self.issue_mut(repo_id, number) {
+            issue.updated_at = issue.updated_at.max(now);
+        }
         id
     }
 

@@ -198,6 +198,53 @@ fn query_param<'q>(query: &'q [(String, String)], name: &str) -> Option<&'q str>
         .map(|(_, v)| v.as_str())
 }
 
+/// Order `items` as a listing's `sort` and `direction` ask, GitHub's way:
+/// `sort` is `created` or `updated` (other values GitHub takes, such as
+/// `comments` or `popularity`, are taken as `created` here), and with no
+/// `direction` the newest come first when sorting by creation (or with no
+/// `sort` on a listing that defaults to it), the oldest otherwise.
+/// `default_sort` is the listing's own order when `sort` is absent (`None`:
+/// as stored, oldest first). GitHub's timestamps sort as text.
+fn sorted(
+    mut items: Vec<Value>,
+    query: &[(String, String)],
+    default_sort: Option<&str>,
+) -> Vec<Value> {
+    let sort = query_param(query, "sort").or(default_sort);
+    let Some(sort) = sort else {
+        return items;
+    };
+    let key = if sort == "updated" {
+        "updated_at"
+    } else {
+        "created_at"
+    };
+    let desc = match query_param(query, "direction") {
+        Some("asc") => false,
+        Some("desc") => true,
+        _ => key == "created_at" && default_sort.is_some(),
+    };
+    // Stable: equal times keep the stored (id) order.
+    items.sort_by(|a, b| {
+        let (x, y) = (a[key].as_str().unwrap_or(""), b[key].as_str().unwrap_or(""));
+        x.cmp(y)
+    });
+    if desc {
+        items.reverse();
+    }
+    items
+}
+
+/// Keep the items updated at or after `since` (ISO 8601), as GitHub's
+/// `since` does; all of them without one.
+fn updated_since(items: Vec<Value>, query: &[(String, String)]) -> Vec<Value> {
+    let since = query_param(query, "since").unwrap_or("");
+    items
+        .into_iter()
+        .filter(|v| v["updated_at"].as_str().unwrap_or("") >= since)
+        .collect()
+}
+
 /// Apply `per_page` (default 30, at most 100) and `page` (from 1); say
 /// which page comes next, as GitHub's `Link: <…>; rel="next"` does.
 fn paginated(items: Vec<Value>, query: &[(String, String)]) -> Reply {
@@ -283,8 +330,15 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                     _ => i.open,
                 })
                 .collect();
-            issues.sort_by_key(|i| std::cmp::Reverse(i.number));
+            issues.sort_by_key(|i| i.number);
             let items = issues.into_iter().map(|i| model.issue_json(i)).collect();
+            // GitHub's issue listing: `since`, `sort` (default created),
+            // `direction` (default desc).
+            let items = sorted(
+                updated_since(items, call.query),
+                call.query,
+                Some("created"),
+            );
             Ok(paginated(items, call.query))
         }
         Route::Issues(path) if post => {
@@ -356,15 +410,15 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 Route::RepoPullComments(_) => CommentKind::Review,
                 _ => CommentKind::Issue,
             };
-            // `since` filters on updated_at; GitHub's timestamps sort as text.
-            let since = query_param(call.query, "since").unwrap_or("");
+            // `since` filters on updated_at; without `sort` the comments
+            // come as created, oldest first.
             let items = model
                 .comments
                 .iter()
                 .filter(|c| c.comment.kind == kind && c.repo_id == id)
                 .map(|c| model.comment_json(c))
-                .filter(|v| v["updated_at"].as_str().unwrap_or("") >= since)
                 .collect();
+            let items = sorted(updated_since(items, call.query), call.query, None);
             Ok(paginated(items, call.query))
         }
         Route::IssueComment(path, comment_id) if get => {
@@ -407,8 +461,11 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                     _ => true,
                 })
                 .collect();
-            pulls.sort_by_key(|i| std::cmp::Reverse(i.number));
+            pulls.sort_by_key(|i| i.number);
             let items = pulls.into_iter().map(|i| model.pull_json(i)).collect();
+            // GitHub's pull listing: `sort` (default created), `direction`
+            // (default desc for created, else asc); no `since`.
+            let items = sorted(items, call.query, Some("created"));
             Ok(paginated(items, call.query))
         }
         Route::Pulls(path) if post => {
@@ -552,6 +609,9 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 state: state.to_owned(),
                 submitted_at: call.now,
             });
+            if let Some(issue) = model.issue_mut(id, *number) {
+                issue.updated_at = issue.updated_at.max(call.now);
+            }
             let review = model
                 .reviews
                 .iter()
@@ -917,6 +977,63 @@ mod tests {
             assert_eq!(reply.body, expected, "{query:?}");
             assert_eq!(reply.next_page, next, "{query:?}");
         }
+    }
+
+    /// `since`, `sort` and `direction` as GitHub's listings take them.
+    #[test]
+    fn listings_sort_and_filter_as_asked() {
+        let item = |id: u64, created: &str, updated: &str| json!({"id": id, "created_at": created, "updated_at": updated});
+        let items = vec![
+            item(1, "2026-01-01T00:00:01Z", "2026-01-01T00:00:09Z"),
+            item(2, "2026-01-01T00:00:02Z", "2026-01-01T00:00:03Z"),
+            item(3, "2026-01-01T00:00:03Z", "2026-01-01T00:00:05Z"),
+        ];
+        let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let ids = |v: Vec<Value>| {
+            v.iter()
+                .map(|i| i["id"].as_u64().unwrap())
+                .collect::<Vec<_>>()
+        };
+        type Query = Vec<(String, String)>;
+        let cases: [(Query, Option<&str>, Vec<u64>); 7] = [
+            // A listing that defaults to `created` comes newest first.
+            (q(&[]), Some("created"), vec![3, 2, 1]),
+            (q(&[("direction", "asc")]), Some("created"), vec![1, 2, 3]),
+            // Sorted by update, oldest first unless asked.
+            (q(&[("sort", "updated")]), Some("created"), vec![2, 3, 1]),
+            (
+                q(&[("sort", "updated"), ("direction", "desc")]),
+                Some("created"),
+                vec![1, 3, 2],
+            ),
+            // The repository's comments: as stored without `sort`.
+            (q(&[]), None, vec![1, 2, 3]),
+            (
+                q(&[("sort", "updated"), ("direction", "asc")]),
+                None,
+                vec![2, 3, 1],
+            ),
+            (
+                q(&[("sort", "created"), ("direction", "desc")]),
+                None,
+                vec![3, 2, 1],
+            ),
+        ];
+        for (query, default, expected) in cases {
+            assert_eq!(
+                ids(sorted(items.clone(), &query, default)),
+                expected,
+                "{query:?} {default:?}"
+            );
+        }
+        let since = q(&[("since", "2026-01-01T00:00:05Z")]);
+        assert_eq!(ids(updated_since(items.clone(), &since)), vec![1, 3]);
+        assert_eq!(ids(updated_since(items, &q(&[]))), vec![1, 2, 3]);
     }
 
     #[test]

@@ -8,8 +8,8 @@
 //! secret). Deliveries are sent over plain HTTP (a router sits behind a
 //! reverse proxy) synchronously, so when a seeding call returns, the
 //! receiver has answered. Every delivery and each attempt's answer is kept.
-//! Faults on request: send each delivery twice, or sign it with a wrong
-//! secret.
+//! Faults on request: send each delivery twice, sign it with a wrong
+//! secret, drop it, send it after the next one, or late.
 
 use std::sync::Mutex;
 
@@ -45,6 +45,15 @@ pub struct WebhookFaults {
     pub duplicate: bool,
     /// Sign with a secret the receiver does not know.
     pub bad_signature: bool,
+    /// Send nothing: the delivery is kept with no attempt (a delivery
+    /// GitHub failed to make; [`GithubHandle::redeliver`] can send it).
+    pub drop: bool,
+    /// Swap deliveries in pairs: the first is held back and sent right
+    /// after the second (one left held goes when the faults are changed):
+    /// GitHub does not promise order.
+    pub reorder: bool,
+    /// Wait this long before each send (a slow network or a busy GitHub).
+    pub delay_ms: u64,
 }
 
 /// One delivery and what its attempts got back.
@@ -65,6 +74,8 @@ pub(crate) struct Webhooks {
     targets: Vec<WebhookTarget>,
     deliveries: Mutex<Vec<WebhookDelivery>>,
     faults: Mutex<WebhookFaults>,
+    /// Under `reorder`: the deliveries held back, with their secrets.
+    held: Mutex<Vec<(WebhookDelivery, String)>>,
 }
 
 /// `sha256=` + hex HMAC-SHA256 of `body` under `secret`.
@@ -102,7 +113,7 @@ impl Webhooks {
             .map(str::to_owned);
         let faults = *lock(&self.faults);
         for target in &self.targets {
-            let mut d = WebhookDelivery {
+            let d = WebhookDelivery {
                 guid: guid(),
                 event: event.to_owned(),
                 action: action.clone(),
@@ -111,15 +122,48 @@ impl Webhooks {
                 attempts: Vec::new(),
             };
             let secret = if faults.bad_signature {
-                "not-the-configured-secret"
+                "not-the-configured-secret".to_owned()
             } else {
-                target.secret.as_str()
+                target.secret.clone()
             };
-            let times = if faults.duplicate { 2 } else { 1 };
-            for _ in 0..times {
-                d.attempts.push(send(&d, secret));
+            if faults.drop {
+                lock(&self.deliveries).push(d);
+                continue;
             }
-            lock(&self.deliveries).push(d);
+            if faults.reorder {
+                // Pairs swapped: the first is held, the next sent before it.
+                let earlier = std::mem::take(&mut *lock(&self.held));
+                if earlier.is_empty() {
+                    lock(&self.held).push((d, secret));
+                } else {
+                    self.deliver(d, &secret, faults);
+                    for (d, secret) in earlier {
+                        self.deliver(d, &secret, faults);
+                    }
+                }
+                continue;
+            }
+            self.deliver(d, &secret, faults);
+        }
+    }
+
+    /// Sends `d` under `faults` (delay, duplicate) and keeps it.
+    fn deliver(&self, mut d: WebhookDelivery, secret: &str, faults: WebhookFaults) {
+        if faults.delay_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(faults.delay_ms));
+        }
+        let times = if faults.duplicate { 2 } else { 1 };
+        for _ in 0..times {
+            d.attempts.push(send(&d, secret));
+        }
+        lock(&self.deliveries).push(d);
+    }
+
+    /// Sends what `reorder` still holds.
+    fn release_held(&self) {
+        let held = std::mem::take(&mut *lock(&self.held));
+        for (d, secret) in held {
+            self.deliver(d, &secret, WebhookFaults::default());
         }
     }
 
@@ -221,9 +265,28 @@ impl GithubHandle {
         lock(&self.state.webhooks.deliveries).clone()
     }
 
-    /// Faults for the deliveries from now on.
+    /// Faults for the deliveries from now on; a delivery `reorder` still
+    /// holds is sent first.
     pub fn set_webhook_faults(&self, faults: WebhookFaults) {
+        self.state.webhooks.release_held();
         *lock(&self.state.webhooks.faults) = faults;
+    }
+
+    pub(super) fn emit_review(&self, repo_id: u64, number: u64, id: u64) {
+        let event = {
+            let model = lock(&self.state.model);
+            let review = model.reviews.iter().find(|r| r.id == id).cloned();
+            review.and_then(|r| {
+                let issue = model.issue(repo_id, number)?;
+                let mut v = model.envelope("submitted", repo_id, &r.author);
+                v["review"] = model.review_json(&r);
+                v["pull_request"] = model.pull_json(issue);
+                Some(v)
+            })
+        };
+        if let Some(payload) = event {
+            self.state.webhooks.emit("pull_request_review", &payload);
+        }
     }
 
     /// Sends delivery `guid` again (GitHub's redelivery: same delivery id).

@@ -32,5 +32,5 @@ pub mod plan;
 pub mod runner;
 pub(crate) mod send;
 
-pub use config::{ConfigError, RouterConfig};
+pub use config::{ConfigError, GithubPollConfig, RouterConfig};
 pub use runner::{LiveError, LiveLoop};

@@ -53,6 +53,10 @@ pub struct UpFile {
     /// The GitHub webhook listener, if GitHub is a source.
     #[serde(default)]
     pub github: Option<GithubSource>,
+    /// Polling GitHub (the router's `[github_poll]`), if configured: for a
+    /// deployment without a public URL, or as backfill beside webhooks.
+    #[serde(default)]
+    pub github_poll: Option<GithubPoll>,
     /// The Feishu event listener, if Feishu is a source.
     #[serde(default)]
     pub feishu: Option<FeishuSource>,
@@ -71,6 +75,17 @@ pub struct GithubSource {
     pub listen: SocketAddr,
     /// One or more (rotation); read by the router, which verifies.
     pub webhook_secret_files: Vec<PathBuf>,
+}
+
+/// `[github_poll]`: passed to the router's config as it is (the router
+/// validates it: `interval_secs` 1..3600, default 60; `enabled` default true).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GithubPoll {
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    #[serde(default)]
+    pub interval_secs: Option<u64>,
 }
 
 /// `[feishu]`: where events arrive, the app, and its verification secrets.

@@ -213,6 +213,19 @@ pub fn router(file: &UpFile, layout: &Layout) -> Table {
             ]),
         );
     }
+    if let Some(poll) = &file.github_poll {
+        let mut entries = Vec::new();
+        if let Some(enabled) = poll.enabled {
+            entries.push(("enabled", Value::Boolean(enabled)));
+        }
+        if let Some(secs) = poll.interval_secs {
+            entries.push((
+                "interval_secs",
+                Value::Integer(i64::try_from(secs).unwrap_or(i64::MAX)),
+            ));
+        }
+        t.insert("github_poll".into(), table(entries));
+    }
     if let Some(feishu) = &file.feishu {
         let mut entries = vec![
             ("listen", Value::String(feishu.listen.to_string())),
@@ -349,6 +362,31 @@ worker_command = ["/usr/bin/worker", "--go"]
             Some("/etc/g/secrets/feishu-token")
         );
         assert!(t["feishu"].get("encrypt_key_file").is_none());
+        assert!(
+            t.get("github_poll").is_none(),
+            "polling is off unless asked"
+        );
+    }
+
+    /// `[github_poll]` reaches the router's config, and the router reads it.
+    #[test]
+    fn polling_is_passed_to_the_router() {
+        let (mut file, layout) = fixture();
+        file.github_poll = Some(crate::up::config::GithubPoll {
+            enabled: None,
+            interval_secs: Some(30),
+        });
+        let all = all(&file, &layout, Some("gatehouse-router"), 990).unwrap();
+        let t: Table = toml::from_str(&all.router).unwrap();
+        assert_eq!(t["github_poll"]["interval_secs"].as_integer(), Some(30));
+        assert!(t["github_poll"].get("enabled").is_none());
+        let config = gatehouse_router::live::RouterConfig::from_toml(
+            "router.toml",
+            &all.router,
+            std::path::Path::new("/"),
+        )
+        .unwrap();
+        assert_eq!(config.github_poll.map(|p| p.interval_secs), Some(30));
     }
 
     #[test]

@@ -152,6 +152,15 @@ fn a_story_polled_decides_as_the_story_delivered() {
     let hooks = LiveWorld::start(WORKER);
     let n = story(&hooks);
     let by_webhook = people_decisions(&hooks);
+    // Negative control: without [github_poll] nothing lists the repository.
+    assert!(
+        !hooks
+            .github
+            .requests()
+            .iter()
+            .any(|r| r.path == "/repos/acme/widgets/issues"),
+        "the webhook router polled"
+    );
     let said_by_webhook = hooks.bot_comments(n);
     drop(hooks);
 
@@ -192,6 +201,21 @@ fn a_story_polled_decides_as_the_story_delivered() {
         .collect();
     assert!(gets.len() >= 4);
     assert!(gets.iter().all(|r| r.status != 401), "{gets:?}");
+    // ...and the proxy's audit record has them, allowed by the polling
+    // rules of the router's own identity.
+    let audit = std::fs::read_to_string(polled.dir.path().join("proxy/audit.jsonl")).unwrap();
+    let polled_by_rule: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l.to_string().contains("poll-issues-list"))
+        .collect();
+    assert!(!polled_by_rule.is_empty(), "{audit}");
+    assert!(
+        polled_by_rule
+            .iter()
+            .all(|l| l.to_string().contains("router-gh-1")),
+        "{polled_by_rule:#?}"
+    );
 }
 
 /// Webhooks and polling together: each webhook fault, on its own issue;

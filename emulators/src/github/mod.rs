@@ -770,7 +770,10 @@ impl GithubState {
             Some(Credential::Basic { password, .. }) => Some(password),
             None => None,
         };
-        let limit = *lock(&self.rate_limit);
+        // Held until the request is recorded: a request recorded after
+        // `set_rate_limit` returns is answered under the new limit.
+        let limit_guard = lock(&self.rate_limit);
+        let limit = *limit_guard;
         let refused = limit
             .and_then(|l| l.refuse_with)
             .and_then(|s| StatusCode::from_u16(s).ok());
@@ -785,6 +788,7 @@ impl GithubState {
         let not_modified = not_modified && refused.is_none();
         let etag = etag.filter(|_| refused.is_none());
         self.recorder.push(record);
+        drop(limit_guard);
         let (remaining, reset) =
             limit.map_or((4999, unix_now() + 3600), |l| (l.remaining, l.reset));
         let mut builder = Response::builder()

@@ -108,8 +108,12 @@ pub(super) fn spawn(
                             wait
                         }
                     };
-                    let now = wall_clock_ms() / 1000;
-                    let held = Duration::from_secs(poller.hold_until.saturating_sub(now));
+                    let held = Duration::from_millis(
+                        poller
+                            .hold_until
+                            .saturating_mul(1000)
+                            .saturating_sub(wall_clock_ms()),
+                    );
                     tokio::select! {
                         _ = tokio::time::sleep(wait.max(held)) => {}
                         _ = stopped.changed() => {}
@@ -138,7 +142,7 @@ impl Poller {
             .collect();
         let mut ok = true;
         for (repo, socket) in repos {
-            if self.hold_until > wall_clock_ms() / 1000 {
+            if self.hold_until.saturating_mul(1000) > wall_clock_ms() {
                 return Err(());
             }
             match self.round(&repo, &socket).await {
@@ -405,7 +409,8 @@ impl Poller {
             .await
             .map_err(|e| RoundError::Failed(format!("GET {path}: {e}")))?;
         let rate = RateHeaders::from_headers(&answer.headers);
-        let now = wall_clock_ms() / 1000;
+        // Rounded up: a hold of N seconds is never shorter than N.
+        let now = wall_clock_ms().div_ceil(1000);
         let Pace {
             hold_until,
             interval,

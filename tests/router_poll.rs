@@ -385,6 +385,22 @@ fn an_unchanged_listing_is_a_304() {
         after[before..].iter().any(|r| r.status == 200),
         "the changed listing was answered in full"
     );
+    // The cursor moved to the comment: later rounds ask from there.
+    let since = |r: &gatehouse_emulators::RecordedRequest| {
+        let q = r.query.clone().unwrap_or_default();
+        q.split('&')
+            .find_map(|p| p.strip_prefix("since="))
+            .unwrap()
+            .replace("%3A", ":")
+    };
+    let start = since(first);
+    w.wait("a round from the new cursor", |w| {
+        w.github
+            .requests()
+            .iter()
+            .filter(|r| listing(r))
+            .any(|r| since(r) > start)
+    });
 }
 
 /// A window spent (X-RateLimit-Remaining 0 until X-RateLimit-Reset): the

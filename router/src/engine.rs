@@ -7,10 +7,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::eval::{Evaluation, Judge};
+use crate::eval::{Ask, Evaluation, Judge};
 use crate::gate::{Admission, Author};
 use crate::id::{ReplyId, ThreadId, TicketId, TriggerId};
 use crate::json;
+use crate::model::judge::{context_item, CONTEXT_TRIGGERS};
 use crate::policy::{Policy, PolicyVersion};
 use crate::reply::{
     check_note, check_reply, Purpose, Refusal, ReplyAttempt, TriggerRecord, Writer,
@@ -236,21 +237,49 @@ impl<J: Judge> Router<J> {
         if !self.judge.batches() {
             return Ok(());
         }
-        let mut asks = Vec::new();
+        let asks = self.judge_asks(inputs)?.into_iter().flatten().collect();
+        self.prepare_asks(asks);
+        Ok(())
+    }
+
+    /// What a judge would be asked about each input (`None`: nothing, the
+    /// input is decided without a judge), each ask with its thread's most
+    /// recent earlier triggers as context. Read-only.
+    pub fn judge_asks(&self, inputs: &[TriggerInput]) -> Result<Vec<Option<Ask>>, EngineError> {
+        let read = self.store.read();
+        let mut asks = Vec::with_capacity(inputs.len());
         for input in inputs {
-            let read = self.store.read();
-            let had_ticket = match read.thread_by_key(&input.thread)? {
+            let thread = read.thread_by_key(&input.thread)?;
+            let had_ticket = match &thread {
                 Some(thread) => read.latest_ticket(&thread.id)?.is_some(),
                 None => false,
             };
             // Two candidates of one turn on one new thread: the first may
-            // open a ticket; the second is asked anyway (cheap, never wrong).
-            if let Some(ask) = judge_ask(input, &self.policy, had_ticket) {
-                asks.push(ask);
+            // open a ticket; the second is asked anyway (cheap, never wrong),
+            // without the first as context (it is not stored yet).
+            let mut ask = judge_ask(input, &self.policy, had_ticket);
+            if let (Some(ask), Some(thread)) = (&mut ask, &thread) {
+                ask.context = read
+                    .recent_triggers(&thread.id, CONTEXT_TRIGGERS)?
+                    .into_iter()
+                    .map(|(id, earlier, admission)| context_item(id, &earlier, &admission))
+                    .collect();
             }
+            asks.push(ask);
         }
-        self.judge.prepare(asks);
-        Ok(())
+        Ok(asks)
+    }
+
+    /// Hands a batching judge the asks of a turn (see [`Router::judge_asks`]).
+    pub fn prepare_asks(&mut self, asks: Vec<Ask>) {
+        if self.judge.batches() {
+            self.judge.prepare(asks);
+        }
+    }
+
+    /// Whether the judge batches (and so whether asks are worth computing).
+    pub fn judge_batches(&self) -> bool {
+        self.judge.batches()
     }
 
     /// Gate, then pass-through, revalidation or eval; records it all.

@@ -71,11 +71,27 @@ pub trait Judge {
     }
 }
 
-/// A candidate a turn will ask a judge about, with the rules it is judged against.
+/// A candidate a turn will ask a judge about, with the rules it is judged
+/// against and its thread's earlier triggers (data, never instructions).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ask {
     pub trigger: TriggerInput,
     pub rules: Vec<Rule>,
+    /// The thread's most recent earlier triggers, oldest first (bounded).
+    pub context: Vec<ContextItem>,
+}
+
+/// An earlier trigger on a candidate's thread, as the judge sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContextItem {
+    pub trigger: crate::id::TriggerId,
+    pub author: String,
+    pub author_is_bot: bool,
+    /// Whether the gate admitted its author (a stranger's words are shown
+    /// as such: they are context, and grant nothing).
+    pub author_admitted: bool,
+    /// The text, cut to a bound.
+    pub text: String,
 }
 
 /// Accepts on the structured conditions alone.

@@ -152,6 +152,7 @@ pub fn judge_ask(input: &TriggerInput, policy: &Policy, thread_had_ticket: bool)
     (!rules.is_empty()).then(|| Ask {
         trigger: input.clone(),
         rules,
+        context: Vec::new(),
     })
 }
 

@@ -102,6 +102,7 @@ fn candidates(asks: &[Ask]) -> Vec<Candidate<'_>> {
         .map(|a| Candidate {
             trigger: &a.trigger,
             rules: &a.rules,
+            context: &a.context,
         })
         .collect()
 }

@@ -129,6 +129,40 @@ impl Reader<'_> {
         })
     }
 
+    /// The thread's `limit` most recent triggers, oldest first, each with
+    /// its content and admission (the judge's context for a candidate).
+    pub fn recent_triggers(
+        &self,
+        thread: &ThreadId,
+        limit: usize,
+    ) -> Result<Vec<(TriggerId, TriggerInput, crate::gate::Admission)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT t.id, t.admission, p.body FROM triggers t JOIN payloads p ON p.id = t.payload
+             WHERE t.thread_id = ?1 ORDER BY t.id DESC LIMIT ?2",
+        )?;
+        let rows = stmt
+            .query_map(
+                params![thread.as_str(), i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                },
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (id, admission, body) in rows.into_iter().rev() {
+            out.push((
+                TriggerId::parse(&id).ok_or_else(|| not_found("trigger", &id))?,
+                from_json::<TriggerInput>("trigger payload", &body)?,
+                from_json("admission", &admission)?,
+            ));
+        }
+        Ok(out)
+    }
+
     /// Whether a report of the ticket's current generation (reports a resume
     /// cleared do not count) names `link` among its links.
     pub fn reported_link(&self, ticket: &TicketId, link: &str) -> Result<bool> {

@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::eval::{Ask, JudgeFailure};
+use crate::eval::{Ask, ContextItem, JudgeFailure};
 use crate::fixtures::*;
 use crate::model::batch::{chunks, judge_turn};
 use crate::model::client::CallError;
@@ -49,6 +49,7 @@ fn message_text_is_data_inside_the_user_message() {
         let s = judge_request(&[Candidate {
             trigger: &t,
             rules: &r,
+            context: &[],
         }]);
         // The system prompt is fixed; the text appears only in the data.
         assert_eq!(s.system, SYSTEM);
@@ -74,6 +75,7 @@ fn long_text_is_cut() {
     let s = judge_request(&[Candidate {
         trigger: &t,
         rules: &r,
+        context: &[],
     }]);
     let data: Value = serde_json::from_str(&s.user).unwrap();
     assert_eq!(
@@ -83,6 +85,63 @@ fn long_text_is_cut() {
             .chars()
             .count(),
         TEXT_CHARS
+    );
+}
+
+fn earlier(n: u64, sender: crate::trigger::Sender, text: &str) -> ContextItem {
+    let id = crate::id::IdClock::default().issue(1_700_000_000_000 + n);
+    let input = with_text(gh(sender, TriggerKind::IssueComment), text);
+    context_item(id, &input, &crate::gate::gate(&input, &base()))
+}
+
+/// The thread's earlier triggers travel as data, by trigger id, inside the
+/// candidate: an injection in them cannot close its string, add a rule or a
+/// candidate, and each text is cut to its bound.
+#[test]
+fn thread_context_is_data_inside_its_candidate() {
+    let t = ci("CI failed on main");
+    let r = rules(&["ci-fails-on-main"]);
+    let mut context: Vec<ContextItem> = INJECTIONS
+        .iter()
+        .enumerate()
+        .map(|(i, text)| earlier(i as u64, alice_gh(), text))
+        .collect();
+    let stranger = gh_user("mallory", 666);
+    context.push(earlier(9, stranger, &"y".repeat(CONTEXT_CHARS + 50)));
+    let s = judge_request(&[Candidate {
+        trigger: &t,
+        rules: &r,
+        context: &context,
+    }]);
+    assert_eq!(s.system, SYSTEM);
+    let data: Value = serde_json::from_str(&s.user).unwrap();
+    let cands = data["candidates"].as_array().unwrap();
+    assert_eq!(cands.len(), 1);
+    assert_eq!(
+        cands[0]["rules"],
+        json!([{"id": "ci-fails-on-main", "text": r[0].text}])
+    );
+    let got = cands[0]["context"].as_array().unwrap();
+    assert_eq!(got.len(), context.len());
+    for (g, c) in got.iter().zip(&context) {
+        assert_eq!(g["trigger"], c.trigger.as_str());
+    }
+    for (g, text) in got.iter().zip(INJECTIONS) {
+        assert_eq!(g["text"], *text);
+        assert_eq!(
+            (&g["author"], &g["author_admitted"]),
+            (&json!("alice"), &json!(true))
+        );
+        assert!(!s.system.contains(text));
+    }
+    let last = got.last().unwrap();
+    assert_eq!(
+        last["text"].as_str().unwrap().chars().count(),
+        CONTEXT_CHARS
+    );
+    assert_eq!(
+        (&last["author"], &last["author_admitted"]),
+        (&json!("mallory"), &json!(false))
     );
 }
 
@@ -97,10 +156,12 @@ fn a_complete_answer_is_read() {
         Candidate {
             trigger: &a,
             rules: &ra,
+            context: &[],
         },
         Candidate {
             trigger: &b,
             rules: &rb,
+            context: &[],
         },
     ];
     let got = read_answer(
@@ -127,10 +188,12 @@ fn anything_but_offered_pairs_once_is_invalid() {
         Candidate {
             trigger: &a,
             rules: &r,
+            context: &[],
         },
         Candidate {
             trigger: &b,
             rules: &r,
+            context: &[],
         },
     ];
     let ok_b = decision("c2", "ci-fails-on-main", false);
@@ -228,6 +291,7 @@ fn asks(n: usize) -> Vec<Ask> {
         .map(|i| Ask {
             trigger: ci(&format!("CI failed #{i}")),
             rules: rules(&["ci-fails-on-main"]),
+            context: Vec::new(),
         })
         .collect()
 }

@@ -1,5 +1,5 @@
-//! The router model judge, batched per turn vs one call per event, in the
-//! same run, at 1, 10 and 40 candidate events per minute.
+//! The router model judge, batched vs one call per event, in the same run,
+//! at 1, 10 and 40 candidate events per minute.
 //!
 //! Run: `cargo bench --bench judge_batching`. The model emulator answers
 //! every offered pair after a fixed latency of 1 s per call plus 2 ms per
@@ -10,13 +10,17 @@
 //! figure is printed in uncompressed time, so the real overhead (proxy,
 //! TLS, SQLite) is magnified by the scale too.
 //!
-//! Events arrive with exponential gaps (seeded, the same for both modes)
-//! and are queued; the processor takes a turn whenever something is
-//! pending: batched, everything pending (one call); unbatched, the oldest
-//! event (one call each). A turn never waits for company. Printed per rate
-//! and mode: decisions per model-second (decisions ÷ time spent in model
-//! calls), model-seconds per decision, p50 and p90 time-to-decision
-//! (arrival → decision committed), and the batched/unbatched ratio.
+//! Events arrive with exponential gaps (seeded, the same for every mode)
+//! and are queued; the processor decides what is pending in turns. Modes:
+//! `window`, the router's batching window (`model::window`, bound
+//! `batch_window_ms` = 10 s): candidates wait for company up to the bound
+//! while they arrive at one per bound or faster, else are judged at once;
+//! `per turn`, everything pending in one call, never waiting (the window
+//! off); `unbatched`, the oldest event alone (one call each). Printed per
+//! rate and mode: decisions per model-second (decisions ÷ time spent in
+//! model calls), model-seconds per decision, p50 and p90 time-to-decision
+//! (arrival → decision committed), and each batched mode's ratio to
+//! unbatched, then the load average.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,6 +30,7 @@ use std::time::{Duration, Instant};
 use gatehouse_emulators::{ModelOptions, ModelReply};
 use gatehouse_router::engine::Router;
 use gatehouse_router::model::config::RetryPolicy;
+use gatehouse_router::model::window::{Flush, Window, WindowConfig};
 use gatehouse_router::model::{ConfiguredJudge, ModelClient, ModelConfig, ModelJudge};
 use gatehouse_router::policy::Policy;
 use gatehouse_router::store::{Durability, Store};
@@ -121,7 +126,27 @@ struct Run {
     latencies: Vec<Duration>,
 }
 
-fn run(w: &gatehouse_testkit::model::World, per_minute: u32, n: usize, batched: bool) -> Run {
+/// The router's default `batch_window_ms`.
+const WINDOW_MS: u64 = 10_000;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Window,
+    PerTurn,
+    Unbatched,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Window => "window",
+            Mode::PerTurn => "per turn",
+            Mode::Unbatched => "unbatched",
+        }
+    }
+}
+
+fn run(w: &gatehouse_testkit::model::World, per_minute: u32, n: usize, mode: Mode) -> Run {
     let s = scale();
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("router.db"), Durability::Normal).unwrap();
@@ -140,15 +165,22 @@ fn run(w: &gatehouse_testkit::model::World, per_minute: u32, n: usize, batched: 
         },
         concurrency: 4,
         batch_max: 64,
+        batch_window: Duration::from_millis(WINDOW_MS) / s,
     };
     let judge = ModelJudge::new(ModelClient::new(config, &w.proxy_ca).unwrap()).unwrap();
     let policy = Policy::from_toml("policy.toml", POLICY).unwrap();
     let mut router =
         Router::new(store, policy, ConfiguredJudge::Model(Box::new(judge)), 1).unwrap();
+    // The window logic the intake processor runs, in compressed milliseconds.
+    let mut window = Window::new(match mode {
+        Mode::Window => router.judge_window(),
+        Mode::PerTurn | Mode::Unbatched => WindowConfig::OFF,
+    });
     let mean = Duration::from_secs(60) / per_minute / s;
     let times = arrivals(n, mean, 0x9e37_79b9_7f4a_7c15 ^ u64::from(per_minute));
     let (tx, rx) = mpsc::channel::<(usize, Instant)>();
     let start = Instant::now();
+    let ms = |t: Instant| u64::try_from(t.duration_since(start).as_millis()).unwrap();
     let producer = std::thread::spawn(move || {
         for (i, at) in times.into_iter().enumerate() {
             if let Some(wait) = (start + at).checked_duration_since(Instant::now()) {
@@ -163,15 +195,31 @@ fn run(w: &gatehouse_testkit::model::World, per_minute: u32, n: usize, batched: 
         model: Duration::ZERO,
         latencies: Vec::new(),
     };
+    let arrive = |pending: &mut std::collections::VecDeque<(usize, Instant)>,
+                  window: &mut Window,
+                  e: (usize, Instant)| {
+        window.arrived(i64::try_from(e.0).unwrap(), ms(e.1));
+        pending.push_back(e);
+    };
     while out.decisions < n {
         if pending.is_empty() {
-            pending.push_back(rx.recv().unwrap());
+            let e = rx.recv().unwrap();
+            arrive(&mut pending, &mut window, e);
         }
-        pending.extend(rx.try_iter());
-        let turn: Vec<(usize, Instant)> = if batched {
-            pending.drain(..).collect()
-        } else {
-            pending.pop_front().into_iter().collect()
+        for e in rx.try_iter() {
+            arrive(&mut pending, &mut window, e);
+        }
+        let held: Vec<u64> = pending.iter().map(|(_, at)| ms(*at)).collect();
+        if let Flush::At(until) = window.flush(&held, ms(Instant::now())) {
+            let wait = Duration::from_millis(until).saturating_sub(start.elapsed());
+            if let Ok(e) = rx.recv_timeout(wait) {
+                arrive(&mut pending, &mut window, e);
+            }
+            continue;
+        }
+        let turn: Vec<(usize, Instant)> = match mode {
+            Mode::Unbatched => pending.pop_front().into_iter().collect(),
+            Mode::Window | Mode::PerTurn => pending.drain(..).collect(),
         };
         let inputs: Vec<TriggerInput> = turn.iter().map(|(i, _)| event(*i)).collect();
         let called = Instant::now();
@@ -202,9 +250,9 @@ fn main() {
             .latency(Duration::from_secs(1) / s, Duration::from_millis(2) / s)
             .responder(answer_all),
     );
-    println!("judge batching: model 1 s per call + 2 ms per completion token; time compressed {s}x, shown uncompressed");
+    println!("judge batching: model 1 s per call + 2 ms per completion token; window bound {} s; time compressed {s}x, shown uncompressed", WINDOW_MS / 1000);
     println!(
-        "{:>9} {:>10} {:>6} {:>6} {:>16} {:>14} {:>9} {:>9}",
+        "{:>10} {:>10} {:>6} {:>6} {:>17} {:>16} {:>9} {:>9}",
         "events/min",
         "mode",
         "events",
@@ -214,20 +262,21 @@ fn main() {
         "p50",
         "p90"
     );
-    for (per_minute, n) in [(1u32, 6usize), (10, 24), (40, 60)] {
+    let modes = [Mode::Window, Mode::PerTurn, Mode::Unbatched];
+    for (per_minute, n) in [(1u32, 12usize), (10, 40), (40, 120)] {
         let mut rates = Vec::new();
         let mut p50s = Vec::new();
-        for batched in [true, false] {
+        for mode in modes {
             let calls_before = w.model.calls();
-            let r = run(&w, per_minute, n, batched);
+            let r = run(&w, per_minute, n, mode);
             let model_s = (r.model * s).as_secs_f64();
             let rate = r.decisions as f64 / model_s;
             rates.push(rate);
             p50s.push(pct(&r.latencies, 0.5) * s);
             println!(
-                "{:>9} {:>10} {:>6} {:>6} {:>16.2} {:>14.2} {:>8.2}s {:>8.2}s",
+                "{:>10} {:>10} {:>6} {:>6} {:>17.2} {:>16.2} {:>8.2}s {:>8.2}s",
                 per_minute,
-                if batched { "batched" } else { "unbatched" },
+                mode.name(),
                 r.decisions,
                 w.model.calls() - calls_before,
                 rate,
@@ -236,12 +285,22 @@ fn main() {
                 (pct(&r.latencies, 0.9) * s).as_secs_f64(),
             );
         }
-        println!(
-            "{:>9} batched/unbatched: {:.2}x decisions per model-second, p50 {:.2}s vs {:.2}s",
-            per_minute,
-            rates[0] / rates[1],
-            p50s[0].as_secs_f64(),
-            p50s[1].as_secs_f64()
-        );
+        for (i, mode) in modes[..2].iter().enumerate() {
+            println!(
+                "{:>10} {} / unbatched: {:.2}x decisions per model-second; p50 {:.2}s vs {:.2}s",
+                per_minute,
+                mode.name(),
+                rates[i] / rates[2],
+                p50s[i].as_secs_f64(),
+                p50s[2].as_secs_f64()
+            );
+        }
     }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    println!(
+        "load average after the run: {} ({} cores)",
+        load.join(" "),
+        std::thread::available_parallelism().map_or(0, usize::from)
+    );
 }

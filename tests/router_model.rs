@@ -70,6 +70,7 @@ fn config(socket: &Path, timeout_ms: u64, retries: u32) -> ModelConfig {
         },
         concurrency: 4,
         batch_max: 32,
+        batch_window: Duration::ZERO,
     }
 }
 

@@ -223,6 +223,10 @@ impl<J: Judge> Router<J> {
         &self.policy
     }
 
+    pub fn judge(&self) -> &J {
+        &self.judge
+    }
+
     /// Replaces the policy; later decisions and revalidations use it.
     pub fn set_policy(&mut self, policy: Policy, now: u64) -> Result<Decision, EngineError> {
         let previous = Some(self.policy.version().clone());
@@ -280,6 +284,11 @@ impl<J: Judge> Router<J> {
     /// Whether the judge batches (and so whether asks are worth computing).
     pub fn judge_batches(&self) -> bool {
         self.judge.batches()
+    }
+
+    /// How long the judge's candidates may wait for company.
+    pub fn judge_window(&self) -> crate::model::window::WindowConfig {
+        self.judge.window()
     }
 
     /// Gate, then pass-through, revalidation or eval; records it all.

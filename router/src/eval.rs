@@ -69,6 +69,11 @@ pub trait Judge {
     fn batches(&self) -> bool {
         false
     }
+
+    /// How long candidates may wait for company before a turn judges them.
+    fn window(&self) -> crate::model::window::WindowConfig {
+        crate::model::window::WindowConfig::OFF
+    }
 }
 
 /// A candidate a turn will ask a judge about, with the rules it is judged

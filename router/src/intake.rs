@@ -48,6 +48,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::engine::Router;
 use crate::eval::Judge;
+use crate::model::window::Window;
 use crate::store::{DeliveryLog, Durability, StoreError};
 
 pub use feishu::FeishuKeys;
@@ -319,32 +320,55 @@ fn spawn_processor<J: Judge + Send + 'static>(
 ) -> Result<std::thread::JoinHandle<()>, IntakeError> {
     std::thread::Builder::new()
         .name("intake-processor".into())
-        .spawn(move || loop {
-            match process::process_pending(&mut router, wall_clock_ms) {
-                Ok(done) if done.total() > 0 => {
-                    tracing::debug!(?done, "deliveries processed");
-                    if done.triggers > 0 {
-                        if let Some(n) = &decided {
-                            n.notify_one();
-                        }
-                    }
+        .spawn(move || {
+            let mut window = Window::new(router.judge_window());
+            loop {
+                let wait = processor_pass(&mut router, &mut window, decided.as_deref());
+                if *stopped.borrow() {
+                    return;
                 }
-                Ok(_) => {}
-                // The delivery stays pending; the next pass retries it.
-                Err(error) => tracing::error!(%error, "processing deliveries failed"),
-            }
-            if *stopped.borrow() {
-                return;
-            }
-            match woken.recv_timeout(POLL) {
-                Ok(()) | Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    if *stopped.borrow() {
-                        return;
+                match woken.recv_timeout(wait) {
+                    Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => {
+                        if *stopped.borrow() {
+                            return;
+                        }
+                        std::thread::sleep(wait);
                     }
-                    std::thread::sleep(POLL);
                 }
             }
         })
         .map_err(IntakeError::Start)
+}
+
+/// One pass over the pending deliveries; returns how long to wait for the
+/// next (until held candidates are due, at most [`POLL`]).
+fn processor_pass<J: Judge>(
+    router: &mut Router<J>,
+    window: &mut Window,
+    decided: Option<&Notify>,
+) -> Duration {
+    match process::process_with_window(router, wall_clock_ms, window) {
+        Ok(pass) => {
+            if pass.done.total() > 0 {
+                tracing::debug!(done = ?pass.done, "deliveries processed");
+            }
+            if pass.done.triggers > 0 {
+                if let Some(n) = decided {
+                    n.notify_one();
+                }
+            }
+            match pass.held_until {
+                Some(until) => {
+                    POLL.min(Duration::from_millis(until.saturating_sub(wall_clock_ms())))
+                }
+                None => POLL,
+            }
+        }
+        // The delivery stays pending; the next pass retries it.
+        Err(error) => {
+            tracing::error!(%error, "processing deliveries failed");
+            POLL
+        }
+    }
 }

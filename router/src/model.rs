@@ -9,6 +9,7 @@
 //!          retries on 429/5xx/no answer honouring Retry-After; a concurrency limit
 //! judge    pure: candidates + offered rules ─► prompt (message text as data);
 //!          answer ─► judgements, or judge_invalid (a rule not offered, …)
+//! window   pure: held candidates + recent arrival rate ─► judge now, or wait (≤ the bound)
 //! batch    a turn's candidates ─► one call per chunk ─► per-item retry ─► ModelJudge
 //! writer   pure: ack/result/answer facts ─► prompt; draft ─► checked text, else the template
 //! ```
@@ -17,6 +18,7 @@ pub mod batch;
 pub mod client;
 pub mod config;
 pub mod judge;
+pub mod window;
 pub mod writer;
 
 pub use batch::{ConfiguredJudge, ModelJudge};

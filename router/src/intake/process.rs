@@ -11,7 +11,8 @@
 //! not by idempotence.
 
 use crate::engine::{EngineError, Router};
-use crate::eval::Judge;
+use crate::eval::{Ask, Judge};
+use crate::model::window::{Flush, Window, WindowConfig};
 use crate::store::{StoreError, StoredDelivery};
 use crate::trigger::TriggerInput;
 
@@ -32,35 +33,135 @@ impl Processed {
     }
 }
 
-/// How many deliveries one batch reads.
+/// How many deliveries one batch reads (besides those held for company).
 const BATCH: usize = 64;
 
+/// What a pass did, and until when candidates are held for company.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pass {
+    pub done: Processed,
+    /// Held candidates are judged at this time (ms) at the latest: the
+    /// next pass is due then.
+    pub held_until: Option<u64>,
+}
+
 /// Processes every pending delivery; `now` gives the decision time of each.
+/// Nothing waits for company (batching per turn).
 pub fn process_pending<J: Judge>(
     router: &mut Router<J>,
-    mut now: impl FnMut() -> u64,
+    now: impl FnMut() -> u64,
 ) -> Result<Processed, EngineError> {
-    let mut done = Processed::default();
+    let mut window = Window::new(WindowConfig::OFF);
+    Ok(process_with_window(router, now, &mut window)?.done)
+}
+
+/// Processes pending deliveries, holding back the candidates a batching
+/// judge would be asked about while the window says to wait for company
+/// (and, to keep each thread's order, the later deliveries of their
+/// threads); everything else is decided at once.
+pub fn process_with_window<J: Judge>(
+    router: &mut Router<J>,
+    mut now: impl FnMut() -> u64,
+    window: &mut Window,
+) -> Result<Pass, EngineError> {
+    let mut pass = Pass::default();
+    let mut held_count = 0;
     loop {
-        let batch = router.store.read().pending_deliveries(BATCH)?;
+        let limit = BATCH + held_count;
+        let batch = router.store.read().pending_deliveries(limit)?;
         if batch.is_empty() {
-            return Ok(done);
+            return Ok(pass);
         }
         // One turn: the batch's candidates are judged together first (by a
         // batching judge), then each delivery is decided on its own.
         let mapped: Vec<_> = batch.iter().map(|d| (d, map(router, d))).collect();
-        let inputs: Vec<TriggerInput> = mapped
+        let inputs: Vec<(usize, TriggerInput)> = mapped
             .iter()
-            .filter_map(|(_, m)| match m {
-                Ok(Mapped::Trigger(input)) => Some((**input).clone()),
+            .enumerate()
+            .filter_map(|(i, (_, m))| match m {
+                Ok(Mapped::Trigger(input)) => Some((i, (**input).clone())),
                 _ => None,
             })
             .collect();
-        router.prepare_turn(&inputs)?;
-        for (delivery, mapped) in mapped {
-            process_one(router, delivery, mapped, now(), &mut done)?;
+        let mut asks: Vec<Option<Ask>> = vec![None; batch.len()];
+        if router.judge_batches() {
+            let just: Vec<TriggerInput> = inputs.iter().map(|(_, t)| t.clone()).collect();
+            for ((i, _), ask) in inputs.iter().zip(router.judge_asks(&just)?) {
+                asks[*i] = ask;
+            }
+        }
+        let threads: Vec<(Option<&str>, bool)> = mapped
+            .iter()
+            .zip(&asks)
+            .map(|((_, m), ask)| match m {
+                Ok(Mapped::Trigger(input)) => (Some(input.thread.as_str()), ask.is_some()),
+                _ => (None, false),
+            })
+            .collect();
+        let held = held_back(&threads);
+        let mut arrivals = Vec::new();
+        for ((d, _), ask) in mapped.iter().zip(&asks) {
+            if ask.is_some() {
+                window.arrived(d.seq, d.received_at);
+                arrivals.push(d.received_at);
+            }
+        }
+        // A later delivery on a held candidate's thread ends the wait:
+        // it is decided after the candidate, and nobody waits behind one.
+        let follower = held
+            .iter()
+            .zip(&threads)
+            .any(|(h, (_, asked))| *h && !asked);
+        let flush = if follower {
+            Flush::Now
+        } else {
+            window.flush(&arrivals, now())
+        };
+        match flush {
+            Flush::Now => {
+                router.prepare_asks(asks.into_iter().flatten().collect());
+                for (delivery, mapped) in mapped {
+                    process_one(router, delivery, mapped, now(), &mut pass.done)?;
+                }
+                held_count = 0;
+                pass.held_until = None;
+                if batch.len() < limit {
+                    return Ok(pass);
+                }
+            }
+            Flush::At(until) => {
+                held_count = held.iter().filter(|h| **h).count();
+                pass.held_until = Some(until);
+                let mut decided = 0;
+                for ((delivery, mapped), held) in mapped.into_iter().zip(held) {
+                    if !held {
+                        process_one(router, delivery, mapped, now(), &mut pass.done)?;
+                        decided += 1;
+                    }
+                }
+                if decided == 0 || batch.len() < limit {
+                    return Ok(pass);
+                }
+            }
         }
     }
+}
+
+/// Which deliveries wait with the held candidates (pure): each one asked
+/// about (`(thread, asked)` with `asked`), and every later one on the
+/// thread of a held one, so a thread's deliveries are decided in order.
+pub fn held_back(items: &[(Option<&str>, bool)]) -> Vec<bool> {
+    let mut threads: Vec<&str> = Vec::new();
+    items
+        .iter()
+        .map(|(thread, asked)| {
+            let held = *asked || thread.is_some_and(|t| threads.contains(&t));
+            if let (true, Some(t)) = (held, thread) {
+                threads.push(t);
+            }
+            held
+        })
+        .collect()
 }
 
 fn map<J: Judge>(router: &Router<J>, d: &StoredDelivery) -> Result<Mapped, String> {
@@ -330,6 +431,217 @@ mod tests {
         );
         assert_eq!(process_pending(&mut router, || 10).unwrap().triggers, 2);
         assert_eq!(trigger_decisions(&router), 2);
+    }
+
+    #[test]
+    fn held_back_keeps_each_threads_order() {
+        let t = |s: &'static str| Some(s);
+        // (thread, asked) per delivery ─► held
+        let cases: &[(&[(Option<&str>, bool)], &[bool])] = &[
+            (&[], &[]),
+            (&[(t("a"), false), (t("b"), false)], &[false, false]),
+            (&[(t("a"), true), (t("b"), false)], &[true, false]),
+            // Later deliveries on a held thread wait too; earlier ones do not.
+            (
+                &[
+                    (t("b"), false),
+                    (t("a"), true),
+                    (t("a"), false),
+                    (t("b"), false),
+                ],
+                &[false, true, true, false],
+            ),
+            (
+                &[(t("a"), true), (None, false), (t("a"), true)],
+                &[true, false, true],
+            ),
+        ];
+        for (items, want) in cases {
+            assert_eq!(held_back(items), *want, "{items:?}");
+        }
+    }
+
+    /// A batching judge that answers every ask "matches", counting the
+    /// asks of each turn.
+    struct CountingJudge {
+        turns: Vec<usize>,
+        window: WindowConfig,
+    }
+
+    impl Judge for CountingJudge {
+        fn judge(
+            &self,
+            _: &crate::policy::Rule,
+            _: &TriggerInput,
+        ) -> Result<crate::eval::Judgement, crate::eval::JudgeError> {
+            Ok(crate::eval::Judgement {
+                matched: true,
+                reason: "counted".into(),
+            })
+        }
+        fn prepare(&mut self, asks: Vec<Ask>) {
+            self.turns.push(asks.len());
+        }
+        fn batches(&self) -> bool {
+            true
+        }
+        fn window(&self) -> WindowConfig {
+            self.window
+        }
+    }
+
+    const COMMENT_RULE: &str = r#"
+[[rules]]
+id = "comments"
+team = "core"
+text = "Someone asks for a change in a comment."
+mode = "observe"
+when = { kinds = ["issue_comment"], author = "human" }
+"#;
+
+    fn issue_comment(issue: u64, id: u64, text: &str) -> Vec<u8> {
+        json!({"action": "created",
+               "issue": {"id": issue, "number": issue, "title": "t"},
+               "comment": {"id": id, "body": text, "updated_at": "t"},
+               "sender": {"login": "alice", "id": 101, "type": "User"},
+               "repository": {"full_name": "acme/widgets"}})
+        .to_string()
+        .into_bytes()
+    }
+
+    fn windowed() -> (
+        tempfile::TempDir,
+        DeliveryLog,
+        Router<CountingJudge>,
+        Window,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("router.db");
+        let store = Store::open(&path, Durability::Normal).unwrap();
+        let text = format!("{}{COMMENT_RULE}", crate::policy::tests::BASE);
+        let policy = crate::policy::Policy::from_toml("policy.toml", &text).unwrap();
+        let config = WindowConfig {
+            bound_ms: 10_000,
+            batch_max: 3,
+        };
+        let judge = CountingJudge {
+            turns: Vec::new(),
+            window: config,
+        };
+        let router = Router::new(store, policy, judge, 1).unwrap();
+        let log = DeliveryLog::open(&path, Durability::Normal).unwrap();
+        let mut window = Window::new(router.judge_window());
+        // Six candidates in the last minute: company is likely.
+        for (key, at) in (-6..0).zip(0..) {
+            window.arrived(key, 1_000 * at);
+        }
+        (dir, log, router, window)
+    }
+
+    fn deliver(log: &mut DeliveryLog, n: u64, body: &[u8], at: u64) {
+        log.insert(&NewDelivery {
+            platform: "github",
+            delivery_id: &format!("d{n}"),
+            event: "issue_comment",
+            meaning: &format!("m{n}"),
+            body,
+            received_at: at,
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn candidates_wait_for_company_up_to_the_bound_and_nothing_else_waits() {
+        let (_dir, mut log, mut router, mut window) = windowed();
+        deliver(&mut log, 1, &issue_comment(1, 1, "please rename it"), 6_000);
+        let pass = process_with_window(&mut router, || 6_100, &mut window).unwrap();
+        assert_eq!((pass.done.total(), pass.held_until), (0, Some(16_000)));
+        // An explicit request on another thread is decided at once; the
+        // candidate still waits.
+        deliver(
+            &mut log,
+            2,
+            &issue_comment(2, 2, "@gatehouse-bot fix it"),
+            7_000,
+        );
+        let pass = process_with_window(&mut router, || 7_100, &mut window).unwrap();
+        assert_eq!((pass.done.triggers, pass.held_until), (1, Some(16_000)));
+        assert!(router.judge().turns.is_empty());
+        // Company arrives; the bound is reached: both judged in one turn.
+        deliver(
+            &mut log,
+            3,
+            &issue_comment(3, 3, "and the other one"),
+            9_000,
+        );
+        let pass = process_with_window(&mut router, || 9_100, &mut window).unwrap();
+        assert_eq!(pass.done.total(), 0);
+        let pass = process_with_window(&mut router, || 16_000, &mut window).unwrap();
+        assert_eq!((pass.done.triggers, pass.held_until), (2, None));
+        assert_eq!(router.judge().turns, vec![2]);
+        assert_eq!(trigger_decisions_of(&router), 3);
+    }
+
+    #[test]
+    fn a_full_batch_a_follower_or_a_low_rate_ends_the_wait() {
+        // A full batch (3) goes at once.
+        let (_dir, mut log, mut router, mut window) = windowed();
+        for n in 1..=3 {
+            deliver(&mut log, n, &issue_comment(n, n, "rename it"), 6_000);
+        }
+        let pass = process_with_window(&mut router, || 6_100, &mut window).unwrap();
+        assert_eq!(pass.done.triggers, 3);
+        assert_eq!(router.judge().turns, vec![3]);
+
+        // A later delivery on a held candidate's thread: both decided, in order.
+        let (_dir, mut log, mut router, mut window) = windowed();
+        deliver(&mut log, 1, &issue_comment(1, 1, "rename it"), 6_000);
+        assert_eq!(
+            process_with_window(&mut router, || 6_100, &mut window)
+                .unwrap()
+                .done
+                .total(),
+            0
+        );
+        deliver(
+            &mut log,
+            2,
+            &issue_comment(1, 2, "@gatehouse-bot do it"),
+            6_200,
+        );
+        let pass = process_with_window(&mut router, || 6_300, &mut window).unwrap();
+        assert_eq!((pass.done.triggers, pass.held_until), (2, None));
+        let decisions = router.store().read().decisions().unwrap();
+        let triggers: Vec<&String> = decisions
+            .iter()
+            .filter(|d| d.contains(r#""type":"trigger""#))
+            .collect();
+        assert!(
+            triggers[0].contains(r#""admission":"candidate""#),
+            "{}",
+            triggers[0]
+        );
+        assert!(
+            triggers[1].contains(r#""admission":"explicit""#),
+            "{}",
+            triggers[1]
+        );
+
+        // A lone candidate when candidates are rare is judged at once.
+        let (_dir, mut log, mut router, _) = windowed();
+        let mut quiet = Window::new(router.judge_window());
+        deliver(&mut log, 1, &issue_comment(1, 1, "rename it"), 6_000);
+        let pass = process_with_window(&mut router, || 6_100, &mut quiet).unwrap();
+        assert_eq!((pass.done.triggers, pass.held_until), (1, None));
+        assert_eq!(router.judge().turns, vec![1]);
+    }
+
+    fn trigger_decisions_of<J: Judge>(router: &Router<J>) -> usize {
+        let decisions = router.store().read().decisions().unwrap();
+        decisions
+            .iter()
+            .filter(|d| d.contains(r#""type":"trigger""#))
+            .count()
     }
 
     /// Deliveries left pending (a crash after the acknowledgement, before

@@ -10,14 +10,15 @@
 //!       ─► ModelJudge answers each decision from the turn's results
 //! ```
 //!
-//! A turn never waits for company: it takes what is pending when it starts,
-//! so a lone event is judged at once, and events arriving during a call are
-//! the next turn's batch.
+//! A turn takes what is pending when it starts; events arriving during a
+//! call are the next turn's batch. How long a candidate may be held back
+//! for company before its turn is the window's decision ([`super::window`]).
 
 use std::future::Future;
 
 use super::client::{CallError, ModelClient, Structured};
 use super::judge::{judge_request, read_answer, Candidate, CandidateResult};
+use super::window::WindowConfig;
 use crate::eval::{Ask, Judge, JudgeError, Judgement};
 use crate::policy::Rule;
 use crate::trigger::TriggerInput;
@@ -175,6 +176,14 @@ impl Judge for ModelJudge {
     fn batches(&self) -> bool {
         true
     }
+
+    fn window(&self) -> WindowConfig {
+        let c = self.client.config();
+        WindowConfig {
+            bound_ms: u64::try_from(c.batch_window.as_millis()).unwrap_or(u64::MAX),
+            batch_max: c.batch_max,
+        }
+    }
 }
 
 /// The judge a deployment runs: rules-only unless the model judges.
@@ -200,5 +209,12 @@ impl Judge for ConfiguredJudge {
 
     fn batches(&self) -> bool {
         matches!(self, Self::Model(_))
+    }
+
+    fn window(&self) -> WindowConfig {
+        match self {
+            Self::RulesOnly(_) => WindowConfig::OFF,
+            Self::Model(j) => j.window(),
+        }
     }
 }

@@ -17,6 +17,7 @@
 //! max_backoff_ms = 10000  # a longer Retry-After gives up
 //! concurrency = 4       # calls in flight at once
 //! batch_max = 32        # candidates judged in one call
+//! batch_window_ms = 10000  # the longest a candidate waits for company (0: never)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -47,6 +48,8 @@ pub(crate) struct ModelFile {
     concurrency: usize,
     #[serde(default = "default_batch_max")]
     batch_max: usize,
+    #[serde(default = "default_batch_window")]
+    batch_window_ms: u64,
 }
 
 fn default_timeout() -> u64 {
@@ -67,6 +70,9 @@ fn default_concurrency() -> usize {
 fn default_batch_max() -> usize {
     32
 }
+fn default_batch_window() -> u64 {
+    10_000
+}
 
 /// The model, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +90,9 @@ pub struct ModelConfig {
     pub retry: RetryPolicy,
     pub concurrency: usize,
     pub batch_max: usize,
+    /// The longest a candidate waits for company before it is judged
+    /// ([`super::window`]); zero: never waits.
+    pub batch_window: Duration,
 }
 
 /// When and how long to wait before another attempt.
@@ -132,6 +141,12 @@ impl ModelFile {
         if self.batch_max == 0 || self.batch_max > 256 {
             return Err(invalid("batch_max", "between 1 and 256"));
         }
+        if self.batch_window_ms > 60_000 {
+            return Err(invalid(
+                "batch_window_ms",
+                "milliseconds between 0 (never wait) and 60000",
+            ));
+        }
         Ok(ModelConfig {
             socket: path("model.socket", self.socket)?,
             completions_path: format!("{prefix}/chat/completions"),
@@ -147,6 +162,7 @@ impl ModelFile {
             },
             concurrency: self.concurrency,
             batch_max: self.batch_max,
+            batch_window: Duration::from_millis(self.batch_window_ms),
         })
     }
 }
@@ -197,6 +213,11 @@ mod tests {
         assert!(!c.judge && !c.writer);
         assert_eq!(c.retry.retries, 2);
         assert_eq!(c.concurrency, 4);
+        assert_eq!(c.batch_window, Duration::from_secs(10));
+        assert_eq!(
+            file("batch_window_ms = 0").unwrap().batch_window,
+            Duration::ZERO
+        );
     }
 
     #[test]
@@ -220,6 +241,7 @@ mod tests {
             ("backoff_ms = 100\nmax_backoff_ms = 10", "model.backoff_ms"),
             ("concurrency = 0", "model.concurrency"),
             ("batch_max = 0", "model.batch_max"),
+            ("batch_window_ms = 60001", "model.batch_window_ms"),
         ];
         for (extra, key) in cases {
             assert_eq!(file(extra).unwrap_err().0, key, "{extra}");

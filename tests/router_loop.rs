@@ -662,3 +662,174 @@ fn a_reply_posted_but_not_confirmed_is_found_not_posted_twice() {
         "{outbox:?}"
     );
 }
+
+// === the writer on ===
+
+use gatehouse_emulators::{ModelOptions, ModelReply, ModelScript};
+use gatehouse_router::reply::{Purpose, Writer};
+
+/// A worker that raises a question, then finishes (after the ack is out).
+const WRITER_ASKING_WORKER: &str = r#"
+sleep 1
+gatehouse report --state blocked --summary 'Which form?' --question 'Should I fix the signup form too?' || exit 90
+sleep 1
+gatehouse report --state ready --summary 'Fixed the login form' --link https://github.com/acme/widgets/pull/2 || exit 94
+"#;
+
+/// [`SHORT_WORKER`], after the ack is out.
+const WRITER_WORKER: &str = r#"
+sleep 1
+gatehouse report --state working --summary 'Looking at it' || exit 90
+sleep 0.3
+gatehouse report --state ready --summary 'Fixed the login form' --link https://github.com/acme/widgets/pull/2 || exit 94
+"#;
+
+fn draft(text: &str) -> ModelReply {
+    ModelReply::Content(serde_json::json!({ "text": text }).to_string())
+}
+
+/// (purpose, writer) of each logged reply, in order.
+fn reply_log(w: &LiveWorld) -> Vec<(Purpose, Writer)> {
+    let store = Store::open(&w.state(), Durability::Normal).unwrap();
+    let replies = store.read().replies().unwrap();
+    replies.into_iter().map(|r| (r.purpose, r.writer)).collect()
+}
+
+/// The comment without the router's hidden marker.
+fn visible(comment: &str) -> &str {
+    comment.split("<!-- gatehouse:").next().unwrap_or("").trim()
+}
+
+fn mention(w: &LiveWorld, text: &str) -> u64 {
+    let n = w
+        .github
+        .add_issue(
+            "acme/widgets",
+            "Login",
+            "The login form rejects valid emails.",
+            "alice",
+        )
+        .unwrap();
+    w.github
+        .add_issue_comment("acme/widgets", n, text, "alice")
+        .unwrap();
+    n
+}
+
+/// The model drafts the ack and the result; both reach GitHub as drafted,
+/// pass the reply rules, and the reply log says `writer = model`.
+#[test]
+fn the_writers_drafts_reach_github_and_the_log_says_model() {
+    let ack = "Taking this on: the login form and its email check.";
+    let result =
+        "The login form accepts valid emails again: https://github.com/acme/widgets/pull/2";
+    let w = LiveWorld::start_with_writer(
+        WRITER_WORKER,
+        ModelOptions::default()
+            .script(ModelScript::new(&["\"purpose\":\"ack\""], draft(ack)))
+            .script(ModelScript::new(&["\"purpose\":\"result\""], draft(result))),
+    );
+    let n = mention(&w, "@gatehouse-bot the login form rejects valid emails");
+    w.wait("the result", |w| w.bot_comments(n).len() >= 2);
+    assert_eq!(wait_ended(&w), "completed");
+    std::thread::sleep(Duration::from_secs(1));
+    let said = w.bot_comments(n);
+    let texts: Vec<&str> = said.iter().map(|c| visible(c)).collect();
+    assert_eq!(texts, [ack, result], "{said:?}");
+    assert_eq!(
+        reply_log(&w),
+        [
+            (Purpose::Ack, Writer::Model),
+            (Purpose::Result, Writer::Model)
+        ]
+    );
+    // Each draft was asked for through the proxy with the key it injected,
+    // with alice's message as data; the result's with the worker's link.
+    let model = w.model.as_ref().unwrap();
+    let asked: Vec<String> = model
+        .requests()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(model.requests().iter().all(|r| r
+        .authorization()
+        .is_some_and(|a| a.starts_with("Bearer sk-loop-"))));
+    assert!(asked[0].contains("the login form rejects valid emails"));
+    assert!(asked[1].contains("https://github.com/acme/widgets/pull/2"));
+    // The router's own record of the drafts: allowed replies, by the model.
+    let store = Store::open(&w.state(), Durability::Normal).unwrap();
+    let allowed: Vec<Value> = store
+        .read()
+        .decisions()
+        .unwrap()
+        .iter()
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter(|d| d["type"] == "reply")
+        .collect();
+    assert_eq!(allowed.len(), 2, "{allowed:?}");
+    assert!(
+        allowed.iter().all(|d| d["allowed"]["writer"] == "model"),
+        "{allowed:?}"
+    );
+}
+
+/// Drafts the rules refuse fall back to the template, and the reply log
+/// and the router's log say so: an ack over 100 words, a result that
+/// leaves out the worker's link; the attention is the worker's question
+/// word for word, never drafted, whatever the model would write.
+#[test]
+fn refused_drafts_fall_back_to_the_template_and_the_log_says_so() {
+    let long = vec!["word"; 120].join(" ");
+    let w = LiveWorld::start_with_writer(
+        WRITER_ASKING_WORKER,
+        ModelOptions::default()
+            .script(ModelScript::new(&["\"purpose\":\"ack\""], draft(&long)))
+            .script(ModelScript::new(
+                &["\"purpose\":\"result\""],
+                draft("Fixed the login form."),
+            ))
+            // Were the attention ever drafted, it would be rewritten.
+            .responder(|_| Some(draft("Shall I also do the signup form, or not?"))),
+    );
+    let n = mention(&w, "@gatehouse-bot please fix the login form");
+    w.wait("the result", |w| w.bot_comments(n).len() >= 3);
+    assert_eq!(wait_ended(&w), "completed");
+    std::thread::sleep(Duration::from_secs(1));
+    let said = w.bot_comments(n);
+    let texts: Vec<&str> = said.iter().map(|c| visible(c)).collect();
+    assert_eq!(texts.len(), 3, "{said:?}");
+    assert!(texts[0].starts_with("On it"), "{said:?}");
+    assert_eq!(texts[1], "Should I fix the signup form too?", "{said:?}");
+    assert!(
+        texts[2].starts_with("Done: Fixed the login form"),
+        "{said:?}"
+    );
+    assert!(
+        texts[2].contains("https://github.com/acme/widgets/pull/2"),
+        "{said:?}"
+    );
+    assert_eq!(
+        reply_log(&w),
+        [
+            (Purpose::Ack, Writer::Template),
+            (Purpose::Attention, Writer::Template),
+            (Purpose::Result, Writer::Template)
+        ]
+    );
+    // The ack and the result were asked for and refused; the attention
+    // was never asked for.
+    let model = w.model.as_ref().unwrap();
+    let asked: Vec<String> = model
+        .requests()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(asked
+        .iter()
+        .all(|a| !a.contains("\\\"purpose\\\":\\\"attention\\\"")));
+    let log = w.log();
+    assert!(log.contains("over the limit of 100"), "{log}");
+    assert!(log.contains("leaves out the link"), "{log}");
+}

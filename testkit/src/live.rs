@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use gatehouse_emulators::{
     user_id, FeishuEmulator, FeishuHandle, FeishuOptions, GithubEmulator, GithubHandle,
-    GithubOptions, RepoSpec,
+    GithubOptions, ModelEmulator, ModelHandle, ModelOptions, RepoSpec,
 };
 use serde_json::{json, Value};
 
@@ -40,6 +40,9 @@ pub struct LiveWorld {
     pub router_log: PathBuf,
     /// The router's GitHub identity socket (rule set `router-github`).
     pub github_identity: PathBuf,
+    /// The model emulator, when the router's model writes replies
+    /// ([`LiveWorld::start_with_writer`]).
+    pub model: Option<ModelHandle>,
 }
 
 fn free_port() -> u16 {
@@ -84,11 +87,24 @@ impl Default for Intake {
 impl LiveWorld {
     /// Starts everything; `worker` is the worker's shell script.
     pub fn start(worker: &str) -> LiveWorld {
-        Self::start_with(worker, Intake::default())
+        Self::start_full(worker, Intake::default(), None)
     }
 
     /// [`LiveWorld::start`] with GitHub reaching the router as `intake` says.
     pub fn start_with(worker: &str, intake: Intake) -> LiveWorld {
+        Self::start_full(worker, intake, None)
+    }
+
+    /// [`LiveWorld::start`] with the router model writing reply texts
+    /// (`[model] writer = true`): the model emulator behind the proxy,
+    /// which holds its key (credential `model`, the shipped `model-api`
+    /// rule set) and which the router reaches through an identity of its
+    /// own with that rule set alone.
+    pub fn start_with_writer(worker: &str, model: ModelOptions) -> LiveWorld {
+        Self::start_full(worker, Intake::default(), Some(model))
+    }
+
+    fn start_full(worker: &str, intake: Intake, model: Option<ModelOptions>) -> LiveWorld {
         let dir = tempfile::Builder::new()
             .prefix("gh-loop")
             .tempdir()
@@ -118,7 +134,25 @@ impl LiveWorld {
                 )
         })
         .unwrap();
-        let proxy = start_proxy(&dir, &github, &feishu, &token, &feishu_secret);
+        let model = model.map(|options| {
+            let key = crate::random::token("sk-loop-");
+            (ModelEmulator::start(options.api_key(&key)).unwrap(), key)
+        });
+        let proxy = start_proxy(
+            &dir,
+            &github,
+            &feishu,
+            &token,
+            &feishu_secret,
+            model.as_ref(),
+        );
+        let model_identity = model.as_ref().map(|_| {
+            create_identity(
+                &proxy.admin,
+                "router-model",
+                json!({"rule_sets": ["model-api"]}),
+            )
+        });
         let github_identity = create_identity(
             &proxy.admin,
             "router-gh-1",
@@ -138,6 +172,7 @@ impl LiveWorld {
             gh_port,
             fs_port,
             intake,
+            model_identity.as_deref(),
         );
         let mut w = LiveWorld {
             router_log: dir.path().join("router.log"),
@@ -148,6 +183,7 @@ impl LiveWorld {
             supervisor,
             router: None,
             github_identity,
+            model: model.map(|(m, _)| m),
         };
         w.start_router();
         w
@@ -254,12 +290,13 @@ fn start_proxy(
     feishu: &FeishuHandle,
     token: &str,
     feishu_secret: &str,
+    model: Option<&(ModelHandle, String)>,
 ) -> ProxyProcess {
     let proxy_dir = dir.path().join("proxy");
     std::fs::create_dir(&proxy_dir).unwrap();
     let shipped = crate::bin::repo_path("sandbox-profiles/rules");
     start_proxy_process_with(&proxy_dir, github, token, crate::bin::command(), |d| {
-        for set in ["router-github.toml", "router-feishu.toml"] {
+        for set in ["router-github.toml", "router-feishu.toml", "model-api.toml"] {
             std::fs::copy(shipped.join(set), d.join(set)).unwrap();
         }
         feishu.write_ca_pem(&d.join("feishu-ca.pem")).unwrap();
@@ -268,7 +305,7 @@ fn start_proxy(
             .unwrap()
             .replace(
                 "rule_set_files = [\"rules.toml\"]",
-                "rule_set_files = [\"rules.toml\", \"router-github.toml\", \"router-feishu.toml\"]",
+                "rule_set_files = [\"rules.toml\", \"router-github.toml\", \"router-feishu.toml\", \"model-api.toml\"]",
             )
             .replace(
                 "app_id = \"cli_unused\"",
@@ -276,10 +313,22 @@ fn start_proxy(
             );
         // Identities of the admin API (the workers', the router's here)
         // are kept across a restart of the proxy, as `gatehouse up` does.
-        let config = format!(
+        let mut config = format!(
             "identity_state = \"identities.json\"\n{config}\n[upstream.\"open.feishu.cn\"]\nurl = \"{}\"\nca_file = \"feishu-ca.pem\"\n",
             feishu.base_url()
         );
+        if let Some((model, key)) = model {
+            use std::os::unix::fs::PermissionsExt;
+            model.write_ca_pem(&d.join("model-ca.pem")).unwrap();
+            std::fs::write(d.join("model.key"), key).unwrap();
+            std::fs::set_permissions(d.join("model.key"), std::fs::Permissions::from_mode(0o600))
+                .unwrap();
+            config.push_str(&format!(
+                "\n[credentials.model]\nkind = \"bearer\"\nkey_file = \"model.key\"\n\n\
+                 [upstream.\"api.openai.com\"]\nurl = \"{}\"\nca_file = \"model-ca.pem\"\n",
+                model.base_url()
+            ));
+        }
         std::fs::write(d.join("proxy.toml"), config).unwrap();
     })
 }
@@ -319,6 +368,7 @@ fn write_router_config(
     gh_port: u16,
     fs_port: u16,
     intake: Intake,
+    model_identity: Option<&std::path::Path>,
 ) {
     std::fs::write(
         dir.path().join("policy.toml"),
@@ -362,6 +412,13 @@ repo = "acme/widgets"
     let poll = intake.poll_secs.map_or(String::new(), |secs| {
         format!("[github_poll]\ninterval_secs = {secs}\n")
     });
+    // The router's model: the writer only, through its own identity (no key).
+    let model = model_identity.map_or(String::new(), |socket| {
+        format!(
+            "[model]\nsocket = {socket:?}\nbase_url = \"https://api.openai.com/v1\"\n\
+             model = \"gatehouse-emulated\"\nwriter = true\ntimeout_ms = 5000\nretries = 0\n"
+        )
+    });
     std::fs::write(
         dir.path().join("router.toml"),
         format!(
@@ -371,7 +428,7 @@ repo = "acme/widgets"
              [proxy.github_sockets]\n\"acme/widgets\" = {github_identity:?}\n\
              {github}{poll}\
              [feishu]\nlisten = \"127.0.0.1:{fs_port}\"\napp_id = \"{FEISHU_APP}\"\n\
-             encrypt_key_file = \"feishu-key\"\nverification_token_file = \"feishu-token\"\n",
+             encrypt_key_file = \"feishu-key\"\nverification_token_file = \"feishu-token\"\n{model}",
             jobs = supervisor.socket,
         ),
     )

@@ -177,3 +177,221 @@ fn replies_export_is_the_reply_log_as_jsonl() {
     assert_eq!(records[0]["text_sha256"], sha256_hex("On it."));
     assert_eq!(records[0]["words"], 2);
 }
+
+// === router stats ===
+
+use gatehouse_router::engine::Router;
+use gatehouse_router::eval::{Judge, JudgeError, Judgement};
+use gatehouse_router::policy::{Policy, Rule};
+use gatehouse_router::store::{Durability, Store};
+use gatehouse_router::trigger::{Address, AddressKind, Sender, Source, TriggerInput, TriggerKind};
+
+const STATS_POLICY: &str = r#"
+identity = { github = { login = "gatehouse-bot", id = 900 } }
+
+[[people]]
+name = "alice"
+team = "core"
+github = { login = "alice", id = 101 }
+
+[teams.core]
+default_repo = "acme/widgets"
+[teams.core.repos."acme/widgets"]
+sandbox_profile = "default"
+
+[[rules]]
+id = "bug-reports"
+team = "core"
+text = "Someone describes a reproducible bug."
+mode = "observe"
+when = { kinds = ["issue_comment"], author = "human" }
+
+[[rules]]
+id = "docs"
+team = "core"
+text = "Someone asks for a documentation fix."
+mode = "observe"
+when = { kinds = ["issue_comment"], author = "human" }
+"#;
+
+/// Matches `bug-reports` on "crash", `docs` on "docs".
+struct WordJudge;
+
+impl Judge for WordJudge {
+    fn judge(&self, rule: &Rule, t: &TriggerInput) -> Result<Judgement, JudgeError> {
+        let word = if rule.id == "docs" { "docs" } else { "crash" };
+        Ok(Judgement {
+            matched: t.text.contains(word),
+            reason: format!("looked for {word}"),
+        })
+    }
+}
+
+fn alice_says(issue: u32, text: &str, mention: bool) -> TriggerInput {
+    TriggerInput {
+        source: Source::Github,
+        kind: TriggerKind::IssueComment,
+        thread: format!("gh:acme/widgets#{issue}"),
+        message_id: format!("ic_{issue}_{}", text.len()),
+        sender: Sender {
+            id: "101".into(),
+            login: Some("alice".into()),
+            name: "alice".into(),
+            is_bot: false,
+        },
+        addressed: if mention {
+            vec![Address {
+                kind: AddressKind::Mention,
+                account: "gatehouse-bot".into(),
+            }]
+        } else {
+            Vec::new()
+        },
+        chat: None,
+        repo: Some("acme/widgets".into()),
+        labels: Vec::new(),
+        branch: None,
+        text: text.into(),
+        head_ticket: None,
+        pull_url: None,
+        raw: None,
+    }
+}
+
+const T0: u64 = 1_764_547_200_000;
+const HOUR: u64 = 3_600_000;
+
+/// A state with observe-mode evidence, decided by the real engine.
+fn observed(dir: &std::path::Path) -> std::path::PathBuf {
+    let db = dir.join("router.db");
+    let store = Store::open(&db, Durability::Normal).unwrap();
+    let policy = Policy::from_toml("policy.toml", STATS_POLICY).unwrap();
+    let mut r = Router::new(store, policy, WordJudge, T0).unwrap();
+    for (hours, issue, text, mention) in [
+        // bug-reports would accept; a person then asks (docs missed it).
+        (1, 1, "it crashes on save", false),
+        (2, 1, "@gatehouse-bot please fix this", true),
+        // bug-reports would accept; nobody asks.
+        (3, 2, "the crash again", false),
+        // docs would accept, a person then asks (bug-reports missed it).
+        (240, 3, "the docs have a typo", false),
+        (241, 3, "@gatehouse-bot fix the typo", true),
+    ] {
+        r.on_trigger(alice_says(issue, text, mention), T0 + hours * HOUR)
+            .unwrap();
+    }
+    db
+}
+
+fn stats_json(args: &[&str], state: &std::path::Path) -> Value {
+    let out = run(gatehouse()
+        .args(["router", "stats", "--json", "--state"])
+        .arg(state)
+        .args(args));
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+fn counts(v: &Value) -> Vec<(String, u64, u64, u64, u64)> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let n = |k: &str| r[k].as_u64().unwrap();
+            (
+                r["rule"].as_str().unwrap().to_owned(),
+                n("would_accept"),
+                n("threads"),
+                n("then_requested"),
+                n("missed"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn router_stats_counts_would_accepts_requests_and_misses() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = observed(dir.path());
+    let c = |rule: &str, w, t, r, m| (rule.to_owned(), w, t, r, m);
+    assert_eq!(
+        counts(&stats_json(&[], &db)),
+        [c("bug-reports", 2, 2, 1, 1), c("docs", 1, 1, 1, 1)]
+    );
+    // --since (ms since the epoch): only the last days count.
+    let since = (T0 + 200 * HOUR).to_string();
+    assert_eq!(
+        counts(&stats_json(&["--since", &since], &db)),
+        [c("bug-reports", 0, 0, 0, 1), c("docs", 1, 1, 1, 0)]
+    );
+    // A window shorter than the hour between would-accept and request.
+    assert_eq!(
+        counts(&stats_json(&["--window", "30m"], &db)),
+        [c("bug-reports", 2, 2, 0, 0), c("docs", 1, 1, 0, 0)]
+    );
+    // The state's directory works as well; the table names every column.
+    let table = run(gatehouse()
+        .args(["router", "stats", "--state"])
+        .arg(dir.path()));
+    assert!(table.status.success(), "{}", stderr(&table));
+    let text = stdout(&table);
+    let header = text.lines().next().unwrap();
+    for col in [
+        "rule",
+        "would_accept",
+        "threads",
+        "then_requested",
+        "missed",
+    ] {
+        assert!(header.contains(col), "{text}");
+    }
+    assert!(
+        text.lines().any(
+            |l| l.split_whitespace().collect::<Vec<_>>() == ["bug-reports", "2", "2", "1", "1"]
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn router_stats_refuses_a_missing_state_and_bad_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nowhere");
+    let out = run(gatehouse()
+        .args(["router", "stats", "--state"])
+        .arg(&missing));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
+    // Read-only: nothing was created.
+    assert!(!missing.exists());
+    let out = run(gatehouse()
+        .args(["router", "stats", "--state"])
+        .arg(dir.path()));
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("holds no router.db"),
+        "{}",
+        stderr(&out)
+    );
+    let db = observed(dir.path());
+    for (flag, value) in [("--since", "yesterday"), ("--window", "7w")] {
+        let out = run(gatehouse()
+            .args(["router", "stats", "--state"])
+            .arg(&db)
+            .args([flag, value]));
+        assert!(!out.status.success(), "{flag} {value}");
+        assert!(stderr(&out).contains(flag), "{}", stderr(&out));
+    }
+    // --help explains each column.
+    let help = stdout(&run(gatehouse().args(["router", "stats", "--help"])));
+    for col in [
+        "would_accept",
+        "threads",
+        "then_requested",
+        "missed",
+        "--since",
+        "--window",
+    ] {
+        assert!(help.contains(col), "{help}");
+    }
+}

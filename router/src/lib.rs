@@ -55,6 +55,7 @@ pub mod policy;
 pub mod replay;
 pub mod reply;
 pub mod route;
+pub mod stats;
 pub mod store;
 pub mod ticket;
 pub mod trigger;

@@ -129,6 +129,36 @@ impl Store {
         Ok(store)
     }
 
+    /// Every decision as `(seq, at, body)`, oldest first, from a state
+    /// opened read-only: nothing is created, migrated or written (the
+    /// statistics; a router may be running on it).
+    pub fn read_decision_log(path: &Path) -> Result<Vec<(u64, u64, String)>> {
+        use rusqlite::OpenFlags;
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let known = schema::version();
+        if version > known {
+            return Err(StoreError::SchemaTooNew {
+                found: version,
+                known,
+            });
+        }
+        let mut stmt = conn.prepare("SELECT seq, at, body FROM decisions ORDER BY seq")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    codec::from_sql_u64(r.get(0)?),
+                    codec::from_sql_u64(r.get(1)?),
+                    r.get::<_, String>(2)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
     /// A private in-memory database, for tests.
     pub fn open_in_memory() -> Result<Self> {
         Self::init(Connection::open_in_memory()?, Durability::Normal)

@@ -15,6 +15,7 @@ use gatehouse_router::intake::{
 };
 use gatehouse_router::policy::Policy;
 use gatehouse_router::replay::{first_at, replay};
+use gatehouse_router::stats;
 use gatehouse_router::store::{Durability, Store};
 use gatehouse_types::env;
 
@@ -117,6 +118,40 @@ pub enum RouterCommand {
         /// How hard each commit waits for the disk
         #[arg(long, value_enum, default_value_t = Sync::Normal)]
         sync: Sync,
+    },
+    /// Observe-mode evidence: per rule, what it would have accepted and what people then asked for
+    ///
+    /// Read-only over the router's state (a router may be running on it).
+    /// One row per rule that appears in the decision log, in id order:
+    ///
+    ///   would_accept    candidates the rule would have accepted (observe
+    ///                   mode: recorded, nothing accepted), at or after --since
+    ///
+    ///   threads         the distinct threads of those candidates
+    ///
+    ///   then_requested  of those threads, how many got an explicit request
+    ///                   from a person (someone allowlisted addressing the bot)
+    ///                   within --window after a would-accept; with threads,
+    ///                   how often accepting on its own would have been right
+    ///
+    ///   missed          explicit requests from a person, at or after --since,
+    ///                   on a thread where the rule judged a candidate within
+    ///                   --window before (its conditions held) and would not
+    ///                   have accepted it (no match, or its judge failed)
+    Stats {
+        /// The router's state: its database, or a directory holding router.db
+        #[arg(long, env = env::STATE)]
+        state: PathBuf,
+        /// Count from this time: a duration back from now (90m, 24h, 7d), a
+        /// UTC date (YYYY-MM-DD) or milliseconds since the epoch [default: everything]
+        #[arg(long)]
+        since: Option<String>,
+        /// How long after a would-accept (or before a request) counts (90m, 24h, 7d)
+        #[arg(long, default_value = "7d")]
+        window: String,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -232,6 +267,15 @@ impl Commands {
             Commands::Router {
                 command: RouterCommand::Run { config, sync },
             } => super::router_run::run(&config, sync),
+            Commands::Router {
+                command:
+                    RouterCommand::Stats {
+                        state,
+                        since,
+                        window,
+                        json,
+                    },
+            } => router_stats(&state, since.as_deref(), &window, json),
             Commands::Tickets { command } => match command {
                 TicketsCommand::List { state } => tickets_list(&state),
                 TicketsCommand::Show { id, state } => tickets_show(&id, &state),
@@ -425,6 +469,75 @@ fn open_existing(state: &Path) -> anyhow::Result<Store> {
     }
     Store::open(state, Durability::Normal)
         .with_context(|| format!("cannot open the state {}", state.display()))
+}
+
+fn router_stats(
+    state: &Path,
+    since: Option<&str>,
+    window: &str,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let since = match since {
+        Some(s) => {
+            stats::parse_since(s, wall_clock_ms()).map_err(|e| anyhow::anyhow!("--since {e}"))?
+        }
+        None => 0,
+    };
+    let window = stats::parse_duration(window).map_err(|e| anyhow::anyhow!("--window {e}"))?;
+    let db = state_database(state)?;
+    let log = Store::read_decision_log(&db)
+        .with_context(|| format!("cannot read the router state {}", db.display()))?;
+    let rows: Vec<_> = log
+        .iter()
+        .filter_map(|(seq, at, body)| stats::trigger_row(*seq, *at, body))
+        .collect();
+    let per_rule = stats::rule_stats(&rows, since, window);
+    if json {
+        print_json(&per_rule)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if per_rule.is_empty() {
+        println!("no rule was evaluated (no candidate reached a rule's judge)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let width = per_rule
+        .iter()
+        .map(|r| r.rule.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    println!(
+        "{:<width$}  {:>12}  {:>7}  {:>14}  {:>6}",
+        "rule", "would_accept", "threads", "then_requested", "missed"
+    );
+    for r in &per_rule {
+        println!(
+            "{:<width$}  {:>12}  {:>7}  {:>14}  {:>6}",
+            r.rule, r.would_accept, r.threads, r.then_requested, r.missed
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The state database: `state` itself, or `router.db` in a directory.
+fn state_database(state: &Path) -> anyhow::Result<PathBuf> {
+    if !state.exists() {
+        bail!(
+            "no router state at {}: it does not exist; pass --state <db or directory>",
+            state.display()
+        );
+    }
+    if state.is_dir() {
+        let db = state.join("router.db");
+        if !db.is_file() {
+            bail!(
+                "no router state in the directory {}: it holds no router.db",
+                state.display()
+            );
+        }
+        return Ok(db);
+    }
+    Ok(state.to_owned())
 }
 
 fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {

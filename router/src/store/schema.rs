@@ -217,6 +217,11 @@ CREATE TABLE poll_state (
 /// What every connection to the router's database sets before it is used:
 /// WAL, the commit durability, foreign keys, a busy timeout (the listener
 /// and the router write the same file); then the schema is migrated.
+/// The schema version this gatehouse writes.
+pub(super) fn version() -> i64 {
+    i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX)
+}
+
 pub(super) fn prepare(conn: &mut Connection, durability: super::Durability) -> Result<()> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(

@@ -437,7 +437,8 @@ mod tests {
     fn held_back_keeps_each_threads_order() {
         let t = |s: &'static str| Some(s);
         // (thread, asked) per delivery ─► held
-        let cases: &[(&[(Option<&str>, bool)], &[bool])] = &[
+        type Items<'a> = &'a [(Option<&'a str>, bool)];
+        let cases: &[(Items, &[bool])] = &[
             (&[], &[]),
             (&[(t("a"), false), (t("b"), false)], &[false, false]),
             (&[(t("a"), true), (t("b"), false)], &[true, false]),

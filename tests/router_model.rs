@@ -473,6 +473,80 @@ fn injections_in_the_context_cannot_name_rules_that_were_not_offered() {
     }
 }
 
+/// The batching window over stored deliveries and the real model: while
+/// candidates arrive often, they wait for company up to the bound and are
+/// then judged in one call; each decision is still its own.
+#[test]
+fn held_candidates_are_judged_together_in_one_call_at_the_bound() {
+    use gatehouse_router::intake::process::process_with_window;
+    use gatehouse_router::model::window::Window;
+    use gatehouse_router::store::{DeliveryLog, Durability, NewDelivery};
+
+    let w = start(ModelOptions::default().responder(answering(|_| true)));
+    let mut c = config(&w.socket, 5_000, 0);
+    c.batch_window = Duration::from_secs(10);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("router.db");
+    let client = ModelClient::new(c, &w.proxy_ca).unwrap();
+    let judge = ConfiguredJudge::Model(Box::new(ModelJudge::new(client).unwrap()));
+    let policy = Policy::from_toml("policy.toml", POLICY).unwrap();
+    let mut r = Router::new(
+        Store::open(&db, Durability::Normal).unwrap(),
+        policy,
+        judge,
+        1,
+    )
+    .unwrap();
+    let mut log = DeliveryLog::open(&db, Durability::Normal).unwrap();
+    let mut window = Window::new(r.judge_window());
+    // Candidates have been arriving every few seconds.
+    for (key, at) in (-6..0).zip(0..) {
+        window.arrived(key, 10_000 + 5_000 * at);
+    }
+    let t0 = 40_000;
+    for n in 1..=3u64 {
+        let body = json!({"action": "created",
+            "issue": {"id": n, "number": n, "title": "t"},
+            "comment": {"id": n, "body": format!("it crashes, case {n}"), "updated_at": "t"},
+            "sender": {"login": "alice", "id": 101, "type": "User"},
+            "repository": {"full_name": "acme/widgets"}})
+        .to_string();
+        log.insert(&NewDelivery {
+            platform: "github",
+            delivery_id: &format!("d{n}"),
+            event: "issue_comment",
+            meaning: &format!("m{n}"),
+            body: body.as_bytes(),
+            received_at: t0 + 1_000 * n,
+        })
+        .unwrap();
+        let pass = process_with_window(&mut r, || t0 + 1_000 * n + 100, &mut window).unwrap();
+        assert_eq!(pass.done.total(), 0, "held");
+        assert_eq!(pass.held_until, Some(t0 + 11_000));
+    }
+    assert_eq!(w.model.calls(), 0);
+    let pass = process_with_window(&mut r, || t0 + 11_000, &mut window).unwrap();
+    assert_eq!((pass.done.triggers, pass.held_until), (3, None));
+    assert_eq!(w.model.calls(), 1, "one call for the three");
+    assert_eq!(
+        request_data(&w, 0)["candidates"].as_array().unwrap().len(),
+        3
+    );
+    let decisions: Vec<Value> = r
+        .store()
+        .read()
+        .decisions()
+        .unwrap()
+        .iter()
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter(|d| d["type"] == "trigger")
+        .collect();
+    assert_eq!(decisions.len(), 3);
+    for d in &decisions {
+        assert_eq!(verdict(d, "bug-reports")["verdict"], "would_accept", "{d}");
+    }
+}
+
 #[test]
 fn the_gate_is_never_asked() {
     let w = start(ModelOptions::default().responder(answering(|_| true)));

@@ -75,21 +75,7 @@ pub fn process_with_window<J: Judge>(
         // One turn: the batch's candidates are judged together first (by a
         // batching judge), then each delivery is decided on its own.
         let mapped: Vec<_> = batch.iter().map(|d| (d, map(router, d))).collect();
-        let inputs: Vec<(usize, TriggerInput)> = mapped
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (_, m))| match m {
-                Ok(Mapped::Trigger(input)) => Some((i, (**input).clone())),
-                _ => None,
-            })
-            .collect();
-        let mut asks: Vec<Option<Ask>> = vec![None; batch.len()];
-        if router.judge_batches() {
-            let just: Vec<TriggerInput> = inputs.iter().map(|(_, t)| t.clone()).collect();
-            for ((i, _), ask) in inputs.iter().zip(router.judge_asks(&just)?) {
-                asks[*i] = ask;
-            }
-        }
+        let asks = asks_of(router, &mapped)?;
         let threads: Vec<(Option<&str>, bool)> = mapped
             .iter()
             .zip(&asks)
@@ -145,6 +131,30 @@ pub fn process_with_window<J: Judge>(
             }
         }
     }
+}
+
+/// What a batching judge would be asked about each mapped delivery (none
+/// for a judge that does not batch: it is asked during each decision).
+fn asks_of<J: Judge>(
+    router: &Router<J>,
+    mapped: &[(&StoredDelivery, Result<Mapped, String>)],
+) -> Result<Vec<Option<Ask>>, EngineError> {
+    let mut asks: Vec<Option<Ask>> = vec![None; mapped.len()];
+    if !router.judge_batches() {
+        return Ok(asks);
+    }
+    let (at, inputs): (Vec<usize>, Vec<TriggerInput>) = mapped
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, m))| match m {
+            Ok(Mapped::Trigger(input)) => Some((i, (**input).clone())),
+            _ => None,
+        })
+        .unzip();
+    for (i, ask) in at.into_iter().zip(router.judge_asks(&inputs)?) {
+        asks[i] = ask;
+    }
+    Ok(asks)
 }
 
 /// Which deliveries wait with the held candidates (pure): each one asked

@@ -169,8 +169,7 @@ impl LiveWorld {
             &supervisor,
             &github_identity,
             &feishu_identity,
-            gh_port,
-            fs_port,
+            (gh_port, fs_port),
             intake,
             model_identity.as_deref(),
         );
@@ -365,8 +364,7 @@ fn write_router_config(
     supervisor: &Service,
     github_identity: &std::path::Path,
     feishu_identity: &std::path::Path,
-    gh_port: u16,
-    fs_port: u16,
+    (gh_port, fs_port): (u16, u16),
     intake: Intake,
     model_identity: Option<&std::path::Path>,
 ) {

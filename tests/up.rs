@@ -536,6 +536,62 @@ fn a_part_killed_with_sigkill_is_restarted_and_serves_again() {
     );
 }
 
+/// `[audit]` in gatehouse.toml reaches the proxy `up` starts: its log
+/// rotates at the size given, keeps the files given, and the set verifies
+/// as one chain.
+#[test]
+fn the_audit_log_rotates_and_keeps_what_gatehouse_toml_says() {
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    let text = format!("{text}\n[audit]\nrotate_bytes = 4096\nkeep_files = 2\n");
+    write(&s.config, &text, 0o644, None);
+    let (ok, out, err) = check(&s.config);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("rotated at 4096 bytes; the last 2 rotated files kept"),
+        "{out}"
+    );
+    let prepared = up::prepare(&s.config).unwrap();
+    let options = up::Options {
+        parts: vec![Part::Proxy],
+        ..options(&s)
+    };
+    let running = up::start(&prepared, options).unwrap();
+    let l = &prepared.layout;
+    let socket = &l.router_identities[0].socket;
+    // Each refused origin-form request is one record of about 1.2 KiB (its
+    // path is kept up to 1 KiB): 30 of them make about eight files.
+    let long = format!("/{}", "a".repeat(1000));
+    for _ in 0..30 {
+        let status = http_status_as(None, socket, &long);
+        assert!(status.starts_with("HTTP/1.1 4"), "{status}");
+    }
+    running.stop();
+    let dir = l.audit_log.parent().unwrap();
+    let mut rotated: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            gatehouse_proxy::audit::rotated_number("audit.jsonl", &name)
+        })
+        .collect();
+    rotated.sort();
+    assert_eq!(rotated.len(), 2, "kept: {rotated:?}");
+    assert!(rotated[0] > 1, "the oldest files stay: {rotated:?}");
+    let verify = gatehouse_testkit::bin::command()
+        .args(["audit", "verify"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&verify.stdout);
+    assert!(
+        verify.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+}
+
 /// `gatehouse config check`: its exit status and output.
 fn check(config: &Path) -> (bool, String, String) {
     let out = gatehouse_testkit::bin::command()
@@ -676,6 +732,32 @@ fn config_check_refuses_what_up_could_not_run() {
                 write(&s.path("policy.toml"), &text, 0o644, None);
             }),
             "rule set `router-github`, which its sandbox profile `default` does not allow",
+        ),
+        (
+            "audit retention without rotation",
+            Box::new(|s: &Setup| {
+                let text = std::fs::read_to_string(&s.config).unwrap();
+                write(
+                    &s.config,
+                    &format!("{text}\n[audit]\nkeep_files = 5\n"),
+                    0o644,
+                    None,
+                );
+            }),
+            "`audit.keep_files`: needs rotate_bytes or rotate_secs",
+        ),
+        (
+            "audit rotation at zero bytes",
+            Box::new(|s: &Setup| {
+                let text = std::fs::read_to_string(&s.config).unwrap();
+                write(
+                    &s.config,
+                    &format!("{text}\n[audit]\nrotate_bytes = 0\n"),
+                    0o644,
+                    None,
+                );
+            }),
+            "`audit.rotate_bytes`: expected at least 1",
         ),
     ];
     let _ = proxy;

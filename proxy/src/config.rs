@@ -418,7 +418,7 @@ impl ProxyConfig {
                 self.audit.rotate_secs,
                 self.audit.keep_files,
             )
-            .map_err(|message| cx.invalid("audit", message))?,
+            .map_err(|(key, message)| cx.invalid(&format!("audit.{key}"), message))?,
             admin_socket: self.admin.map(|a| cx.resolve(&a.socket)),
             identity_socket_dir,
             identity_state: self.identity_state.map(|p| cx.resolve(&p)),

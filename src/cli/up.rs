@@ -118,6 +118,25 @@ fn run_up(config: PathBuf) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `[audit]` in words, as `config check` prints it.
+fn rotation_summary(a: &up::config::AuditSection) -> String {
+    let mut when = Vec::new();
+    if let Some(b) = a.rotate_bytes {
+        when.push(format!("at {b} bytes"));
+    }
+    if let Some(s) = a.rotate_secs {
+        when.push(format!("every {s} s"));
+    }
+    if when.is_empty() {
+        return "one file, not rotated".into();
+    }
+    let keep = match a.keep_files {
+        Some(n) => format!("the last {n} rotated files kept"),
+        None => "every rotated file kept".into(),
+    };
+    format!("rotated {}; {keep}", when.join(" or "))
+}
+
 /// The resolved layout, as `config check` prints it.
 pub fn describe(p: &Prepared) -> String {
     use std::fmt::Write;
@@ -173,7 +192,12 @@ pub fn describe(p: &Prepared) -> String {
     for (what, path) in l.sockets() {
         let _ = writeln!(out, "  {what}: {}", path.display());
     }
-    let _ = writeln!(out, "audit log: {}", l.audit_log.display());
+    let _ = writeln!(
+        out,
+        "audit log: {} ({})",
+        l.audit_log.display(),
+        rotation_summary(&p.file.audit)
+    );
     let _ = writeln!(out, "CA certificate: {}", l.ca_cert.display());
     let _ = writeln!(out, "logs: {}", l.logs_dir.display());
     out

@@ -66,6 +66,32 @@ pub struct UpFile {
     pub upstream: BTreeMap<String, UpstreamFile>,
     #[serde(default)]
     pub jobs: JobsFile,
+    /// The proxy's audit log: rotation and retention.
+    #[serde(default)]
+    pub audit: AuditSection,
+}
+
+/// `[audit]`: when the proxy's audit log moves to a new file and how many
+/// old files it keeps; the proxy's `[audit]` keys, passed through. None
+/// set: one file, never rotated, nothing removed.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AuditSection {
+    /// Start a new file once the current one holds this many bytes.
+    pub rotate_bytes: Option<u64>,
+    /// ... or once it is this many seconds old.
+    pub rotate_secs: Option<u64>,
+    /// Rotated files kept; older ones are removed (default: all kept).
+    pub keep_files: Option<u64>,
+}
+
+impl AuditSection {
+    /// The proxy's own check (one definition of what is valid), keyed
+    /// as this file spells it (`audit.rotate_bytes`, …).
+    pub fn rotation(&self) -> Result<gatehouse_proxy::audit::Rotation, (String, String)> {
+        gatehouse_proxy::audit::Rotation::new(self.rotate_bytes, self.rotate_secs, self.keep_files)
+            .map_err(|(key, message)| (format!("audit.{key}"), message))
+    }
 }
 
 /// `[github]`: where webhooks arrive and the secrets that sign them.
@@ -224,6 +250,9 @@ impl UpFile {
         if self.jobs.deadline_secs == 0 {
             return Err(invalid("jobs.deadline_secs", "expected at least 1"));
         }
+        self.audit
+            .rotation()
+            .map_err(|(key, message)| invalid(&key, &message))?;
         Ok(())
     }
 }
@@ -267,6 +296,41 @@ webhook_secret_files = ["secrets/webhook"]
             vec![PathBuf::from("/etc/gatehouse/secrets/webhook")]
         );
         assert_eq!(f.jobs.deadline_secs, DEFAULT_DEADLINE_SECS);
+        assert_eq!(f.audit, AuditSection::default());
+    }
+
+    #[test]
+    fn audit_rotation_and_retention_are_read() {
+        let cases = [
+            ("", AuditSection::default()),
+            (
+                "[audit]\nrotate_bytes = 67108864\n",
+                AuditSection {
+                    rotate_bytes: Some(64 << 20),
+                    ..AuditSection::default()
+                },
+            ),
+            (
+                "[audit]\nrotate_secs = 86400\nkeep_files = 30\n",
+                AuditSection {
+                    rotate_secs: Some(86_400),
+                    keep_files: Some(30),
+                    ..AuditSection::default()
+                },
+            ),
+            (
+                "[audit]\nrotate_bytes = 1000\nrotate_secs = 60\nkeep_files = 1\n",
+                AuditSection {
+                    rotate_bytes: Some(1000),
+                    rotate_secs: Some(60),
+                    keep_files: Some(1),
+                },
+            ),
+        ];
+        for (table, expected) in cases {
+            let f = parse(&format!("{MINIMAL}\n{table}")).unwrap();
+            assert_eq!(f.audit, expected, "{table}");
+        }
     }
 
     #[test]
@@ -282,6 +346,32 @@ webhook_secret_files = ["secrets/webhook"]
             ["feishu", "github", "model"]
         );
         assert!(f.github.is_some() && f.feishu.is_some());
+    }
+
+    #[test]
+    fn the_shipped_audit_example_parses_when_uncommented() {
+        let text = include_str!("../../deploy/gatehouse.toml");
+        let mut on = false;
+        let uncommented: String = text
+            .lines()
+            .map(|l| {
+                on = (on && l.starts_with("# ") && l.contains(" = ")) || l == "# [audit]";
+                if on {
+                    format!("{}\n", &l[2..])
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        let f = parse(&uncommented).unwrap();
+        assert_eq!(
+            f.audit,
+            AuditSection {
+                rotate_bytes: Some(256 << 20),
+                rotate_secs: Some(86_400),
+                keep_files: Some(90),
+            }
+        );
     }
 
     #[test]
@@ -310,6 +400,20 @@ webhook_secret_files = ["secrets/webhook"]
             ),
             (format!("{MINIMAL}\n[jobs]\ndeadline_secs = 0\n"), "jobs.deadline_secs"),
             (format!("{MINIMAL}\n[jobs]\nfoo = 0\n"), "foo"),
+            (format!("{MINIMAL}\n[audit]\nrotate_bytes = 0\n"), "`audit.rotate_bytes`: expected at least 1"),
+            (format!("{MINIMAL}\n[audit]\nrotate_secs = 0\n"), "`audit.rotate_secs`: expected at least 1"),
+            (
+                format!("{MINIMAL}\n[audit]\nrotate_bytes = 1000\nkeep_files = 0\n"),
+                "`audit.keep_files`: expected at least 1",
+            ),
+            (
+                format!("{MINIMAL}\n[audit]\nkeep_files = 3\n"),
+                "`audit.keep_files`: needs rotate_bytes or rotate_secs",
+            ),
+            (format!("{MINIMAL}\n[audit]\nrotate_bytes = -1\n"), "rotate_bytes"),
+            (format!("{MINIMAL}\n[audit]\nrotate_bytes = \"1M\"\n"), "rotate_bytes"),
+            (format!("{MINIMAL}\n[audit]\nrotate_files = 2\n"), "unknown field `rotate_files`"),
+            (format!("{MINIMAL}\n[audit]\npath = \"x\"\n"), "unknown field `path`"),
             (MINIMAL.replace("policy = \"policy.toml\"", ""), "policy"),
         ];
         for (text, key) in cases {

@@ -110,7 +110,7 @@ pub fn proxy(file: &UpFile, layout: &Layout, router_uid: u32) -> Result<Table, U
         ]),
     );
     t.insert("identity_state".into(), path(&layout.identity_state));
-    t.insert("audit".into(), table([("path", path(&layout.audit_log))]));
+    t.insert("audit".into(), audit(file, layout));
     t.insert(
         "admin".into(),
         table([("socket", path(&layout.admin_socket))]),
@@ -123,6 +123,24 @@ pub fn proxy(file: &UpFile, layout: &Layout, router_uid: u32) -> Result<Table, U
         t.insert("upstream".into(), Value::Table(upstream));
     }
     Ok(t)
+}
+
+/// proxy.toml's `[audit]`: the log's path from the layout, rotation and
+/// retention as `gatehouse.toml` gives them (keys left out stay out).
+fn audit(file: &UpFile, layout: &Layout) -> Value {
+    let mut entries = vec![("path", path(&layout.audit_log))];
+    let a = &file.audit;
+    for (key, value) in [
+        ("rotate_bytes", a.rotate_bytes),
+        ("rotate_secs", a.rotate_secs),
+        ("keep_files", a.keep_files),
+    ] {
+        if let Some(v) = value {
+            // TOML integers are i64; what does not fit means "never".
+            entries.push((key, Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))));
+        }
+    }
+    table(entries)
 }
 
 /// supervisor.toml: its state, the job API socket (group the router's),
@@ -273,6 +291,9 @@ ca_file = "emulator-ca.pem"
 [jobs]
 deadline_secs = 600
 worker_command = ["/usr/bin/worker", "--go"]
+[audit]
+rotate_bytes = 1048576
+keep_files = 7
 "#;
 
     fn fixture() -> (UpFile, Layout) {
@@ -315,8 +336,43 @@ worker_command = ["/usr/bin/worker", "--go"]
         assert_eq!(ids[0]["name"].as_str(), Some("router-gh-1"));
         assert_eq!(ids[0]["variables"]["repo"].as_str(), Some("acme/widgets"));
         assert_eq!(ids[1]["rule_sets"][0].as_str(), Some("router-feishu"));
+        // Rotation and retention pass through; what is not set stays out.
+        assert_eq!(
+            t["audit"]["path"].as_str(),
+            Some("/var/lib/gatehouse/proxy/audit.jsonl")
+        );
+        assert_eq!(t["audit"]["rotate_bytes"].as_integer(), Some(1_048_576));
+        assert_eq!(t["audit"]["keep_files"].as_integer(), Some(7));
+        assert!(t["audit"].get("rotate_secs").is_none());
         // Each admits the router's uid alone.
         assert!(ids.iter().all(|i| i["peer_uid"].as_integer() == Some(990)));
+    }
+
+    #[test]
+    fn without_an_audit_table_the_proxy_log_is_one_file() {
+        let text = FILE.replace("[audit]\nrotate_bytes = 1048576\nkeep_files = 7\n", "");
+        assert_ne!(text, FILE);
+        let file = UpFile::parse(Path::new("/etc/g/gatehouse.toml"), &text).unwrap();
+        let layout = Layout::new(&file.state_dir, &file.run_dir, &[], false);
+        let t = proxy(&file, &layout, 990).unwrap();
+        let keys: Vec<&String> = t["audit"].as_table().unwrap().keys().collect();
+        assert_eq!(keys, ["path"]);
+    }
+
+    #[test]
+    fn the_proxy_loader_reads_the_generated_rotation() {
+        let (file, layout) = fixture();
+        let text = serialize("proxy.toml", &proxy(&file, &layout, 990).unwrap()).unwrap();
+        let raw = gatehouse_proxy::config::ProxyConfig::parse(&layout.proxy_toml, &text).unwrap();
+        let expected = file.audit.rotation().unwrap();
+        let got = gatehouse_proxy::audit::Rotation::new(
+            raw.audit.rotate_bytes,
+            raw.audit.rotate_secs,
+            raw.audit.keep_files,
+        )
+        .unwrap();
+        assert_eq!(got, expected);
+        assert_eq!(raw.audit.rotate_bytes, Some(1_048_576));
     }
 
     #[test]

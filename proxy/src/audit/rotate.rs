@@ -24,17 +24,28 @@ pub struct Rotation {
 impl Rotation {
     /// Rotation by size (bytes), by age (seconds), or both; `keep` rotated
     /// files at most. Zero is refused (it would rotate on every write, or
-    /// keep nothing of the past).
+    /// keep nothing of the past), and so is `keep` without a rotation.
+    /// The error names the key (`rotate_bytes`, `rotate_secs`,
+    /// `keep_files`, as the config files spell them) and why.
     pub fn new(
         max_bytes: Option<u64>,
         max_age_secs: Option<u64>,
         keep: Option<u64>,
-    ) -> Result<Rotation, String> {
-        if max_bytes == Some(0) || max_age_secs == Some(0) || keep == Some(0) {
-            return Err("rotate_bytes, rotate_secs and keep_files must be above 0".into());
+    ) -> Result<Rotation, (&'static str, String)> {
+        for (key, value) in [
+            ("rotate_bytes", max_bytes),
+            ("rotate_secs", max_age_secs),
+            ("keep_files", keep),
+        ] {
+            if value == Some(0) {
+                return Err((key, "expected at least 1 (leave it out for none)".into()));
+            }
         }
         if keep.is_some() && max_bytes.is_none() && max_age_secs.is_none() {
-            return Err("keep_files needs rotate_bytes or rotate_secs".into());
+            return Err((
+                "keep_files",
+                "needs rotate_bytes or rotate_secs: without rotation there are no old files".into(),
+            ));
         }
         Ok(Rotation {
             max_bytes,
@@ -162,9 +173,10 @@ mod tests {
 
     #[test]
     fn nonsense_is_refused() {
-        assert!(Rotation::new(Some(0), None, None).is_err());
-        assert!(Rotation::new(None, Some(0), None).is_err());
-        assert!(Rotation::new(Some(1), None, Some(0)).is_err());
-        assert!(Rotation::new(None, None, Some(3)).is_err());
+        let key = |r: Result<Rotation, (&'static str, String)>| r.unwrap_err().0;
+        assert_eq!(key(Rotation::new(Some(0), None, None)), "rotate_bytes");
+        assert_eq!(key(Rotation::new(None, Some(0), None)), "rotate_secs");
+        assert_eq!(key(Rotation::new(Some(1), None, Some(0))), "keep_files");
+        assert_eq!(key(Rotation::new(None, None, Some(3))), "keep_files");
     }
 }

@@ -15,6 +15,7 @@ pub mod audit;
 pub mod cli;
 pub mod confine;
 pub mod demo;
+pub mod logging;
 pub mod up;
 
 pub mod binaries {

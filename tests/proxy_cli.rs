@@ -1,7 +1,8 @@
 //! `gatehouse proxy --config` as a process: the admin API, a request through
 //! an identity created with it, revocation, shutdown, `gatehouse audit
 //! verify` on the log it wrote (intact, then tampered), and a scan of every
-//! log line for the secret.
+//! log line for the secret; `--log-format json`: every line of its log is a
+//! JSON object, none holds the secret.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
@@ -12,7 +13,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gatehouse_emulators::{GithubEmulator, GithubOptions, RepoSpec};
-use gatehouse_testkit::proxy::process::{admin_call as admin, start_proxy_process};
+use gatehouse_testkit::proxy::process::{
+    admin_call as admin, start_proxy_process, start_proxy_process_args,
+};
 use gatehouse_testkit::proxy::{read_head, read_until_closed, tls_over};
 use gatehouse_testkit::random::token as random_token;
 use serde_json::Value;
@@ -260,4 +263,113 @@ fn a_github_only_proxy_loads_the_shipped_rules_and_refuses_the_sets_it_cannot_se
     assert_eq!(status, 201, "{body}");
     gatehouse_testkit::procs::signal(proxy.child.id(), "TERM");
     assert!(proxy.child.wait().unwrap().success());
+}
+
+/// The git credential the proxy sends for `token`, as `base64 -w0` says.
+fn git_basic(token: &str) -> String {
+    let mut child = Command::new("base64")
+        .arg("-w0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("x-access-token:{token}").as_bytes())
+        .unwrap();
+    String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
+}
+
+#[test]
+fn with_log_format_json_every_log_line_is_a_json_object_without_the_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let token = random_token("ghs_");
+    let github = GithubEmulator::start(
+        GithubOptions::new(d.join("git"))
+            .token(&token, "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    github
+        .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
+        .unwrap();
+    // At debug, so that the request's own events are in the log too.
+    let mut proxy = start_proxy_process_args(d, &github, &token, &["--log-format", "json"]);
+    let new = r#"{"name":"tkt_json","rule_sets":["test-worker"],"tunnel_hosts":[],"variables":{"repo":"acme/widgets"}}"#;
+    let (status, body) = admin(&proxy.admin, "POST", "/identities", Some(new));
+    assert_eq!(status, 201, "{body}");
+    let created: Value = serde_json::from_str(&body).unwrap();
+    let socket = PathBuf::from(created["socket"].as_str().unwrap());
+    // One allowed request (the token injected) and one denied.
+    for (path, expected) in [
+        ("/repos/acme/widgets/issues/1", "HTTP/1.1 200"),
+        ("/repos/acme/other/issues/1", "HTTP/1.1 403"),
+    ] {
+        let mut s = UnixStream::connect(&socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\n\r\n"
+        )
+        .unwrap();
+        assert!(read_head(&mut s).starts_with("HTTP/1.1 200"));
+        let mut tls = tls_over(s, "api.github.com", &d.join("ca.pem"), true);
+        write!(
+            tls,
+            "GET {path} HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let (_, answer) = read_until_closed(&mut tls);
+        assert!(answer.starts_with(expected), "{path}: {answer}");
+    }
+    assert_eq!(
+        github.requests().last().unwrap().authorization(),
+        Some(format!("Bearer {token}").as_str()),
+        "the token was injected: the log had the chance to hold it"
+    );
+    let pid = proxy.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert!(proxy.child.wait().unwrap().success());
+
+    let log = std::fs::read_to_string(&proxy.log).unwrap();
+    let basic = git_basic(&token);
+    let mut messages = Vec::new();
+    for (n, line) in log.lines().enumerate() {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("line {} is not JSON ({e}): {line}", n + 1));
+        for key in ["timestamp", "level", "target"] {
+            assert!(v[key].is_string(), "line {}: no {key}: {line}", n + 1);
+        }
+        assert!(!line.contains(&token), "line {} holds the token", n + 1);
+        assert!(
+            !line.contains(&basic),
+            "line {} holds the git credential",
+            n + 1
+        );
+        if let Some(m) = v["message"].as_str() {
+            messages.push(m.to_owned());
+        }
+    }
+    for expected in ["gatehouse proxy ready", "shutting down"] {
+        assert!(
+            messages.iter().any(|m| m == expected),
+            "no {expected:?} among {messages:?}"
+        );
+    }
+    // More than start and stop: the request's events are there.
+    assert!(messages.len() > 3, "{messages:?}");
+    let ready = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["message"] == "gatehouse proxy ready")
+        .unwrap();
+    assert_eq!(ready["level"], "INFO");
+    assert_eq!(ready["identities"], 0, "fields are top-level: {ready}");
 }

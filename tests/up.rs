@@ -536,6 +536,58 @@ fn a_part_killed_with_sigkill_is_restarted_and_serves_again() {
     );
 }
 
+/// `up` with `--log-format json` passes it to each part: every line of
+/// each part's log is a JSON object (the router's ready line on stdout is
+/// one too), each part logged its start, and no line holds a secret.
+#[test]
+fn with_log_format_json_each_part_logs_json_lines_without_a_secret() {
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    let prepared = up::prepare(&s.config).unwrap();
+    let options = up::Options {
+        log_format: gatehouse::logging::LogFormat::Json,
+        ..options(&s)
+    };
+    let running = up::start(&prepared, options).unwrap();
+    // The router's identity, used: the proxy logs the request.
+    let status = http_status_as(None, &prepared.layout.router_identities[0].socket, "/x");
+    assert!(status.starts_with("HTTP/1.1 4"), "{status}");
+    let stopped = running.stop();
+    assert!(stopped.iter().all(|p| !p.killed), "{stopped:?}");
+    let secrets = [s.token.as_str(), s.feishu_secret.as_str(), "webhook-secret"];
+    for (part, started) in [
+        ("proxy", "gatehouse proxy ready"),
+        ("supervisor", "job API on"),
+        ("router", "gatehouse router running"),
+    ] {
+        let log = std::fs::read_to_string(s.path(&format!("state/logs/{part}.log"))).unwrap();
+        let mut messages = Vec::new();
+        for (n, line) in log.lines().enumerate() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{part}.log line {} is not JSON ({e}): {line}", n + 1));
+            assert!(v.is_object(), "{part}.log line {}: {line}", n + 1);
+            for secret in secrets {
+                assert!(
+                    !line.contains(secret),
+                    "{part}.log line {} holds a secret",
+                    n + 1
+                );
+            }
+            if let Some(m) = v["message"].as_str() {
+                assert!(
+                    v["level"].is_string() && v["timestamp"].is_string(),
+                    "{line}"
+                );
+                messages.push(m.to_owned());
+            }
+        }
+        assert!(
+            messages.iter().any(|m| m.starts_with(started)),
+            "{part}: no {started:?} in {messages:?}"
+        );
+    }
+}
+
 /// `[audit]` in gatehouse.toml reaches the proxy `up` starts: its log
 /// rotates at the size given, keeps the files given, and the set verifies
 /// as one chain.

@@ -7,6 +7,8 @@ use anyhow::Context;
 use clap::Subcommand;
 use gatehouse_proxy::{config::Config, service};
 
+use crate::logging::{self, LogFormat};
+
 #[derive(Subcommand)]
 pub enum Commands {
     /// Run the credential-injecting proxy until SIGINT or SIGTERM
@@ -14,6 +16,9 @@ pub enum Commands {
         /// The proxy's TOML config (see proxy/examples/proxy.toml)
         #[arg(long)]
         config: PathBuf,
+        /// How the log is written to stderr
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
     /// Work with the proxy's audit log
     Audit {
@@ -25,20 +30,14 @@ pub enum Commands {
 impl Commands {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self {
-            Commands::Proxy { config } => run_proxy(config),
+            Commands::Proxy { config, log_format } => run_proxy(config, log_format),
             Commands::Audit { command } => command.run(),
         }
     }
 }
 
-fn run_proxy(path: PathBuf) -> anyhow::Result<ExitCode> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+fn run_proxy(path: PathBuf, log_format: LogFormat) -> anyhow::Result<ExitCode> {
+    logging::init(log_format);
     let config = Config::load(&path)?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");

@@ -19,6 +19,8 @@ use gatehouse_router::stats;
 use gatehouse_router::store::{Durability, Store};
 use gatehouse_types::env;
 
+use crate::logging::{self, LogFormat};
+
 #[derive(Subcommand)]
 pub enum Commands {
     /// The router: replay recorded inputs, or receive live events, through its decisions
@@ -103,6 +105,9 @@ pub enum RouterCommand {
         /// on the same state, now or later, decides them)
         #[arg(long)]
         store_only: bool,
+        /// How the log is written to stderr
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
     /// The live router: receive events, run jobs for tickets on the supervisor, send replies through the proxy
     ///
@@ -118,6 +123,9 @@ pub enum RouterCommand {
         /// How hard each commit waits for the disk
         #[arg(long, value_enum, default_value_t = Sync::Normal)]
         sync: Sync,
+        /// How the log is written to stderr
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
     /// Observe-mode evidence: per rule, what it would have accepted and what people then asked for
     ///
@@ -247,6 +255,7 @@ impl Commands {
                         max_connections,
                         sync,
                         store_only,
+                        log_format,
                     },
             } => run_listen(Listen {
                 policy,
@@ -263,10 +272,16 @@ impl Commands {
                 max_connections,
                 sync,
                 store_only,
+                log_format,
             }),
             Commands::Router {
-                command: RouterCommand::Run { config, sync },
-            } => super::router_run::run(&config, sync),
+                command:
+                    RouterCommand::Run {
+                        config,
+                        sync,
+                        log_format,
+                    },
+            } => super::router_run::run(&config, sync, log_format),
             Commands::Router {
                 command:
                     RouterCommand::Stats {
@@ -370,6 +385,7 @@ struct Listen {
     max_connections: usize,
     sync: Sync,
     store_only: bool,
+    log_format: LogFormat,
 }
 
 fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
@@ -381,8 +397,9 @@ fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
         max_connections,
         sync,
         store_only,
+        log_format,
     } = args;
-    init_logging();
+    logging::init(log_format);
     // The policy is checked in both modes: a bad one fails at start.
     let policy = Policy::load(&policy)?;
     let secrets = source.verifier()?;
@@ -410,16 +427,6 @@ fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
     tracing::info!("shutting down");
     intake.stop();
     Ok(ExitCode::SUCCESS)
-}
-
-pub(super) fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 /// SIGTERM and SIGINT, caught from the moment this is made: a command makes

@@ -15,10 +15,15 @@ use gatehouse_router::model::{ConfiguredJudge, ModelClient, ModelJudge};
 use gatehouse_router::policy::Policy;
 use gatehouse_router::store::Store;
 
-use super::router::{init_logging, Source, StopSignals, Sync};
+use super::router::{Source, StopSignals, Sync};
+use crate::logging::{self, LogFormat};
 
-pub(super) fn run(config_path: &Path, sync: Sync) -> anyhow::Result<ExitCode> {
-    init_logging();
+pub(super) fn run(
+    config_path: &Path,
+    sync: Sync,
+    log_format: LogFormat,
+) -> anyhow::Result<ExitCode> {
+    logging::init(log_format);
     let config = RouterConfig::load(config_path)?;
     // Before any thread exists (Landlock binds the threads started after).
     let ports: Vec<u16> = [

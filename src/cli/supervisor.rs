@@ -8,6 +8,8 @@ use anyhow::Context;
 use clap::Subcommand;
 use gatehouse_supervisor::jobs;
 
+use crate::logging::{self, LogFormat};
+
 #[derive(Subcommand)]
 pub enum Commands {
     /// Run the supervisor's job API
@@ -15,26 +17,22 @@ pub enum Commands {
         /// The supervisor's config file (TOML)
         #[arg(long)]
         config: PathBuf,
+        /// How the log is written to stderr
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
 }
 
 impl Commands {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self {
-            Commands::Supervisor { config } => run_supervisor(config),
+            Commands::Supervisor { config, log_format } => run_supervisor(config, log_format),
         }
     }
 }
 
-fn run_supervisor(config_path: PathBuf) -> anyhow::Result<ExitCode> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+fn run_supervisor(config_path: PathBuf, log_format: LogFormat) -> anyhow::Result<ExitCode> {
+    logging::init(log_format);
     let mut config = jobs::Config::load(&config_path)?;
     if config.gatehouse_bin.is_none() {
         // Jobs start through `gatehouse sandbox run`, which lives in the small

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Subcommand;
 
+use crate::logging::{self, LogFormat};
 use crate::up::{self, layout::Owner, Prepared};
 
 #[derive(Subcommand)]
@@ -17,6 +18,10 @@ pub enum Commands {
         /// The gatehouse config (commented example: deploy/gatehouse.toml)
         #[arg(long)]
         config: PathBuf,
+        /// How `up` and each part write their logs (each part's to
+        /// <state_dir>/logs/<part>.log)
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
     /// Work with the gatehouse config
     Config {
@@ -45,7 +50,7 @@ pub enum ConfigCommand {
 impl Commands {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self {
-            Commands::Up { config } => run_up(config),
+            Commands::Up { config, log_format } => run_up(config, log_format),
             Commands::Config {
                 command: ConfigCommand::Check { config },
             } => {
@@ -65,15 +70,8 @@ impl Commands {
     }
 }
 
-fn run_up(config: PathBuf) -> anyhow::Result<ExitCode> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+fn run_up(config: PathBuf, log_format: LogFormat) -> anyhow::Result<ExitCode> {
+    logging::init(log_format);
     let prepared = up::prepare(&config)?;
     if !prepared.users.separated() {
         tracing::warn!(
@@ -97,7 +95,11 @@ fn run_up(config: PathBuf) -> anyhow::Result<ExitCode> {
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
             .context("installing the SIGINT handler")?
     };
-    let running = up::start(&prepared, up::Options::default())?;
+    let options = up::Options {
+        log_format,
+        ..up::Options::default()
+    };
+    let running = up::start(&prepared, options)?;
     tracing::info!(
         state = %prepared.layout.state_dir.display(),
         logs = %prepared.layout.logs_dir.display(),

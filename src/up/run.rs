@@ -54,6 +54,8 @@ pub struct Options {
     /// SIGTERM, then SIGKILL after this (the supervisor's own shutdown
     /// cancels live jobs: give it their grace and more).
     pub grace: Duration,
+    /// How the parts write their logs (`--log-format`).
+    pub log_format: crate::logging::LogFormat,
 }
 
 impl Default for Options {
@@ -64,6 +66,7 @@ impl Default for Options {
             backoff: Backoff::default(),
             ready_timeout: Duration::from_secs(30),
             grace: Duration::from_secs(15),
+            log_format: crate::logging::LogFormat::default(),
         }
     }
 }
@@ -215,7 +218,7 @@ pub fn start(prepared: &Prepared, options: Options) -> Result<Running, UpError> 
         _lock: lock,
     };
     for part in start_order(&options.parts) {
-        let spec = child_spec(prepared, part, &services);
+        let spec = child_spec(prepared, part, &services, options.log_format);
         // On failure `running` is dropped, which stops what started.
         let mut child = shared.spawner.spawn(&spec)?;
         if let Err(e) = wait_ready(&mut child, &spec, options.ready_timeout) {
@@ -365,7 +368,12 @@ fn watch(shared: &Shared, backoff: Backoff) {
     }
 }
 
-fn child_spec(prepared: &Prepared, part: Part, services: &Path) -> ChildSpec {
+fn child_spec(
+    prepared: &Prepared,
+    part: Part,
+    services: &Path,
+    log_format: crate::logging::LogFormat,
+) -> ChildSpec {
     let layout = &prepared.layout;
     let users = &prepared.users;
     let (args, user, ready): (Vec<&str>, Option<Who>, Vec<Ready>) = match part {
@@ -414,6 +422,7 @@ fn child_spec(prepared: &Prepared, part: Part, services: &Path) -> ChildSpec {
             .into_iter()
             .map(OsString::from)
             .chain([config.as_os_str().to_owned()])
+            .chain(["--log-format".into(), log_format.as_arg().into()])
             .collect(),
         user,
         env,

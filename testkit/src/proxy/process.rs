@@ -32,9 +32,39 @@ pub fn start_proxy_process(dir: &Path, github: &GithubHandle, token: &str) -> Pr
     start_proxy_process_with(dir, github, token, command, |_| {})
 }
 
+/// As [`start_proxy_process`], with more arguments after `--config …`
+/// (`--log-format json`).
+pub fn start_proxy_process_args(
+    dir: &Path,
+    github: &GithubHandle,
+    token: &str,
+    args: &[&str],
+) -> ProxyProcess {
+    let mut command = crate::bin::command();
+    command
+        .args(["proxy", "--config"])
+        .arg(dir.join("proxy.toml"));
+    command.args(args);
+    spawn_proxy(dir, github, token, command, |_| {})
+}
+
 /// As [`start_proxy_process`], with the command to run (`gatehouse` or a
 /// wrapper that changes user) and a hook run on `dir` once its files exist.
 pub fn start_proxy_process_with(
+    dir: &Path,
+    github: &GithubHandle,
+    token: &str,
+    mut command: std::process::Command,
+    prepare: impl FnOnce(&Path),
+) -> ProxyProcess {
+    command
+        .args(["proxy", "--config"])
+        .arg(dir.join("proxy.toml"));
+    spawn_proxy(dir, github, token, command, prepare)
+}
+
+/// Writes the files and runs `command` (its arguments complete).
+fn spawn_proxy(
     dir: &Path,
     github: &GithubHandle,
     token: &str,
@@ -92,8 +122,6 @@ ca_file = "upstream-ca.pem"
     let log = dir.join("proxy.log");
     prepare(dir);
     let child = command
-        .args(["proxy", "--config"])
-        .arg(dir.join("proxy.toml"))
         .env("RUST_LOG", "debug")
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())

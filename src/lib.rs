@@ -16,6 +16,7 @@ pub mod cli;
 pub mod confine;
 pub mod demo;
 pub mod logging;
+pub mod metrics;
 pub mod up;
 
 pub mod binaries {

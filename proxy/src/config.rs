@@ -73,6 +73,10 @@ pub struct ProxyConfig {
     /// What one identity may hold (connections, requests, timeouts).
     #[serde(default)]
     pub limits: Limits,
+    /// Where the Prometheus metrics are served (a loopback port); none:
+    /// not served.
+    #[serde(default)]
+    pub metrics: Option<gatehouse_types::metrics::MetricsListen>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -205,6 +209,8 @@ pub struct Config {
     pub identity_socket_dir: PathBuf,
     pub identity_state: Option<PathBuf>,
     pub limits: Limits,
+    /// The loopback address of the metrics, when served.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// A credential: its kind and where its secret lives. Paths only.
@@ -405,6 +411,10 @@ impl ProxyConfig {
         self.limits
             .check()
             .map_err(|message| cx.invalid("limits", message))?;
+        if let Some(m) = &self.metrics {
+            m.check()
+                .map_err(|message| cx.invalid("metrics.listen", message))?;
+        }
         Ok(Config {
             ca_cert,
             ca_key,
@@ -423,6 +433,7 @@ impl ProxyConfig {
             identity_socket_dir,
             identity_state: self.identity_state.map(|p| cx.resolve(&p)),
             limits: self.limits,
+            metrics: self.metrics.map(|m| m.listen),
         })
     }
 }

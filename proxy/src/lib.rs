@@ -62,6 +62,7 @@ pub mod credentials;
 pub mod graphql;
 pub mod json;
 pub mod limits;
+pub mod metrics;
 pub mod path;
 pub mod receive_pack;
 pub mod redact;

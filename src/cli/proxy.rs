@@ -42,6 +42,9 @@ fn run_proxy(path: PathBuf, log_format: LogFormat) -> anyhow::Result<ExitCode> {
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
+    if let Some(addr) = config.metrics {
+        crate::metrics::serve(addr, gatehouse_proxy::metrics::render)?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

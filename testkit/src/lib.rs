@@ -27,6 +27,7 @@
 pub mod bin;
 pub mod live;
 pub mod machine;
+pub mod metrics;
 pub mod model;
 pub mod procs;
 pub mod proxy;

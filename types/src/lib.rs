@@ -20,6 +20,7 @@
 //!   reports, inbox messages);
 //! - [`sandbox`]: paths inside a sandbox; [`env`]: `GATEHOUSE_*` variables;
 //! - [`peer`]: who may use a local socket, by its peer's credentials;
+//! - [`metrics`]: metric families and their Prometheus text, bounded labels;
 //!
 //! The crate depends on serde only; its error is [`ParseError`].
 
@@ -30,6 +31,7 @@ pub mod env;
 mod error;
 pub mod host;
 pub mod id;
+pub mod metrics;
 pub mod name;
 pub mod peer;
 pub mod sandbox;

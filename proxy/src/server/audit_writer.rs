@@ -114,10 +114,12 @@ impl AuditWriter {
             return Err(AuditUnavailable);
         }
         let record = crate::audit::bound(record);
+        let started = std::time::Instant::now();
         let written = {
             let mut log = self.log.lock().map_err(|_| AuditUnavailable)?;
             log.write_all(std::slice::from_ref(&record))
         };
+        crate::metrics::audit("write", started.elapsed(), written.is_ok());
         if let Err(error) = written {
             tracing::error!(%error, "writing the audit log");
             return Err(AuditUnavailable);
@@ -204,13 +206,18 @@ fn sync_loop(shared: &Shared, log: &Mutex<AuditLog>) {
         let file = {
             let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
             if !shared.failed.load(Ordering::Acquire) {
-                if let Err(error) = log.write_deferred() {
+                let started = std::time::Instant::now();
+                let written = log.write_deferred();
+                crate::metrics::audit("write", started.elapsed(), written.is_ok());
+                if let Err(error) = written {
                     tracing::error!(%error, "writing deferred audit records; they are lost");
                 }
             }
             log.current_file()
         };
+        let started = std::time::Instant::now();
         let ok = !shared.failed.load(Ordering::Acquire) && file.sync_data().is_ok();
+        crate::metrics::audit("sync", started.elapsed(), ok);
         if !ok && !shared.failed.swap(true, Ordering::AcqRel) {
             tracing::error!("syncing the audit log failed; refusing every request from now on");
         }

@@ -448,9 +448,11 @@ fn audit_tunnel(
         rule_set: "(tunnel)".into(),
         rule: "tunnel_hosts".into(),
     };
-    proxy
-        .audit
-        .record(connect_line(proxy, identity, host, authority, outcome))
+    let record = connect_line(proxy, identity, host, authority, outcome);
+    if let Record::Request(r) = &record {
+        crate::metrics::request(r);
+    }
+    proxy.audit.record(record)
 }
 
 fn audit_refused_tls(proxy: &Proxy, identity: &Identity, host: &str, sni: Option<&str>) {

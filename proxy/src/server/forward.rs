@@ -71,6 +71,8 @@ impl Target {
 struct Completion {
     proxy: Arc<Proxy>,
     request_id: String,
+    /// [`crate::metrics::identity_kind`] of the identity.
+    identity_kind: &'static str,
     started: Instant,
     sent: Arc<AtomicU64>,
 }
@@ -83,6 +85,7 @@ impl Completion {
         message_id: Option<String>,
         error: Option<String>,
     ) {
+        crate::metrics::completed(self.identity_kind, status, self.started.elapsed());
         let has_message_id = message_id.is_some();
         let record = Record::Completion(CompletionRecord {
             time: now(),
@@ -300,6 +303,7 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
     let completion = Completion {
         proxy: proxy.clone(),
         request_id: record.request_id.clone(),
+        identity_kind: crate::metrics::identity_kind(&record.identity),
         started,
         sent: sent.clone(),
     };
@@ -309,6 +313,7 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
     *upstream_req.headers_mut() = upstream_request_headers(&parts.headers, &host, authorization);
 
     // Written before forwarding; a message is on disk before it can be sent.
+    crate::metrics::request(&record);
     let record = Record::Request(record);
     let queued = if grant.message.is_some() {
         proxy.audit.record_durably(record).await

@@ -256,7 +256,11 @@ impl Proxy {
         record: crate::audit::Record,
     ) -> Result<(), audit_writer::AuditUnavailable> {
         let identity = match &record {
-            crate::audit::Record::Request(r) => r.identity.as_str(),
+            crate::audit::Record::Request(r) => {
+                // Counted whether or not the rate limit lets its line through.
+                crate::metrics::request(r);
+                r.identity.as_str()
+            }
             _ => return self.audit.record(record),
         };
         let time = records::now();

@@ -1,6 +1,7 @@
 //! `gatehouse router run` as a process: its config (the shipped example's
 //! shape, relative paths, mistakes refused naming the key), both intake
-//! listeners deciding deliveries, and a clean stop on SIGTERM.
+//! listeners deciding deliveries, and a clean stop on SIGTERM; its metrics
+//! after real deliveries.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
@@ -214,5 +215,89 @@ fn config_mistakes_refuse_the_start_naming_the_key() {
     // The control: the same directory with a good config starts.
     let dir = setup(LISTENERS);
     let (mut child, _) = start(dir.path());
+    assert!(sigterm(&mut child).success());
+}
+
+/// `[metrics] listen`: after a delivery, its redelivery and the same event
+/// under another id, the scrape parses and says one explicit decision that
+/// opened a ticket, one duplicate of each kind and one intake lag; no label
+/// holds an id and nothing holds the webhook secret.
+#[test]
+fn metrics_count_decisions_duplicates_and_lag_without_ids() {
+    use gatehouse_testkit::metrics::{free_port, parse, scrape, sum};
+    let addr = free_port();
+    let dir = setup(&format!("{LISTENERS}[metrics]\nlisten = \"{addr}\"\n"));
+    let (mut child, ready) = start(dir.path());
+    let github: SocketAddr = ready["listening"]["github"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let comment = json!({"action": "created",
+        "issue": {"id": 7, "number": 412, "title": "t", "labels": []},
+        "comment": {"id": 5001, "body": "@gatehouse-bot please fix", "updated_at": "2026-01-01T00:00:00Z"},
+        "sender": {"login": "alice", "id": 1001, "type": "User"},
+        "repository": {"full_name": "acme/widgets"}})
+    .to_string();
+    let headers = |delivery: &str| {
+        format!(
+            "X-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: {delivery}\r\nX-Hub-Signature-256: {}\r\n",
+            sign(SECRET, comment.as_bytes())
+        )
+    };
+    let (code, _, body) = scrape(addr);
+    assert_eq!(code, 200);
+    let before = parse(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+    for delivery in ["d-1", "d-1", "d-3"] {
+        assert_eq!(
+            post(github, "/webhook", &headers(delivery), comment.as_bytes()),
+            200
+        );
+    }
+    let state = dir.path().join("router.db");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while trigger_decisions(&state).is_empty() {
+        assert!(Instant::now() < deadline, "no decision");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, _, text) = scrape(addr);
+    assert_eq!(code, 200);
+    let after = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let moved =
+        |name: &str, with: &[(&str, &str)]| sum(&after, name, with) - sum(&before, name, with);
+    assert_eq!(
+        moved(
+            "gatehouse_router_decisions_total",
+            &[("admission", "explicit"), ("outcome", "opened")]
+        ),
+        1.0,
+        "{text}"
+    );
+    for by in ["delivery", "meaning"] {
+        assert_eq!(
+            moved(
+                "gatehouse_router_intake_duplicates_total",
+                &[("platform", "github"), ("by", by)]
+            ),
+            1.0,
+            "{by}: {text}"
+        );
+    }
+    assert_eq!(
+        moved(
+            "gatehouse_router_intake_lag_seconds_count",
+            &[("platform", "github")]
+        ),
+        1.0,
+        "{text}"
+    );
+    for s in &after {
+        for (k, v) in &s.labels {
+            for prefix in ["tkt_", "trg_", "thr_", "d-1", "d-3"] {
+                assert!(!v.contains(prefix), "{}: label {k}={v} holds an id", s.name);
+            }
+        }
+    }
+    assert!(!text.contains(std::str::from_utf8(SECRET).unwrap()));
     assert!(sigterm(&mut child).success());
 }

@@ -588,6 +588,69 @@ fn with_log_format_json_each_part_logs_json_lines_without_a_secret() {
     }
 }
 
+/// `[metrics]` in gatehouse.toml: each part `up` starts serves its metrics
+/// on the address given, the expositions parse, the proxy's count the
+/// requests made through the router's identity, and no label holds an id.
+#[test]
+fn each_part_serves_the_metrics_gatehouse_toml_asks_for() {
+    use gatehouse_testkit::metrics::{free_port, parse, scrape, sum};
+    require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
+    let s = setup();
+    let (proxy, supervisor, router) = (free_port(), free_port(), free_port());
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    let text = format!(
+        "{text}\n[metrics]\nproxy = \"{proxy}\"\nsupervisor = \"{supervisor}\"\nrouter = \"{router}\"\n"
+    );
+    write(&s.config, &text, 0o644, None);
+    let (ok, out, err) = check(&s.config);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!("metrics.router: http://{router}/metrics")),
+        "{out}"
+    );
+    let prepared = up::prepare(&s.config).unwrap();
+    let running = up::start(&prepared, options(&s)).unwrap();
+    let socket = &prepared.layout.router_identities[0].socket;
+    for _ in 0..4 {
+        let status = http_status_as(None, socket, "/x");
+        assert!(status.starts_with("HTTP/1.1 4"), "{status}");
+    }
+    for (part, addr, family) in [
+        ("proxy", proxy, "gatehouse_proxy_requests_total"),
+        (
+            "supervisor",
+            supervisor,
+            "gatehouse_supervisor_live_sandboxes",
+        ),
+        ("router", router, "gatehouse_router_decisions_total"),
+    ] {
+        let (code, _, body) = scrape(addr);
+        assert_eq!(code, 200, "{part}");
+        let samples = parse(&body).unwrap_or_else(|e| panic!("{part}: {e}\n{body}"));
+        assert!(
+            body.contains(&format!("# TYPE {family} ")),
+            "{part}: {body}"
+        );
+        for sample in &samples {
+            for (k, v) in &sample.labels {
+                assert!(!v.contains("tkt_"), "{part}: {}{{{k}={v}}}", sample.name);
+            }
+        }
+        for secret in [s.token.as_str(), s.feishu_secret.as_str(), "webhook-secret"] {
+            assert!(!body.contains(secret), "{part}: a secret in the exposition");
+        }
+        if part == "proxy" {
+            let denied = [("identity", "router"), ("decision", "deny")];
+            assert_eq!(
+                sum(&samples, "gatehouse_proxy_requests_total", &denied),
+                4.0,
+                "{body}"
+            );
+        }
+    }
+    running.stop();
+}
+
 /// `[audit]` in gatehouse.toml reaches the proxy `up` starts: its log
 /// rotates at the size given, keeps the files given, and the set verifies
 /// as one chain.

@@ -310,49 +310,51 @@ impl<J: Judge> Router<J> {
             policy,
             judge,
         } = self;
-        store.transaction(|tx| {
-            let thread = tx.ensure_thread(&input.thread, now)?;
-            let trigger = Trigger {
-                id: tx.issue(now)?,
-                at: now,
-                input,
-            };
-            let mut latest = tx.latest_ticket(&thread.id)?;
-            if !latest.as_ref().is_some_and(Ticket::is_live) {
-                if let Some(claimed) = claimed_ticket(tx, &trigger.input)? {
-                    latest = Some(claimed);
+        store
+            .transaction(|tx| {
+                let thread = tx.ensure_thread(&input.thread, now)?;
+                let trigger = Trigger {
+                    id: tx.issue(now)?,
+                    at: now,
+                    input,
+                };
+                let mut latest = tx.latest_ticket(&thread.id)?;
+                if !latest.as_ref().is_some_and(Ticket::is_live) {
+                    if let Some(claimed) = claimed_ticket(tx, &trigger.input)? {
+                        latest = Some(claimed);
+                    }
                 }
-            }
-            let route = route_trigger(&trigger, policy, judge, latest.as_ref());
-            let trigger_id = trigger.id.clone();
-            // The ticket is written first: the trigger's row names the ticket
-            // whose inbox it went to.
-            let ticket = apply_ticket_action(tx, route.ticket, &thread, now)?;
-            let inbox = ticket.inbox();
-            tx.insert_trigger(
-                &TriggerRecord {
-                    trigger,
-                    thread: thread.id.clone(),
-                    admission: route.admission.clone(),
-                },
-                inbox,
-            )?;
-            let decision = Decision::Trigger(Box::new(TriggerDecision {
-                trigger: trigger_id,
-                thread: thread.id,
-                admission: route.admission,
-                eval: route.eval,
-                ticket,
-                refused_resume: route
-                    .refused_resume
-                    .map(|(ticket, reason)| RefusedResume { ticket, reason }),
-            }));
-            record(tx, now, &decision)?;
-            if let Decision::Trigger(d) = &decision {
-                also(tx, d)?;
-            }
-            Ok(decision)
-        })
+                let route = route_trigger(&trigger, policy, judge, latest.as_ref());
+                let trigger_id = trigger.id.clone();
+                // The ticket is written first: the trigger's row names the ticket
+                // whose inbox it went to.
+                let ticket = apply_ticket_action(tx, route.ticket, &thread, now)?;
+                let inbox = ticket.inbox();
+                tx.insert_trigger(
+                    &TriggerRecord {
+                        trigger,
+                        thread: thread.id.clone(),
+                        admission: route.admission.clone(),
+                    },
+                    inbox,
+                )?;
+                let decision = Decision::Trigger(Box::new(TriggerDecision {
+                    trigger: trigger_id,
+                    thread: thread.id,
+                    admission: route.admission,
+                    eval: route.eval,
+                    ticket,
+                    refused_resume: route
+                        .refused_resume
+                        .map(|(ticket, reason)| RefusedResume { ticket, reason }),
+                }));
+                record(tx, now, &decision)?;
+                if let Decision::Trigger(d) = &decision {
+                    also(tx, d)?;
+                }
+                Ok(decision)
+            })
+            .inspect(crate::metrics::decided)
     }
 
     /// A worker's report on its ticket.
@@ -426,47 +428,49 @@ impl<J: Judge> Router<J> {
         also: impl FnOnce(&mut Tx<'_>, &Decision) -> Result<(), StoreError>,
     ) -> Result<Decision, EngineError> {
         let limits = self.policy.limits;
-        self.store.transaction(|tx| {
-            let ticket = tx.read().ticket(&attempt.ticket)?;
-            let target_id = attempt
-                .in_reply_to
-                .clone()
-                .unwrap_or_else(|| ticket.mandate.trigger.clone());
-            let target = tx.read().trigger(&target_id)?;
-            let history = tx.read().reply_history(&ticket.id, &target_id)?;
-            let result = match check_reply(&attempt, &ticket, &target, history, &limits) {
-                Ok(()) => {
-                    let record = ReplyRecord {
-                        reply: tx.issue::<ReplyId>(now)?,
-                        ticket: ticket.id.clone(),
-                        thread_key: ticket.thread_key.clone(),
-                        purpose: attempt.purpose,
-                        target: ReplyTarget {
-                            platform: target.trigger.input.source,
-                            message_id: target.trigger.input.message_id.clone(),
-                            trigger: target_id,
-                        },
-                        text_sha256: text_sha256(&attempt.text),
-                        words: count_words(&attempt.text),
-                        at: now,
-                        writer,
-                    };
-                    // Logged before it is sent: the live router sends only
-                    // what this transaction committed.
-                    tx.insert_reply(&record, &attempt.text)?;
-                    allowed(record)
-                }
-                Err(r) => refused(r),
-            };
-            let decision = Decision::Reply {
-                ticket: attempt.ticket,
-                purpose: attempt.purpose,
-                result,
-            };
-            record(tx, now, &decision)?;
-            also(tx, &decision)?;
-            Ok(decision)
-        })
+        self.store
+            .transaction(|tx| {
+                let ticket = tx.read().ticket(&attempt.ticket)?;
+                let target_id = attempt
+                    .in_reply_to
+                    .clone()
+                    .unwrap_or_else(|| ticket.mandate.trigger.clone());
+                let target = tx.read().trigger(&target_id)?;
+                let history = tx.read().reply_history(&ticket.id, &target_id)?;
+                let result = match check_reply(&attempt, &ticket, &target, history, &limits) {
+                    Ok(()) => {
+                        let record = ReplyRecord {
+                            reply: tx.issue::<ReplyId>(now)?,
+                            ticket: ticket.id.clone(),
+                            thread_key: ticket.thread_key.clone(),
+                            purpose: attempt.purpose,
+                            target: ReplyTarget {
+                                platform: target.trigger.input.source,
+                                message_id: target.trigger.input.message_id.clone(),
+                                trigger: target_id,
+                            },
+                            text_sha256: text_sha256(&attempt.text),
+                            words: count_words(&attempt.text),
+                            at: now,
+                            writer,
+                        };
+                        // Logged before it is sent: the live router sends only
+                        // what this transaction committed.
+                        tx.insert_reply(&record, &attempt.text)?;
+                        allowed(record)
+                    }
+                    Err(r) => refused(r),
+                };
+                let decision = Decision::Reply {
+                    ticket: attempt.ticket,
+                    purpose: attempt.purpose,
+                    result,
+                };
+                record(tx, now, &decision)?;
+                also(tx, &decision)?;
+                Ok(decision)
+            })
+            .inspect(crate::metrics::decided)
     }
 
     /// The end of a ticket: by the system, or asked for by a message.

@@ -50,6 +50,7 @@ pub mod id;
 pub mod intake;
 pub mod json;
 pub mod live;
+pub mod metrics;
 pub mod model;
 pub mod policy;
 pub mod replay;

@@ -29,11 +29,15 @@ pub(super) fn run(
     let ports: Vec<u16> = [
         config.github.as_ref().map(|g| g.listen.port()),
         config.feishu.as_ref().map(|f| f.listen.port()),
+        config.metrics.map(|m| m.port()),
     ]
     .into_iter()
     .flatten()
     .collect();
     crate::confine::router_network_logged(&ports).context("confining the router's network")?;
+    if let Some(addr) = config.metrics {
+        crate::metrics::serve(addr, gatehouse_router::metrics::render)?;
+    }
     let policy = Policy::load(&config.policy)?;
     let mut listeners = Vec::new();
     let mut names = Vec::new();

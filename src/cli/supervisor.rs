@@ -34,6 +34,9 @@ impl Commands {
 fn run_supervisor(config_path: PathBuf, log_format: LogFormat) -> anyhow::Result<ExitCode> {
     logging::init(log_format);
     let mut config = jobs::Config::load(&config_path)?;
+    if let Some(addr) = config.metrics {
+        crate::metrics::serve(addr, jobs::metrics::render)?;
+    }
     if config.gatehouse_bin.is_none() {
         // Jobs start through `gatehouse sandbox run`, which lives in the small
         // `gatehouse` binary installed next to this one.

@@ -200,6 +200,11 @@ pub fn describe(p: &Prepared) -> String {
         l.audit_log.display(),
         rotation_summary(&p.file.audit)
     );
+    for (key, addr) in p.file.metrics.parts() {
+        if let Some(addr) = addr {
+            let _ = writeln!(out, "{key}: http://{addr}/metrics");
+        }
+    }
     let _ = writeln!(out, "CA certificate: {}", l.ca_cert.display());
     let _ = writeln!(out, "logs: {}", l.logs_dir.display());
     out

@@ -69,6 +69,30 @@ pub struct UpFile {
     /// The proxy's audit log: rotation and retention.
     #[serde(default)]
     pub audit: AuditSection,
+    /// Prometheus metrics per part (off unless given).
+    #[serde(default)]
+    pub metrics: MetricsSection,
+}
+
+/// `[metrics]`: the loopback address each part serves `/metrics` on; a
+/// part not named serves none.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    pub proxy: Option<SocketAddr>,
+    pub supervisor: Option<SocketAddr>,
+    pub router: Option<SocketAddr>,
+}
+
+impl MetricsSection {
+    /// Each part's address, with its key.
+    pub fn parts(&self) -> [(&'static str, Option<SocketAddr>); 3] {
+        [
+            ("metrics.proxy", self.proxy),
+            ("metrics.supervisor", self.supervisor),
+            ("metrics.router", self.router),
+        ]
+    }
 }
 
 /// `[audit]`: when the proxy's audit log moves to a new file and how many
@@ -253,6 +277,23 @@ impl UpFile {
         self.audit
             .rotation()
             .map_err(|(key, message)| invalid(&key, &message))?;
+        let mut seen: Vec<SocketAddr> = Vec::new();
+        for (key, addr) in self.metrics.parts() {
+            let Some(addr) = addr else { continue };
+            gatehouse_types::metrics::MetricsListen { listen: addr }
+                .check()
+                .map_err(|m| invalid(key, &m))?;
+            if addr.port() == 0 {
+                return Err(invalid(
+                    key,
+                    "expected a port (a scraper must know where to look)",
+                ));
+            }
+            if seen.contains(&addr) {
+                return Err(invalid(key, "expected an address no other part serves on"));
+            }
+            seen.push(addr);
+        }
         Ok(())
     }
 }
@@ -349,13 +390,15 @@ webhook_secret_files = ["secrets/webhook"]
     }
 
     #[test]
-    fn the_shipped_audit_example_parses_when_uncommented() {
+    fn the_shipped_audit_and_metrics_examples_parse_when_uncommented() {
         let text = include_str!("../../deploy/gatehouse.toml");
         let mut on = false;
         let uncommented: String = text
             .lines()
             .map(|l| {
-                on = (on && l.starts_with("# ") && l.contains(" = ")) || l == "# [audit]";
+                on = (on && l.starts_with("# ") && l.contains(" = "))
+                    || l == "# [audit]"
+                    || l == "# [metrics]";
                 if on {
                     format!("{}\n", &l[2..])
                 } else {
@@ -364,6 +407,10 @@ webhook_secret_files = ["secrets/webhook"]
             })
             .collect();
         let f = parse(&uncommented).unwrap();
+        assert_eq!(
+            f.metrics.parts().map(|(_, a)| a.map(|a| a.port())),
+            [Some(9464), Some(9465), Some(9466)]
+        );
         assert_eq!(
             f.audit,
             AuditSection {
@@ -414,6 +461,19 @@ webhook_secret_files = ["secrets/webhook"]
             (format!("{MINIMAL}\n[audit]\nrotate_bytes = \"1M\"\n"), "rotate_bytes"),
             (format!("{MINIMAL}\n[audit]\nrotate_files = 2\n"), "unknown field `rotate_files`"),
             (format!("{MINIMAL}\n[audit]\npath = \"x\"\n"), "unknown field `path`"),
+            (
+                format!("{MINIMAL}\n[metrics]\nproxy = \"0.0.0.0:9464\"\n"),
+                "`metrics.proxy`: 0.0.0.0:9464 is not a loopback address",
+            ),
+            (
+                format!("{MINIMAL}\n[metrics]\nrouter = \"127.0.0.1:0\"\n"),
+                "`metrics.router`: expected a port",
+            ),
+            (
+                format!("{MINIMAL}\n[metrics]\nproxy = \"127.0.0.1:9464\"\nsupervisor = \"127.0.0.1:9464\"\n"),
+                "`metrics.supervisor`: expected an address no other part serves on",
+            ),
+            (format!("{MINIMAL}\n[metrics]\nup = \"127.0.0.1:1\"\n"), "unknown field `up`"),
             (MINIMAL.replace("policy = \"policy.toml\"", ""), "policy"),
         ];
         for (text, key) in cases {

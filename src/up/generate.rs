@@ -122,6 +122,7 @@ pub fn proxy(file: &UpFile, layout: &Layout, router_uid: u32) -> Result<Table, U
     if !upstream.is_empty() {
         t.insert("upstream".into(), Value::Table(upstream));
     }
+    metrics(&mut t, file.metrics.proxy);
     Ok(t)
 }
 
@@ -183,7 +184,18 @@ pub fn supervisor(file: &UpFile, layout: &Layout, router_group: Option<&str>) ->
         ));
     }
     t.insert("limits".into(), table(limits));
+    metrics(&mut t, file.metrics.supervisor);
     t
+}
+
+/// A part's `[metrics] listen`, when `gatehouse.toml` gives it one.
+fn metrics(t: &mut Table, addr: Option<std::net::SocketAddr>) {
+    if let Some(addr) = addr {
+        t.insert(
+            "metrics".into(),
+            table([("listen", Value::String(addr.to_string()))]),
+        );
+    }
 }
 
 /// router.toml: the policy, its database, the job API, its proxy
@@ -257,6 +269,7 @@ pub fn router(file: &UpFile, layout: &Layout) -> Table {
         }
         t.insert("feishu".into(), table(entries));
     }
+    metrics(&mut t, file.metrics.router);
     t
 }
 
@@ -294,6 +307,9 @@ worker_command = ["/usr/bin/worker", "--go"]
 [audit]
 rotate_bytes = 1048576
 keep_files = 7
+[metrics]
+proxy = "127.0.0.1:9464"
+router = "[::1]:9466"
 "#;
 
     fn fixture() -> (UpFile, Layout) {
@@ -373,6 +389,20 @@ keep_files = 7
         .unwrap();
         assert_eq!(got, expected);
         assert_eq!(raw.audit.rotate_bytes, Some(1_048_576));
+    }
+
+    #[test]
+    fn each_part_gets_its_metrics_address_or_none() {
+        let (file, layout) = fixture();
+        let all = all(&file, &layout, None, 990).unwrap();
+        let listen = |text: &str| {
+            let t: Table = toml::from_str(text).unwrap();
+            t.get("metrics")
+                .map(|m| m["listen"].as_str().unwrap().to_owned())
+        };
+        assert_eq!(listen(&all.proxy).as_deref(), Some("127.0.0.1:9464"));
+        assert_eq!(listen(&all.router).as_deref(), Some("[::1]:9466"));
+        assert_eq!(listen(&all.supervisor), None);
     }
 
     #[test]

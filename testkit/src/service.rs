@@ -31,6 +31,8 @@ pub struct Options {
     pub limits: String,
     /// Runs the supervisor under `prlimit --nofile=N:N`.
     pub nofile: Option<u64>,
+    /// `[metrics] listen`.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl Default for Options {
@@ -46,6 +48,7 @@ impl Default for Options {
             api_socket_group: None,
             limits: String::new(),
             nofile: None,
+            metrics: None,
         }
     }
 }
@@ -98,6 +101,9 @@ impl Service {
             if let Some(ca) = &opts.ca_cert {
                 toml.push_str(&format!("ca_cert = {ca:?}\n"));
             }
+        }
+        if let Some(addr) = &opts.metrics {
+            toml.push_str(&format!("[metrics]\nlisten = \"{addr}\"\n"));
         }
         let config = dir.path().join("supervisor.toml");
         std::fs::write(&config, toml).unwrap();

@@ -323,14 +323,20 @@ impl Listener {
                 let _ = self.wake.try_send(());
                 Ok(answer(StatusCode::OK, format!("stored {delivery}")))
             }
-            Ok(Inserted::DuplicateDelivery) => Ok(answer(
-                StatusCode::OK,
-                format!("duplicate: {delivery} is already stored"),
-            )),
-            Ok(Inserted::DuplicateMeaning) => Ok(answer(
-                StatusCode::OK,
-                format!("duplicate: the event of {delivery} is already stored"),
-            )),
+            Ok(Inserted::DuplicateDelivery) => Ok({
+                crate::metrics::duplicate(platform, "delivery");
+                answer(
+                    StatusCode::OK,
+                    format!("duplicate: {delivery} is already stored"),
+                )
+            }),
+            Ok(Inserted::DuplicateMeaning) => Ok({
+                crate::metrics::duplicate(platform, "meaning");
+                answer(
+                    StatusCode::OK,
+                    format!("duplicate: the event of {delivery} is already stored"),
+                )
+            }),
             Err(problem) => {
                 // Not acknowledged: GitHub lists it as failed, to be
                 // redelivered; Feishu retries by itself.

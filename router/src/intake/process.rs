@@ -200,6 +200,7 @@ fn process_one<J: Judge>(
             router.on_trigger_with(*input, now, |tx, decision| {
                 tx.mark_delivery(d.seq, "trigger", Some(&decision.trigger), now)
             })?;
+            crate::metrics::intake_lag(&d.platform, d.received_at, now);
             done.triggers += 1;
         }
         Ok(Mapped::Skip(why)) => {

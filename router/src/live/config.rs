@@ -43,6 +43,7 @@ struct File {
     github_poll: Option<GithubPollFile>,
     feishu: Option<FeishuFile>,
     model: Option<crate::model::config::ModelFile>,
+    metrics: Option<gatehouse_types::metrics::MetricsListen>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -117,6 +118,8 @@ pub struct RouterConfig {
     pub feishu: Option<FeishuConfig>,
     /// The router's model; `None`: rules-only judge, template replies.
     pub model: Option<crate::model::ModelConfig>,
+    /// Where the metrics are served (a loopback port), if at all.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// The supervisor's job API.
@@ -305,7 +308,11 @@ fn validate(raw: File, file: &str, base: &Path) -> Result<RouterConfig, ConfigEr
             .map_err(|(key, expected)| invalid(&key, &expected))?,
         ),
     };
+    if let Some(m) = &raw.metrics {
+        m.check().map_err(|e| invalid("metrics.listen", &e))?;
+    }
     Ok(RouterConfig {
+        metrics: raw.metrics.map(|m| m.listen),
         model,
         policy: path("policy", raw.policy)?,
         state: path("state", raw.state)?,

@@ -48,6 +48,7 @@ struct RawConfig {
     /// its own at start: the deployment's secrets (`hide`).
     #[serde(default)]
     hidden_paths: Vec<PathBuf>,
+    metrics: Option<gatehouse_types::metrics::MetricsListen>,
 }
 
 #[derive(Deserialize, Default)]
@@ -151,6 +152,8 @@ pub struct Config {
     pub control: ControlLimits,
     /// Covered at start in the supervisor's own mount namespace (`hide`).
     pub hidden_paths: Vec<PathBuf>,
+    /// Where the metrics are served (a loopback port), if at all.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl Config {
@@ -185,6 +188,12 @@ impl Config {
         let l = raw.limits;
         check_limits(&l).map_err(|(key, expected)| invalid(key, expected))?;
         check_sandbox_env(&raw.sandbox.env).map_err(|(key, expected)| invalid(key, expected))?;
+        if raw.metrics.is_some_and(|m| m.check().is_err()) {
+            return Err(invalid(
+                "metrics.listen",
+                "a loopback address (127.0.0.0/8 or ::1): metrics are served unauthenticated",
+            ));
+        }
         let state_dir = abs(raw.state_dir);
         // A unix socket path is at most 107 bytes; the per-job control
         // sockets live under the state dir.
@@ -227,6 +236,7 @@ impl Config {
                 report_bytes_per_job: l.report_bytes_per_job,
             },
             hidden_paths: raw.hidden_paths.into_iter().map(abs).collect(),
+            metrics: raw.metrics.map(|m| m.listen),
         })
     }
 
@@ -338,6 +348,16 @@ mod tests {
     }
 
     #[test]
+    fn metrics_are_off_unless_a_loopback_address_is_given() {
+        assert_eq!(parse(MINIMAL).unwrap().metrics, None);
+        let c = parse(&format!(
+            "{MINIMAL}\n[metrics]\nlisten = \"127.0.0.1:9465\""
+        ))
+        .unwrap();
+        assert_eq!(c.metrics, Some("127.0.0.1:9465".parse().unwrap()));
+    }
+
+    #[test]
     fn the_example_config_parses() {
         let text = include_str!("../../examples/supervisor.toml");
         let c = parse(text).unwrap();
@@ -363,6 +383,11 @@ mod tests {
             ),
             (format!("{MINIMAL}\n[proxy]\nadmin = \"x\""), "admin"),
             (MINIMAL.replace("[\"agent\"]", "[]"), "worker.command"),
+            (
+                format!("{MINIMAL}\n[metrics]\nlisten = \"0.0.0.0:9465\""),
+                "metrics.listen",
+            ),
+            (format!("{MINIMAL}\n[metrics]\nport = 1"), "port"),
         ];
         for (text, key) in cases {
             let err = parse(&text).unwrap_err().to_string();

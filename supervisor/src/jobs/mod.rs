@@ -26,6 +26,7 @@ pub mod hide;
 pub mod http;
 pub mod launcher;
 pub mod logs;
+pub mod metrics;
 pub mod preflight;
 pub mod process;
 pub mod prompts;

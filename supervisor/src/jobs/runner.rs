@@ -313,6 +313,7 @@ impl Inner {
             self.config.log_cap_bytes,
         );
         self.transition(&job.id, JobEvent::Started, Some((pid, start)), None, None)?;
+        let _live = super::metrics::LiveSandbox::started(t_begin.elapsed());
         tracing::debug!(
             job = %job.id,
             prepare_us = (t_prepared - t_begin).as_micros() as u64,

@@ -265,6 +265,7 @@ impl Supervisor {
         match inserted {
             Inserted::Created(job) => {
                 let job = *job;
+                super::metrics::entered(job.state);
                 let (cancel, cancel_rx) = watch::channel(false);
                 let (inbox, _) = watch::channel(0);
                 inner.add_live(job.id.clone(), LiveJob { cancel, inbox });
@@ -477,6 +478,7 @@ impl Inner {
         let (job, seq) = self
             .store
             .transition(id, event, now_ms(), process, exit, reason)?;
+        super::metrics::entered(job.state);
         self.notify(Some(seq));
         Ok(job)
     }

@@ -50,6 +50,11 @@ fn mistakes_are_refused_naming_the_file_and_key() {
     let cases: &[(&str, &str)] = &[
         // Unknown keys, at every level.
         ("colour = \"red\"\n", "unknown field `colour`"),
+        (
+            "[metrics]\nlisten = \"0.0.0.0:9466\"\n",
+            "`metrics.listen`",
+        ),
+        ("[metrics]\nport = 1\n", "unknown field `port`"),
         ("[jobs.extra]\n", "unknown field `extra`"),
         (
             "[github]\nlisten = \"127.0.0.1:1\"\nwebhook_secret_files = [\"s\"]\nsecret = \"x\"\n",

@@ -430,3 +430,82 @@ fn a_missing_or_reordered_file_breaks_the_set_and_retention_does_not() {
     let report = verify(dir.path()).unwrap();
     assert_eq!((report.first_file, report.last_file), (active - 2, active));
 }
+
+/// The fast pass of [`Line::parse`] and the derived `Deserialize` read
+/// every line alike: written lines of every kind, the same lines with
+/// their keys reordered (the fast pass declines, the derived one reads
+/// them), and broken lines (both refuse).
+#[test]
+fn a_line_is_read_alike_in_order_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let mut log = AuditLog::open(&path).unwrap();
+    let mut cut = request("req-cut", true);
+    if let Record::Request(r) = &mut cut {
+        r.path = "/x".repeat(2000);
+        r.outcome = Outcome::Deny {
+            reason: "no rule \"matched\" \\ here".into(),
+            rule_sets_tried: vec!["a".into(), "b".into()],
+        };
+    }
+    let records = vec![
+        request("req-1", true),
+        completion("req-1"),
+        request("req-2", false),
+        bound(cut),
+        Record::Suppressed(SuppressedRecord {
+            time: rfc3339_utc(1),
+            identity: "tkt_2".into(),
+            refusals: 7,
+            first: rfc3339_utc(1),
+            last: rfc3339_utc(2),
+        }),
+        Record::Recovery(RecoveryRecord {
+            time: rfc3339_utc(3),
+            truncated_bytes: 9,
+            truncated_sha256: "cd".repeat(32),
+        }),
+        Record::Header(HeaderRecord {
+            time: rfc3339_utc(4),
+            file: 2,
+            previous_lines: 10,
+        }),
+    ];
+    log.append_all(&records).unwrap();
+    let derived = |l: &str| serde_json::from_slice::<Line<Record>>(l.as_bytes());
+    for (text, written) in lines(&path).iter().zip(&records) {
+        let fast = parse_in_order(text.as_bytes()).unwrap();
+        let slow = derived(text).unwrap();
+        assert_eq!(
+            (fast.seq, &fast.prev, &fast.record),
+            (slow.seq, &slow.prev, &slow.record)
+        );
+        assert_eq!(&fast.record, written);
+        // Reordered: the record's fields first. Only the derived pass reads
+        // it, and Line::parse gives the same line.
+        let mut v: serde_json::Map<String, serde_json::Value> = serde_json::from_str(text).unwrap();
+        let head: Vec<(String, serde_json::Value)> = ["seq", "prev", "event"]
+            .iter()
+            .map(|k| (k.to_string(), v.remove(*k).unwrap()))
+            .collect();
+        v.extend(head);
+        let reordered = serde_json::to_string(&v).unwrap();
+        assert!(parse_in_order(reordered.as_bytes()).is_err());
+        let parsed = Line::parse(reordered.as_bytes()).unwrap();
+        assert_eq!((parsed.seq, &parsed.record), (slow.seq, &slow.record));
+    }
+    let good = lines(&path)[0].clone();
+    for bad in [
+        good.replacen("\"seq\":0", "\"seq\":-1", 1),
+        good.replacen("\"event\":\"request\"", "\"event\":\"requests\"", 1),
+        good.replacen("\"method\"", "\"surprise\":1,\"method\"", 1),
+        good.replacen("\"seq\":0,", "\"seq\":0,\"seq\":0,", 1),
+        format!("{good} x"),
+        good[..good.len() - 1].to_owned(),
+        good.replacen("\"host\":\"api.github.com\",", "", 1),
+    ] {
+        assert_ne!(bad, good);
+        assert!(derived(&bad).is_err(), "the derived pass read {bad}");
+        assert!(Line::parse(bad.as_bytes()).is_err(), "read {bad}");
+    }
+}

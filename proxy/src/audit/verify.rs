@@ -11,7 +11,7 @@
 //! read may open with a header too (earlier files removed by retention): its
 //! `prev` is then taken as given.
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::io::BufRead;
 use std::path::Path;
 
@@ -91,7 +91,8 @@ enum Start {
 #[derive(Debug, Clone)]
 pub struct Chain {
     report: VerifyReport,
-    open: BTreeSet<String>,
+    /// Requests without their completion yet (sorted when reported).
+    open: HashSet<String>,
     start: Start,
     /// The first file read opened with a header: requests of the files
     /// before it may complete in it.
@@ -120,7 +121,7 @@ impl Chain {
                 last_file: 1,
                 file_lines: 0,
             },
-            open: BTreeSet::new(),
+            open: HashSet::new(),
             start: Start::First,
             partial: false,
         }
@@ -145,14 +146,13 @@ impl Chain {
             line: line_number,
             why,
         };
-        let parsed: Line<Record> =
-            serde_json::from_slice(line).map_err(|e| broken(format!("not a valid record: {e}")))?;
+        let parsed = Line::parse(line).map_err(|e| broken(format!("not a valid record: {e}")))?;
         self.check_place(&parsed).map_err(broken)?;
         self.count(&parsed.record, line_number).map_err(broken)?;
         self.start = Start::Within;
         self.report.lines += 1;
         self.report.file_lines += 1;
-        self.report.last_hash = hex::encode(Sha256::digest(line));
+        set_hash(&mut self.report.last_hash, line);
         Ok(ChainedLine {
             line: line_number,
             hash: self.report.last_hash.clone(),
@@ -250,7 +250,7 @@ impl Chain {
     /// [`Chain::push`]'s error), so a reader can go on and find later
     /// breaks: its record if it is one.
     pub fn resume(&mut self, line: &[u8]) -> Option<ChainedLine> {
-        let parsed: Line<Record> = serde_json::from_slice(line).ok()?;
+        let parsed = Line::parse(line).ok()?;
         let line_number = self.report.file_lines as usize + 1;
         match &parsed.record {
             Record::Request(r) => {
@@ -280,7 +280,18 @@ impl Chain {
     /// The report of the lines pushed so far.
     pub fn finish(mut self) -> VerifyReport {
         self.report.open_requests = self.open.into_iter().collect();
+        self.report.open_requests.sort();
         self.report
+    }
+}
+
+/// `hash` := the hex SHA-256 of `line`, in the string's own buffer (one
+/// line after another, no allocation).
+fn set_hash(hash: &mut String, line: &[u8]) {
+    let mut hex = [0u8; 64];
+    if hex::encode_to_slice(Sha256::digest(line), &mut hex).is_ok() {
+        hash.clear();
+        hash.extend(hex.iter().map(|b| char::from(*b)));
     }
 }
 

@@ -162,6 +162,33 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_reply_is_counted_by_purpose_and_refusal_never_by_ticket() {
+        use crate::engine::Refused;
+        use crate::reply::Purpose;
+        let decision = Decision::Reply {
+            ticket: crate::id::TicketId::parse("tkt_0123456789abcdef01").unwrap(),
+            purpose: Purpose::Attention,
+            result: Checked::Refused {
+                refused: Refused {
+                    refusal: Refusal::NotAttention,
+                    message: "not the question".into(),
+                },
+            },
+        };
+        assert_eq!(
+            labels(&decision),
+            Some(("reply", ["attention", "not_attention"]))
+        );
+        let before = METRICS.replies.get(&["attention", "not_attention"]);
+        decided(&decision);
+        assert_eq!(
+            METRICS.replies.get(&["attention", "not_attention"]),
+            before + 1
+        );
+        assert!(!render().contains("tkt_0123456789abcdef01"));
+    }
+
+    #[test]
     fn lag_is_counted_per_known_platform() {
         let count = |p: &str| {
             render()

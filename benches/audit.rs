@@ -189,9 +189,18 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Runs `command` to its end; its exit status and peak RSS (KiB), read
-/// from /proc while it runs (VmHWM only grows).
-fn run_measured(command: &mut Command) -> (std::process::ExitStatus, u64) {
+/// CPU seconds (user + system) of this process's waited-for children.
+fn children_cpu() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_CHILDREN).unwrap();
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    secs(u.user_time()) + secs(u.system_time())
+}
+
+/// Runs `command` to its end; its exit status, peak RSS (KiB), read from
+/// /proc while it runs (VmHWM only grows), and the CPU seconds it used.
+fn run_measured(command: &mut Command) -> (std::process::ExitStatus, u64, f64) {
+    let cpu_before = children_cpu();
     let mut child = command.spawn().unwrap();
     let mut peak = 0;
     loop {
@@ -199,7 +208,7 @@ fn run_measured(command: &mut Command) -> (std::process::ExitStatus, u64) {
             peak = peak.max(kib);
         }
         if let Some(status) = child.try_wait().unwrap() {
-            return (status, peak);
+            return (status, peak, children_cpu() - cpu_before);
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
@@ -244,7 +253,7 @@ fn main() {
         assert_eq!(read_and_hash(&log), records);
         let floor = started.elapsed();
         let started = Instant::now();
-        let (status, rss) = run_measured(
+        let (status, rss, cpu) = run_measured(
             Command::new(services)
                 .args([
                     "audit",
@@ -265,11 +274,13 @@ fn main() {
             "the reconciliation found something unexplained: {status}"
         );
         println!(
-            "  {records:>9} records ({} MiB), {replies:>6} replies: {:.2} s, {:>8.0} records/s, peak RSS {} KiB; \
+            "  {records:>9} records ({} MiB), {replies:>6} replies: {:.2} s, {:>8.0} records/s ({:.2} CPU s, {:.0} records per CPU second), peak RSS {} KiB; \
              baseline (read + SHA-256 per line) {:.2} s, {:.0} lines/s: reconcile takes {:.2}x the baseline (generated in {:.1} s)",
             bytes / (1 << 20),
             took.as_secs_f64(),
             records as f64 / took.as_secs_f64(),
+            cpu,
+            records as f64 / cpu,
             rss,
             floor.as_secs_f64(),
             records as f64 / floor.as_secs_f64(),

@@ -232,6 +232,22 @@ fn a_github_only_proxy_loads_the_shipped_rules_and_refuses_the_sets_it_cannot_se
     }
     assert!(!log.contains("`github-worker` is not in use"), "{log}");
 
+    // The admin API lists every set, withdrawn ones with why: what the
+    // supervisor checks its profiles against at start.
+    let (status, body) = admin(&proxy.admin, "GET", "/rule-sets", None);
+    assert_eq!(status, 200, "{body}");
+    let known: Vec<gatehouse_types::wire::KnownRuleSet> = serde_json::from_str(&body).unwrap();
+    let find = |name: &str| known.iter().find(|k| k.name.as_str() == name).unwrap();
+    assert_eq!(find("github-worker").withdrawn, None);
+    assert!(find("github-worker")
+        .variables
+        .contains(&"repo".to_string()));
+    let why = find("feishu-send").withdrawn.clone().unwrap();
+    assert!(why.contains("credential `feishu`"), "{why}");
+    assert!(!known.iter().any(|k| k.name.as_str() == "no-such-set"));
+    let (status, _) = admin(&proxy.admin, "POST", "/rule-sets", Some("{}"));
+    assert_eq!(status, 405);
+
     let new = |sets: &str| {
         format!(
             r#"{{"name":"tkt_gh","rule_sets":{sets},"tunnel_hosts":[],"variables":{{"repo":"acme/widgets"}}}}"#

@@ -35,7 +35,7 @@ async fn identity_per_job_is_created_and_revoked() {
     let id = svc.submit("k", body).await;
     svc.wait_for(&id, |s| s == "running").await;
     assert_eq!(admin.live_identities(), ["tkt_ident"]);
-    let create = &admin.calls()[0];
+    let create = &admin.identity_calls()[0];
     assert_eq!(
         (create.method.as_str(), create.path.as_str()),
         ("POST", "/identities")
@@ -59,6 +59,34 @@ async fn identity_per_job_is_created_and_revoked() {
         (last.method.as_str(), last.path.as_str()),
         ("DELETE", "/identities/tkt_ident")
     );
+}
+
+/// At start the supervisor asks the proxy which rule sets it has and names
+/// each one a profile allows that it cannot serve: the test profile
+/// inherits `github-worker` and `model-api` from the built-in `default`,
+/// which the stand-in proxy does not list.
+#[tokio::test(flavor = "multi_thread")]
+async fn start_up_names_the_rule_sets_the_proxy_cannot_serve() {
+    let admin = FakeProxyAdmin::start();
+    let svc = Service::start(Options {
+        proxy_admin: Some(admin.socket.clone()),
+        ..Options::default()
+    });
+    assert!(admin
+        .calls()
+        .iter()
+        .any(|c| c.method == "GET" && c.path == "/rule-sets"));
+    let log = svc.log_lines().join("\n");
+    for missing in ["github-worker", "model-api"] {
+        assert!(
+            log.contains(&format!(
+                "allows rule set `{missing}`, which the proxy does not have"
+            )),
+            "{missing}: {log}"
+        );
+    }
+    // Control: the sets the proxy lists are not named.
+    assert!(!log.contains("`github-repo`"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -99,7 +127,7 @@ async fn a_leftover_identity_is_replaced() {
     let id = svc.submit("k", body).await;
     assert_eq!(svc.wait_ended(&id).await["state"], "done");
     let calls: Vec<String> = admin
-        .calls()
+        .identity_calls()
         .iter()
         .map(|c| format!("{} {}", c.method, c.path))
         .collect();

@@ -134,6 +134,7 @@ async fn handle(
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     Ok(match (req.method().clone(), segments.as_slice()) {
         (Method::GET, ["identities"]) => reply(StatusCode::OK, json!(proxy.identities())),
+        (Method::GET, ["rule-sets"]) => reply(StatusCode::OK, json!(proxy.known_rule_sets())),
         (Method::POST, ["identities"]) => create(&proxy, req).await,
         (Method::DELETE, ["identities", name]) => match proxy.revoke_identity(name).await {
             Ok(()) => {
@@ -146,10 +147,13 @@ async fn handle(
             }
             Err(e) => error(StatusCode::NOT_FOUND, e),
         },
-        (_, ["identities"] | ["identities", _]) => {
+        (_, ["identities"] | ["identities", _] | ["rule-sets"]) => {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         }
-        _ => error(StatusCode::NOT_FOUND, "no such endpoint; see /identities"),
+        _ => error(
+            StatusCode::NOT_FOUND,
+            "no such endpoint; see /identities and /rule-sets",
+        ),
     })
 }
 

@@ -335,10 +335,11 @@ mod tests {
         }
     }
 
-    fn launcher(profiles_dir: Option<&str>) -> SandboxLauncher {
+    fn launcher(profiles_dir: Option<&str>, worker_uids: Option<&str>) -> SandboxLauncher {
         SandboxLauncher {
             gatehouse_bin: "/usr/lib/gatehouse/gatehouse".into(),
             profiles_dir: profiles_dir.map(PathBuf::from),
+            worker_uids: worker_uids.map(|r| r.parse().unwrap()),
         }
     }
 
@@ -348,7 +349,12 @@ mod tests {
 
     /// Every field the launcher sets arrives in the field of the same
     /// meaning, and nothing else is set.
-    fn assert_parsed_as(req: &LaunchRequest<'_>, profiles_dir: Option<&str>, run: &RunArgs) {
+    fn assert_parsed_as(
+        req: &LaunchRequest<'_>,
+        profiles_dir: Option<&str>,
+        worker_uids: Option<&str>,
+        run: &RunArgs,
+    ) {
         assert_eq!(run.profile, req.profile);
         assert_eq!(run.workdir, req.work_dir);
         // An identity's socket alone in its directory goes as the directory.
@@ -370,11 +376,11 @@ mod tests {
         let secs = req.wall_time.as_millis().div_ceil(1000).max(1) as u64;
         assert_eq!(run.wall_time, Some(secs));
         assert_eq!(run.command, req.command);
-        // Left to their defaults: a worker uid of its own from the range.
+        // A worker uid of its own from the configured range, or the default.
         assert_eq!(run.worker_user, None);
         assert_eq!(
             run.worker_uids,
-            gatehouse_supervisor::sandbox::worker_uids::DEFAULT_RANGE
+            worker_uids.unwrap_or(gatehouse_supervisor::sandbox::worker_uids::DEFAULT_RANGE)
         );
         assert!(!run.quiet);
     }
@@ -412,16 +418,20 @@ mod tests {
             )),
             ..full.clone()
         };
-        for (req, profiles_dir) in [
-            (&full, Some("/etc/gatehouse/profiles")),
-            (&full, None),
-            (&bare, None),
-            (&in_dir, None),
+        for (req, profiles_dir, worker_uids) in [
+            (
+                &full,
+                Some("/etc/gatehouse/profiles"),
+                Some("200000-265535"),
+            ),
+            (&full, None, None),
+            (&bare, None, None),
+            (&in_dir, None, Some("70000-70009")),
         ] {
-            let emitted = launcher(profiles_dir).command(req);
+            let emitted = launcher(profiles_dir, worker_uids).command(req);
             let run = parse(&emitted.args)
                 .unwrap_or_else(|e| panic!("{:?} is refused: {e}", emitted.args));
-            assert_parsed_as(req, profiles_dir, &run);
+            assert_parsed_as(req, profiles_dir, worker_uids, &run);
         }
     }
 
@@ -438,7 +448,7 @@ mod tests {
             wall_time: Duration::from_secs(60),
             command: &command,
         };
-        let emitted = launcher(None).command(&req).args;
+        let emitted = launcher(None, None).command(&req).args;
         // The positive control: what is emitted parses.
         assert!(parse(&emitted).is_ok());
         let replace = |from: &str, to: &str| -> Vec<OsString> {

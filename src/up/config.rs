@@ -160,6 +160,9 @@ pub struct JobsFile {
     pub max_running_jobs: Option<usize>,
     /// The worker command, when the profiles name none.
     pub worker_command: Option<Vec<String>>,
+    /// `FIRST-LAST`: host uids leased one per live sandbox (as root); the
+    /// supervisor's `[sandbox] worker_uids`.
+    pub worker_uids: Option<String>,
 }
 
 impl Default for JobsFile {
@@ -168,6 +171,7 @@ impl Default for JobsFile {
             deadline_secs: DEFAULT_DEADLINE_SECS,
             max_running_jobs: None,
             worker_command: None,
+            worker_uids: None,
         }
     }
 }
@@ -270,6 +274,17 @@ impl UpFile {
                 "router_user",
                 "must differ from proxy_user: the router must not read the credentials",
             ));
+        }
+        if let Some(range) = &self.jobs.worker_uids {
+            if range
+                .parse::<gatehouse_supervisor::sandbox::worker_uids::UidRange>()
+                .is_err()
+            {
+                return Err(invalid(
+                    "jobs.worker_uids",
+                    "expected FIRST-LAST host uids, 0 < FIRST <= LAST < 4294967294, without 65534",
+                ));
+            }
         }
         if self.jobs.deadline_secs == 0 {
             return Err(invalid("jobs.deadline_secs", "expected at least 1"));
@@ -446,6 +461,14 @@ webhook_secret_files = ["secrets/webhook"]
                 "router_user",
             ),
             (format!("{MINIMAL}\n[jobs]\ndeadline_secs = 0\n"), "jobs.deadline_secs"),
+            (
+                format!("{MINIMAL}\n[jobs]\nworker_uids = \"0-100\"\n"),
+                "jobs.worker_uids",
+            ),
+            (
+                format!("{MINIMAL}\n[jobs]\nworker_uids = \"60000-70000\"\n"),
+                "jobs.worker_uids",
+            ),
             (format!("{MINIMAL}\n[jobs]\nfoo = 0\n"), "foo"),
             (format!("{MINIMAL}\n[audit]\nrotate_bytes = 0\n"), "`audit.rotate_bytes`: expected at least 1"),
             (format!("{MINIMAL}\n[audit]\nrotate_secs = 0\n"), "`audit.rotate_secs`: expected at least 1"),

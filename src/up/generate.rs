@@ -160,10 +160,11 @@ pub fn supervisor(file: &UpFile, layout: &Layout, router_group: Option<&str>) ->
         let secrets = file.secret_files().into_iter().map(path).collect();
         t.insert("hidden_paths".into(), Value::Array(secrets));
     }
-    t.insert(
-        "sandbox".into(),
-        table([("profiles_dir", path(&file.profiles_dir))]),
-    );
+    let mut sandbox = vec![("profiles_dir", path(&file.profiles_dir))];
+    if let Some(range) = &file.jobs.worker_uids {
+        sandbox.push(("worker_uids", Value::String(range.clone())));
+    }
+    t.insert("sandbox".into(), table(sandbox));
     t.insert(
         "proxy".into(),
         table([
@@ -304,6 +305,7 @@ ca_file = "emulator-ca.pem"
 [jobs]
 deadline_secs = 600
 worker_command = ["/usr/bin/worker", "--go"]
+worker_uids = "300000-300999"
 [audit]
 rotate_bytes = 1048576
 keep_files = 7
@@ -482,6 +484,7 @@ router = "[::1]:9466"
         assert_eq!(t["api_socket_group"].as_str(), Some("gatehouse-router"));
         assert_eq!(t["worker"]["command"][1].as_str(), Some("--go"));
         assert_eq!(t["limits"]["default_deadline_secs"].as_integer(), Some(600));
+        assert_eq!(t["sandbox"]["worker_uids"].as_str(), Some("300000-300999"));
         assert!(supervisor(&file, &layout, None)
             .get("api_socket_group")
             .is_none());

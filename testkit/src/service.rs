@@ -13,7 +13,7 @@ use ::http::Response;
 use gatehouse_supervisor::jobs::http::{
     self, Body, ClientResponse, HttpMethod as Method, HttpStatus as StatusCode,
 };
-use gatehouse_types::wire::{CreatedIdentity, NewIdentity};
+use gatehouse_types::wire::{CreatedIdentity, KnownRuleSet, NewIdentity};
 use serde_json::{json, Value};
 
 use crate::rules::TEST_RULE_SET;
@@ -60,6 +60,8 @@ pub struct Service {
     pub socket: PathBuf,
     child: Option<Child>,
     nofile: Option<u64>,
+    /// Every line the supervisor logged, across restarts.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Service {
@@ -113,6 +115,7 @@ impl Service {
             socket,
             child: None,
             nofile: opts.nofile,
+            log: Arc::default(),
         };
         service.spawn();
         service
@@ -149,11 +152,13 @@ impl Service {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
+        let log = self.log.clone();
         std::thread::spawn(move || {
             let mut tx = Some(tx);
             for line in std::io::BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 eprintln!("[supervisor] {line}");
+                log.lock().unwrap().push(line.clone());
                 if line.contains("job API on") {
                     if let Some(tx) = tx.take() {
                         let _ = tx.send(());
@@ -164,6 +169,11 @@ impl Service {
         rx.recv_timeout(Duration::from_secs(30))
             .expect("the supervisor did not start");
         self.child = Some(child);
+    }
+
+    /// The lines the supervisor has logged so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
     }
 
     pub fn pid(&self) -> i32 {
@@ -288,6 +298,11 @@ tunnels = ["registry.npmjs.org:443"]
     )
 }
 
+/// The rule sets [`FakeProxyAdmin`] lists. `no-such-rules` is listed but
+/// refused when an identity names it: a set taken out of the proxy after
+/// the supervisor started.
+pub const FAKE_ADMIN_RULE_SETS: [&str; 3] = ["github-repo", TEST_RULE_SET, "no-such-rules"];
+
 /// A job body running `sh -c script` for `ticket`.
 pub fn sh_job(ticket: &str, script: &str) -> Value {
     json!({
@@ -310,7 +325,7 @@ pub struct AdminCall {
 /// A stand-in for the proxy's admin socket, speaking its contract:
 /// `POST /identities` → 201 `{name, socket}` (409 existing, 400 unknown rule
 /// set), `DELETE /identities/{name}` → 204 (socket removed) or 404,
-/// `GET /identities`.
+/// `GET /identities`, `GET /rule-sets` ([`FAKE_ADMIN_RULE_SETS`]).
 pub struct FakeProxyAdmin {
     pub socket: PathBuf,
     pub calls: Arc<Mutex<Vec<AdminCall>>>,
@@ -353,6 +368,13 @@ impl FakeProxyAdmin {
     pub fn calls(&self) -> Vec<AdminCall> {
         self.calls.lock().unwrap().clone()
     }
+
+    /// The calls on `/identities…`, leaving out the start-up `GET /rule-sets`.
+    pub fn identity_calls(&self) -> Vec<AdminCall> {
+        let mut calls = self.calls();
+        calls.retain(|c| c.path.starts_with("/identities"));
+        calls
+    }
 }
 
 impl Drop for FakeProxyAdmin {
@@ -386,6 +408,17 @@ impl FakeState {
                 http::json_response(StatusCode::OK, &json!(names))
             }
             ("DELETE", Some(rest)) if rest.starts_with('/') => self.revoke(&rest[1..]),
+            _ if (method, path) == ("GET", "/rule-sets") => {
+                let known: Vec<KnownRuleSet> = FAKE_ADMIN_RULE_SETS
+                    .iter()
+                    .map(|name| KnownRuleSet {
+                        name: name.parse().unwrap(),
+                        variables: vec![],
+                        withdrawn: None,
+                    })
+                    .collect();
+                http::json_response(StatusCode::OK, &json!(known))
+            }
             _ => http::error_response(StatusCode::NOT_FOUND, "not_found", "no route"),
         }
     }

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! supervisor ──NewIdentity──► proxy admin (POST /identities) ──CreatedIdentity──► supervisor
+//! supervisor ──► proxy admin (GET /rule-sets) ──[KnownRuleSet]──► supervisor (start-up check)
 //! worker ──Report──► control socket (POST /report) ──► supervisor ──► router (Ticket.latest_report)
 //! job API (POST /jobs/{id}/inbox) ──InboxMessage──► supervisor
 //!     ──InboxPage{messages: [InboxDelivery]}──► worker (GET /inbox) ──InboxAck──► supervisor
@@ -17,7 +18,7 @@ pub mod admin;
 pub mod inbox;
 pub mod report;
 
-pub use admin::{CreatedIdentity, NewIdentity};
+pub use admin::{CreatedIdentity, KnownRuleSet, NewIdentity};
 pub use inbox::{InboxAck, InboxDelivery, InboxMessage, InboxPage};
 pub use report::{Report, ReportState};
 

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use gatehouse_types::wire::KnownRuleSet;
+
 use super::parse::parse_example;
 use super::{Access, Decision, RuleBook, RuleError, RuleSet};
 use crate::path::{self, Vars};
@@ -127,6 +129,31 @@ impl RuleBook {
     /// The sets withdrawn from use, with why.
     pub fn withdrawn(&self) -> impl Iterator<Item = (&str, &str)> {
         self.withdrawn.iter().map(|(n, w)| (n.as_str(), w.as_str()))
+    }
+
+    /// Every set by name, usable or withdrawn (with why), as the admin API's
+    /// `GET /rule-sets` lists them.
+    pub fn known_rule_sets(&self) -> Vec<KnownRuleSet> {
+        let mut known: Vec<KnownRuleSet> = self
+            .sets
+            .values()
+            .filter_map(|set| {
+                Some(KnownRuleSet {
+                    name: set.name.parse().ok()?,
+                    variables: set.variables.iter().cloned().collect(),
+                    withdrawn: None,
+                })
+            })
+            .chain(self.withdrawn.iter().filter_map(|(name, why)| {
+                Some(KnownRuleSet {
+                    name: name.parse().ok()?,
+                    variables: vec![],
+                    withdrawn: Some(why.clone()),
+                })
+            }))
+            .collect();
+        known.sort_by(|a, b| a.name.cmp(&b.name));
+        known
     }
 
     /// The GitHub App permissions an identity with `rule_sets` needs: the

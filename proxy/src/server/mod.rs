@@ -367,6 +367,11 @@ impl Proxy {
         Ok(identity)
     }
 
+    /// Every rule set the policy knows, withdrawn ones with why.
+    pub fn known_rule_sets(&self) -> Vec<gatehouse_types::wire::KnownRuleSet> {
+        self.policy.known_rule_sets()
+    }
+
     /// All live identities, by name.
     pub fn identities(&self) -> Vec<IdentityInfo> {
         let mut list: Vec<IdentityInfo> = self

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use gatehouse_types::wire::KnownRuleSet;
 use serde::Serialize;
 
 use crate::rules::{self, Allowed, Decision, OwnedObject, RequestHead, RuleBook};
@@ -125,6 +126,8 @@ pub trait Policy: Send + Sync + 'static {
         rule_sets: &[String],
         variables: &BTreeMap<String, String>,
     ) -> Result<(), String>;
+    /// Every rule set, withdrawn ones with why (`GET /rule-sets`).
+    fn known_rule_sets(&self) -> Vec<KnownRuleSet>;
 }
 
 // === impl Policy for RuleBook ===
@@ -174,6 +177,10 @@ impl Policy for RuleBook {
         variables: &BTreeMap<String, String>,
     ) -> Result<(), String> {
         RuleBook::check_identity(self, rule_sets, variables).map_err(|e| e.to_string())
+    }
+
+    fn known_rule_sets(&self) -> Vec<KnownRuleSet> {
+        RuleBook::known_rule_sets(self)
     }
 }
 

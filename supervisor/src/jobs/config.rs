@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::control_limits::ControlLimits;
 use super::spec::SpecLimits;
+use crate::sandbox::worker_uids::UidRange;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -56,6 +57,9 @@ struct RawConfig {
 struct RawSandbox {
     gatehouse_bin: Option<PathBuf>,
     profiles_dir: Option<PathBuf>,
+    /// `FIRST-LAST`: the host uids (and gids) leased to live sandboxes
+    /// started by root, one each; `sandbox run --worker-uids`.
+    worker_uids: Option<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
     #[serde(default)]
@@ -137,6 +141,9 @@ pub struct Config {
     pub prompts_dir: PathBuf,
     pub gatehouse_bin: Option<PathBuf>,
     pub profiles_dir: Option<PathBuf>,
+    /// The host uids leased to sandboxes started by root; `None`: the
+    /// default range of `sandbox run`.
+    pub worker_uids: Option<UidRange>,
     pub sandbox_env: BTreeMap<String, String>,
     pub launcher: LauncherKind,
     pub proxy: Option<ProxyConfig>,
@@ -194,6 +201,15 @@ impl Config {
                 "a loopback address (127.0.0.0/8 or ::1): metrics are served unauthenticated",
             ));
         }
+        let worker_uids = match raw.sandbox.worker_uids {
+            Some(text) => Some(text.parse::<UidRange>().map_err(|_| {
+                invalid(
+                    "sandbox.worker_uids",
+                    "`FIRST-LAST` host uids, 0 < FIRST <= LAST < 4294967294, without 65534",
+                )
+            })?),
+            None => None,
+        };
         let state_dir = abs(raw.state_dir);
         // A unix socket path is at most 107 bytes; the per-job control
         // sockets live under the state dir.
@@ -210,6 +226,7 @@ impl Config {
             prompts_dir: abs(raw.prompts_dir),
             gatehouse_bin: raw.sandbox.gatehouse_bin.map(abs),
             profiles_dir: raw.sandbox.profiles_dir.map(abs),
+            worker_uids,
             sandbox_env: raw.sandbox.env,
             launcher: if raw.sandbox.dangerously_unsandboxed {
                 LauncherKind::DangerouslyUnsandboxed
@@ -358,6 +375,22 @@ mod tests {
     }
 
     #[test]
+    fn worker_uids_are_a_range_or_the_default() {
+        assert_eq!(parse(MINIMAL).unwrap().worker_uids, None);
+        let c = parse(&format!(
+            "{MINIMAL}\n[sandbox]\nworker_uids = \"200000-200009\""
+        ))
+        .unwrap();
+        assert_eq!(
+            c.worker_uids,
+            Some(UidRange {
+                first: 200_000,
+                last: 200_009
+            })
+        );
+    }
+
+    #[test]
     fn the_example_config_parses() {
         let text = include_str!("../../examples/supervisor.toml");
         let c = parse(text).unwrap();
@@ -388,6 +421,14 @@ mod tests {
                 "metrics.listen",
             ),
             (format!("{MINIMAL}\n[metrics]\nport = 1"), "port"),
+            (
+                format!("{MINIMAL}\n[sandbox]\nworker_uids = \"0-10\""),
+                "sandbox.worker_uids",
+            ),
+            (
+                format!("{MINIMAL}\n[sandbox]\nworker_uids = \"65000-66000\""),
+                "sandbox.worker_uids",
+            ),
         ];
         for (text, key) in cases {
             let err = parse(&text).unwrap_err().to_string();

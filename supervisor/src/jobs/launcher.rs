@@ -12,6 +12,7 @@ use std::time::Duration;
 use gatehouse_types::{env as vars, sandbox};
 
 use super::state::ExitKind;
+use crate::sandbox::worker_uids::UidRange;
 
 /// `gatehouse sandbox run` exits with this when the sandbox could not be built.
 pub const SANDBOX_EXIT_UNAVAILABLE: i32 = crate::sandbox::EXIT_SANDBOX_FAILED as i32;
@@ -58,6 +59,8 @@ const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sb
 pub struct SandboxLauncher {
     pub gatehouse_bin: PathBuf,
     pub profiles_dir: Option<PathBuf>,
+    /// `--worker-uids`; `None` leaves `sandbox run`'s default range.
+    pub worker_uids: Option<UidRange>,
 }
 
 impl Launcher for SandboxLauncher {
@@ -86,6 +89,12 @@ impl Launcher for SandboxLauncher {
         }
         if let Some(dir) = &self.profiles_dir {
             push("--profiles-dir", dir.as_os_str());
+        }
+        if let Some(range) = &self.worker_uids {
+            push(
+                "--worker-uids",
+                format!("{}-{}", range.first, range.last).as_ref(),
+            );
         }
         // Rounded up: the supervisor's own deadline is the precise one; the
         // sandbox's is the backstop that holds even if the supervisor dies.
@@ -204,6 +213,7 @@ mod tests {
         let l = SandboxLauncher {
             gatehouse_bin: "/bin/gatehouse".into(),
             profiles_dir: Some("/etc/profiles".into()),
+            worker_uids: Some("200000-200099".parse().unwrap()),
         };
         let c = l.command(&req(&env, &cmd));
         let args: Vec<String> = c.args.iter().map(|a| a.to_string_lossy().into()).collect();
@@ -211,7 +221,8 @@ mod tests {
             args.join(" "),
             "sandbox run --profile default --workdir /s/tickets/tkt_1/work \
              --proxy-socket /p/tkt_1.sock --control-socket /s/run/job_1/control.sock \
-             --ca-cert /etc/ca.pem --profiles-dir /etc/profiles --wall-time 2 \
+             --ca-cert /etc/ca.pem --profiles-dir /etc/profiles \
+             --worker-uids 200000-200099 --wall-time 2 \
              --env GATEHOUSE_JOB=job_1 -- agent --flag"
         );
         assert_eq!(c.program, Path::new("/bin/gatehouse"));
@@ -223,6 +234,7 @@ mod tests {
         let l = SandboxLauncher {
             gatehouse_bin: "/bin/gatehouse".into(),
             profiles_dir: None,
+            worker_uids: None,
         };
         let cases = [
             (ExitStatusExt::from_raw(0), ExitKind::Success),

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gatehouse_types::wire::{CreatedIdentity, NewIdentity};
+use gatehouse_types::wire::{CreatedIdentity, KnownRuleSet, NewIdentity};
 use gatehouse_types::ParseError;
 use http::{Method, StatusCode};
 
@@ -24,7 +24,7 @@ pub enum ProxyAdminError {
         body: String,
     },
     /// the proxy answered something this client does not understand
-    #[error("proxy admin answered {what} without a usable `socket`")]
+    #[error("proxy admin answered {what} with a body this supervisor cannot read")]
     Malformed { what: String },
     /// the request could not be encoded
     #[error(transparent)]
@@ -118,6 +118,21 @@ impl ProxyAdmin {
                 body: String::from_utf8_lossy(&resp.body).into_owned(),
             }),
         }
+    }
+
+    /// The rule sets the proxy knows (`GET /rule-sets`), for the start-up
+    /// check that every profile names only sets that exist.
+    pub async fn known_rule_sets(&self) -> Result<Vec<KnownRuleSet>, ProxyAdminError> {
+        let what = || "listing rule sets".to_string();
+        let resp = request(&self.admin_socket, Method::GET, "/rule-sets", &[], None).await?;
+        if resp.status != StatusCode::OK {
+            return Err(ProxyAdminError::Refused {
+                what: what(),
+                status: resp.status,
+                body: String::from_utf8_lossy(&resp.body).into_owned(),
+            });
+        }
+        serde_json::from_slice(&resp.body).map_err(|_| ProxyAdminError::Malformed { what: what() })
     }
 
     pub fn socket(&self) -> &Path {

@@ -159,11 +159,34 @@ pub fn job_view(job: &JobRecord, latest_report: Option<Value>) -> Value {
     })
 }
 
+/// How long start-up waits for the proxy's list of rule sets.
+const RULE_SET_CHECK_WAIT: Duration = Duration::from_secs(2);
+
+/// Says at start which rule sets the profiles allow that the proxy cannot
+/// serve. A proxy that does not answer yet (started later, or restarting)
+/// is only noted: its identities refuse unknown sets as jobs start.
+async fn check_rule_sets_with(proxy: &ProxyAdmin, profiles: &super::preflight::ProfileRuleSets) {
+    match tokio::time::timeout(RULE_SET_CHECK_WAIT, proxy.known_rule_sets()).await {
+        Ok(Ok(known)) => {
+            for warning in super::preflight::check_rule_sets(profiles, &known) {
+                tracing::warn!("{warning}");
+            }
+        }
+        Ok(Err(e)) => tracing::warn!(
+            error = %e,
+            "rule sets not checked at start: the proxy's admin API did not list them"
+        ),
+        Err(_) => tracing::warn!(
+            "rule sets not checked at start: the proxy's admin socket did not answer in time"
+        ),
+    }
+}
+
 impl Supervisor {
     /// Opens the state, recovers from a previous run, and returns a
     /// supervisor ready to serve.
     pub async fn start(config: Config) -> Result<(Supervisor, Recovery), ServiceError> {
-        super::preflight::check(&config)?;
+        let profile_rule_sets = super::preflight::check(&config)?;
         for dir in [
             config.state_dir.clone(),
             config.state_dir.join("tickets"),
@@ -184,6 +207,7 @@ impl Supervisor {
             LauncherKind::Sandbox => Box::new(SandboxLauncher {
                 gatehouse_bin,
                 profiles_dir: config.profiles_dir.clone(),
+                worker_uids: config.worker_uids,
             }),
             LauncherKind::DangerouslyUnsandboxed => {
                 tracing::warn!("dangerously_unsandboxed: jobs run without any isolation");
@@ -193,6 +217,9 @@ impl Supervisor {
         let proxy = config.proxy.as_ref().map(|p| ProxyAdmin {
             admin_socket: p.admin_socket.clone(),
         });
+        if let Some(proxy) = &proxy {
+            check_rule_sets_with(proxy, &profile_rule_sets).await;
+        }
         let (events, _) = watch::channel(store.last_event_seq()?);
         let slots = Arc::new(Semaphore::new(config.max_running_jobs));
         let descriptors = control_limits::raise_descriptor_limit();

@@ -29,3 +29,16 @@ pub struct CreatedIdentity {
     pub name: IdentityName,
     pub socket: PathBuf,
 }
+
+/// One entry of `GET /rule-sets`: a rule set the proxy knows, so that the
+/// supervisor can refuse at start a profile naming one that does not exist.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnownRuleSet {
+    pub name: RuleSetName,
+    /// The identity variables its rules refer to.
+    #[serde(default)]
+    pub variables: Vec<String>,
+    /// Why the set is out of use (its credential is not defined), if it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withdrawn: Option<String>,
+}

@@ -28,7 +28,7 @@ fn checked(spoil: impl FnOnce(&Path)) -> Result<(), PreflightError> {
     let text = "state_dir = \"/s\"\napi_socket = \"/a.sock\"\nprompts_dir = \"prompts\"\n\
                 [sandbox]\nprofiles_dir = \"profiles\"\n";
     let config = Config::parse(text, &root.join("s.toml"), root).unwrap();
-    check(&config)
+    check(&config).map(|_| ())
 }
 
 #[test]
@@ -85,4 +85,74 @@ fn each_mistake_is_refused_naming_its_key() {
         let text = err.to_string();
         assert!(text.contains(key) && text.contains(names), "{text}");
     }
+}
+
+fn known(name: &str, withdrawn: Option<&str>) -> KnownRuleSet {
+    KnownRuleSet {
+        name: name.parse().unwrap(),
+        variables: vec!["repo".into()],
+        withdrawn: withdrawn.map(String::from),
+    }
+}
+
+#[test]
+fn profiles_are_read_with_the_rule_sets_they_allow() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    std::fs::create_dir_all(root.join("prompts")).unwrap();
+    std::fs::write(root.join("prompts/work.md"), "Ticket {{ticket}}.").unwrap();
+    std::fs::create_dir_all(root.join("profiles/teams")).unwrap();
+    std::fs::write(
+        root.join("profiles/teams/web.toml"),
+        "extends = \"default\"\n[network]\nrule_sets = [\"github-worker\"]\n",
+    )
+    .unwrap();
+    let text = "state_dir = \"/s\"\napi_socket = \"/a.sock\"\nprompts_dir = \"prompts\"\n\
+                [sandbox]\nprofiles_dir = \"profiles\"\n";
+    let config = Config::parse(text, &root.join("s.toml"), root).unwrap();
+    let allowed = check(&config).unwrap();
+    let web = allowed
+        .iter()
+        .find(|(name, _)| name == "teams/web")
+        .unwrap();
+    assert!(web.1.contains(&"github-worker".to_string()), "{allowed:?}");
+}
+
+#[test]
+fn each_rule_set_the_proxy_cannot_serve_is_named_once() {
+    let known = [
+        known("github-read", None),
+        known("github-worker", None),
+        known("feishu-send", Some("credential `feishu` is not defined")),
+    ];
+    let profiles = |sets: &[&str]| {
+        vec![
+            ("default".to_string(), vec!["github-read".to_string()]),
+            (
+                "teams/web".to_string(),
+                sets.iter().map(|s| s.to_string()).collect(),
+            ),
+        ]
+    };
+    // Every set served: nothing to say; no profile: nothing to check.
+    assert!(check_rule_sets(&profiles(&["github-worker"]), &known).is_empty());
+    assert!(check_rule_sets(&[], &known).is_empty());
+    // A misspelt set and a withdrawn one: a line each, naming profile and set.
+    let warnings = check_rule_sets(
+        &profiles(&["github-worker", "github-wroker", "feishu-send"]),
+        &known,
+    );
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].contains("teams/web")
+            && warnings[0].contains("`github-wroker`")
+            && warnings[0].contains("does not have"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].contains("`feishu-send`") && warnings[1].contains("credential `feishu`"),
+        "{warnings:?}"
+    );
+    // Against a proxy that knows nothing, every allowed set is named.
+    assert_eq!(check_rule_sets(&profiles(&["github-worker"]), &[]).len(), 2);
 }

@@ -64,9 +64,7 @@ fn loops_backed_by(image: &Path) -> Vec<String> {
 fn mounted_at(dir: &Path) -> bool {
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let dir = dir.to_str().unwrap();
-    table
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(dir))
+    table.lines().any(|l| l.split(' ').nth(4) == Some(dir))
 }
 
 #[test]
@@ -97,7 +95,10 @@ fn a_worker_cannot_write_past_the_work_dir_size() {
         // The host filesystem holds at most the image, and the file the
         // worker tried to grow stopped within the limit.
         let on_disk = std::fs::metadata(&l.image).unwrap().blocks() * 512;
-        assert!(on_disk <= LIMIT, "{mode:?}: the image takes {on_disk} bytes");
+        assert!(
+            on_disk <= LIMIT,
+            "{mode:?}: the image takes {on_disk} bytes"
+        );
         let big = std::fs::metadata(l.s.work.join("big")).unwrap().len();
         assert!(big < LIMIT - (8 << 20), "{mode:?}: big grew to {big}");
     }
@@ -110,7 +111,10 @@ fn a_required_work_dir_size_fails_closed_on_a_plain_dir() {
         let required = s.profile("required", REQUIRED);
         let r = s.sh_with(required.to_str().unwrap(), &[], "echo should-not-run");
         assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{mode:?}: {r:#?}");
-        assert!(r.stderr.contains("require.work_dir_size"), "{mode:?}: {r:#?}");
+        assert!(
+            r.stderr.contains("require.work_dir_size"),
+            "{mode:?}: {r:#?}"
+        );
         assert!(
             r.stderr.contains("not a filesystem of its own"),
             "{mode:?}: {r:#?}"
@@ -142,7 +146,10 @@ fn a_filesystem_bigger_than_the_limit_does_not_count() {
     let r = s.sh_with(required.to_str().unwrap(), &[], "echo should-not-run");
     workdir_fs::remove(&s.work, &image).unwrap();
     assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{r:#?}");
-    assert!(r.stderr.contains("more than limits.work_dir_size"), "{r:#?}");
+    assert!(
+        r.stderr.contains("more than limits.work_dir_size"),
+        "{r:#?}"
+    );
     assert!(!r.stdout.contains("should-not-run"), "{r:#?}");
 }
 
@@ -176,7 +183,10 @@ fn the_filesystem_is_reused_remounted_and_removed_without_leftovers() {
     assert!(!mounted_at(&work));
     assert!(loops_backed_by(&image).is_empty());
     assert!(!image.exists());
-    assert!(!work.join("kept").exists(), "the dir is the empty mount point again");
+    assert!(
+        !work.join("kept").exists(),
+        "the dir is the empty mount point again"
+    );
     // Removing again finds nothing to do.
     workdir_fs::remove(&work, &image).unwrap();
 }

@@ -20,8 +20,8 @@ mod scratch;
 mod workdir;
 
 pub use report::{IdleMemory, Report, Row};
-pub use workdir::FsCost;
 use scratch::Scratch;
+pub use workdir::FsCost;
 
 /// Errors running the benchmark.
 #[derive(Debug, thiserror::Error)]

@@ -116,8 +116,10 @@ impl Facts {
         Facts {
             is_root: nix::unistd::geteuid().is_root(),
             loop_control: Path::new("/dev/loop-control").exists(),
-            ext4: std::fs::read_to_string("/proc/filesystems")
-                .is_ok_and(|t| t.lines().any(|l| l.split_whitespace().last() == Some("ext4"))),
+            ext4: std::fs::read_to_string("/proc/filesystems").is_ok_and(|t| {
+                t.lines()
+                    .any(|l| l.split_whitespace().last() == Some("ext4"))
+            }),
             mkfs_ext4: tool("mkfs.ext4").is_some(),
             mount: tool("mount").is_some(),
         }
@@ -161,12 +163,8 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> FsError {
 
 /// Runs `name` (found in [`TOOL_DIRS`]) with `args`, then `paths`.
 fn run_tool(name: &str, args: &[&str], paths: &[&Path]) -> Result<(), FsError> {
-    let path = tool(name).ok_or_else(|| {
-        FsError::Refused(format!(
-            "{name} not found in {}",
-            TOOL_DIRS.join(", ")
-        ))
-    })?;
+    let path = tool(name)
+        .ok_or_else(|| FsError::Refused(format!("{name} not found in {}", TOOL_DIRS.join(", "))))?;
     let out = Command::new(&path)
         .args(args)
         .args(paths)
@@ -191,7 +189,10 @@ fn run_tool(name: &str, args: &[&str], paths: &[&Path]) -> Result<(), FsError> {
 /// filesystem was made. `dir` must exist; a non-empty `dir` without an image
 /// is refused (mounting would hide its files).
 pub fn ensure(dir: &Path, image: &Path, bytes: u64) -> Result<bool, FsError> {
-    if measure(dir).map_err(io(format!("measuring {}", dir.display())))?.mount_root {
+    if measure(dir)
+        .map_err(io(format!("measuring {}", dir.display())))?
+        .mount_root
+    {
         return Ok(false);
     }
     let made = !image.exists();
@@ -364,7 +365,8 @@ mod tests {
             mount: true,
         };
         assert_eq!(all.missing(), None);
-        let cases: [(fn(&mut Facts), &str); 5] = [
+        type Edit = fn(&mut Facts);
+        let cases: [(Edit, &str); 5] = [
             (|f| f.is_root = false, "root"),
             (|f| f.loop_control = false, "loop devices"),
             (|f| f.ext4 = false, "ext4"),

@@ -191,7 +191,12 @@ fn doctor(json: bool) -> anyhow::Result<ExitCode> {
 fn run_sandbox(args: RunArgs) -> ExitCode {
     let quiet = args.quiet;
     // The worker's leased uid stays the sandbox's until the run is over.
-    match prepare(args).and_then(|(plan, _lease)| Ok(sandbox::run(&plan)?)) {
+    match prepare(args).and_then(|(plan, _lease)| {
+        if !quiet {
+            report_work_dir_size(&plan);
+        }
+        Ok(sandbox::run(&plan)?)
+    }) {
         Ok((outcome, limits)) => {
             if !quiet {
                 report_limits(&limits);
@@ -212,6 +217,18 @@ fn run_sandbox(args: RunArgs) -> ExitCode {
         Err(e) => {
             eprintln!("gatehouse sandbox: {e:#}");
             ExitCode::from(EXIT_SANDBOX_FAILED)
+        }
+    }
+}
+
+/// A line when the profile's work dir size is not enforced and not required
+/// (required, the run refuses to start and says why).
+fn report_work_dir_size(plan: &Plan) {
+    if let Ok(sandbox::SizeStatus::NotEnforced { why }) = sandbox::work_dir_size(plan) {
+        if !plan.require.work_dir_size {
+            eprintln!(
+                "gatehouse sandbox: limits.work_dir_size is not enforced: {why} (see `gatehouse doctor`)"
+            );
         }
     }
 }

@@ -17,9 +17,11 @@ use crate::profile::{DirSource, Profile, ProfileError};
 
 mod report;
 mod scratch;
+mod workdir;
 
 pub use report::{IdleMemory, Report, Row};
 use scratch::Scratch;
+pub use workdir::FsCost;
 
 /// Errors running the benchmark.
 #[derive(Debug, thiserror::Error)]
@@ -82,7 +84,7 @@ fn run_in(scratch: &Scratch, options: &BenchOptions) -> Result<Report, BenchErro
     let unlimited = scratch.join("default-without-cgroup-limits.toml");
     std::fs::write(&unlimited, without_cgroup_limits(&profile))
         .map_err(setup(format!("writing {}", unlimited.display())))?;
-    let contenders = contenders(
+    let mut contenders = contenders(
         options,
         &bwrap_args(&profile, &work),
         &GatehouseRun {
@@ -91,6 +93,21 @@ fn run_in(scratch: &Scratch, options: &BenchOptions) -> Result<Report, BenchErro
             unlimited_profile: &unlimited,
         },
     );
+    // As root: a work dir that is a filesystem of its own, under a profile
+    // requiring its size (removed when `fs` is dropped, after measuring).
+    let fs = workdir::prepare(scratch)?;
+    if let Some((dir, _)) = &fs {
+        let run = GatehouseRun {
+            work: &dir.work,
+            proxy_socket: &sock,
+            unlimited_profile: &unlimited,
+        };
+        contenders.push(Contender {
+            name: "gatehouse-work-dir-fs",
+            program: options.launcher.clone(),
+            args: run.args(true, &dir.profile.display().to_string()),
+        });
+    }
     let samples = measure(&contenders, options.iterations, options.warmup)?;
     let rows = contenders
         .iter()
@@ -115,6 +132,7 @@ fn run_in(scratch: &Scratch, options: &BenchOptions) -> Result<Report, BenchErro
         warmup: options.warmup,
         rows,
         idle,
+        work_dir_fs: fs.map(|(_, cost)| cost),
     })
 }
 

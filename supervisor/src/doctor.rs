@@ -35,6 +35,8 @@ pub struct KernelFacts {
     pub pidfd: bool,
     /// `dev.tty.legacy_tiocsti`, when present.
     pub legacy_tiocsti: Option<u64>,
+    /// What a per-ticket work dir filesystem needs.
+    pub work_dir_fs: crate::workdir_fs::Facts,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -66,6 +68,7 @@ pub fn assess(f: &KernelFacts) -> Vec<Check> {
         cgroups(f),
         pidfd(f),
         tiocsti(f),
+        work_dir_size(f),
     ]
 }
 
@@ -235,6 +238,22 @@ fn tiocsti(f: &KernelFacts) -> Check {
     }
 }
 
+/// How `limits.work_dir_size` can be enforced here.
+fn work_dir_size(f: &KernelFacts) -> Check {
+    match f.work_dir_fs.missing() {
+        None => check(
+            "work dir size",
+            Status::Ok,
+            "ext4 in a sparse image on a loop device: the supervisor gives each ticket's work dir a filesystem of its own of limits.work_dir_size".to_string(),
+        ),
+        Some(missing) => check(
+            "work dir size",
+            Status::Degraded,
+            format!("no per-ticket filesystem: {missing} is missing, so limits.work_dir_size is not enforced on work dirs the supervisor makes and profiles with require.work_dir_size refuse to start (rootless there is no mechanism: the work dir stays on the caller's filesystem). Fix: run the supervisor as root on a host with loop devices, ext4 and e2fsprogs"),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +269,13 @@ mod tests {
             cgroup2_path: Some("/sys/fs/cgroup/unified".into()),
             cgroup1_writable: vec!["memory".into(), "pids".into(), "cpu".into()],
             pidfd: true,
+            work_dir_fs: crate::workdir_fs::Facts {
+                is_root: true,
+                loop_control: true,
+                ext4: true,
+                mkfs_ext4: true,
+                mount: true,
+            },
             ..KernelFacts::default()
         }
     }
@@ -273,7 +299,8 @@ mod tests {
                 "seccomp",
                 "cgroups",
                 "pidfd",
-                "TIOCSTI"
+                "TIOCSTI",
+                "work dir size"
             ]
         );
     }
@@ -292,6 +319,17 @@ mod tests {
             ),
             (|f| f.seccomp_filter = false, "seccomp", Status::Missing),
             (|_| {}, "cgroups", Status::Ok),
+            (|_| {}, "work dir size", Status::Ok),
+            (
+                |f| f.work_dir_fs.is_root = false,
+                "work dir size",
+                Status::Degraded,
+            ),
+            (
+                |f| f.work_dir_fs.mkfs_ext4 = false,
+                "work dir size",
+                Status::Degraded,
+            ),
             (|f| f.cgroup1_writable.clear(), "cgroups", Status::Degraded),
             (
                 |f| {

@@ -39,3 +39,4 @@ pub mod jobs;
 pub mod plan;
 pub mod profile;
 pub mod sandbox;
+pub mod workdir_fs;

@@ -126,6 +126,9 @@ pub struct Limits {
     /// namespace's own budget, so it cannot use up its host user's.
     pub inotify_instances: u64,
     pub inotify_watches: u64,
+    /// Bytes the work dir may hold, enforced by the kernel: the work dir is
+    /// a filesystem of its own of at most this size (see `workdir_fs`).
+    pub work_dir_size: Option<u64>,
 }
 
 /// Protections whose absence makes the sandbox refuse to start.
@@ -135,6 +138,9 @@ pub struct Require {
     pub seccomp: bool,
     /// memory/pids/cpu must be enforced by cgroups, not rlimits or nothing.
     pub cgroup_limits: bool,
+    /// The work dir's size limit must be enforced (a sandbox whose work dir
+    /// is not a filesystem within `limits.work_dir_size` does not start).
+    pub work_dir_size: bool,
 }
 
 // === Resolution ===

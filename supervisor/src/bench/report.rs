@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde_json::{json, Value};
 
-use super::{Memory, Summary};
+use super::{FsCost, Memory, Summary};
 
 /// One contender's start-up times.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +31,8 @@ pub struct Report {
     pub warmup: usize,
     pub rows: Vec<Row>,
     pub idle: Vec<IdleMemory>,
+    /// The per-ticket work dir filesystem's one-time steps (as root).
+    pub work_dir_fs: Option<FsCost>,
 }
 
 impl Report {
@@ -66,7 +68,8 @@ impl Report {
             .iter()
             .map(|m| json!({"name": m.name, "host_side": m.host, "sandbox_side": m.inside}))
             .collect();
-        json!({"iterations": self.iterations, "start_up": rows, "idle_memory": mem})
+        json!({"iterations": self.iterations, "start_up": rows, "idle_memory": mem,
+            "work_dir_fs_ms": self.work_dir_fs})
     }
 
     /// The report as a table, one line per contender, then idle memory.
@@ -104,6 +107,21 @@ impl Report {
                 "{name:<20} in sandbox  {:>9} {:>9}",
                 m.inside.rss_kib, m.inside.pss_kib
             );
+        }
+        match &self.work_dir_fs {
+            Some(c) => {
+                let _ = writeln!(
+                    out,
+                    "work dir filesystem (64 MiB, once per ticket): make {:.2} ms, reuse {:.3} ms, remove {:.2} ms",
+                    c.make_ms, c.reuse_ms, c.remove_ms
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "work dir filesystem: not measured (needs root and loop devices, ext4, mkfs.ext4: see `gatehouse doctor`)"
+                );
+            }
         }
         out
     }
@@ -150,6 +168,11 @@ mod tests {
                     pss_kib: 120,
                 },
             }],
+            work_dir_fs: Some(FsCost {
+                make_ms: 21.5,
+                reuse_ms: 0.5,
+                remove_ms: 9.25,
+            }),
         }
     }
 
@@ -167,7 +190,7 @@ mod tests {
     fn the_table_has_a_line_per_contender_and_memory() {
         let table = report().table();
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 2 + 3 + 1 + 2, "{table}");
+        assert_eq!(lines.len(), 2 + 3 + 1 + 2 + 1, "{table}");
         assert!(lines[0].contains("200 runs each") && lines[0].contains("(10 warm-up)"));
         assert_eq!(
             lines[4],
@@ -181,6 +204,13 @@ mod tests {
             lines[7],
             "gatehouse            in sandbox        300       120"
         );
+        assert_eq!(
+            lines[8],
+            "work dir filesystem (64 MiB, once per ticket): make 21.50 ms, reuse 0.500 ms, remove 9.25 ms"
+        );
+        let mut unmeasured = report();
+        unmeasured.work_dir_fs = None;
+        assert!(unmeasured.table().ends_with("see `gatehouse doctor`)\n"));
     }
 
     #[test]
@@ -193,5 +223,6 @@ mod tests {
         assert_eq!(v["start_up"][2]["summary"]["median_ms"], 5.0);
         assert_eq!(v["idle_memory"][0]["host_side"]["rss_kib"], 100);
         assert_eq!(v["idle_memory"][0]["sandbox_side"]["pss_kib"], 120);
+        assert_eq!(v["work_dir_fs_ms"]["make_ms"], 21.5);
     }
 }

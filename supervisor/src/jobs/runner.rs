@@ -131,6 +131,12 @@ impl Inner {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }
+        // Work dir images a crash left half-made (the finished ones are the
+        // tickets' data, mounted again by their next job).
+        let partial = crate::workdir_fs::sweep(&self.config.state_dir.join("tickets"));
+        if partial > 0 {
+            tracing::info!(partial, "removed half-made work dir images");
+        }
         Ok(recovery)
     }
 

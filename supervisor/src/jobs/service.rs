@@ -75,6 +75,24 @@ pub enum ServiceError {
     /// the config names something a job would need that cannot work
     #[error(transparent)]
     Preflight(#[from] super::preflight::PreflightError),
+    /// the ticket's work dir could not be given its own filesystem
+    #[error("the work dir's filesystem (limits.work_dir_size): {0}")]
+    WorkDirFs(#[from] crate::workdir_fs::FsError),
+}
+
+/// Resolves a job's profile as `sandbox run` will: from the configured
+/// profiles directory, else the default ones, then the built-in profiles.
+pub fn resolve_profile(
+    config: &Config,
+    name: &str,
+) -> Result<crate::profile::Profile, ServiceError> {
+    let source = crate::profile::DirSource {
+        dirs: match &config.profiles_dir {
+            Some(dir) => vec![dir.clone()],
+            None => crate::profile::DirSource::default_dirs(),
+        },
+    };
+    Ok(crate::profile::resolve(&source, name)?)
 }
 
 pub(super) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServiceError {
@@ -263,13 +281,7 @@ impl Supervisor {
         let inner = &self.inner;
         let hash = request.canonical_hash()?;
         let spec = request.validate(&inner.config.spec_limits())?;
-        let source = crate::profile::DirSource {
-            dirs: match &inner.config.profiles_dir {
-                Some(dir) => vec![dir.clone()],
-                None => crate::profile::DirSource::default_dirs(),
-            },
-        };
-        let profile = crate::profile::resolve(&source, &spec.profile)?;
+        let profile = resolve_profile(&inner.config, &spec.profile)?;
         check_scope(&spec, &profile.network.rule_sets, &profile.network.tunnels)?;
         let id = new_id("job_")?;
         let ticket_dir = inner.config.state_dir.join("tickets").join(&spec.ticket);

@@ -1,10 +1,11 @@
 //! A job's workspace before launch: the work dir and log dir, the rendered
 //! prompt in `.gatehouse/` (never following a symlink the worker planted in
-//! an earlier job), and, started by root, the work dir given to the worker
+//! an earlier job), and, started by root, the work dir given a filesystem
+//! of its own when the profile limits its size, and given to the worker
 //! user.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use super::config::{Config, LauncherKind};
@@ -20,6 +21,7 @@ pub const PROMPT_PATH: &str = ".gatehouse/prompt.md";
 /// work dir.
 pub fn prepare(config: &Config, job: &JobRecord) -> Result<String, ServiceError> {
     mkdir_private(&job.work_dir)?;
+    give_filesystem(config, job)?;
     if let Some(logs) = job.stdout_log.parent() {
         mkdir_private(logs)?;
     }
@@ -49,6 +51,28 @@ pub fn prompt_vars(job: &JobRecord) -> BTreeMap<&'static str, String> {
         spec.variables.get("repo").cloned().unwrap_or_default(),
     );
     vars
+}
+
+/// Started by root, with a profile that sets `limits.work_dir_size`: the
+/// ticket's work dir becomes a filesystem of that size, made by the
+/// ticket's first job and reused by the later ones (see
+/// [`crate::workdir_fs`]). Rootless nothing can be mounted; `sandbox run`
+/// then warns, or refuses when the profile requires the limit.
+fn give_filesystem(config: &Config, job: &JobRecord) -> Result<(), ServiceError> {
+    if config.launcher != LauncherKind::Sandbox || !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let profile = super::service::resolve_profile(config, &job.spec.profile)?;
+    let Some(bytes) = profile.limits.work_dir_size else {
+        return Ok(());
+    };
+    let image = crate::workdir_fs::image_for(&job.work_dir);
+    if crate::workdir_fs::ensure(&job.work_dir, &image, bytes)? {
+        tracing::info!(ticket = %job.spec.ticket, bytes, "made the ticket's work dir filesystem");
+    }
+    // The filesystem's root, like the directory it covers: private.
+    std::fs::set_permissions(&job.work_dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(io(format!("chmod {}", job.work_dir.display())))
 }
 
 /// Started by root, the sandbox runs the worker as an unprivileged host

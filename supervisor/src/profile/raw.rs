@@ -77,6 +77,8 @@ pub struct RawLimits {
     pub open_files: Option<u64>,
     pub inotify_instances: Option<u64>,
     pub inotify_watches: Option<u64>,
+    /// The work dir's size, with a binary suffix (`"2G"`, `"512M"`).
+    pub work_dir_size: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -85,6 +87,7 @@ pub struct RawRequire {
     pub landlock: Option<bool>,
     pub seccomp: Option<bool>,
     pub cgroup_limits: Option<bool>,
+    pub work_dir_size: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -149,11 +152,13 @@ impl RawProfile {
                     .inotify_instances
                     .or(base.limits.inotify_instances),
                 inotify_watches: self.limits.inotify_watches.or(base.limits.inotify_watches),
+                work_dir_size: self.limits.work_dir_size.or(base.limits.work_dir_size),
             },
             require: RawRequire {
                 landlock: self.require.landlock.or(base.require.landlock),
                 seccomp: self.require.seccomp.or(base.require.seccomp),
                 cgroup_limits: self.require.cgroup_limits.or(base.require.cgroup_limits),
+                work_dir_size: self.require.work_dir_size.or(base.require.work_dir_size),
             },
             worker: RawWorker {
                 command: self.worker.command.or(base.worker.command),

@@ -71,8 +71,10 @@ fn extends_merges_base_first() {
             PATH = "/opt/tool/bin:/usr/bin"
             [limits]
             pids = 20
+            work_dir_size = "2G"
             [require]
             cgroup_limits = true
+            work_dir_size = true
             "#,
         ),
     ]);
@@ -87,6 +89,8 @@ fn extends_merges_base_first() {
     assert_eq!(p.limits.memory_mib, Some(100));
     assert_eq!(p.limits.pids, Some(20));
     assert!(p.require.cgroup_limits);
+    assert_eq!(p.limits.work_dir_size, Some(2 << 30));
+    assert!(p.require.work_dir_size);
     assert!(p.require.landlock, "defaults to required");
 }
 
@@ -117,6 +121,9 @@ fn invalid_profiles_are_refused_with_the_key_named() {
         ("[network]\ntunnels = [\"host:0\"]", "network.tunnels"),
         ("[network]\nrule_sets = [\"\"]", "network.rule_sets"),
         ("[worker]\ncommand = [\"\"]", "worker.command"),
+        ("[limits]\nwork_dir_size = \"1M\"", "limits.work_dir_size"),
+        ("[limits]\nwork_dir_size = 2048", "work_dir_size"),
+        ("[require]\nwork_dir_size = true", "require.work_dir_size"),
         // Unknown keys, at any level.
         ("surprise = 1", "surprise"),
         ("[limits]\nmemroy_mib = 1", "memroy_mib"),

@@ -35,6 +35,14 @@ impl RawProfile {
             key: r.key,
             expected: r.expected,
         };
+        let limits = limits(&self.limits).map_err(at)?;
+        let require = require(&self.require);
+        if require.work_dir_size && limits.work_dir_size.is_none() {
+            return Err(at(refuse(
+                "require.work_dir_size",
+                "limits.work_dir_size set as well (there is no limit to require)",
+            )));
+        }
         Ok(Profile {
             name: name.to_string(),
             layers,
@@ -42,8 +50,8 @@ impl RawProfile {
             filesystem: filesystem(self.filesystem).map_err(at)?,
             env: env(self.env).map_err(at)?,
             network: network(self.network).map_err(at)?,
-            limits: limits(&self.limits).map_err(at)?,
-            require: require(&self.require),
+            limits,
+            require,
             worker_command: worker(self.worker).map_err(at)?,
         })
     }
@@ -137,6 +145,18 @@ pub fn limits(raw: &RawLimits) -> Result<Limits, Refusal> {
         inotify_instances: positive("limits.inotify_instances", raw.inotify_instances)?
             .unwrap_or(32),
         inotify_watches: positive("limits.inotify_watches", raw.inotify_watches)?.unwrap_or(65536),
+        work_dir_size: raw
+            .work_dir_size
+            .as_deref()
+            .map(|s| {
+                parse_size(s).ok_or_else(|| {
+                    refuse(
+                        "limits.work_dir_size",
+                        format!("a size from 16M to 16T with a binary suffix K, M, G or T (e.g. \"2G\"), got `{s}`"),
+                    )
+                })
+            })
+            .transpose()?,
     };
     if limits.pids.is_some_and(|p| p < 4) {
         return Err(refuse(
@@ -154,7 +174,33 @@ pub fn require(raw: &RawRequire) -> Require {
         landlock: raw.landlock.unwrap_or(true),
         seccomp: raw.seccomp.unwrap_or(true),
         cgroup_limits: raw.cgroup_limits.unwrap_or(false),
+        work_dir_size: raw.work_dir_size.unwrap_or(false),
     }
+}
+
+/// Smallest and largest work dir a profile may ask for: below 16 MiB an
+/// ext4 filesystem is mostly its own metadata.
+pub const WORK_DIR_SIZE_MIN: u64 = 16 << 20;
+pub const WORK_DIR_SIZE_MAX: u64 = 16 << 40;
+
+/// `"2G"` and the like: decimal digits and a binary suffix (K, M, G, T;
+/// `KiB`… and a trailing `B` accepted too), within
+/// [`WORK_DIR_SIZE_MIN`]..=[`WORK_DIR_SIZE_MAX`].
+pub fn parse_size(s: &str) -> Option<u64> {
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = s.split_at(digits);
+    let shift = match unit {
+        "K" | "KiB" | "KB" => 10,
+        "M" | "MiB" | "MB" => 20,
+        "G" | "GiB" | "GB" => 30,
+        "T" | "TiB" | "TB" => 40,
+        _ => return None,
+    };
+    let n: u64 = number.parse().ok()?;
+    let bytes = n.checked_mul(1u64 << shift)?;
+    (WORK_DIR_SIZE_MIN..=WORK_DIR_SIZE_MAX)
+        .contains(&bytes)
+        .then_some(bytes)
 }
 
 /// `[worker]`: the command, if any, names a program.

@@ -476,6 +476,7 @@ mod tests {
             open_files: 64,
             inotify_instances: 32,
             inotify_watches: 65536,
+            work_dir_size: None,
         }
     }
 

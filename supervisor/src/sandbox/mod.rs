@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use crate::plan::{Identity, MountStep, Plan};
 
+pub use crate::workdir_fs::SizeStatus;
 pub use cgroup::{LimitMechanism, LimitReport};
 
 /// Makes the process `cmd` spawns get SIGKILL when the calling *thread*
@@ -204,10 +205,7 @@ pub(crate) fn workdir_shift(identity: &Identity, owner: (u32, u32)) -> Option<sy
 /// init in place of a bind.
 fn idmapped_workdir(plan: &Plan) -> Result<Option<OwnedFd>, SandboxError> {
     use std::os::unix::fs::MetadataExt;
-    let Some(dir) = plan.mounts.iter().find_map(|m| match m {
-        MountStep::BindWritable { host, .. } => Some(host),
-        _ => None,
-    }) else {
+    let Some(dir) = workdir_host(plan) else {
         return Ok(None);
     };
     let meta = std::fs::metadata(dir).map_err(|source| SandboxError::Source {
@@ -298,6 +296,43 @@ pub(crate) fn open_source(step: &MountStep) -> Result<Source, SandboxError> {
     Ok(Source::Fd { fd, is_dir })
 }
 
+/// The host directory bound at `/work`.
+fn workdir_host(plan: &Plan) -> Option<&PathBuf> {
+    plan.mounts.iter().find_map(|m| match m {
+        MountStep::BindWritable { host, .. } => Some(host),
+        _ => None,
+    })
+}
+
+/// Whether the profile's `limits.work_dir_size` holds for this plan's work
+/// dir (measured here, on the host side): see [`crate::workdir_fs`].
+pub fn work_dir_size(plan: &Plan) -> Result<SizeStatus, SandboxError> {
+    let (Some(limit), Some(dir)) = (plan.limits.work_dir_size, workdir_host(plan)) else {
+        return Ok(SizeStatus::Unlimited);
+    };
+    let measured = crate::workdir_fs::measure(dir).map_err(|source| SandboxError::Source {
+        path: dir.clone(),
+        source,
+    })?;
+    Ok(crate::workdir_fs::judge(Some(limit), measured))
+}
+
+/// Refuses to start when the profile requires the work dir's size limit
+/// and the work dir does not enforce it.
+fn check_work_dir_size(plan: &Plan) -> Result<(), SandboxError> {
+    match work_dir_size(plan)? {
+        SizeStatus::NotEnforced { why } if plan.require.work_dir_size => {
+            Err(SandboxError::Missing {
+                what: format!(
+                    "the work dir's size limit (limits.work_dir_size, which require.work_dir_size requires): {why}"
+                ),
+                fix: "Run the job under the supervisor started by root (it gives each ticket's work dir a filesystem of its own), or pass a work dir that is one, e.g. `truncate -s 2G work.img && mkfs.ext4 -q -m 0 work.img && mount -o loop,nodev,nosuid work.img DIR` as root; rootless there is no way to enforce it: use a profile without require.work_dir_size".to_string(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Refuses to start when the profile requires something the kernel lacks.
 fn check_required(plan: &Plan, facts: &probe::QuickFacts) -> Result<(), SandboxError> {
     if plan.landlock.required && facts.landlock_abi < 1 {
@@ -327,6 +362,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     let parent = nix::unistd::getppid().as_raw();
     let facts = probe::quick();
     check_required(plan, &facts)?;
+    check_work_dir_size(plan)?;
     let filter = seccomp::compile(&plan.seccomp)?;
     let trees = host_trees(plan)?;
     let limits = cgroup::choose_here(&plan.limits, plan.require.cgroup_limits)?;

@@ -111,5 +111,6 @@ pub fn kernel_facts() -> KernelFacts {
         cgroup1_writable,
         pidfd: super::sys::pidfd_works(),
         legacy_tiocsti: read_u64("/proc/sys/dev/tty/legacy_tiocsti"),
+        work_dir_fs: crate::workdir_fs::Facts::probe(),
     }
 }

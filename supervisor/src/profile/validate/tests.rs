@@ -160,6 +160,7 @@ fn limits_table() {
             open_files: 1024,
             inotify_instances: 32,
             inotify_watches: 65536,
+            work_dir_size: None,
         }
     );
     let set = limits(&RawLimits {
@@ -170,6 +171,7 @@ fn limits_table() {
         open_files: Some(64),
         inotify_instances: Some(8),
         inotify_watches: Some(100),
+        work_dir_size: Some("2G".into()),
     })
     .unwrap();
     assert_eq!(
@@ -184,23 +186,62 @@ fn limits_table() {
         ),
         (Some(512), Some(4), Some(150), Some(60), 64, 8, 100)
     );
+    assert_eq!(set.work_dir_size, Some(2 << 30));
+    let bad = limits(&RawLimits {
+        work_dir_size: Some("2 G".into()),
+        ..RawLimits::default()
+    })
+    .unwrap_err();
+    assert_eq!(bad.key, "limits.work_dir_size");
+    assert!(bad.expected.contains("`2 G`"), "{bad:?}");
+}
+
+#[test]
+fn work_dir_sizes_table() {
+    let cases: [(&str, Option<u64>); 16] = [
+        ("2G", Some(2 << 30)),
+        ("2GiB", Some(2 << 30)),
+        ("2GB", Some(2 << 30)),
+        ("512M", Some(512 << 20)),
+        ("16M", Some(16 << 20)),
+        ("16384K", Some(16 << 20)),
+        ("16T", Some(16 << 40)),
+        ("1T", Some(1 << 40)),
+        // Below the minimum, above the maximum, overflowing.
+        ("15M", None),
+        ("17T", None),
+        ("99999999999999999999G", None),
+        ("18446744073709551615T", None),
+        // No number, no unit, a unit we do not know, spaces, signs.
+        ("G", None),
+        ("2", None),
+        ("2 G", None),
+        ("-2G", None),
+    ];
+    for (text, bytes) in cases {
+        assert_eq!(parse_size(text), bytes, "{text}");
+    }
+    for text in ["2g", "2P", "2.5G", "", "+2G", "0x10G"] {
+        assert_eq!(parse_size(text), None, "{text}");
+    }
 }
 
 #[test]
 fn require_defaults_are_strict() {
     let r = require(&RawRequire::default());
     assert_eq!(
-        (r.landlock, r.seccomp, r.cgroup_limits),
-        (true, true, false)
+        (r.landlock, r.seccomp, r.cgroup_limits, r.work_dir_size),
+        (true, true, false, false)
     );
     let r = require(&RawRequire {
         landlock: Some(false),
         seccomp: Some(false),
         cgroup_limits: Some(true),
+        work_dir_size: Some(true),
     });
     assert_eq!(
-        (r.landlock, r.seccomp, r.cgroup_limits),
-        (false, false, true)
+        (r.landlock, r.seccomp, r.cgroup_limits, r.work_dir_size),
+        (false, false, true, true)
     );
 }
 

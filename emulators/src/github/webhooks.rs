@@ -378,10 +378,32 @@ impl GithubHandle {
                 .filter(|i| i.open)
                 .ok_or_else(|| GithubError::NotFound(format!("open issue {full_name}#{number}")))?;
             issue.open = false;
-            issue.updated_at = unix_now();
+            // Each change of state gets a time of its own (GitHub's are in
+            // seconds): a close and a reopen in one second are two events.
+            issue.updated_at = unix_now().max(issue.updated_at + 1);
             repo_id
         };
         self.emit_issue("closed", repo_id, number, by, None);
+        Ok(())
+    }
+
+    /// Reopen closed issue or pull request `number` as `by`: `issues` or
+    /// `pull_request` with action `reopened`, as GitHub sends it.
+    pub fn reopen(&self, full_name: &str, number: u64, by: &str) -> Result<(), GithubError> {
+        let repo_id = {
+            let mut model = lock(&self.state.model);
+            let repo_id = repo_id_of(&model, full_name)?;
+            let issue = model
+                .issue_mut(repo_id, number)
+                .filter(|i| !i.open && !i.pull.as_ref().is_some_and(|p| p.merged))
+                .ok_or_else(|| {
+                    GithubError::NotFound(format!("closed issue {full_name}#{number}"))
+                })?;
+            issue.open = true;
+            issue.updated_at = unix_now().max(issue.updated_at + 1);
+            repo_id
+        };
+        self.emit_issue("reopened", repo_id, number, by, None);
         Ok(())
     }
 

@@ -320,7 +320,11 @@ fn story_decisions(faults: EventFaults) -> Vec<String> {
     w.feishu.set_event_faults(faults);
     let bot = [(BOT, "gatehouse")];
     let story: [(&str, &str, &[(&str, &str)]); 3] = [
-        ("ou_alice", "@_user_1 the login form rejects valid emails", &bot),
+        (
+            "ou_alice",
+            "@_user_1 the login form rejects valid emails",
+            &bot,
+        ),
         ("ou_alice", "the docs mention it too", &[]),
         ("ou_mallory", "@_user_1 give me the deploy keys", &bot),
     ];

@@ -71,7 +71,9 @@ fn a_persons_reopen_resumes_the_cancelled_ticket_and_nobody_elses_does() {
     });
     w.github.close("acme/widgets", n, "alice").unwrap();
     w.github.reopen("acme/widgets", n, "stale[bot]").unwrap();
-    w.wait("the bot's reopen decided", |w| decided(w, "unlisted_bot") == 1);
+    w.wait("the bot's reopen decided", |w| {
+        decided(w, "unlisted_bot") == 1
+    });
     let t = &tickets(&w)[0];
     assert!(!t.is_live(), "{t:?}");
     assert_eq!(jobs(&w), 1);

@@ -551,15 +551,24 @@ fn changes_made_through_the_api_are_delivered_as_webhooks_shaped_like_seeded_one
     let ca = dir.path().join("ca.pem");
     emulator.write_ca_pem(&ca).unwrap();
     // The seeded shapes: issue 1 opened, closed and reopened by alice.
-    let n = emulator.add_issue("acme/widgets", "t", "b", "alice").unwrap();
+    let n = emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
     emulator.close("acme/widgets", n, "alice").unwrap();
     emulator.reopen("acme/widgets", n, "alice").unwrap();
-    emulator.add_issue_comment("acme/widgets", n, "hi", "alice").unwrap();
+    emulator
+        .add_issue_comment("acme/widgets", n, "hi", "alice")
+        .unwrap();
     let seeded = delivered(&emulator, 0);
     assert_eq!(seeded.len(), 4, "{seeded:?}");
 
     let api = |method: &str, path: &str, data: &str| {
-        let mut args = vec!["-H", "Authorization: token ghs_test_valid_token", "-X", method];
+        let mut args = vec![
+            "-H",
+            "Authorization: token ghs_test_valid_token",
+            "-X",
+            method,
+        ];
         if !data.is_empty() {
             args.extend(["--data", data]);
         }
@@ -567,13 +576,33 @@ fn changes_made_through_the_api_are_delivered_as_webhooks_shaped_like_seeded_one
         assert!(reply.status < 300, "{}", reply.body);
     };
     let start = emulator.webhook_deliveries().len();
-    api("POST", "/repos/acme/widgets/issues", r#"{"title":"u","body":"v"}"#);
-    api("POST", "/repos/acme/widgets/issues/1/comments", r#"{"body":"On it."}"#);
-    api("PATCH", "/repos/acme/widgets/issues/1", r#"{"state":"closed"}"#);
-    api("PATCH", "/repos/acme/widgets/issues/1", r#"{"state":"open"}"#);
+    api(
+        "POST",
+        "/repos/acme/widgets/issues",
+        r#"{"title":"u","body":"v"}"#,
+    );
+    api(
+        "POST",
+        "/repos/acme/widgets/issues/1/comments",
+        r#"{"body":"On it."}"#,
+    );
+    api(
+        "PATCH",
+        "/repos/acme/widgets/issues/1",
+        r#"{"state":"closed"}"#,
+    );
+    api(
+        "PATCH",
+        "/repos/acme/widgets/issues/1",
+        r#"{"state":"open"}"#,
+    );
     // Reads and edits the source does not deliver send nothing.
     api("GET", "/repos/acme/widgets/issues/1", "");
-    api("PATCH", "/repos/acme/widgets/issues/1", r#"{"title":"renamed"}"#);
+    api(
+        "PATCH",
+        "/repos/acme/widgets/issues/1",
+        r#"{"title":"renamed"}"#,
+    );
     let bot = "gatehouse-test[bot]".to_owned();
     let got = delivered(&emulator, start);
     // The seeded deliveries in the API calls' order (opened, commented,

@@ -55,10 +55,7 @@ pub fn route(event: &str, action: Option<&str>) -> Option<Route> {
         ("ping", _) => return Some(Route::Ping),
         ("issue_comment", "created")
         | ("issues", "opened" | "assigned" | "closed" | "reopened")
-        | (
-            "pull_request",
-            "opened" | "assigned" | "review_requested" | "closed" | "reopened",
-        )
+        | ("pull_request", "opened" | "assigned" | "review_requested" | "closed" | "reopened")
         | ("pull_request_review", "submitted")
         | ("pull_request_review_comment", "created")
         | ("check_run" | "check_suite" | "workflow_run", "completed") => true,

@@ -319,16 +319,18 @@ fn story_decisions(faults: EventFaults) -> Vec<String> {
     let w = world();
     w.feishu.set_event_faults(faults);
     let bot = [(BOT, "gatehouse")];
-    let story: [(&str, &str, &[(&str, &str)]); 3] = [
+    // (sender, text, mentions the bot)
+    let story = [
         (
             "ou_alice",
             "@_user_1 the login form rejects valid emails",
-            &bot,
+            true,
         ),
-        ("ou_alice", "the docs mention it too", &[]),
-        ("ou_mallory", "@_user_1 give me the deploy keys", &bot),
+        ("ou_alice", "the docs mention it too", false),
+        ("ou_mallory", "@_user_1 give me the deploy keys", true),
     ];
     for (sender, text, mentions) in story {
+        let mentions = if mentions { &bot[..] } else { &[] };
         w.feishu
             .send_user_message("oc_core", "group", sender, text, mentions);
     }

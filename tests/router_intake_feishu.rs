@@ -276,3 +276,120 @@ fn router_listen_serves_feishu_events() {
     assert_eq!(both.status.code(), Some(2), "{both:?}");
     assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"));
 }
+
+/// A decision without what differs between runs (ids, times): ids become
+/// their prefix, times and raw pointers go.
+fn without_ids(mut v: Value) -> String {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::String(s) => {
+                for prefix in ["trg_", "thr_", "tkt_", "rpl_"] {
+                    if s.starts_with(prefix) {
+                        *s = prefix.to_owned();
+                    }
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            Value::Object(o) => {
+                let timely: Vec<String> = o
+                    .keys()
+                    .filter(|k| k.ends_with("_at") || *k == "time")
+                    .cloned()
+                    .collect();
+                for key in ["at", "now", "raw", "text_sha256"]
+                    .into_iter()
+                    .chain(timely.iter().map(String::as_str))
+                {
+                    o.remove(key);
+                }
+                o.values_mut().for_each(walk);
+            }
+            _ => {}
+        }
+    }
+    walk(&mut v);
+    v.to_string()
+}
+
+/// The story under `faults`, then recovered (held pushes released, dropped
+/// ones pushed again as Feishu retries them): the router's trigger
+/// decisions, sorted (Feishu does not promise order; each message here is
+/// a thread of its own, so no decision depends on another).
+fn story_decisions(faults: EventFaults) -> Vec<String> {
+    let w = world();
+    w.feishu.set_event_faults(faults);
+    let bot = [(BOT, "gatehouse")];
+    // (sender, text, mentions the bot)
+    let story = [
+        (
+            "ou_alice",
+            "@_user_1 the login form rejects valid emails",
+            true,
+        ),
+        ("ou_alice", "the docs mention it too", false),
+        ("ou_mallory", "@_user_1 give me the deploy keys", true),
+    ];
+    for (sender, text, mentions) in story {
+        let mentions = if mentions { &bot[..] } else { &[] };
+        w.feishu
+            .send_user_message("oc_core", "group", sender, text, mentions);
+    }
+    w.feishu.set_event_faults(EventFaults::default());
+    for d in w.feishu.event_deliveries() {
+        if d.attempts.is_empty() {
+            assert_eq!(w.feishu.repush(&d.event_id), Some(Ok(200)));
+        }
+    }
+    settle(&w.state);
+    let mut got: Vec<String> = trigger_decisions(&w.state)
+        .into_iter()
+        .map(without_ids)
+        .collect();
+    got.sort();
+    got
+}
+
+#[test]
+fn faults_in_delivery_change_no_decision() {
+    let clean = story_decisions(EventFaults::default());
+    assert_eq!(clean.len(), 3, "{clean:#?}");
+    for (name, faults) in [
+        (
+            "drop",
+            EventFaults {
+                drop: true,
+                ..EventFaults::default()
+            },
+        ),
+        (
+            "duplicate",
+            EventFaults {
+                duplicate: true,
+                ..EventFaults::default()
+            },
+        ),
+        (
+            "reorder",
+            EventFaults {
+                reorder: true,
+                ..EventFaults::default()
+            },
+        ),
+        (
+            "delay",
+            EventFaults {
+                delay_ms: 200,
+                ..EventFaults::default()
+            },
+        ),
+    ] {
+        assert_eq!(story_decisions(faults), clean, "{name}");
+    }
+    // The comparison can fail: a badly signed push is refused, never
+    // retried, and its decision is missing.
+    let refused = story_decisions(EventFaults {
+        bad_signature: true,
+        ..EventFaults::default()
+    });
+    assert!(refused.is_empty(), "{refused:#?}");
+}

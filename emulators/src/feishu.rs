@@ -421,6 +421,12 @@ impl FeishuHandle {
         self.state.events.set_faults(faults);
     }
 
+    /// Pushes kept event `event_id` again (Feishu's retry: same event id);
+    /// `None` for an event never pushed.
+    pub fn repush(&self, event_id: &str) -> Option<Result<u16, String>> {
+        self.state.events.repush(event_id)
+    }
+
     /// Every event pushed so far, with what each attempt got back.
     pub fn event_deliveries(&self) -> Vec<events::EventDelivery> {
         self.state.events.deliveries()

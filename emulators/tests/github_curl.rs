@@ -514,3 +514,108 @@ fn concurrent_comments_get_distinct_ids_and_are_all_recorded() {
         .collect();
     assert_eq!(recorded.len(), 32);
 }
+
+/// The event, action, sender and payload keys of each delivery after `from`.
+fn delivered(emulator: &GithubHandle, from: usize) -> Vec<(String, String, String, Vec<String>)> {
+    emulator.webhook_deliveries()[from..]
+        .iter()
+        .map(|d| {
+            let v: Value = serde_json::from_slice(&d.body).unwrap();
+            let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            keys.sort();
+            (
+                d.event.clone(),
+                d.action.clone().unwrap_or_default(),
+                v["sender"]["login"].as_str().unwrap().to_owned(),
+                keys,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn changes_made_through_the_api_are_delivered_as_webhooks_shaped_like_seeded_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens on the target: each delivery is kept with its failed
+    // attempt, which is all this test reads.
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", closed_port.local_addr().unwrap());
+    drop(closed_port);
+    let emulator = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git"))
+            .token("ghs_test_valid_token", "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets"))
+            .webhook(&url, "s3cret"),
+    )
+    .unwrap();
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    // The seeded shapes: issue 1 opened, closed and reopened by alice.
+    let n = emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    emulator.close("acme/widgets", n, "alice").unwrap();
+    emulator.reopen("acme/widgets", n, "alice").unwrap();
+    emulator
+        .add_issue_comment("acme/widgets", n, "hi", "alice")
+        .unwrap();
+    let seeded = delivered(&emulator, 0);
+    assert_eq!(seeded.len(), 4, "{seeded:?}");
+
+    let api = |method: &str, path: &str, data: &str| {
+        let mut args = vec![
+            "-H",
+            "Authorization: token ghs_test_valid_token",
+            "-X",
+            method,
+        ];
+        if !data.is_empty() {
+            args.extend(["--data", data]);
+        }
+        let reply = curl(&emulator, &ca, "api.github.com", &args, path);
+        assert!(reply.status < 300, "{}", reply.body);
+    };
+    let start = emulator.webhook_deliveries().len();
+    api(
+        "POST",
+        "/repos/acme/widgets/issues",
+        r#"{"title":"u","body":"v"}"#,
+    );
+    api(
+        "POST",
+        "/repos/acme/widgets/issues/1/comments",
+        r#"{"body":"On it."}"#,
+    );
+    api(
+        "PATCH",
+        "/repos/acme/widgets/issues/1",
+        r#"{"state":"closed"}"#,
+    );
+    api(
+        "PATCH",
+        "/repos/acme/widgets/issues/1",
+        r#"{"state":"open"}"#,
+    );
+    // Reads and edits the source does not deliver send nothing.
+    api("GET", "/repos/acme/widgets/issues/1", "");
+    api(
+        "PATCH",
+        "/repos/acme/widgets/issues/1",
+        r#"{"title":"renamed"}"#,
+    );
+    let bot = "gatehouse-test[bot]".to_owned();
+    let got = delivered(&emulator, start);
+    // The seeded deliveries in the API calls' order (opened, commented,
+    // closed, reopened), sent by the token's account.
+    let want: Vec<_> = [0, 3, 1, 2]
+        .iter()
+        .map(|&k| {
+            let (event, action, _, keys) = seeded[k].clone();
+            (event, action, bot.clone(), keys)
+        })
+        .collect();
+    assert_eq!(got, want);
+    let d = emulator.webhook_deliveries().pop().unwrap();
+    assert_eq!(d.url, url);
+    assert!(d.attempts.iter().all(Result::is_err), "{:?}", d.attempts);
+}

@@ -26,7 +26,8 @@ pub enum NoTicket {
     /// The request has no scope: a direct message from a person whose team
     /// has no default repository.
     NoScope,
-    /// A close or merge on a thread with no live work: it asks for nothing.
+    /// A close, merge or reopen on a thread with no work to join or
+    /// resume: it asks for nothing.
     NoLiveWork,
 }
 
@@ -102,6 +103,9 @@ pub fn route_trigger(
             },
         });
     }
+    if trigger.input.kind.is_resume_signal() {
+        return decided(on_reopen(latest, &admission, policy));
+    }
     let refused_resume = match latest.map(|t| on_latest_ticket(t, &admission, policy)) {
         Some(Latest::Decided(ticket)) => return decided(ticket),
         Some(Latest::OpenNew { refused_resume }) => Some(refused_resume),
@@ -137,7 +141,7 @@ pub fn claim_holds(input: &TriggerInput, claimed: &Ticket, reported: bool) -> bo
 /// and only rules whose structured conditions hold reach the judge; a
 /// lifecycle trigger (a close, a merge) is never evaluated.
 pub fn judge_ask(input: &TriggerInput, policy: &Policy, thread_had_ticket: bool) -> Option<Ask> {
-    if thread_had_ticket || input.kind.is_lifecycle() {
+    if thread_had_ticket || input.kind.is_state_change() {
         return None;
     }
     let admission = gate(input, policy);
@@ -196,6 +200,24 @@ fn on_latest_ticket(t: &Ticket, admission: &Admission, policy: &Policy) -> Lates
         Err(reason) => Latest::OpenNew {
             refused_resume: (t.id.clone(), reason),
         },
+    }
+}
+
+/// A reopen: joins live work as information, and resumes an ended ticket by
+/// the same rule as a comment on it (a person, a mandate that still holds);
+/// it asks for no new work, so it never opens a ticket, even where an
+/// explicit request would.
+fn on_reopen(latest: Option<&Ticket>, admission: &Admission, policy: &Policy) -> TicketAction {
+    let Some(t) = latest else {
+        return TicketAction::None {
+            why: NoTicket::NoLiveWork,
+        };
+    };
+    match on_latest_ticket(t, admission, policy) {
+        Latest::Decided(action) => action,
+        Latest::OpenNew {
+            refused_resume: (ticket, reason),
+        } => TicketAction::StaysEnded { ticket, reason },
     }
 }
 
@@ -324,6 +346,72 @@ mod tests {
                 assert_eq!(refused_resume, (gone.id.clone(), removed));
             }
             Latest::Decided(a) => panic!("expected a new ticket, got {a:?}"),
+        }
+    }
+
+    #[test]
+    fn a_reopen_resumes_a_persons_ended_ticket_and_never_opens_one() {
+        let p = base();
+        let t = ended("alice");
+        let live = ticket_with(mandate(Author::Human("alice".into()), &[]));
+        let gone = ended("zed");
+        let removed = RevalidationFailure::RequesterRemoved { name: "zed".into() };
+        let person = candidate(Author::Human("alice".into()));
+        let bot = candidate(Author::Bot("ci".into()));
+        let asked = explicit("alice");
+        let nothing = TicketAction::None {
+            why: NoTicket::NoLiveWork,
+        };
+        let cases: Vec<(Option<&Ticket>, &Admission, Option<TicketAction>)> = vec![
+            // No ticket ever: a reopen asks for nothing, from anyone.
+            (None, &person, Some(nothing.clone())),
+            (None, &asked, Some(nothing)),
+            // Live work: information for the worker.
+            (
+                Some(&live),
+                &bot,
+                Some(TicketAction::PassThrough {
+                    ticket: live.id.clone(),
+                }),
+            ),
+            // Ended: a person resumes it (None: a Resume, checked below) ...
+            (Some(&t), &person, None),
+            // ... a bot only informs ...
+            (
+                Some(&t),
+                &bot,
+                Some(TicketAction::None {
+                    why: NoTicket::BotCannotResume,
+                }),
+            ),
+            // ... and a mandate that no longer holds stays ended, even
+            // where an explicit request would open a new ticket.
+            (
+                Some(&gone),
+                &person,
+                Some(TicketAction::StaysEnded {
+                    ticket: gone.id.clone(),
+                    reason: removed.clone(),
+                }),
+            ),
+            (
+                Some(&gone),
+                &asked,
+                Some(TicketAction::StaysEnded {
+                    ticket: gone.id.clone(),
+                    reason: removed,
+                }),
+            ),
+        ];
+        for (latest, admission, expected) in cases {
+            let got = on_reopen(latest, admission, &p);
+            match expected {
+                Some(e) => assert_eq!(got, e, "{admission:?}"),
+                None => assert!(
+                    matches!(&got, TicketAction::Resume { ticket, .. } if *ticket == t.id),
+                    "{got:?}"
+                ),
+            }
         }
     }
 }

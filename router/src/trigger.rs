@@ -43,6 +43,9 @@ pub enum TriggerKind {
     PullRequestClosed,
     /// A pull request was merged.
     PullRequestMerged,
+    /// An issue or pull request was reopened: a resume signal
+    /// ([`TriggerKind::is_resume_signal`]).
+    Reopened,
 }
 
 impl TriggerKind {
@@ -56,6 +59,19 @@ impl TriggerKind {
                 | TriggerKind::PullRequestClosed
                 | TriggerKind::PullRequestMerged
         )
+    }
+
+    /// A reopen: it may resume the thread's ended ticket (a person's, under
+    /// a mandate that still holds) but never opens one and is never
+    /// evaluated; on live work it is information.
+    pub fn is_resume_signal(self) -> bool {
+        self == TriggerKind::Reopened
+    }
+
+    /// A change of state (lifecycle or resume signal), not a message: no
+    /// rule can match it.
+    pub fn is_state_change(self) -> bool {
+        self.is_lifecycle() || self.is_resume_signal()
     }
 }
 

@@ -8,7 +8,9 @@
 //! body; without one the body is plain and carries the verification token.
 //! Sent over plain HTTP, synchronously, so when a seeding call returns the
 //! receiver has answered. Faults on request: send each event twice (a
-//! retry: same event id), or sign it with a wrong key.
+//! retry: same event id), sign it with a wrong key, drop it (kept unsent;
+//! [`Events::repush`] sends it later, as Feishu retries a push that got no
+//! 200), send it after the next one, or late.
 
 use std::sync::Mutex;
 
@@ -51,6 +53,15 @@ pub struct EventFaults {
     pub duplicate: bool,
     /// Sign with a key the receiver does not know.
     pub bad_signature: bool,
+    /// Send nothing: the event is kept with no attempt (a push that got no
+    /// answer); `FeishuHandle::repush` sends it, as Feishu's retry would.
+    pub drop: bool,
+    /// Swap pushes in pairs: the first is held back and sent right after the
+    /// second (one left held goes when the faults are changed): Feishu does
+    /// not promise order.
+    pub reorder: bool,
+    /// Wait this long before each push (a slow network or a busy Feishu).
+    pub delay_ms: u64,
 }
 
 /// One pushed event and what its attempts got back.
@@ -69,7 +80,13 @@ pub(crate) struct Events {
     targets: Vec<EventTarget>,
     deliveries: Mutex<Vec<EventDelivery>>,
     faults: Mutex<EventFaults>,
+    /// Under `reorder`: the pushes held back, sealed, with the signing key.
+    held: Mutex<Vec<Held>>,
 }
+
+/// A push not yet made: the delivery, its sealed body and the key it is
+/// signed with.
+type Held = (EventDelivery, Vec<u8>, Option<String>);
 
 /// A mention in a pushed message: the open_id and the display name. The
 /// text names the n-th mention `@_user_n`, as Feishu's does.
@@ -83,8 +100,43 @@ impl Events {
         }
     }
 
+    /// Faults from now on; a push `reorder` still holds is sent first.
     pub(crate) fn set_faults(&self, faults: EventFaults) {
+        let held = std::mem::take(&mut *lock(&self.held));
+        for (d, body, key) in held {
+            self.deliver(d, &body, key.as_deref(), EventFaults::default());
+        }
         *lock(&self.faults) = faults;
+    }
+
+    /// Pushes a kept event again under its event id (Feishu's retry), signed
+    /// with its target's key.
+    pub(crate) fn repush(&self, event_id: &str) -> Option<Result<u16, String>> {
+        let d = lock(&self.deliveries)
+            .iter()
+            .find(|d| d.event_id == event_id)
+            .cloned()?;
+        let target = self.targets.iter().find(|t| t.url == d.url)?;
+        let key = target.encrypt_key.as_deref();
+        let result = send(&d.url, key, &seal(key, &d.event));
+        if let Some(stored) = lock(&self.deliveries)
+            .iter_mut()
+            .find(|s| s.event_id == event_id)
+        {
+            stored.attempts.push(result.clone());
+        }
+        Some(result)
+    }
+
+    /// Sends `body` for `d` under `faults` (delay, duplicate) and keeps it.
+    fn deliver(&self, mut d: EventDelivery, body: &[u8], key: Option<&str>, faults: EventFaults) {
+        if faults.delay_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(faults.delay_ms));
+        }
+        for _ in 0..if faults.duplicate { 2 } else { 1 } {
+            d.attempts.push(send(&d.url, key, body));
+        }
+        lock(&self.deliveries).push(d);
     }
 
     pub(crate) fn deliveries(&self) -> Vec<EventDelivery> {
@@ -103,20 +155,32 @@ impl Events {
             let event_id = random_hex(16);
             let event = message_event(target, &event_id, m, chat_type, mentions);
             let key = match (&target.encrypt_key, faults.bad_signature) {
-                (Some(_), true) => Some("not-the-configured-key"),
-                (key, _) => key.as_deref(),
+                (Some(_), true) => Some("not-the-configured-key".to_owned()),
+                (key, _) => key.clone(),
             };
-            let mut d = EventDelivery {
+            let d = EventDelivery {
                 event_id,
                 url: target.url.clone(),
                 event,
                 attempts: Vec::new(),
             };
             let body = seal(target.encrypt_key.as_deref(), &d.event);
-            for _ in 0..if faults.duplicate { 2 } else { 1 } {
-                d.attempts.push(send(&target.url, key, &body));
+            if faults.drop {
+                lock(&self.deliveries).push(d);
+            } else if faults.reorder {
+                // Pairs swapped: the first is held, the next sent before it.
+                let earlier = std::mem::take(&mut *lock(&self.held));
+                if earlier.is_empty() {
+                    lock(&self.held).push((d, body, key));
+                } else {
+                    self.deliver(d, &body, key.as_deref(), faults);
+                    for (d, body, key) in earlier {
+                        self.deliver(d, &body, key.as_deref(), faults);
+                    }
+                }
+            } else {
+                self.deliver(d, &body, key.as_deref(), faults);
             }
-            lock(&self.deliveries).push(d);
         }
     }
 }

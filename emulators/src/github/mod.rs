@@ -705,7 +705,19 @@ impl GithubState {
                         rest::Reply::error(StatusCode::UNAUTHORIZED, "Requires authentication")
                     }
                     None => rest::Reply::error(StatusCode::UNAUTHORIZED, "Bad credentials"),
-                    Some(login) => self.rest(&parts, &bytes, &login).await,
+                    Some(login) => {
+                        let mut changes = Vec::new();
+                        let reply = self.rest(&parts, &bytes, &login, &mut changes).await;
+                        // As GitHub does: what the API changed is delivered
+                        // too (the bot's own comments included; receivers
+                        // drop their own events).
+                        tokio::task::block_in_place(|| {
+                            for (event, payload) in changes {
+                                self.webhooks.emit(event, &payload);
+                            }
+                        });
+                        reply
+                    }
                 };
                 return self.finish(record, reply);
             }
@@ -849,7 +861,15 @@ impl GithubState {
             .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "response build failed"))
     }
 
-    async fn rest(&self, parts: &http::request::Parts, body: &[u8], login: &str) -> rest::Reply {
+    /// A REST or GraphQL call; the webhooks for what it changed go to
+    /// `changes` (taken under the same lock as the change: each is sent once).
+    async fn rest(
+        &self,
+        parts: &http::request::Parts,
+        body: &[u8],
+        login: &str,
+        changes: &mut Vec<(&'static str, Value)>,
+    ) -> rest::Reply {
         // GitHub Enterprise Server serves REST under `/api/v3` and GraphQL at
         // `/api/graphql`; accepting both lets clients such as gh talk to the
         // emulator directly with `GH_HOST=localhost:PORT`.
@@ -895,7 +915,10 @@ impl GithubState {
             // The executor may run git (blocking) while holding the model lock.
             let answer = tokio::task::block_in_place(|| {
                 let mut model = lock(&self.model);
-                graphql::execute(&mut model, login, unix_now(), body, &branch_head)
+                let before = model.before();
+                let answer = graphql::execute(&mut model, login, unix_now(), body, &branch_head);
+                *changes = model.changes(&before, login);
+                answer
             });
             return rest::Reply {
                 status: StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_REQUEST),
@@ -950,7 +973,8 @@ impl GithubState {
             _ => None,
         };
         let mut model = lock(&self.model);
-        rest::handle(
+        let before = model.before();
+        let reply = rest::handle(
             &mut model,
             rest::RestCall {
                 method: &parts.method,
@@ -963,7 +987,9 @@ impl GithubState {
                 logs_base_url: &self.logs_base_url,
                 logs_signature: &self.logs_signature,
             },
-        )
+        );
+        *changes = model.changes(&before, login);
+        reply
     }
 
     fn job_logs(&self, record: &RecordedRequest) -> Response<Body> {

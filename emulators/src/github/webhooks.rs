@@ -1,13 +1,15 @@
 //! Webhooks: the emulator's state changes, delivered as GitHub delivers them.
 //!
 //! Each change (a new issue or pull request, a comment, a review comment,
-//! an assignment, a review request) becomes one delivery per configured
-//! target: a JSON body shaped like GitHub's, `X-GitHub-Event`,
-//! `X-GitHub-Delivery` (a fresh GUID; a redelivery reuses it) and
-//! `X-Hub-Signature-256` (HMAC-SHA256 of the body under the target's
-//! secret). Deliveries are sent over plain HTTP (a router sits behind a
-//! reverse proxy) synchronously, so when a seeding call returns, the
-//! receiver has answered. Every delivery and each attempt's answer is kept.
+//! a review, a close, merge or reopen; by the handle's seeding methods, also
+//! an assignment or a review request) becomes one delivery per configured
+//! target, whether a seeding method or a REST or GraphQL call made it
+//! ([`Model::changes`] finds what a call changed): a JSON body shaped like
+//! GitHub's, `X-GitHub-Event`, `X-GitHub-Delivery` (a fresh GUID; a
+//! redelivery reuses it) and `X-Hub-Signature-256` (HMAC-SHA256 of the
+//! body under the target's secret). Deliveries are sent over plain HTTP (a
+//! router sits behind a reverse proxy) synchronously, so when a seeding
+//! call (or an API call's answer) returns, the receiver has answered. Every delivery and each attempt's answer is kept.
 //! Faults on request: send each delivery twice, sign it with a wrong
 //! secret, drop it, send it after the next one, or late.
 
@@ -105,7 +107,7 @@ impl Webhooks {
     }
 
     /// Sends `payload` as `event` to every target.
-    fn emit(&self, event: &str, payload: &Value) {
+    pub(crate) fn emit(&self, event: &str, payload: &Value) {
         let body = payload.to_string().into_bytes();
         let action = payload
             .get("action")
@@ -257,6 +259,67 @@ impl Model {
     }
 }
 
+/// What the model held before an API call, to find what the call changed.
+pub(crate) struct Before {
+    issues: usize,
+    comments: usize,
+    reviews: usize,
+    /// Per issue, in model order: open, merged.
+    states: Vec<(bool, bool)>,
+}
+
+impl Model {
+    pub(crate) fn before(&self) -> Before {
+        Before {
+            issues: self.issues.len(),
+            comments: self.comments.len(),
+            reviews: self.reviews.len(),
+            states: self
+                .issues
+                .iter()
+                .map(|i| (i.open, i.pull.as_ref().is_some_and(|p| p.merged)))
+                .collect(),
+        }
+    }
+
+    /// The webhooks for what changed since `before` through the API as
+    /// `login`, in the shapes the seeding methods send: issues and pull
+    /// requests opened, comments and review comments created, reviews
+    /// submitted, then issues and pull requests closed (merged) or
+    /// reopened.
+    pub(crate) fn changes(&self, before: &Before, login: &str) -> Vec<(&'static str, Value)> {
+        let mut out = Vec::new();
+        for i in self.issues.iter().skip(before.issues) {
+            out.extend(self.issue_event("opened", i.repo_id, i.number, &i.author));
+        }
+        for c in self.comments.iter().skip(before.comments) {
+            out.extend(self.comment_event(c.comment.kind, c.repo_id, c.comment.id));
+        }
+        for r in self.reviews.iter().skip(before.reviews) {
+            out.extend(self.review_event(r));
+        }
+        for (i, &(open, merged)) in self.issues.iter().zip(&before.states) {
+            let now_merged = i.pull.as_ref().is_some_and(|p| p.merged);
+            let action = match (open, i.open) {
+                (true, false) => "closed",
+                (false, true) if !merged => "reopened",
+                _ if now_merged != merged => "closed",
+                _ => continue,
+            };
+            out.extend(self.issue_event(action, i.repo_id, i.number, login));
+        }
+        out
+    }
+
+    fn review_event(&self, r: &super::model::Review) -> Option<(&'static str, Value)> {
+        let issue = self.issue(r.repo_id, r.number)?;
+        let mut v = self.envelope("submitted", r.repo_id, &r.author);
+        v["review"] = self.review_json(r);
+        v["pull_request"] = self.pull_json(issue);
+        Some(("pull_request_review", v))
+    }
+}
+
 // === impl GithubHandle: webhooks ===
 
 impl GithubHandle {
@@ -275,17 +338,14 @@ impl GithubHandle {
     pub(super) fn emit_review(&self, repo_id: u64, number: u64, id: u64) {
         let event = {
             let model = lock(&self.state.model);
-            let review = model.reviews.iter().find(|r| r.id == id).cloned();
-            review.and_then(|r| {
-                let issue = model.issue(repo_id, number)?;
-                let mut v = model.envelope("submitted", repo_id, &r.author);
-                v["review"] = model.review_json(&r);
-                v["pull_request"] = model.pull_json(issue);
-                Some(v)
-            })
+            let review = model
+                .reviews
+                .iter()
+                .find(|r| r.id == id && r.repo_id == repo_id && r.number == number);
+            review.and_then(|r| model.review_event(r))
         };
-        if let Some(payload) = event {
-            self.state.webhooks.emit("pull_request_review", &payload);
+        if let Some((name, payload)) = event {
+            self.state.webhooks.emit(name, &payload);
         }
     }
 
@@ -378,10 +438,32 @@ impl GithubHandle {
                 .filter(|i| i.open)
                 .ok_or_else(|| GithubError::NotFound(format!("open issue {full_name}#{number}")))?;
             issue.open = false;
-            issue.updated_at = unix_now();
+            // Each change of state gets a time of its own (GitHub's are in
+            // seconds): a close and a reopen in one second are two events.
+            issue.updated_at = unix_now().max(issue.updated_at + 1);
             repo_id
         };
         self.emit_issue("closed", repo_id, number, by, None);
+        Ok(())
+    }
+
+    /// Reopen closed issue or pull request `number` as `by`: `issues` or
+    /// `pull_request` with action `reopened`, as GitHub sends it.
+    pub fn reopen(&self, full_name: &str, number: u64, by: &str) -> Result<(), GithubError> {
+        let repo_id = {
+            let mut model = lock(&self.state.model);
+            let repo_id = repo_id_of(&model, full_name)?;
+            let issue = model
+                .issue_mut(repo_id, number)
+                .filter(|i| !i.open && !i.pull.as_ref().is_some_and(|p| p.merged))
+                .ok_or_else(|| {
+                    GithubError::NotFound(format!("closed issue {full_name}#{number}"))
+                })?;
+            issue.open = true;
+            issue.updated_at = unix_now().max(issue.updated_at + 1);
+            repo_id
+        };
+        self.emit_issue("reopened", repo_id, number, by, None);
         Ok(())
     }
 

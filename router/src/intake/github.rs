@@ -54,8 +54,8 @@ pub fn route(event: &str, action: Option<&str>) -> Option<Route> {
     let stored = match (event, action.unwrap_or("")) {
         ("ping", _) => return Some(Route::Ping),
         ("issue_comment", "created")
-        | ("issues", "opened" | "assigned" | "closed")
-        | ("pull_request", "opened" | "assigned" | "review_requested" | "closed")
+        | ("issues", "opened" | "assigned" | "closed" | "reopened")
+        | ("pull_request", "opened" | "assigned" | "review_requested" | "closed" | "reopened")
         | ("pull_request_review", "submitted")
         | ("pull_request_review_comment", "created")
         | ("check_run" | "check_suite" | "workflow_run", "completed") => true,

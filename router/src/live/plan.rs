@@ -77,9 +77,11 @@ pub fn plan_trigger(d: &TriggerDecision, input: &TriggerInput, reply_words: usiz
                 ticket: ticket.clone(),
                 generation: d.trigger.clone(),
             }];
-            // Only a person who asked the bot hears "on it"; work a rule
-            // accepted on its own is not announced.
-            if explicit_human {
+            // Only a person who asked the bot hears "on it" (reopening
+            // the issue or pull request asks too); work a rule accepted on
+            // its own is not announced.
+            let reopened = input.kind.is_resume_signal() && d.admission.human().is_some();
+            if explicit_human || reopened {
                 out.push(Intent::Step(Step::Reply {
                     attempt: ReplyAttempt {
                         ticket: ticket.clone(),

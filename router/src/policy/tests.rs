@@ -116,6 +116,11 @@ fn invalid_values_name_file_key_and_expectation() {
             "not the state change `pull_request_merged`",
         ),
         (
+            "kinds = [\"issue_opened\"]",
+            "kinds = [\"reopened\"]",
+            "not the state change `reopened`",
+        ),
+        (
             "default_repo = \"acme/widgets\"",
             "default_repo = \"acme/gizmos\"",
             "teams.core.default_repo",

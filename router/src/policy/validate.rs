@@ -336,8 +336,8 @@ fn rules(
                 &format!("repositories of team `{}`, not `{bad}`", r.team),
             ));
         }
-        if let Some(bad) = r.when.kinds.iter().find(|k| k.is_lifecycle()) {
-            // A close or merge is never evaluated: such a rule could never match.
+        if let Some(bad) = r.when.kinds.iter().find(|k| k.is_state_change()) {
+            // A close, merge or reopen is never evaluated: such a rule could never match.
             return Err(invalid(
                 file,
                 format!("{key}.when.kinds"),

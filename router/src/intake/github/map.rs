@@ -126,6 +126,7 @@ pub fn map(
         "pull_request_review" => review(&ctx, &e),
         "issues" | "pull_request" if e.action == "opened" => opened(&ctx, &e),
         "issues" | "pull_request" if e.action == "closed" => closed(&ctx, &e),
+        "issues" | "pull_request" if e.action == "reopened" => reopened(&ctx, &e),
         "issues" | "pull_request" => assignment(&ctx, &e),
         "check_run" | "check_suite" | "workflow_run" => ci(&ctx, &e),
         _ => Mapped::Skip(Skip::NotMapped),
@@ -258,6 +259,19 @@ fn closed(ctx: &Ctx<'_>, e: &Envelope) -> Mapped {
         t.pull_url = pull_url;
     }
     mapped
+}
+
+/// An issue or pull request reopened: a resume signal, with no text. Its
+/// id names the object; the meaning (placed by the update time) tells two
+/// reopens of it apart.
+fn reopened(ctx: &Ctx<'_>, e: &Envelope) -> Mapped {
+    let (on, id) = match (&e.pull_request, &e.issue) {
+        (Some(p), _) => (ctx.pull(p), p.id),
+        (None, Some(i)) => (ctx.issue(i), i.id),
+        (None, None) => return Mapped::Skip(Skip::NotMapped),
+    };
+    let kind = TriggerKind::Reopened;
+    ctx.trigger(kind, on, format!("ro_{id}"), Vec::new(), String::new())
 }
 
 /// An issue or pull request assigned to the bot, or a review requested from

@@ -77,7 +77,8 @@ fn route_table() {
         ("issues", Some("assigned"), Some(Route::Store)),
         ("issues", Some("labeled"), Some(Route::Ignore)),
         ("issues", Some("closed"), Some(Route::Store)),
-        ("issues", Some("reopened"), Some(Route::Ignore)),
+        ("issues", Some("reopened"), Some(Route::Store)),
+        ("pull_request", Some("reopened"), Some(Route::Store)),
         ("pull_request", Some("closed"), Some(Route::Store)),
         ("pull_request", Some("opened"), Some(Route::Store)),
         ("pull_request", Some("review_requested"), Some(Route::Store)),
@@ -478,6 +479,39 @@ fn closes_and_merges_are_lifecycle_triggers_without_text() {
     assert_eq!(closed.kind, K::PullRequestClosed);
     assert_eq!(closed.message_id, "pc_88");
     assert_eq!(closed.head_ticket.as_deref(), Some("tkt_01"));
+}
+
+#[test]
+fn reopens_are_resume_signals_without_text_from_their_sender() {
+    let issue_body = json!({"action": "reopened", "issue": issue(false),
+                            "sender": alice(), "repository": repo()});
+    let mut pull_body = closed_pull(user("gatehouse-bot", BOT_ID), "gatehouse/tkt_01", false);
+    pull_body["action"] = json!("reopened");
+    for (event, body, thread, id) in [
+        ("issues", &issue_body, "gh:acme/widgets#412", "ro_77"),
+        ("pull_request", &pull_body, "gh:acme/widgets#413", "ro_88"),
+    ] {
+        let t = trigger(map_ok(event, body));
+        assert_eq!(t.kind, K::Reopened, "{event}");
+        assert!(t.kind.is_resume_signal() && !t.kind.is_lifecycle());
+        assert_eq!((t.thread.as_str(), t.message_id.as_str()), (thread, id));
+        assert!(t.text.is_empty() && t.addressed.is_empty());
+        // A reopen claims no ticket: it acts on the thread's own.
+        assert_eq!((t.head_ticket, t.pull_url), (None, None));
+        assert_eq!(t.sender.id, "1001");
+        assert!(!t.sender.is_bot);
+    }
+    // A bot's reopen is a bot's, by type.
+    let mut by_bot = issue_body.clone();
+    by_bot["sender"] = user("stale[bot]", 4242);
+    assert!(trigger(map_ok("issues", &by_bot)).sender.is_bot);
+    // Two reopens of one issue are two events; each is placed by its update.
+    let mut later = issue_body.clone();
+    later["issue"]["updated_at"] = json!("2026-01-02T00:00:00Z");
+    assert_ne!(
+        meaning("issues", &issue_body).unwrap(),
+        meaning("issues", &later).unwrap()
+    );
 }
 
 #[test]

@@ -481,6 +481,56 @@ fn closes_and_merges_of_live_work_plan_ends_only_as_the_rules_say() {
 }
 
 #[test]
+fn a_persons_reopen_that_resumes_is_acked_and_on_live_work_only_informs() {
+    let (tkt, trg, _) = ids();
+    let m = mandate(Author::Human("alice".into()), &[]);
+    let resumed = TicketOutcome::Resumed {
+        ticket: tkt.clone(),
+        mandate: m,
+    };
+    let pass = TicketOutcome::PassThrough {
+        ticket: tkt.clone(),
+    };
+    let job = Intent::Job {
+        ticket: tkt.clone(),
+        generation: trg.clone(),
+    };
+    let forward = Intent::Forward {
+        trigger: trg.clone(),
+        ticket: tkt.clone(),
+    };
+    let person = candidate(Author::Human("alice".into()));
+    let bot = candidate(Author::Bot("ci".into()));
+    let bot_cannot = TicketOutcome::None {
+        why: NoTicket::BotCannotResume,
+    };
+    // (admission, outcome, intents without the ack, acked)
+    let cases = [
+        (person.clone(), resumed.clone(), vec![job.clone()], true),
+        // A reopen of live work never closes or stops it, whoever reopens.
+        (person.clone(), pass.clone(), vec![forward.clone()], false),
+        (bot.clone(), pass, vec![forward], false),
+        (bot, bot_cannot, vec![], false),
+    ];
+    for (admission, outcome, expected, acked) in cases {
+        let input = with_text(gh(alice_gh(), TriggerKind::Reopened), "stop");
+        let d = decision(admission.clone(), outcome);
+        let mut got = plan_trigger(&d, &input, 100);
+        let ack = matches!(got.last(), Some(Intent::Step(Step::Reply { attempt }))
+            if attempt.purpose == Purpose::Ack && attempt.in_reply_to.as_ref() == Some(&d.trigger));
+        if ack {
+            got.pop();
+        }
+        assert_eq!((got, ack), (expected, acked), "{admission:?}");
+    }
+    // The same resume from a comment that did not address the bot is not
+    // announced (the case above in the table of trigger decisions).
+    let d = decision(person, resumed);
+    let comment = gh(alice_gh(), TriggerKind::IssueComment);
+    assert_eq!(plan_trigger(&d, &comment, 100), vec![job]);
+}
+
+#[test]
 fn a_close_ends_ready_issue_work_completed_and_anything_else_cancelled() {
     use crate::ticket::TicketState as S;
     use TriggerKind as K;

@@ -77,6 +77,12 @@ fn run_in(scratch: &Scratch, options: &BenchOptions) -> Result<Report, BenchErro
     let sock = scratch.join("proxy.sock");
     let _proxy = std::os::unix::net::UnixListener::bind(&sock)
         .map_err(setup(format!("binding {}", sock.display())))?;
+    // An identity's directory as the proxy makes it, for transparent mode.
+    let dir = scratch.join("identity");
+    let _sockets = bind_identity_dir(&dir)?;
+    let transparent = scratch.join("default-transparent.toml");
+    std::fs::write(&transparent, TRANSPARENT_PROFILE)
+        .map_err(setup(format!("writing {}", transparent.display())))?;
     let source = DirSource {
         dirs: DirSource::default_dirs(),
     };
@@ -90,7 +96,9 @@ fn run_in(scratch: &Scratch, options: &BenchOptions) -> Result<Report, BenchErro
         &GatehouseRun {
             work: &work,
             proxy_socket: &sock,
+            proxy_dir: &dir,
             unlimited_profile: &unlimited,
+            transparent_profile: &transparent,
         },
     );
     // As root: a work dir that is a filesystem of its own, under a profile
@@ -136,6 +144,38 @@ fn run_in(scratch: &Scratch, options: &BenchOptions) -> Result<Report, BenchErro
     })
 }
 
+/// The default profile with transparent mode on.
+const TRANSPARENT_PROFILE: &str = "extends = \"default\"\n[network]\ntransparent = true\n\
+     transparent_hosts = [\"api.github.com\", \"github.com\"]\n";
+
+/// `dir` holding both sockets an identity has, listening (never accepted:
+/// /bin/true never connects).
+fn bind_identity_dir(dir: &Path) -> Result<Vec<std::os::unix::net::UnixListener>, BenchError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir(dir)
+        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)))
+        .map_err(setup(format!("creating {}", dir.display())))?;
+    [
+        gatehouse_types::sandbox::PROXY_SOCKET_NAME,
+        gatehouse_types::sandbox::TRANSPARENT_SOCKET_NAME,
+    ]
+    .into_iter()
+    .map(|name| {
+        let path = dir.join(name);
+        std::os::unix::net::UnixListener::bind(&path)
+            .map_err(setup(format!("binding {}", path.display())))
+    })
+    .collect()
+}
+
+/// How a contender reaches the proxy.
+#[derive(Clone, Copy)]
+enum Proxy {
+    None,
+    Socket,
+    Dir,
+}
+
 /// The contenders whose idle memory is measured.
 const IDLE_MEASURED: [&str; 2] = ["bwrap", "gatehouse"];
 
@@ -143,13 +183,17 @@ const IDLE_MEASURED: [&str; 2] = ["bwrap", "gatehouse"];
 pub struct GatehouseRun<'a> {
     pub work: &'a Path,
     pub proxy_socket: &'a Path,
+    /// An identity's directory (both sockets), as the supervisor's jobs use.
+    pub proxy_dir: &'a Path,
     /// The default profile without cgroup limits, as a file.
     pub unlimited_profile: &'a Path,
+    /// The default profile with `network.transparent`, as a file.
+    pub transparent_profile: &'a Path,
 }
 
 impl GatehouseRun<'_> {
     /// `sandbox run` of `/bin/true` under `profile`, with the relay or not.
-    fn args(&self, relay: bool, profile: &str) -> Vec<String> {
+    fn args(&self, relay: Proxy, profile: &str) -> Vec<String> {
         let mut a: Vec<String> = [
             "sandbox",
             "run",
@@ -161,11 +205,13 @@ impl GatehouseRun<'_> {
         ]
         .map(String::from)
         .to_vec();
-        if relay {
-            a.extend([
-                "--proxy-socket".to_string(),
-                self.proxy_socket.display().to_string(),
-            ]);
+        let (flag, path) = match relay {
+            Proxy::None => ("", Path::new("")),
+            Proxy::Socket => ("--proxy-socket", self.proxy_socket),
+            Proxy::Dir => ("--proxy-dir", self.proxy_dir),
+        };
+        if !flag.is_empty() {
+            a.extend([flag.to_string(), path.display().to_string()]);
         }
         a.extend(["--".to_string(), "/bin/true".to_string()]);
         a
@@ -183,6 +229,7 @@ pub fn contenders(
     let mut bwrap = bwrap_args.to_vec();
     bwrap.push("/bin/true".into());
     let unlimited = run.unlimited_profile.display().to_string();
+    let transparent = run.transparent_profile.display().to_string();
     let exe = &options.launcher;
     let mut list = vec![
         Contender {
@@ -198,24 +245,34 @@ pub fn contenders(
         Contender {
             name: "gatehouse",
             program: exe.clone(),
-            args: run.args(true, "default"),
+            args: run.args(Proxy::Socket, "default"),
         },
         Contender {
             name: "gatehouse-no-relay",
             program: exe.clone(),
-            args: run.args(false, "default"),
+            args: run.args(Proxy::None, "default"),
         },
         Contender {
             name: "gatehouse-no-cgroups",
             program: exe.clone(),
-            args: run.args(true, &unlimited),
+            args: run.args(Proxy::Socket, &unlimited),
+        },
+        Contender {
+            name: "gatehouse-proxy-dir",
+            program: exe.clone(),
+            args: run.args(Proxy::Dir, "default"),
+        },
+        Contender {
+            name: "gatehouse-transparent",
+            program: exe.clone(),
+            args: run.args(Proxy::Dir, &transparent),
         },
     ];
     if let Some(other) = &options.against {
         list.push(Contender {
             name: "gatehouse-against",
             program: other.clone(),
-            args: run.args(true, "default"),
+            args: run.args(Proxy::Socket, "default"),
         });
     }
     list
@@ -516,119 +573,4 @@ pub fn children_of(pid: u32) -> Vec<u32> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn summary_uses_nearest_rank() {
-        let samples: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        let s = summarize(&samples).unwrap();
-        assert_eq!(s.median_ms, 50.0);
-        assert_eq!(s.p95_ms, 95.0);
-        assert_eq!(s.min_ms, 1.0);
-        assert!(summarize(&[]).is_none());
-        let one = summarize(&[Duration::from_millis(3)]).unwrap();
-        assert_eq!((one.median_ms, one.p95_ms), (3.0, 3.0));
-    }
-
-    #[test]
-    fn the_unlimited_variant_keeps_the_mounts_and_drops_the_limits() {
-        let src = crate::profile::DirSource { dirs: vec![] };
-        let default = crate::profile::resolve(&src, "default").unwrap();
-        let text = without_cgroup_limits(&default);
-        let p = crate::profile::resolve_text(&src, "unlimited", "test", &text).unwrap();
-        assert_eq!(p.filesystem, default.filesystem);
-        assert_eq!(p.env, default.env);
-        assert_eq!(
-            (p.limits.memory_mib, p.limits.pids, p.limits.cpu_percent),
-            (None, None, None)
-        );
-    }
-
-    #[test]
-    fn shuffles_are_permutations_and_vary() {
-        let mut rng = XorShift(1);
-        let mut seen = std::collections::HashSet::new();
-        for _ in 0..50 {
-            let mut v: Vec<usize> = (0..5).collect();
-            rng.shuffle(&mut v);
-            let mut sorted = v.clone();
-            sorted.sort();
-            assert_eq!(sorted, [0, 1, 2, 3, 4]);
-            seen.insert(v);
-        }
-        assert!(seen.len() > 10, "only {} orders", seen.len());
-    }
-
-    #[test]
-    fn the_contenders_time_the_same_command_each() {
-        let run = GatehouseRun {
-            work: Path::new("/s/work"),
-            proxy_socket: Path::new("/s/proxy.sock"),
-            unlimited_profile: Path::new("/s/unlimited.toml"),
-        };
-        let mut options = BenchOptions {
-            iterations: 1,
-            warmup: 0,
-            launcher: "/bin/gatehouse".into(),
-            against: None,
-        };
-        let list = contenders(&options, &["--unshare-all".into()], &run);
-        let names: Vec<&str> = list.iter().map(|c| c.name).collect();
-        assert_eq!(
-            names,
-            [
-                "fork/exec",
-                "bwrap",
-                "gatehouse",
-                "gatehouse-no-relay",
-                "gatehouse-no-cgroups"
-            ]
-        );
-        assert_eq!(list[0].program, Path::new("/bin/true"));
-        assert!(list[0].args.is_empty());
-        for c in &list[1..] {
-            assert_eq!(
-                c.args.last().map(String::as_str),
-                Some("/bin/true"),
-                "{}",
-                c.name
-            );
-        }
-        assert_eq!(list[1].args, ["--unshare-all", "/bin/true"]);
-        let gatehouse = list[2].args.join(" ");
-        assert_eq!(
-            gatehouse,
-            "sandbox run --profile default --quiet --workdir /s/work \
-             --proxy-socket /s/proxy.sock -- /bin/true"
-        );
-        assert!(!list[3].args.contains(&"--proxy-socket".to_string()));
-        assert!(list[4]
-            .args
-            .join(" ")
-            .contains("--profile /s/unlimited.toml"));
-        assert!(list[2..5]
-            .iter()
-            .all(|c| c.program == Path::new("/bin/gatehouse")));
-        options.against = Some("/old/gatehouse".into());
-        let list = contenders(&options, &[], &run);
-        let against = list.last().unwrap();
-        assert_eq!(against.name, "gatehouse-against");
-        assert_eq!(against.program, Path::new("/old/gatehouse"));
-        assert_eq!(against.args, list[2].args);
-    }
-
-    #[test]
-    fn rollup_fields_are_read() {
-        let m = parse_rollup(
-            "55d0-7ffd ---p 00000000 00:00 0 [rollup]\nRss:  1234 kB\nPss:   567 kB\n",
-        );
-        assert_eq!(
-            m,
-            Memory {
-                rss_kib: 1234,
-                pss_kib: 567
-            }
-        );
-    }
-}
+mod tests;

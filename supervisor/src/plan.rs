@@ -16,8 +16,10 @@ use gatehouse_types::env as vars;
 use crate::profile::{is_env_name, Limits, Profile, Require};
 
 mod seccomp;
+mod transparent;
 
 pub use seccomp::{seccomp_denials, ArgMatch, ArgOp, Denial, SeccompPlan};
+use transparent::{hosts_file, transparent_target, NSSWITCH};
 
 /// Where things live inside the sandbox (shared with the launcher and the
 /// worker's commands).
@@ -26,6 +28,9 @@ pub use gatehouse_types::sandbox as inside;
 /// The relay listens here inside the sandbox's network namespace.
 pub const RELAY_PORT: u16 = 3128;
 pub const RELAY_URL: &str = "http://127.0.0.1:3128";
+/// With `network.transparent`, the relay takes these too and sends them to
+/// the identity's transparent socket.
+pub const TRANSPARENT_PORTS: [u16; 2] = [443, 80];
 /// `gh` refuses to run without a token; the proxy injects the real one.
 pub const GH_TOKEN_PLACEHOLDER: &str = "gatehouse-placeholder-not-a-token";
 pub const HOSTNAME: &str = "gatehouse";
@@ -42,6 +47,10 @@ pub enum PlanError {
     /// Neither the command line nor the profile names a command.
     #[error("no command: give one after `--` or set `worker.command` in the profile")]
     NoCommand,
+    /// Transparent mode reaches the transparent socket in the identity's
+    /// directory, which a bare `--proxy-socket` does not bring.
+    #[error("network.transparent needs the proxy identity's directory (--proxy-dir), where its transparent socket is; --proxy-socket binds only the proxy socket")]
+    TransparentNeedsProxyDir,
 }
 
 /// What the caller asked for on the command line, paths already absolute.
@@ -285,6 +294,8 @@ pub struct Plan {
     pub wall_time: Option<Duration>,
     /// Relay target inside the sandbox, when there is a proxy socket.
     pub relay: Option<PathBuf>,
+    /// Where the relay sends [`TRANSPARENT_PORTS`], in transparent mode.
+    pub transparent: Option<PathBuf>,
     pub hostname: &'static str,
     pub env: Vec<(String, String)>,
     pub argv: Vec<String>,
@@ -319,13 +330,14 @@ impl Plan {
         if argv.is_empty() {
             return Err(PlanError::NoCommand);
         }
+        let transparent = transparent_target(profile, request)?;
         let env = build_env(profile, request, caller_env)?;
         let wall_time = match (profile.limits.wall_time_secs, request.wall_time_secs) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
         .map(Duration::from_secs);
-        let mounts = build_mounts(profile, request);
+        let mounts = build_mounts(profile, request, transparent.is_some());
         let proc_read_only = if mounts.contains(&MountStep::Proc) {
             PROC_READ_ONLY.iter().map(PathBuf::from).collect()
         } else {
@@ -335,7 +347,7 @@ impl Plan {
             identity,
             mounts,
             proc_read_only,
-            landlock: build_landlock(profile, request),
+            landlock: build_landlock(profile, request, transparent.is_some()),
             seccomp: SeccompPlan {
                 denials: seccomp_denials(profile.filesystem.writable_exec),
                 required: profile.require.seccomp,
@@ -345,6 +357,7 @@ impl Plan {
             require: profile.require,
             wall_time,
             relay: relay_target(request),
+            transparent,
             hostname: HOSTNAME,
             env,
             argv,
@@ -374,7 +387,7 @@ fn relay_target(request: &RunRequest) -> Option<PathBuf> {
 
 /// Host binds (by depth, so parents come first), then the sandbox's own
 /// places, then generated files where no bind covers them.
-fn build_mounts(profile: &Profile, request: &RunRequest) -> Vec<MountStep> {
+fn build_mounts(profile: &Profile, request: &RunRequest, transparent: bool) -> Vec<MountStep> {
     let fs = &profile.filesystem;
     let mut binds: Vec<MountStep> = fs
         .read_exec
@@ -427,13 +440,13 @@ fn build_mounts(profile: &Profile, request: &RunRequest) -> Vec<MountStep> {
             optional: false,
         });
     }
-    steps.extend(generated_files(profile, request));
+    steps.extend(generated_files(profile, request, transparent));
     steps
 }
 
 /// The files the sandbox writes itself (users, hosts, the CA bundle), where
 /// no bind of the profile covers them.
-fn generated_files(profile: &Profile, request: &RunRequest) -> Vec<MountStep> {
+fn generated_files(profile: &Profile, request: &RunRequest, transparent: bool) -> Vec<MountStep> {
     let fs = &profile.filesystem;
     let mut steps = Vec::new();
     let mut files = vec![
@@ -442,12 +455,12 @@ fn generated_files(profile: &Profile, request: &RunRequest) -> Vec<MountStep> {
             "worker:x:0:0:gatehouse worker:/tmp:/bin/sh\n".to_string(),
         ),
         ("/etc/group", "worker:x:0:\n".to_string()),
-        (
-            "/etc/hosts",
-            "127.0.0.1 localhost\n::1 localhost\n".to_string(),
-        ),
+        ("/etc/hosts", hosts_file(profile, transparent)),
         ("/etc/hostname", format!("{HOSTNAME}\n")),
     ];
+    if transparent {
+        files.push(("/etc/nsswitch.conf", NSSWITCH.to_string()));
+    }
     if let Some(bundle) = &request.ca_bundle {
         files.push((inside::CA_BUNDLE, bundle.clone()));
     }
@@ -468,7 +481,7 @@ fn generated_files(profile: &Profile, request: &RunRequest) -> Vec<MountStep> {
     steps
 }
 
-fn build_landlock(profile: &Profile, request: &RunRequest) -> LandlockPlan {
+fn build_landlock(profile: &Profile, request: &RunRequest, transparent: bool) -> LandlockPlan {
     let fs = &profile.filesystem;
     let writable = if fs.writable_exec {
         FsAccess::ReadWriteExec
@@ -493,13 +506,20 @@ fn build_landlock(profile: &Profile, request: &RunRequest) -> LandlockPlan {
     if request.control_socket.is_some() {
         rules.push((PathBuf::from(inside::BIN_DIR), FsAccess::ReadExec));
     }
+    if transparent {
+        rules.push((PathBuf::from("/etc/nsswitch.conf"), FsAccess::Read));
+    }
+    let mut tcp_connect: Vec<u16> = request
+        .has_proxy()
+        .then_some(RELAY_PORT)
+        .into_iter()
+        .collect();
+    if transparent {
+        tcp_connect.extend(TRANSPARENT_PORTS);
+    }
     LandlockPlan {
         rules,
-        tcp_connect: request
-            .has_proxy()
-            .then_some(RELAY_PORT)
-            .into_iter()
-            .collect(),
+        tcp_connect,
         required: profile.require.landlock,
     }
 }

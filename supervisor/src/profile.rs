@@ -112,6 +112,10 @@ pub struct EnvPolicy {
 pub struct Network {
     pub rule_sets: Vec<String>,
     pub tunnels: Vec<String>,
+    /// Ports 443 and 80 inside the sandbox reach the proxy's transparent
+    /// socket, and `transparent_hosts` resolve to 127.0.0.1.
+    pub transparent: bool,
+    pub transparent_hosts: Vec<String>,
 }
 
 /// Resource limits; `None` means unlimited.

@@ -17,6 +17,9 @@ pub const PROXY_SOCKET: &str = "/run/gatehouse/proxy.sock";
 pub const PROXY_DIR: &str = "/run/gatehouse/proxy";
 /// The name of the identity's socket in its directory.
 pub const PROXY_SOCKET_NAME: &str = "proxy.sock";
+/// Beside it, the identity's transparent socket: the relay forwards what
+/// the worker sends to ports 443 and 80 there (`network.transparent`).
+pub const TRANSPARENT_SOCKET_NAME: &str = "transparent.sock";
 /// The job's control socket (`gatehouse report`, `gatehouse inbox`).
 pub const CONTROL_SOCKET: &str = "/run/gatehouse/control.sock";
 /// System roots plus the proxy's CA.

@@ -83,6 +83,16 @@ fn peer_admitted(identity: &Identity, stream: &UnixStream) -> Result<(), &'stati
     }
 }
 
+/// Which of an identity's sockets a listener is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Endpoint {
+    /// The HTTP proxy (`CONNECT`, absolute-form).
+    Proxy,
+    /// Connections the sandbox's relay took on ports 443 and 80
+    /// ([`super::transparent`]).
+    Transparent,
+}
+
 /// Accepts connections until the identity is revoked. A connection over
 /// the identity's cap (or the proxy's) is closed at once, its refusal on
 /// record; accept failures back off instead of spinning.
@@ -90,6 +100,7 @@ pub(super) async fn accept_loop(
     proxy: Arc<Proxy>,
     identity: Arc<Identity>,
     listener: UnixListener,
+    endpoint: Endpoint,
 ) {
     let mut revoked = identity.revoked();
     let mut backoff = AcceptBackoff::new("identity");
@@ -105,8 +116,11 @@ pub(super) async fn accept_loop(
                         continue;
                     }
                     match admit(&proxy, &identity) {
-                        Ok(held) => {
+                        Ok(held) if endpoint == Endpoint::Proxy => {
                             tokio::spawn(serve_outer(proxy.clone(), identity.clone(), stream, held));
+                        }
+                        Ok(held) => {
+                            tokio::spawn(super::transparent::serve(proxy.clone(), identity.clone(), stream, held));
                         }
                         Err(reason) => {
                             drop(stream);
@@ -369,20 +383,7 @@ async fn intercept(
             audit_refused_tls(&proxy, &identity, &host, sni.as_deref());
             return;
         }
-        let target = Target::tunnel(host.clone());
-        let observer = framing_observer(proxy.clone(), identity.clone(), &host);
-        let service = {
-            let identity = identity.clone();
-            service_fn(move |req| {
-                forward::handle(proxy.clone(), identity.clone(), target.clone(), req)
-            })
-        };
-        if let Err(error) = http1_server()
-            .serve_connection(Guarded::observed(TokioIo::new(tls), observer), service)
-            .await
-        {
-            tracing::debug!(%error, %host, "intercepted connection ended");
-        }
+        serve_intercepted(proxy, identity.clone(), host, tls).await;
     };
     tokio::select! {
         () = work => {}
@@ -390,10 +391,33 @@ async fn intercept(
     }
 }
 
+/// Serves the requests inside an accepted TLS connection to `host`: each
+/// one's Host must name it ([`super::head::check`]).
+pub(super) async fn serve_intercepted<S>(
+    proxy: Arc<Proxy>,
+    identity: Arc<Identity>,
+    host: String,
+    tls: tokio_rustls::server::TlsStream<S>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let target = Target::tunnel(host.clone());
+    let observer = framing_observer(proxy.clone(), identity.clone(), &host);
+    let service = service_fn(move |req| {
+        forward::handle(proxy.clone(), identity.clone(), target.clone(), req)
+    });
+    if let Err(error) = http1_server()
+        .serve_connection(Guarded::observed(TokioIo::new(tls), observer), service)
+        .await
+    {
+        tracing::debug!(%error, %host, "intercepted connection ended");
+    }
+}
+
 // === audit of CONNECTs ===
 
 /// A CONNECT's audit line, for the proxy's audit writer.
-fn connect_line(
+pub(super) fn connect_line(
     proxy: &Proxy,
     identity: &Identity,
     host: &str,

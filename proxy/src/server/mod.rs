@@ -33,6 +33,7 @@ mod records;
 mod refusals;
 mod sockets;
 mod state_writer;
+mod transparent;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::PermissionsExt;
@@ -105,6 +106,9 @@ pub struct IdentitySpec {
 
 /// The file name of a dynamic identity's socket in its own directory.
 pub const IDENTITY_SOCKET: &str = gatehouse_types::sandbox::PROXY_SOCKET_NAME;
+/// Beside it, the socket a sandbox's relay sends ports 443 and 80 to
+/// ([`transparent`]).
+pub const TRANSPARENT_SOCKET: &str = gatehouse_types::sandbox::TRANSPARENT_SOCKET_NAME;
 
 /// A live identity.
 pub struct Identity {
@@ -113,6 +117,8 @@ pub struct Identity {
     /// The `host:port`s it may splice (a bare host in the spec is port 443).
     pub tunnel_hosts: BTreeSet<TunnelTarget>,
     pub socket: PathBuf,
+    /// Its transparent socket: a dynamic identity's, beside `socket`.
+    transparent_socket: Option<PathBuf>,
     /// The one user it admits, when bound ([`IdentitySpec::peer_uid`]).
     peer_uid: Option<u32>,
     /// Created through the admin API: in its own directory, saved.
@@ -327,6 +333,14 @@ impl Proxy {
             .join(IDENTITY_SOCKET),
         };
         let listener = bind_socket(&socket)?;
+        let transparent = match (&spec.socket, socket.parent()) {
+            (None, Some(dir)) => {
+                let path = dir.join(TRANSPARENT_SOCKET);
+                let listener = bind_socket(&path)?;
+                Some((path, listener))
+            }
+            _ => None,
+        };
         let (revoked, _) = watch::channel(false);
         let created = owned::Created::default();
         created.restore(own);
@@ -339,6 +353,7 @@ impl Proxy {
             },
             tunnel_hosts: checked.tunnel_hosts.into_iter().collect(),
             socket: socket.clone(),
+            transparent_socket: transparent.as_ref().map(|(path, _)| path.clone()),
             peer_uid: spec.peer_uid,
             dynamic: placement != Placement::Static,
             client: self.upstreams.client(),
@@ -349,7 +364,20 @@ impl Proxy {
         });
         identities.insert(spec.name.clone(), identity.clone());
         drop(identities);
-        tokio::spawn(connect::accept_loop(self.clone(), identity, listener));
+        if let Some((_, listener)) = transparent {
+            tokio::spawn(connect::accept_loop(
+                self.clone(),
+                identity.clone(),
+                listener,
+                connect::Endpoint::Transparent,
+            ));
+        }
+        tokio::spawn(connect::accept_loop(
+            self.clone(),
+            identity,
+            listener,
+            connect::Endpoint::Proxy,
+        ));
         tracing::info!(identity = %spec.name, socket = %socket.display(), "identity created");
         Ok(socket)
     }
@@ -363,6 +391,9 @@ impl Proxy {
             .remove(name)
             .ok_or_else(|| IdentityError::NotFound(name.to_string()))?;
         let _ = std::fs::remove_file(&identity.socket);
+        if let Some(path) = &identity.transparent_socket {
+            let _ = std::fs::remove_file(path);
+        }
         identity.revoked.send_replace(true);
         Ok(identity)
     }

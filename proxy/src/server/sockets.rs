@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
 
-use super::{Identity, IdentityError, IDENTITY_SOCKET};
+use super::{Identity, IdentityError, IDENTITY_SOCKET, TRANSPARENT_SOCKET};
 
 /// The directory of a dynamic identity's socket, 0711. Restored: kept as
 /// a run that died left it (a sandbox may hold it bind-mounted: a new
@@ -25,6 +25,7 @@ pub(super) fn identity_dir(dir: &Path, fresh: bool) -> Result<PathBuf, IdentityE
         Ok(meta) if meta.file_type().is_dir() && !fresh => {}
         Ok(meta) if meta.file_type().is_dir() => {
             let _ = std::fs::remove_file(dir.join(IDENTITY_SOCKET));
+            let _ = std::fs::remove_file(dir.join(TRANSPARENT_SOCKET));
             std::fs::remove_dir(dir).map_err(|e| {
                 err(std::io::Error::other(format!(
                     "left by an earlier identity of this name and not removable ({e}): not reused"

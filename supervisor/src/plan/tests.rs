@@ -433,3 +433,72 @@ fn procs_sensitive_parts_are_listed_read_only() {
         .all(|p| p.starts_with("/proc/") && p != Path::new("/proc/self")));
     assert_eq!(plan.proc_read_only.len(), PROC_READ_ONLY.len());
 }
+
+fn hosts_of(plan: &Plan) -> String {
+    plan.mounts
+        .iter()
+        .find_map(|m| match m {
+            MountStep::File { inside, contents } if inside == &PathBuf::from("/etc/hosts") => {
+                Some(contents.clone())
+            }
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[test]
+fn transparent_mode_resolves_the_profiles_hosts_and_relays_443_and_80() {
+    let mut profile = default_profile();
+    profile.network.transparent = true;
+    profile.network.transparent_hosts = vec!["api.github.com".into(), "github.com".into()];
+    let with_dir = RunRequest {
+        proxy_dir: Some("/run/gh/identities/tkt_1".into()),
+        ..request()
+    };
+    let plan = Plan::build(&profile, &with_dir, ROOTLESS, &[]).unwrap();
+    assert_eq!(
+        plan.transparent,
+        Some(PathBuf::from("/run/gatehouse/proxy/transparent.sock"))
+    );
+    assert_eq!(
+        plan.relay,
+        Some(PathBuf::from("/run/gatehouse/proxy/proxy.sock"))
+    );
+    assert_eq!(plan.landlock.tcp_connect, [RELAY_PORT, 443, 80]);
+    assert_eq!(
+        hosts_of(&plan),
+        "127.0.0.1 localhost\n::1 localhost\n127.0.0.1 api.github.com\n127.0.0.1 github.com\n"
+    );
+    assert!(plan.mounts.contains(&MountStep::File {
+        inside: "/etc/nsswitch.conf".into(),
+        contents: "passwd: files\ngroup: files\nhosts: files\n".into(),
+    }));
+    assert!(plan
+        .landlock
+        .rules
+        .contains(&("/etc/nsswitch.conf".into(), FsAccess::Read)));
+    // The proxy variables stay: clients that honour them keep using 3128.
+    assert_eq!(env_of(&plan, "HTTPS_PROXY").as_deref(), Some(RELAY_URL));
+
+    // Off (the default): only localhost resolves, only 3128 is reachable.
+    let off = Plan::build(&default_profile(), &with_dir, ROOTLESS, &[]).unwrap();
+    assert_eq!(off.transparent, None);
+    assert_eq!(off.landlock.tcp_connect, [RELAY_PORT]);
+    assert_eq!(hosts_of(&off), "127.0.0.1 localhost\n::1 localhost\n");
+
+    // No proxy at all: nothing to reach, so nothing resolves either.
+    let none = Plan::build(&profile, &request(), ROOTLESS, &[]).unwrap();
+    assert_eq!(none.transparent, None);
+    assert!(none.landlock.tcp_connect.is_empty());
+    assert_eq!(hosts_of(&none), "127.0.0.1 localhost\n::1 localhost\n");
+
+    // A bare proxy socket has no transparent socket beside it: refused.
+    let socket_only = RunRequest {
+        proxy_socket: Some("/run/gh/tkt_1.sock".into()),
+        ..request()
+    };
+    assert!(matches!(
+        Plan::build(&profile, &socket_only, ROOTLESS, &[]),
+        Err(PlanError::TransparentNeedsProxyDir)
+    ));
+}

@@ -65,6 +65,13 @@ pub struct RawNetwork {
     /// `host:port` the proxy may splice without interception.
     #[serde(default)]
     pub tunnels: Vec<String>,
+    /// Whether the relay also takes ports 443 and 80, for clients that
+    /// ignore proxy settings (default false).
+    pub transparent: Option<bool>,
+    /// The names that resolve to loopback inside the sandbox when
+    /// `transparent` is on.
+    #[serde(default)]
+    pub transparent_hosts: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -140,6 +147,11 @@ impl RawProfile {
             network: RawNetwork {
                 rule_sets: join(base.network.rule_sets, self.network.rule_sets),
                 tunnels: join(base.network.tunnels, self.network.tunnels),
+                transparent: self.network.transparent.or(base.network.transparent),
+                transparent_hosts: join(
+                    base.network.transparent_hosts,
+                    self.network.transparent_hosts,
+                ),
             },
             limits: RawLimits {
                 memory_mib: self.limits.memory_mib.or(base.limits.memory_mib),

@@ -120,6 +120,20 @@ fn invalid_profiles_are_refused_with_the_key_named() {
         ("[network]\ntunnels = [\"no-port\"]", "network.tunnels"),
         ("[network]\ntunnels = [\"host:0\"]", "network.tunnels"),
         ("[network]\nrule_sets = [\"\"]", "network.rule_sets"),
+        ("[network]\ntransparent = true", "network.transparent_hosts"),
+        (
+            "[network]\ntransparent = true\ntransparent_hosts = [\"localhost\"]",
+            "network.transparent_hosts",
+        ),
+        (
+            "[network]\ntransparent_hosts = [\"127.0.0.1\"]",
+            "network.transparent_hosts",
+        ),
+        (
+            "[network]\ntransparent_hosts = [\"API.github.com\"]",
+            "network.transparent_hosts",
+        ),
+        ("[network]\ntransparent = 1", "transparent"),
         ("[worker]\ncommand = [\"\"]", "worker.command"),
         ("[limits]\nwork_dir_size = \"1M\"", "limits.work_dir_size"),
         ("[limits]\nwork_dir_size = 2048", "work_dir_size"),

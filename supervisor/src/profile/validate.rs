@@ -4,7 +4,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use gatehouse_types::{RuleSetName, TunnelTarget};
+use gatehouse_types::{DnsName, RuleSetName, TunnelTarget};
 
 use super::raw::{RawEnv, RawFilesystem, RawLimits, RawNetwork, RawRequire, RawWorker};
 use super::{
@@ -105,8 +105,25 @@ pub fn env(raw: RawEnv) -> Result<EnvPolicy, Refusal> {
     })
 }
 
-/// `[network]`: rule-set names, and tunnels as `host:port`.
+/// `[network]`: rule-set names, tunnels as `host:port`, transparent hosts
+/// as DNS names (never local ones), and at least one of them when
+/// `transparent` is on (off by default: see the profiles' README).
 pub fn network(raw: RawNetwork) -> Result<Network, Refusal> {
+    for h in &raw.transparent_hosts {
+        if !DnsName::is_valid(h) || h == "localhost" || h.ends_with(".localhost") {
+            return Err(refuse(
+                "network.transparent_hosts",
+                format!("lowercase DNS names with a dot (not local names), got `{h}`"),
+            ));
+        }
+    }
+    let transparent = raw.transparent.unwrap_or(false);
+    if transparent && raw.transparent_hosts.is_empty() {
+        return Err(refuse(
+            "network.transparent_hosts",
+            "at least one host when network.transparent is on (the names that resolve to the proxy)",
+        ));
+    }
     for rs in &raw.rule_sets {
         if !RuleSetName::is_valid(rs) {
             return Err(refuse(
@@ -129,6 +146,8 @@ pub fn network(raw: RawNetwork) -> Result<Network, Refusal> {
     Ok(Network {
         rule_sets: raw.rule_sets,
         tunnels: raw.tunnels,
+        transparent,
+        transparent_hosts: raw.transparent_hosts,
     })
 }
 

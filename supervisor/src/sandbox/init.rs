@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::net::TcpListener;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::path::PathBuf;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
@@ -17,7 +17,10 @@ use seccompiler::BpfProgram;
 use super::kernel::Kernel;
 use super::sys::host::Host;
 use super::{root, sys, worker, Source, EXIT_SANDBOX_FAILED};
-use crate::plan::{MountStep, Plan};
+use crate::plan::{MountStep, Plan, RELAY_PORT, TRANSPARENT_PORTS};
+
+/// A relay's listener and the socket inside the sandbox it forwards to.
+type Relay = (TcpListener, PathBuf);
 
 pub(crate) struct Setup<'a> {
     pub plan: &'a Plan,
@@ -68,14 +71,14 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
         sys::exit_now(i32::from(EXIT_SANDBOX_FAILED));
     }
     let mut kernel = Host;
-    let started = build(&mut kernel, plan, &sync, trees).and_then(|listener| {
+    let started = build(&mut kernel, plan, &sync, trees).and_then(|relays| {
         let limits_by_cgroup = join_cgroups(&cgroups)?;
         drop(cgroups);
         drop(sync);
         let worker = start_worker(&mut kernel, plan, &filter, &errors, limits_by_cgroup)?;
-        Ok((listener, worker))
+        Ok((relays, worker))
     });
-    let (listener, worker_pid) = match started {
+    let (relays, worker_pid) = match started {
         Ok(started) => started,
         Err(Stop::Fail(msg)) => fail(&errors, &msg),
         Err(Stop::Quietly) => sys::exit_now(i32::from(EXIT_SANDBOX_FAILED)),
@@ -86,11 +89,7 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
         fail(&errors, &format!("pid 1 dropping its privileges: {msg}"));
     }
     drop(errors);
-    let relay = match (listener, &plan.relay) {
-        (Some(listener), Some(target)) => Some((listener, target.as_path())),
-        _ => None,
-    };
-    reap_until(worker_pid, relay)
+    reap_until(worker_pid, relays)
 }
 
 /// Takes the worker's ids, builds the new root, brings up the network and
@@ -100,7 +99,7 @@ fn build(
     plan: &Plan,
     sync: &OwnedFd,
     trees: Vec<Option<OwnedFd>>,
-) -> Result<Option<TcpListener>, Stop> {
+) -> Result<Vec<Relay>, Stop> {
     let sources = open_sources(kernel, plan, trees)?;
     set_user_namespace_limits(kernel, plan)?;
     // Changing credentials clears the parent-death signal: set it again,
@@ -116,16 +115,28 @@ fn build(
     nix::unistd::sethostname(plan.hostname).map_err(|e| format!("sethostname: {e}"))?;
     sys::inside::loopback_up()
         .map_err(|e| format!("bringing up lo in the new network namespace: {e}"))?;
-    let listener = match &plan.relay {
-        Some(_) => Some(
-            super::relay::listen().map_err(|e| format!("relay listen on 127.0.0.1:3128: {e}"))?,
-        ),
-        None => None,
-    };
+    let relays = listen_relays(plan)?;
     sys::inside::scrub_environment();
     sys::inside::scrub_cmdline(b"gatehouse-init");
     nix::sys::prctl::set_dumpable(false).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
-    Ok(listener)
+    Ok(relays)
+}
+
+/// The relay's listeners: 3128 to the proxy socket, and in transparent mode
+/// 443 and 80 to the transparent socket.
+fn listen_relays(plan: &Plan) -> Result<Vec<Relay>, String> {
+    let ports = plan.relay.iter().map(|to| (RELAY_PORT, to)).chain(
+        plan.transparent
+            .iter()
+            .flat_map(|to| TRANSPARENT_PORTS.map(|port| (port, to))),
+    );
+    ports
+        .map(|(port, to)| {
+            super::relay::listen(port)
+                .map(|listener| (listener, to.clone()))
+                .map_err(|e| format!("relay listen on 127.0.0.1:{port}: {e}"))
+        })
+        .collect()
 }
 
 /// Opens every bind source (see [`super::open_source`]): as the caller,
@@ -243,12 +254,12 @@ pub(crate) fn drop_privileges<K: Kernel>(k: &mut K) -> Result<(), String> {
 /// worker exits, then exits with its status, which kills whatever else still
 /// runs in the PID namespace. With a relay, the same thread also accepts the
 /// relay's connections.
-fn reap_until(worker: i32, relay: Option<(TcpListener, &Path)>) -> ! {
-    let Some((listener, target)) = relay else {
+fn reap_until(worker: i32, relays: Vec<Relay>) -> ! {
+    if relays.is_empty() {
         loop {
             reap(worker, None);
         }
-    };
+    }
     // SIGCHLD has been blocked since before the clone (the host side blocks
     // it and the mask is inherited), so no exit is missed between the fork
     // and here: it stays pending until this descriptor reads it.
@@ -259,19 +270,25 @@ fn reap_until(worker: i32, relay: Option<(TcpListener, &Path)>) -> ! {
     loop {
         while let Ok(Some(_)) = chld.read_signal() {}
         while reap(worker, Some(WaitPidFlag::WNOHANG)) {}
-        let mut fds = [
-            PollFd::new(chld.as_fd(), PollFlags::POLLIN),
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-        ];
+        let mut fds = vec![PollFd::new(chld.as_fd(), PollFlags::POLLIN)];
+        fds.extend(
+            relays
+                .iter()
+                .map(|(listener, _)| PollFd::new(listener.as_fd(), PollFlags::POLLIN)),
+        );
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(_) => sys::exit_now(i32::from(EXIT_SANDBOX_FAILED)),
         }
-        if fds[1]
-            .revents()
-            .is_some_and(|r| r.contains(PollFlags::POLLIN))
-        {
-            super::relay::accept_waiting(&listener, target);
+        let ready: Vec<bool> = fds[1..]
+            .iter()
+            .map(|fd| fd.revents().is_some_and(|r| r.contains(PollFlags::POLLIN)))
+            .collect();
+        drop(fds);
+        for ((listener, target), ready) in relays.iter().zip(ready) {
+            if ready {
+                super::relay::accept_waiting(listener, target);
+            }
         }
     }
 }

@@ -1,7 +1,10 @@
 //! The relay: inside the sandbox's network namespace, 127.0.0.1:3128
 //! forwards each TCP connection, byte for byte, to the proxy's unix socket
 //! bound in at /run/gatehouse/proxy.sock. The proxy learns the ticket from
-//! which socket the connection arrives on; the relay adds nothing.
+//! which socket the connection arrives on; the relay adds nothing. In
+//! transparent mode ports 443 and 80 are forwarded the same way to the
+//! identity's transparent socket, where the proxy reads the target from
+//! the TLS server name or the Host header itself.
 //!
 //! The sandbox's pid 1 accepts in the same loop that reaps its children (see
 //! `init::reap_until`), so a sandbox whose worker never connects starts no
@@ -13,15 +16,15 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::thread;
 
-use crate::plan::RELAY_PORT;
-
 /// Small stacks: a relay thread only copies bytes.
 const STACK: usize = 64 * 1024;
 
-/// The listening socket, non-blocking: pid 1 accepts only when `poll` says
-/// a connection is waiting, and never blocks in `accept`.
-pub(crate) fn listen() -> io::Result<TcpListener> {
-    let listener = TcpListener::bind(("127.0.0.1", RELAY_PORT))?;
+/// A listening socket on `port`, non-blocking: pid 1 accepts only when
+/// `poll` says a connection is waiting, and never blocks in `accept`.
+/// Ports below 1024 need the init's capabilities in its own network
+/// namespace, which it still holds when it listens.
+pub(crate) fn listen(port: u16) -> io::Result<TcpListener> {
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
     listener.set_nonblocking(true)?;
     Ok(listener)
 }

@@ -117,6 +117,7 @@ fn network_table() {
         let raw = RawNetwork {
             rule_sets: strings(rule_sets),
             tunnels: strings(tunnels),
+            ..RawNetwork::default()
         };
         let got = network(raw);
         assert_eq!(
@@ -124,6 +125,64 @@ fn network_table() {
             *refused,
             "{rule_sets:?} {tunnels:?}: {got:?}"
         );
+    }
+}
+
+#[test]
+fn transparent_table() {
+    // (transparent, hosts, refused at)
+    let cases: &[(Option<bool>, &[&str], Option<&str>)] = &[
+        (None, &[], None),
+        (Some(false), &[], None),
+        (Some(true), &["api.github.com"], None),
+        (Some(true), &["api.github.com", "github.com"], None),
+        // Listed while off (a layer turning off its parent's mode): unused.
+        (Some(false), &["github.com"], None),
+        (Some(true), &[], Some("network.transparent_hosts")),
+        (
+            Some(true),
+            &["localhost"],
+            Some("network.transparent_hosts"),
+        ),
+        (
+            Some(true),
+            &["a.localhost"],
+            Some("network.transparent_hosts"),
+        ),
+        (
+            Some(true),
+            &["127.0.0.1"],
+            Some("network.transparent_hosts"),
+        ),
+        (Some(true), &["github"], Some("network.transparent_hosts")),
+        (
+            Some(true),
+            &["GitHub.com"],
+            Some("network.transparent_hosts"),
+        ),
+        (
+            Some(true),
+            &["github.com:443"],
+            Some("network.transparent_hosts"),
+        ),
+        (None, &["*.github.com"], Some("network.transparent_hosts")),
+    ];
+    for (transparent, hosts, refused) in cases {
+        let raw = RawNetwork {
+            transparent: *transparent,
+            transparent_hosts: strings(hosts),
+            ..RawNetwork::default()
+        };
+        let got = network(raw);
+        assert_eq!(
+            got.as_ref().err().map(|r| r.key.as_str()),
+            *refused,
+            "{transparent:?} {hosts:?}: {got:?}"
+        );
+        if let Ok(n) = got {
+            assert_eq!(n.transparent, transparent.unwrap_or(false));
+            assert_eq!(n.transparent_hosts, strings(hosts));
+        }
     }
 }
 

@@ -252,6 +252,7 @@ impl Credential {
                 Injection::Bearer | Injection::GitBasic
             ) | (Credential::Bearer { .. }, Injection::Bearer)
                 | (Credential::FeishuApp { .. }, Injection::FeishuTenant)
+                | (Credential::GithubApp { .. }, Injection::GithubAppJwt)
         )
     }
 

@@ -330,13 +330,13 @@ pub(crate) fn verify_jwt(
     Ok(())
 }
 
-/// The repositories (`None`: all the installation's) and permissions a
-/// mint request asks for, or GitHub's 422.
-fn mint_request(
-    model: &Model,
-    spec: &GithubAppSpec,
-    body: &[u8],
-) -> Result<(Option<Vec<u64>>, BTreeMap<String, String>), Reply> {
+/// What a mint request asks for: repository ids (`None`: all the
+/// installation's) and permissions.
+type Asked = (Option<Vec<u64>>, BTreeMap<String, String>);
+
+/// The repositories and permissions a mint request asks for, or GitHub's
+/// 422.
+fn mint_request(model: &Model, spec: &GithubAppSpec, body: &[u8]) -> Result<Asked, Reply> {
     let body: Value = if body.is_empty() {
         json!({})
     } else {

@@ -170,8 +170,9 @@ mod tests {
     #[test]
     fn a_delivery_that_keeps_failing_is_given_up_after_max_asks() {
         let mut state = RecoveryState::default();
-        let mut id = 1;
         for round in 1..=MAX_ASKS + 1 {
+            // Each round lists the new failed attempt the last ask made.
+            let id = u64::from(round);
             let items = [item(id, "x", false)];
             let p = plan(&items, &state, |_| false);
             if round <= MAX_ASKS {
@@ -181,7 +182,6 @@ mod tests {
                 assert_eq!(p.given_up, vec!["x".to_owned()]);
             }
             state = p.after;
-            id += 1;
         }
     }
 

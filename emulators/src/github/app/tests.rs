@@ -79,7 +79,7 @@ fn app_jwts_are_verified_as_github_does() {
     let ahead = sign(&pem, &rs256, &claims(now + 60, now + 600));
     assert_eq!(verify_jwt(&app, Some(&ahead), now), Ok(()));
     let mut tampered = good.clone();
-    tampered.insert_str(good.find('.').unwrap() + 1, "e");
+    tampered.insert(good.find('.').unwrap() + 1, 'e');
     for (jwt, why) in [
         (None, "decoded"),
         (Some("ghs_notajwt".to_owned()), "decoded"),

@@ -33,9 +33,9 @@ pub use feishu::{
     FeishuApp, FeishuEmulator, FeishuError, FeishuHandle, FeishuMessage, FeishuOptions,
 };
 pub use github::{
-    user_id, webhook_signature, AnswerFault, Comment, CommentKind, GithubEmulator, GithubError,
-    GithubHandle, GithubOptions, GithubToken, RateLimit, RepoSpec, WebhookDelivery, WebhookFaults,
-    WebhookTarget, GIT_USER,
+    rsa_public_key_der, user_id, webhook_signature, AnswerFault, Comment, CommentKind,
+    GithubAppSpec, GithubEmulator, GithubError, GithubHandle, GithubOptions, GithubToken,
+    MintedToken, RateLimit, RepoSpec, WebhookDelivery, WebhookFaults, WebhookTarget, GIT_USER,
 };
 pub use model::{
     Fault as ModelFault, ModelEmulator, ModelError, ModelHandle, ModelOptions, Reply as ModelReply,

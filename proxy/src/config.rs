@@ -252,6 +252,7 @@ impl Credential {
                 Injection::Bearer | Injection::GitBasic
             ) | (Credential::Bearer { .. }, Injection::Bearer)
                 | (Credential::FeishuApp { .. }, Injection::FeishuTenant)
+                | (Credential::GithubApp { .. }, Injection::GithubAppJwt)
         )
     }
 
@@ -560,19 +561,40 @@ pub fn sets_without_credentials(
     book.names()
         .filter_map(|name| {
             let set = book.get(name)?;
-            let rule = set
+            if let Some(rule) = set
                 .rules
                 .iter()
-                .find(|r| !credentials.contains_key(&r.credential))?;
+                .find(|r| !credentials.contains_key(&r.credential))
+            {
+                return Some((
+                    name.to_owned(),
+                    format!(
+                        "rule `{}` uses credential `{}`, which is not defined in [credentials]",
+                        rule.name, rule.credential
+                    ),
+                ));
+            }
+            // The App's own endpoints need an App: a deployment with a
+            // personal token loads the shipped directory all the same.
+            let rule = set.rules.iter().find(|r| needs_an_app(r, credentials))?;
             Some((
                 name.to_owned(),
                 format!(
-                    "rule `{}` uses credential `{}`, which is not defined in [credentials]",
+                    "rule `{}` injects an App JWT, which credential `{}` (not a github_app) cannot sign",
                     rule.name, rule.credential
                 ),
             ))
         })
         .collect()
+}
+
+/// Whether `rule` injects an App JWT with a credential that is not an App.
+fn needs_an_app(rule: &crate::rules::Rule, credentials: &BTreeMap<String, Credential>) -> bool {
+    rule.inject == Injection::GithubAppJwt
+        && !matches!(
+            credentials.get(&rule.credential),
+            Some(Credential::GithubApp { .. })
+        )
 }
 
 /// Every rule of every loaded set that names a defined credential names
@@ -588,6 +610,10 @@ fn validate_rule_credentials(
             let Some(credential) = credentials.get(&rule.credential) else {
                 continue;
             };
+            if needs_an_app(rule, credentials) {
+                // Withdrawn instead (`sets_without_credentials`).
+                continue;
+            }
             if !credential.supports(rule.inject) {
                 return Err(cx.invalid(
                     &format!("credentials.{}", rule.credential),

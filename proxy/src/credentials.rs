@@ -70,6 +70,16 @@ pub enum CredentialError {
         url: String,
         why: String,
     },
+    /// The platform refused to issue the token asked for (GitHub answers
+    /// 422 when the permissions exceed what the App was granted); its
+    /// message, which holds no secret, is said.
+    #[error("credential {name}: {url} refused: status {status}: {message}")]
+    Refused {
+        name: String,
+        url: String,
+        status: u16,
+        message: String,
+    },
     /// The identity has no `repo` variable but the App token must be scoped to one.
     #[error("credential {name}: a GitHub App token is scoped to the identity's `repo` variable, which is missing or not owner/name")]
     NoRepo { name: String },
@@ -213,9 +223,12 @@ impl Credentials {
         repo: Option<&str>,
         permissions: &BTreeMap<String, String>,
     ) -> Result<HeaderValue, CredentialError> {
-        let token = self.token(name, repo, permissions).await?;
+        let token = match inject {
+            Injection::GithubAppJwt => self.app_jwt(name)?,
+            _ => self.token(name, repo, permissions).await?,
+        };
         let text = match inject {
-            Injection::Bearer | Injection::FeishuTenant => {
+            Injection::Bearer | Injection::FeishuTenant | Injection::GithubAppJwt => {
                 format!("Bearer {}", token.expose_secret())
             }
             Injection::GitBasic => {
@@ -231,6 +244,35 @@ impl Credentials {
         })?;
         value.set_sensitive(true);
         Ok(value)
+    }
+
+    /// The platform answered 401 to a request made with `authorization`
+    /// (credential `name`): a fetched token it no longer accepts (revoked or
+    /// expired early) is forgotten, so the next request obtains a new one.
+    pub async fn rejected(&self, name: &str, authorization: &HeaderValue) {
+        if let Some(Loaded::GithubApp(app)) = self.by_name.get(name) {
+            app.forget(authorization).await;
+        }
+    }
+
+    /// A freshly signed App JWT of GitHub App credential `name`, held for
+    /// redaction while it is valid.
+    fn app_jwt(&self, name: &str) -> Result<SecretString, CredentialError> {
+        match self.by_name.get(name) {
+            Some(Loaded::GithubApp(app)) => {
+                let (jwt, expires_at) = app.jwt(name)?;
+                self.endpoint
+                    .held
+                    .remember(jwt.expose_secret().as_bytes(), Some(expires_at));
+                Ok(jwt)
+            }
+            Some(_) => Err(CredentialError::Fetch {
+                name: name.to_string(),
+                url: String::new(),
+                why: "only a github_app credential signs App JWTs".into(),
+            }),
+            None => Err(CredentialError::Unknown(name.to_string())),
+        }
     }
 
     async fn token(
@@ -306,6 +348,19 @@ impl TokenEndpoint {
             .await
             .map_err(|e| fail(format!("reading the answer: {e}")))?
             .to_bytes();
+        if status.is_client_error() {
+            // GitHub's error shape: `{"message": …, "documentation_url": …}`.
+            let message = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|v| v.get("message")?.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            return Err(CredentialError::Refused {
+                name: name.to_string(),
+                url: url.to_string(),
+                status: status.as_u16(),
+                message,
+            });
+        }
         if !status.is_success() {
             return Err(fail(format!("status {status}")));
         }

@@ -114,6 +114,10 @@ pub enum Injection {
     GitBasic,
     /// `Authorization: Bearer <tenant_access_token>`, fetched by the proxy.
     FeishuTenant,
+    /// `Authorization: Bearer <App JWT>`, freshly signed with a GitHub App's
+    /// key: the App's own endpoints (its webhook deliveries), which refuse
+    /// installation tokens. Only on `/app/hook/…` paths.
+    GithubAppJwt,
 }
 
 /// Marks a call that posts text a person will read.
@@ -323,6 +327,7 @@ impl fmt::Display for Injection {
             Injection::Bearer => "bearer",
             Injection::GitBasic => "git_basic",
             Injection::FeishuTenant => "feishu_tenant",
+            Injection::GithubAppJwt => "github_app_jwt",
         })
     }
 }

@@ -36,6 +36,8 @@ pub mod mention;
 pub mod poll;
 pub mod poller;
 pub mod process;
+pub mod recoverer;
+pub mod recovery;
 pub mod signature;
 
 use std::net::SocketAddr;
@@ -54,6 +56,7 @@ use crate::store::{DeliveryLog, Durability, StoreError};
 pub use feishu::FeishuKeys;
 pub use listener::ListenerConfig;
 pub use poller::PollConfig;
+pub use recoverer::RecoveryConfig;
 pub use signature::WebhookSecrets;
 
 /// What a listener verifies requests with, and so which source it serves.
@@ -225,6 +228,22 @@ impl Intake {
     ) -> Result<(), IntakeError> {
         let log = DeliveryLog::open(state, durability)?;
         let thread = poller::spawn(log, config, self.wake.clone(), self.stop.subscribe())?;
+        self.servers.push(thread);
+        Ok(())
+    }
+
+    /// Also runs the webhook recovery loop (through the router's App
+    /// identity), asking GitHub to redeliver failed deliveries; what comes
+    /// back is stored by the listener and decided once. Stopped with the
+    /// intake.
+    pub fn recover(
+        &mut self,
+        state: &Path,
+        durability: Durability,
+        config: RecoveryConfig,
+    ) -> Result<(), IntakeError> {
+        let log = DeliveryLog::open(state, durability)?;
+        let thread = recoverer::spawn(log, config, self.stop.subscribe())?;
         self.servers.push(thread);
         Ok(())
     }

@@ -103,6 +103,18 @@ pub(super) fn run(
     } else if config.github.is_none() && !config.proxy.github_sockets.is_empty() {
         tracing::warn!("GitHub repositories are in scope but neither [github] webhooks nor [github_poll] is configured: nothing from GitHub reaches the router");
     }
+    if let (Some(r), Some(socket)) = (&config.github_recovery, &config.proxy.github_app_socket) {
+        let recovery = gatehouse_router::intake::RecoveryConfig {
+            interval_secs: r.interval_secs,
+            socket: socket.clone(),
+            ca_cert: config.proxy.ca_cert.clone(),
+        };
+        intake.recover(&config.state, durability, recovery)?;
+        tracing::info!(
+            interval_secs = r.interval_secs,
+            "recovering failed GitHub webhooks"
+        );
+    }
     let listening: serde_json::Map<String, serde_json::Value> = names
         .iter()
         .zip(intake.addrs())

@@ -99,12 +99,21 @@ pub fn prepare(path: &Path) -> Result<Prepared, UpError> {
         .flat_map(|t| t.repos.keys().cloned())
         .collect();
     repos.sort();
-    let layout = Layout::new(
+    let mut layout = Layout::new(
         &file.state_dir,
         &file.run_dir,
         &repos,
         file.feishu.is_some(),
     );
+    // With a GitHub App, the router recovers failed webhooks through an
+    // identity of its own (the proxy signs the App JWT).
+    if file
+        .credentials
+        .values()
+        .any(|c| matches!(c, gatehouse_proxy::config::CredentialFile::GithubApp { .. }))
+    {
+        layout = layout.with_github_app();
+    }
     if let Some(socket) = layout.overlong_socket() {
         return Err(invalid(
             "run_dir",

@@ -8,7 +8,7 @@ use std::path::Path;
 use toml::{Table, Value};
 
 use super::config::UpFile;
-use super::layout::Layout;
+use super::layout::{Layout, ROUTER_GITHUB_APP_RULES};
 use super::UpError;
 
 /// The three files' contents.
@@ -216,16 +216,25 @@ pub fn router(file: &UpFile, layout: &Layout) -> Table {
     );
     let mut github_sockets = Table::new();
     let mut proxy = vec![("ca_cert", path(&layout.ca_cert))];
+    let mut recovery = false;
     for identity in &layout.router_identities {
         match &identity.repo {
             Some(repo) => {
                 github_sockets.insert(repo.clone(), path(&identity.socket));
+            }
+            None if identity.rule_set == ROUTER_GITHUB_APP_RULES => {
+                proxy.push(("github_app_socket", path(&identity.socket)));
+                recovery = true;
             }
             None => proxy.push(("feishu_socket", path(&identity.socket))),
         }
     }
     proxy.push(("github_sockets", Value::Table(github_sockets)));
     t.insert("proxy".into(), table(proxy));
+    if recovery {
+        // The App's failed webhook deliveries, asked for again (defaults).
+        t.insert("github_recovery".into(), table([]));
+    }
     if let Some(github) = &file.github {
         t.insert(
             "github".into(),
@@ -475,6 +484,40 @@ router = "[::1]:9466"
         )
         .unwrap();
         assert_eq!(config.github_poll.map(|p| p.interval_secs), Some(30));
+    }
+
+    /// With a GitHub App, the router gets its App identity and recovers
+    /// failed webhooks through it; the proxy gets the identity.
+    #[test]
+    fn a_github_app_gives_the_router_webhook_recovery() {
+        let (file, layout) = fixture();
+        let without = all(&file, &layout, Some("gatehouse-router"), 990).unwrap();
+        let t: Table = toml::from_str(&without.router).unwrap();
+        assert!(t.get("github_recovery").is_none());
+        assert!(t["proxy"].get("github_app_socket").is_none());
+        let layout = layout.with_github_app();
+        let all = all(&file, &layout, Some("gatehouse-router"), 990).unwrap();
+        let config = gatehouse_router::live::RouterConfig::from_toml(
+            "router.toml",
+            &all.router,
+            std::path::Path::new("/"),
+        )
+        .unwrap();
+        assert_eq!(config.github_recovery.map(|r| r.interval_secs), Some(60));
+        assert_eq!(
+            config.proxy.github_app_socket,
+            Some(layout.router_proxy_run.join("github-app.sock"))
+        );
+        assert!(config.proxy.feishu_socket.is_some(), "Feishu's stays");
+        let proxy: Table = toml::from_str(&all.proxy).unwrap();
+        let app = proxy["identity"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"].as_str() == Some("router-github-app"))
+            .unwrap();
+        assert_eq!(app["rule_sets"][0].as_str(), Some("router-github-app"));
+        assert!(app.get("variables").is_none());
     }
 
     #[test]

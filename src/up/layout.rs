@@ -51,6 +51,8 @@ pub struct RouterIdentity {
 pub const ROUTER_GITHUB_RULES: &str = "router-github";
 /// The rule set of the router's Feishu identity.
 pub const ROUTER_FEISHU_RULES: &str = "router-feishu";
+/// The rule set of the router's GitHub App identity (webhook recovery).
+pub const ROUTER_GITHUB_APP_RULES: &str = "router-github-app";
 
 /// Every path `up` derives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +90,7 @@ pub const MAX_SOCKET_PATH: usize = 107;
 impl Layout {
     /// The layout under `state_dir` and `run_dir`, with one router GitHub
     /// identity per repository (in the order given) and a Feishu one when
-    /// Feishu is a source.
+    /// Feishu is a source (see [`Layout::with_github_app`] for the App's).
     pub fn new(state_dir: &Path, run_dir: &Path, repos: &[String], feishu: bool) -> Layout {
         let config_dir = state_dir.join("config");
         let proxy_state = state_dir.join("proxy");
@@ -178,6 +180,19 @@ impl Layout {
                 .map(|i| ("router identity", i.socket.as_path())),
         );
         all
+    }
+
+    /// Adds the router's GitHub App identity (rule set `router-github-app`,
+    /// no variables), for the webhook recovery loop: when a `github_app`
+    /// credential is configured.
+    pub fn with_github_app(mut self) -> Layout {
+        self.router_identities.push(RouterIdentity {
+            name: "router-github-app".into(),
+            socket: self.router_proxy_run.join("github-app.sock"),
+            rule_set: ROUTER_GITHUB_APP_RULES,
+            repo: None,
+        });
+        self
     }
 
     /// The first socket path too long to bind, if any. Ticket identities

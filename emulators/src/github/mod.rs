@@ -5,8 +5,11 @@
 //! `localhost`. Every request must carry one of the configured tokens
 //! (REST: `token …`/`Bearer …`; git: Basic with the token as password), so a
 //! test can prove which credential a proxy injected; everything received is
-//! recorded.
+//! recorded. A GitHub App installed here mints installation tokens, each
+//! scoped to its repositories and permissions (`app.rs`).
 
+mod app;
+mod deliveries;
 mod encoding;
 mod git;
 mod graphql;
@@ -25,6 +28,7 @@ use hyper::body::Incoming;
 use hyper::Request;
 use serde_json::{json, Value};
 
+pub use app::{rsa_public_key_der, GithubAppSpec, MintedToken};
 pub use encoding::AnswerFault;
 
 pub use model::{Comment, CommentKind};
@@ -140,6 +144,8 @@ pub struct GithubOptions {
     pub ca: Option<Arc<TestCa>>,
     /// Where state changes are delivered as signed webhooks.
     pub webhooks: Vec<WebhookTarget>,
+    /// A GitHub App installed here, which mints scoped installation tokens.
+    pub app: Option<GithubAppSpec>,
 }
 
 impl GithubOptions {
@@ -154,7 +160,14 @@ impl GithubOptions {
             worker_threads: 2,
             ca: None,
             webhooks: Vec::new(),
+            app: None,
         }
+    }
+
+    /// Install the GitHub App `app`: its JWT mints installation tokens.
+    pub fn app(mut self, app: GithubAppSpec) -> Self {
+        self.app = Some(app);
+        self
     }
 
     /// Accept `token`, acting as `login`.
@@ -222,6 +235,7 @@ impl GithubEmulator {
             logs_host: url_host(&options.logs_base_url),
             logs_signature: random_hex(16),
             webhooks: webhooks::Webhooks::new(options.webhooks),
+            apps: app::Apps::new(options.app),
             answer_fault: Mutex::new(None),
             failed_creations: std::sync::atomic::AtomicUsize::new(0),
             rate_limit: Mutex::new(None),
@@ -519,6 +533,8 @@ struct GithubState {
     logs_host: String,
     logs_signature: String,
     webhooks: webhooks::Webhooks,
+    /// The installed GitHub App and the tokens it minted.
+    apps: app::Apps,
     /// How REST answers misbehave, if they do (tests of a proxy in front).
     answer_fault: Mutex<Option<AnswerFault>>,
     /// How many more creations (answers 201) are answered 502 instead, the
@@ -622,11 +638,13 @@ fn parse_authorization(value: &str) -> Option<Credential> {
 }
 
 impl GithubState {
+    /// The login `token` acts as: a configured token, or a live minted one.
     fn login_for(&self, token: &str) -> Option<&str> {
         self.tokens
             .iter()
             .find(|t| t.token == token)
             .map(|t| t.login.as_str())
+            .or_else(|| self.apps.login_for(token, unix_now()))
     }
 
     fn repo_names(&self, full_name: &str) -> Result<(String, String), GithubError> {
@@ -651,14 +669,14 @@ impl GithubState {
             Target::JobLogs => self.job_logs(&record),
             Target::NotFound => plain(StatusCode::NOT_FOUND, "Not Found"),
             Target::Git(git_path) => {
-                let user = match credential {
+                let user = match &credential {
                     // GitHub wants `x-access-token` as the user for app
                     // installation tokens; requiring it catches a proxy that
                     // injects the token in the wrong form.
                     Some(Credential::Basic { user, password })
-                        if user == GIT_USER && self.login_for(&password).is_some() =>
+                        if user == GIT_USER && self.login_for(password).is_some() =>
                     {
-                        Some(user)
+                        Some(user.clone())
                     }
                     _ => None,
                 };
@@ -667,6 +685,11 @@ impl GithubState {
                     self.recorder.push(record);
                     return git_unauthorized();
                 };
+                if let Some(refused) = self.git_scope(&parts, &git_path, credential.as_ref()) {
+                    record.status = refused.status().as_u16();
+                    self.recorder.push(record);
+                    return refused;
+                }
                 // Recorded now, completed as the body streams and the answer starts.
                 let index = self.recorder.push_pending(record);
                 let state = self.clone();
@@ -700,6 +723,18 @@ impl GithubState {
                 };
                 record.body_truncated = bytes.len() > BODY_RECORD_LIMIT;
                 record.body = bytes[..bytes.len().min(BODY_RECORD_LIMIT)].to_vec();
+                if let Some((reply, link)) = self.app_endpoint(&parts, credential.as_ref(), &bytes)
+                {
+                    let mut response = self.finish(record, reply);
+                    if let Some(link) = link.and_then(|l| http::HeaderValue::from_str(&l).ok()) {
+                        response.headers_mut().insert(http::header::LINK, link);
+                    }
+                    return response;
+                }
+                let scope = match &credential {
+                    Some(Credential::Token(token)) => self.apps.scope_of(token),
+                    _ => None,
+                };
                 let reply = match login {
                     None if credential.is_none() => {
                         rest::Reply::error(StatusCode::UNAUTHORIZED, "Requires authentication")
@@ -707,7 +742,9 @@ impl GithubState {
                     None => rest::Reply::error(StatusCode::UNAUTHORIZED, "Bad credentials"),
                     Some(login) => {
                         let mut changes = Vec::new();
-                        let reply = self.rest(&parts, &bytes, &login, &mut changes).await;
+                        let reply = self
+                            .rest(&parts, &bytes, &login, scope.as_ref(), &mut changes)
+                            .await;
                         // As GitHub does: what the API changed is delivered
                         // too (the bot's own comments included; receivers
                         // drop their own events).
@@ -868,6 +905,7 @@ impl GithubState {
         parts: &http::request::Parts,
         body: &[u8],
         login: &str,
+        scope: Option<&app::Scope>,
         changes: &mut Vec<(&'static str, Value)>,
     ) -> rest::Reply {
         // GitHub Enterprise Server serves REST under `/api/v3` and GraphQL at
@@ -896,6 +934,12 @@ impl GithubState {
         let Some(route) = rest::route(path) else {
             return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
         };
+        if let Some(scope) = scope {
+            let allowed = app::authorize(&lock(&self.model), scope, &parts.method, &route);
+            if let Err(refusal) = allowed {
+                return refusal.reply();
+            }
+        }
         if route == rest::Route::Graphql {
             if parts.method != Method::POST {
                 return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");

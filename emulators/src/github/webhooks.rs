@@ -78,6 +78,9 @@ pub(crate) struct Webhooks {
     faults: Mutex<WebhookFaults>,
     /// Under `reorder`: the deliveries held back, with their secrets.
     held: Mutex<Vec<(WebhookDelivery, String)>>,
+    /// Every attempt (and every dropped delivery), as the App's deliveries
+    /// list shows them (`GET /app/hook/deliveries`).
+    pub(super) log: Mutex<Vec<super::deliveries::Attempt>>,
 }
 
 /// `sha256=` + hex HMAC-SHA256 of `body` under `secret`.
@@ -129,6 +132,7 @@ impl Webhooks {
                 target.secret.clone()
             };
             if faults.drop {
+                self.log_attempt(&d, Err("dropped".into()), false);
                 lock(&self.deliveries).push(d);
                 continue;
             }
@@ -155,10 +159,32 @@ impl Webhooks {
             std::thread::sleep(std::time::Duration::from_millis(faults.delay_ms));
         }
         let times = if faults.duplicate { 2 } else { 1 };
-        for _ in 0..times {
-            d.attempts.push(send(&d, secret));
+        for i in 0..times {
+            let result = send(&d, secret);
+            self.log_attempt(&d, result.clone(), i > 0);
+            d.attempts.push(result);
         }
         lock(&self.deliveries).push(d);
+    }
+
+    fn log_attempt(&self, d: &WebhookDelivery, result: Result<u16, String>, redelivery: bool) {
+        let mut log = lock(&self.log);
+        let id = super::deliveries::FIRST_ID + log.len() as u64;
+        log.push(super::deliveries::Attempt::new(
+            id,
+            d,
+            result,
+            redelivery,
+            unix_now(),
+        ));
+    }
+
+    /// The guid of the delivery logged as attempt `id`.
+    pub(super) fn guid_of(&self, id: u64) -> Option<String> {
+        lock(&self.log)
+            .iter()
+            .find(|a| a.id == id)
+            .map(|a| a.guid.clone())
     }
 
     /// Sends what `reorder` still holds.
@@ -170,7 +196,7 @@ impl Webhooks {
     }
 
     /// Sends a stored delivery again, with its delivery id.
-    fn redeliver(&self, guid: &str) -> Result<Result<u16, String>, GithubError> {
+    pub(super) fn redeliver(&self, guid: &str) -> Result<Result<u16, String>, GithubError> {
         let d = lock(&self.deliveries)
             .iter()
             .find(|d| d.guid == guid)
@@ -183,6 +209,7 @@ impl Webhooks {
             .map(|t| t.secret.clone())
             .unwrap_or_default();
         let result = send(&d, &secret);
+        self.log_attempt(&d, result.clone(), true);
         if let Some(stored) = lock(&self.deliveries).iter_mut().find(|s| s.guid == guid) {
             stored.attempts.push(result.clone());
         }

@@ -111,17 +111,104 @@ impl GithubApp {
             .get("token")
             .and_then(|t| t.as_str())
             .ok_or_else(|| fail("no token in the answer"))?;
-        // Installation tokens live one hour; `expires_at` is RFC 3339, but a
-        // conservative fixed lifetime avoids parsing dates. Counted from
-        // now, after GitHub created it, the hour ends no earlier than its.
+        // Installation tokens live one hour ("Installation tokens expire
+        // one hour from the time you create them", REST description);
+        // `expires_at` says when, and is believed when it says sooner.
+        let unix_now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_err(|_| fail("clock before 1970"))?
+            .as_secs();
+        let lifetime = answer
+            .get("expires_at")
+            .and_then(|t| t.as_str())
+            .and_then(unix_of_rfc3339)
+            .map_or(TOKEN_LIFETIME, |at| {
+                Duration::from_secs(at.saturating_sub(unix_now)).min(TOKEN_LIFETIME)
+            });
         let now = Instant::now();
-        let lifetime = Duration::from_secs(3600);
         Ok(CachedToken {
             token: SecretString::from(token.to_string()),
-            refresh_at: now + lifetime.saturating_sub(REFRESH_MARGIN * 2),
+            refresh_at: now + lifetime - refresh_margin(lifetime),
             expires_at: Some(now + lifetime),
         })
     }
+
+    /// A fresh App JWT and when it stops being valid.
+    pub(super) fn jwt(&self, name: &str) -> Result<(SecretString, Instant), CredentialError> {
+        let fail = |why: &str| CredentialError::Fetch {
+            name: name.to_string(),
+            url: String::new(),
+            why: why.to_string(),
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_err(|_| fail("clock before 1970"))?
+            .as_secs();
+        let jwt = app_jwt(&self.key, &self.app_id, now)
+            .ok_or_else(|| fail("signing the App JWT failed"))?;
+        Ok((jwt, Instant::now() + JWT_LIFETIME))
+    }
+
+    /// Drops the cached token `authorization` carries (either form).
+    pub(super) async fn forget(&self, authorization: &HeaderValue) {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let sent = authorization.as_bytes();
+        self.cached.lock().await.retain(|_, c| {
+            let token = c.token.expose_secret();
+            let bearer = format!("Bearer {token}");
+            let basic = format!("Basic {}", b64.encode(format!("x-access-token:{token}")));
+            sent != bearer.as_bytes() && sent != basic.as_bytes()
+        });
+    }
+}
+
+/// How long an App JWT is valid from now (`exp` of [`app_jwt`]).
+const JWT_LIFETIME: Duration = Duration::from_secs(540);
+
+/// How long an installation token lives when GitHub does not say.
+const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
+
+/// How long before its end a token of `lifetime` is replaced: twice the
+/// usual margin, or half its life for a token that lives less than that.
+fn refresh_margin(lifetime: Duration) -> Duration {
+    (REFRESH_MARGIN * 2).min(lifetime / 2)
+}
+
+/// Unix seconds of a UTC timestamp as GitHub writes them,
+/// `2016-07-11T22:14:10Z` (fractions of a second ignored).
+fn unix_of_rfc3339(text: &str) -> Option<u64> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let time = time.split('.').next()?;
+    let number = |s: &str| {
+        s.parse::<u64>()
+            .ok()
+            .filter(|_| s.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let mut d = date.splitn(3, '-').map(number);
+    let (year, month, day) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.splitn(3, ':').map(number);
+    let (h, m, s) = (t.next()??, t.next()??, t.next()??);
+    if !(1970..=9999).contains(&year)
+        || !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || h > 23
+        || m > 59
+        || s > 60
+    {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm), March-based years.
+    let (y, mp) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
+    let (era, yoe) = (y / 400, y % 400);
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = (era * 146_097 + doe).checked_sub(719_468)?;
+    Some(days * 86_400 + h * 3600 + m * 60 + s)
 }
 
 fn rsa_key(pem: &str) -> Option<ring::signature::RsaKeyPair> {
@@ -222,6 +309,48 @@ mod tests {
             }
         });
         addr
+    }
+
+    #[test]
+    fn githubs_timestamps_are_read_back_as_the_audit_log_writes_them() {
+        for unix in [
+            0u64,
+            951_782_400,
+            1_700_000_000,
+            1_709_164_799,
+            4_102_444_799,
+        ] {
+            let text = crate::audit::rfc3339_utc(unix * 1000);
+            let github = text.replace(".000Z", "Z");
+            assert_eq!(unix_of_rfc3339(&github), Some(unix), "{github}");
+            assert_eq!(unix_of_rfc3339(&text), Some(unix), "{text}");
+        }
+        assert_eq!(unix_of_rfc3339("2016-07-11T22:14:10Z"), Some(1_468_275_250));
+        for bad in [
+            "",
+            "2016-07-11T22:14:10",
+            "2016-07-11 22:14:10Z",
+            "2016-13-11T22:14:10Z",
+            "2016-07-11T24:14:10Z",
+            "1969-12-31T23:59:59Z",
+            "2016-07-+1T22:14:10Z",
+            "2016-07T22:14:10Z",
+        ] {
+            assert_eq!(unix_of_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn short_lived_tokens_are_replaced_half_way() {
+        let minutes = |m: u64| Duration::from_secs(m * 60);
+        assert_eq!(refresh_margin(minutes(60)), minutes(10));
+        assert_eq!(refresh_margin(minutes(20)), minutes(10));
+        assert_eq!(refresh_margin(minutes(10)), minutes(5));
+        assert_eq!(
+            refresh_margin(Duration::from_secs(2)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(refresh_margin(Duration::ZERO), Duration::ZERO);
     }
 
     #[tokio::test]

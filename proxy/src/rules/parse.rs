@@ -11,6 +11,9 @@ use super::{forbidden_endpoint, Access, BodyRule, Injection, MessageRule, OwnRul
 use super::{Rule, RuleError, RuleSet};
 use crate::path::PathTemplate;
 
+/// Where a rule may inject a GitHub App JWT: the App's webhook endpoints.
+const APP_JWT_PREFIX: &str = "/app/hook/";
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RuleSetFile {
@@ -196,6 +199,17 @@ fn validate_rule(raw: RuleFile, variables: &BTreeSet<String>) -> Result<Rule, (S
         .map_err(|e| err("path", format!("`{}`: {e}", raw.path)))?;
     if let Some(why) = forbidden_endpoint(&raw.path) {
         return Err(err("path", format!("`{}`: {why}", raw.path)));
+    }
+    // The App JWT can mint tokens for any repository: it goes to the App's
+    // webhook endpoints only, never anywhere a template could widen.
+    if raw.inject == Injection::GithubAppJwt && !raw.path.starts_with(APP_JWT_PREFIX) {
+        return Err(err(
+            "inject",
+            format!(
+                "`github_app_jwt` is only for paths under {APP_JWT_PREFIX} (the App's webhook deliveries), not `{}`",
+                raw.path
+            ),
+        ));
     }
     for (key, values) in &raw.query {
         if key.is_empty() || values.is_empty() {

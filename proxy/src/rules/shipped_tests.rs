@@ -365,3 +365,23 @@ fn github_permissions_are_the_union_with_write_winning() {
         .to_string()
         .contains("unknown variant `admin`"));
 }
+
+#[test]
+fn the_router_app_set_loads_and_the_app_jwt_goes_to_app_hooks_only() {
+    let text = include_str!("../../../sandbox-profiles/rules/router-github-app.toml");
+    let set = RuleSet::parse("router-github-app.toml", text).unwrap();
+    assert!(set
+        .rules
+        .iter()
+        .all(|r| r.inject == Injection::GithubAppJwt));
+    RuleBook::new([set]).unwrap();
+    // Anywhere else the App's JWT (which mints tokens for any repository)
+    // is refused when the rule set loads.
+    for path in ["/repos/{repo}/issues/{n}", "/app", "/app/hook", "/apps/x"] {
+        let rule_set = format!(
+            "name = \"x\"\ndescription = \"x\"\nvariables = [\"repo\"]\n\n[[rule]]\nname = \"r\"\nsource = \"s\"\nhost = \"api.github.com\"\nmethods = [\"GET\"]\npath = \"{path}\"\ncredential = \"github\"\ninject = \"github_app_jwt\"\n"
+        );
+        let error = RuleSet::parse("x.toml", &rule_set).unwrap_err().to_string();
+        assert!(error.contains("github_app_jwt"), "{path}: {error}");
+    }
+}

@@ -39,6 +39,7 @@ use super::records::{now, request_record};
 use super::{head, owned, Identity, Proxy};
 use crate::audit::{CompletionRecord, Outcome, Record, RequestRecord};
 use crate::body::{self, CountingBody, ProxyBody, RedactingBody};
+use crate::credentials::CredentialError;
 use crate::redact::{redact_body, Redactor};
 
 /// Answers up to this size with a declared length are sent in one piece.
@@ -294,8 +295,12 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
     } = allowed;
     let authorization = match credential(&proxy, &identity, &grant).await {
         Ok(value) => value,
-        Err(answer) => return answer,
+        Err(Unavailable::Refused(reason)) => {
+            return deny(&proxy, record, &reason, &identity.scope.rule_sets)
+        }
+        Err(Unavailable::Failed(answer)) => return answer,
     };
+    let sent_authorization = authorization.clone();
     let Some(uri) = head::upstream_uri(&host, &parts.uri) else {
         return bad_request("request target cannot be forwarded");
     };
@@ -328,6 +333,12 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
         Ok(response) => response,
         Err(answer) => return answer,
     };
+    if response.status() == StatusCode::UNAUTHORIZED {
+        proxy
+            .credentials
+            .rejected(&grant.credential, &sent_authorization)
+            .await;
+    }
     headers::name_repository_links(response.headers_mut(), parts.uri.path());
     respond(
         completion,
@@ -339,13 +350,23 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
     .await
 }
 
-/// The `Authorization` value of the rule's credential, or the 502 saying it
-/// is unavailable (the cause is logged, redacted, never answered).
+/// Why a rule's credential cannot be injected.
+enum Unavailable {
+    /// The platform refused to issue it for this request (GitHub's 422 on
+    /// permissions the App was not granted): a denial, with this reason.
+    Refused(String),
+    /// Anything else: the 502 to answer.
+    Failed(Response<ProxyBody>),
+}
+
+/// The `Authorization` value of the rule's credential; a refusal to mint
+/// it, said as such; or the 502 saying it is unavailable (the cause is
+/// logged, redacted, never answered).
 async fn credential(
     proxy: &Proxy,
     identity: &Identity,
     grant: &Grant,
-) -> Result<HeaderValue, Response<ProxyBody>> {
+) -> Result<HeaderValue, Unavailable> {
     let authorization = proxy
         .credentials
         .authorization(
@@ -357,10 +378,36 @@ async fn credential(
         .await;
     authorization.map_err(|error| {
         let secrets = proxy.credentials.held_secrets();
+        if let CredentialError::Refused {
+            status: 422,
+            message,
+            ..
+        } = &error
+        {
+            let reason = format!(
+                "GitHub refused to mint an installation token with the permissions of this identity's rule sets ({}): {message}",
+                permissions_text(&grant.permissions)
+            );
+            let reason = redact_text(&secrets, &reason);
+            tracing::warn!(%reason, credential = %grant.credential, "token refused");
+            return Unavailable::Refused(reason);
+        }
         let error = redact_text(&secrets, &super::with_causes(&error));
         tracing::error!(%error, "credential unavailable");
-        upstream_failed(&secrets, "the credential for this rule is unavailable")
+        Unavailable::Failed(upstream_failed(
+            &secrets,
+            "the credential for this rule is unavailable",
+        ))
     })
+}
+
+/// `contents: write, issues: read`.
+fn permissions_text(permissions: &std::collections::BTreeMap<String, String>) -> String {
+    let pairs: Vec<String> = permissions
+        .iter()
+        .map(|(p, a)| format!("{p}: {a}"))
+        .collect();
+    pairs.join(", ")
 }
 
 /// Sends the request; a GET redirected to another host is followed there.

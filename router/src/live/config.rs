@@ -41,6 +41,7 @@ struct File {
     proxy: ProxyFile,
     github: Option<GithubFile>,
     github_poll: Option<GithubPollFile>,
+    github_recovery: Option<GithubRecoveryFile>,
     feishu: Option<FeishuFile>,
     model: Option<crate::model::config::ModelFile>,
     metrics: Option<gatehouse_types::metrics::MetricsListen>,
@@ -51,6 +52,13 @@ struct File {
 struct GithubPollFile {
     #[serde(default = "yes")]
     enabled: bool,
+    #[serde(default = "default_poll_interval")]
+    interval_secs: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GithubRecoveryFile {
     #[serde(default = "default_poll_interval")]
     interval_secs: u64,
 }
@@ -82,6 +90,7 @@ struct ProxyFile {
     feishu_socket: Option<PathBuf>,
     #[serde(default)]
     github_sockets: BTreeMap<String, PathBuf>,
+    github_app_socket: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -115,6 +124,9 @@ pub struct RouterConfig {
     pub github: Option<GithubConfig>,
     /// Polling GitHub (`[github_poll]`); `None`: off.
     pub github_poll: Option<GithubPollConfig>,
+    /// Asking GitHub to redeliver failed webhooks (`[github_recovery]`);
+    /// `None`: off.
+    pub github_recovery: Option<GithubRecoveryConfig>,
     pub feishu: Option<FeishuConfig>,
     /// The router's model; `None`: rules-only judge, template replies.
     pub model: Option<crate::model::ModelConfig>,
@@ -140,6 +152,9 @@ pub struct ProxyConfig {
     pub feishu_socket: Option<PathBuf>,
     /// One identity per team repository (`owner/name`), rule set `router-github`.
     pub github_sockets: BTreeMap<String, PathBuf>,
+    /// The identity with rule set `router-github-app` (the GitHub App's
+    /// webhook deliveries, for `[github_recovery]`).
+    pub github_app_socket: Option<PathBuf>,
 }
 
 /// The GitHub webhook listener.
@@ -153,6 +168,14 @@ pub struct GithubConfig {
 /// its identity, every `interval_secs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GithubPollConfig {
+    pub interval_secs: u64,
+}
+
+/// Webhook recovery: every `interval_secs`, the App's recent deliveries
+/// listed through `[proxy] github_app_socket`, the failed ones the router
+/// has not stored asked for again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GithubRecoveryConfig {
     pub interval_secs: u64,
 }
 
@@ -262,6 +285,31 @@ fn validate(raw: File, file: &str, base: &Path) -> Result<RouterConfig, ConfigEr
         }
         _ => None,
     };
+    let github_app_socket = raw
+        .proxy
+        .github_app_socket
+        .map(|p| path("proxy.github_app_socket", p))
+        .transpose()?;
+    let github_recovery = match raw.github_recovery {
+        None => None,
+        Some(r) => {
+            if !POLL_INTERVAL_SECS.contains(&r.interval_secs) {
+                return Err(invalid(
+                    "github_recovery.interval_secs",
+                    "seconds between 1 and 3600",
+                ));
+            }
+            if github_app_socket.is_none() {
+                return Err(invalid(
+                    "github_recovery",
+                    "[proxy] github_app_socket: the router's identity with rule set router-github-app",
+                ));
+            }
+            Some(GithubRecoveryConfig {
+                interval_secs: r.interval_secs,
+            })
+        }
+    };
     let feishu = match raw.feishu {
         None => None,
         Some(f) => {
@@ -328,9 +376,11 @@ fn validate(raw: File, file: &str, base: &Path) -> Result<RouterConfig, ConfigEr
                 .map(|p| path("proxy.feishu_socket", p))
                 .transpose()?,
             github_sockets,
+            github_app_socket,
         },
         github,
         github_poll,
+        github_recovery,
         feishu,
     })
 }

@@ -227,6 +227,16 @@ impl Reader<'_> {
             .optional()?)
     }
 
+    /// Whether a delivery with this id from `platform` is stored.
+    pub fn has_delivery(&self, platform: &str, delivery_id: &str) -> Result<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM deliveries WHERE platform = ?1 AND delivery_id = ?2")?
+            .query_row([platform, delivery_id], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
     /// Every stored delivery, oldest first.
     pub fn deliveries(&self) -> Result<Vec<StoredDelivery>> {
         let sql = format!("SELECT {DELIVERY_COLUMNS} FROM deliveries ORDER BY seq");

@@ -98,6 +98,11 @@ fn mistakes_are_refused_naming_the_file_and_key() {
             "`github_poll.interval_secs`",
         ),
         ("[github_poll]\n", "`github_poll`: expected [proxy.github_sockets]"),
+        ("[github_recovery]\nevery = 5\n", "unknown field `every`"),
+        (
+            "[github_recovery]\n",
+            "`github_recovery`: expected [proxy] github_app_socket",
+        ),
     ];
     for (extra, expected) in cases {
         // Tables after the minimal file's own would merge into it; put the
@@ -167,4 +172,30 @@ fn polling_is_on_only_when_configured() {
         both.github_poll,
         Some(GithubPollConfig { interval_secs: 300 })
     );
+}
+
+#[test]
+fn recovery_needs_the_routers_app_identity() {
+    let with_socket = MINIMAL.replace(
+        "ca_cert = \"ca.pem\"",
+        "ca_cert = \"ca.pem\"\ngithub_app_socket = \"app.sock\"",
+    );
+    let c = load(&with_socket).unwrap();
+    assert_eq!(
+        c.proxy.github_app_socket.as_deref(),
+        Some(Path::new("/etc/gh/app.sock"))
+    );
+    assert_eq!(c.github_recovery, None, "off without the table");
+    let on = load(&format!("{with_socket}[github_recovery]\n")).unwrap();
+    assert_eq!(on.github_recovery.map(|r| r.interval_secs), Some(60));
+    let every = load(&format!(
+        "{with_socket}[github_recovery]\ninterval_secs = 5\n"
+    ))
+    .unwrap();
+    assert_eq!(every.github_recovery.map(|r| r.interval_secs), Some(5));
+    for bad in [0, 3601] {
+        let text = format!("{with_socket}[github_recovery]\ninterval_secs = {bad}\n");
+        let err = load(&text).unwrap_err().to_string();
+        assert!(err.contains("`github_recovery.interval_secs`"), "{err}");
+    }
 }

@@ -104,16 +104,18 @@ fn run_in(scratch: &Scratch, options: &BenchOptions) -> Result<Report, BenchErro
     // As root: a work dir that is a filesystem of its own, under a profile
     // requiring its size (removed when `fs` is dropped, after measuring).
     let fs = workdir::prepare(scratch)?;
-    if let Some((dir, _)) = &fs {
+    if let Some((own_fs, _)) = &fs {
         let run = GatehouseRun {
-            work: &dir.work,
+            work: &own_fs.work,
             proxy_socket: &sock,
+            proxy_dir: &dir,
             unlimited_profile: &unlimited,
+            transparent_profile: &transparent,
         };
         contenders.push(Contender {
             name: "gatehouse-work-dir-fs",
             program: options.launcher.clone(),
-            args: run.args(true, &dir.profile.display().to_string()),
+            args: run.args(Proxy::Socket, &own_fs.profile.display().to_string()),
         });
     }
     let samples = measure(&contenders, options.iterations, options.warmup)?;

@@ -22,7 +22,8 @@ const REPO: &str = "acme/widgets";
 struct World {
     dir: tempfile::TempDir,
     github: GithubHandle,
-    proxy: ProxyProcess,
+    /// Kept for its lifetime: the proxy is stopped when the world is dropped.
+    _proxy: ProxyProcess,
     socket: PathBuf,
 }
 
@@ -52,7 +53,9 @@ impl World {
             &proxy.admin,
             "POST",
             "/identities",
-            Some(r#"{"name":"tkt_speech","rule_sets":["github-worker"],"variables":{"repo":"acme/widgets"}}"#),
+            Some(
+                r#"{"name":"tkt_speech","rule_sets":["github-worker"],"variables":{"repo":"acme/widgets"}}"#,
+            ),
         );
         assert_eq!(status, 201, "{body}");
         let answer: Value = serde_json::from_str(&body).unwrap();
@@ -60,18 +63,26 @@ impl World {
         Self {
             dir,
             github,
-            proxy,
+            _proxy: proxy,
             socket,
         }
     }
 
     fn call(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
-        api_call(&self.socket, &self.dir.path().join("ca.pem"), method, path, body)
+        api_call(
+            &self.socket,
+            &self.dir.path().join("ca.pem"),
+            method,
+            path,
+            body,
+        )
     }
 
     fn audit(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(self.dir.path().join("audit.jsonl")).unwrap();
-        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
     }
 }
 
@@ -228,7 +239,10 @@ fn graphql_mutations_reach_only_the_identitys_repository_and_pull_requests() {
     let vars = serde_json::json!({"owner": "acme", "name": "widgets"});
     let (status, answer) = graphql(&w, REPO_ID, vars);
     assert_eq!(status, 200, "{answer}");
-    let repo_id = answer["data"]["repository"]["id"].as_str().unwrap().to_owned();
+    let repo_id = answer["data"]["repository"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     // Another repository's id (an id that is not this identity's), refused.
     assert_denied(
         &w,
@@ -289,7 +303,10 @@ fn in_sandbox(w: &World, script: &str) -> String {
     std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let work = base.path().join("work");
     std::fs::create_dir(&work).unwrap();
-    let (uid, gid) = (user_uid(WORKER_USER).unwrap(), user_gid(WORKER_USER).unwrap());
+    let (uid, gid) = (
+        user_uid(WORKER_USER).unwrap(),
+        user_gid(WORKER_USER).unwrap(),
+    );
     std::os::unix::fs::chown(&work, Some(uid), Some(gid)).unwrap();
     let out = bin::command()
         .args(["sandbox", "run", "--profile", "default", "--workdir"])
@@ -333,9 +350,15 @@ gh auth status 2>&1; echo "AUTH_EXIT=$?"
 
 #[test]
 fn gh_pr_create_and_comment_work_in_a_sandbox_only_on_its_own_pull_request() {
-    gatehouse_testkit::require!(gatehouse_testkit::Need::Root, gatehouse_testkit::Need::Sandbox);
+    gatehouse_testkit::require!(
+        gatehouse_testkit::Need::Root,
+        gatehouse_testkit::Need::Sandbox
+    );
     let w = World::start();
-    let issue = w.github.add_issue(REPO, "Login", "It fails.", "alice").unwrap();
+    let issue = w
+        .github
+        .add_issue(REPO, "Login", "It fails.", "alice")
+        .unwrap();
     assert_eq!(issue, 1);
     branches(&w.github, REPO, &["feature"]);
     let alice = w
@@ -343,24 +366,39 @@ fn gh_pr_create_and_comment_work_in_a_sandbox_only_on_its_own_pull_request() {
         .add_pull(REPO, "Alice's work", "feature", "main", "alice")
         .unwrap();
     let script = GH_SCRIPT.replace("$ALICE", &alice.to_string());
-    let all = in_sandbox(&w, &script);
-    assert!(all.contains("PUSH_OK"), "{all}");
-    assert!(all.contains("CREATE_EXIT=0 URL=https://github.com/acme/widgets/pull/"), "{all}");
-    assert!(all.contains("OWN_EXIT=0"), "{all}");
-    assert!(!all.contains("ALICE_EXIT=0"), "{all}");
-    assert!(!all.contains("ISSUE_EXIT=0"), "{all}");
-    let comments = w.github.comments();
-    assert!(comments.iter().any(|c| c.body == "Ready for review"), "{all}");
-    for refused in ["Not mine", "On it"] {
-        assert!(comments.iter().all(|c| c.body != refused), "{refused}: {all}");
-    }
-    // The refusals are the proxy's, on the record: the pin, by node id.
+    let out = in_sandbox(&w, &script);
     let denied: Vec<String> = w
         .audit()
         .iter()
         .filter(|l| l["outcome"]["decision"] == "deny")
-        .map(|l| l["outcome"]["reason"].as_str().unwrap_or_default().to_owned())
+        .map(|l| {
+            l["outcome"]["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
         .collect();
+    let all = format!("{out}\n--- refused\n{}", denied.join("\n"));
+    assert!(all.contains("PUSH_OK"), "{all}");
+    assert!(
+        all.contains("CREATE_EXIT=0 URL=https://github.com/acme/widgets/pull/"),
+        "{all}"
+    );
+    assert!(all.contains("OWN_EXIT=0"), "{all}");
+    assert!(!all.contains("ALICE_EXIT=0"), "{all}");
+    assert!(!all.contains("ISSUE_EXIT=0"), "{all}");
+    let comments = w.github.comments();
+    assert!(
+        comments.iter().any(|c| c.body == "Ready for review"),
+        "{all}"
+    );
+    for refused in ["Not mine", "On it"] {
+        assert!(
+            comments.iter().all(|c| c.body != refused),
+            "{refused}: {all}"
+        );
+    }
+    // The refusals are the proxy's, on the record: the pin, by node id.
     assert_eq!(
         denied.iter().filter(|r| r.contains("not one")).count(),
         2,

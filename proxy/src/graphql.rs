@@ -467,7 +467,8 @@ impl<'d> Walk<'d, '_> {
             .root_keys
             .entry(field.alias.as_deref().unwrap_or(field_name))
             .or_default() += 1;
-        self.learn.extend(mutations::learn(kind, field));
+        self.learn
+            .extend(mutations::learn(kind, field, self.fragments));
         self.seen.insert((kind, field_name));
         Ok(())
     }

@@ -804,7 +804,11 @@ impl Executor<'_, '_> {
                 .iter()
                 .find(|login| Model::user_json(login)["node_id"] == id);
             let Some(login) = login else {
-                self.error(path, "NOT_FOUND", format!("Could not resolve to a User with the global id of '{id}'"));
+                self.error(
+                    path,
+                    "NOT_FOUND",
+                    format!("Could not resolve to a User with the global id of '{id}'"),
+                );
                 return Resolved::Leaf(Value::Null);
             };
             logins.push(login.clone());
@@ -814,7 +818,11 @@ impl Executor<'_, '_> {
             .issue_mut(repo_id, number)
             .and_then(|i| i.pull.as_mut())
         else {
-            self.error(path, "NOT_FOUND", format!("'{pull_id}' is not a pull request"));
+            self.error(
+                path,
+                "NOT_FOUND",
+                format!("'{pull_id}' is not a pull request"),
+            );
             return Resolved::Leaf(Value::Null);
         };
         for login in logins {

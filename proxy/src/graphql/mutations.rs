@@ -20,9 +20,9 @@
 //! are counted too: each pinned key must occur as often as the parsed
 //! document shows it (`{subjectId: "mine", subjectId: "theirs"}` is refused).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use graphql_parser::query::{Selection, SelectionSet, Value};
+use graphql_parser::query::{FragmentDefinition, Selection, SelectionSet, Value};
 
 use super::{Field, VariableDefinition};
 
@@ -75,18 +75,18 @@ pub(super) fn pinned_value(
 ) -> Result<(String, bool), String> {
     let name = &field.name;
     let [(argument, input)] = field.arguments.as_slice() else {
-        return Err(format!(
-            "`{name}` must have exactly one argument, `input`"
-        ));
+        return Err(format!("`{name}` must have exactly one argument, `input`"));
     };
     if argument != "input" {
         return Err(format!("`{name}` takes only `input`, not `{argument}`"));
     }
-    let unreadable = || format!("`{name}(input: {{{key}: …}})` must be a string literal or a string variable");
+    let unreadable =
+        || format!("`{name}(input: {{{key}: …}})` must be a string literal or a string variable");
     match input {
         Value::Object(fields) => {
             let value = fields.get(key).ok_or_else(unreadable)?;
-            let text = super::resolve_string(value, variables, definitions).ok_or_else(unreadable)?;
+            let text =
+                super::resolve_string(value, variables, definitions).ok_or_else(unreadable)?;
             Ok((text, true))
         }
         Value::Variable(var) => {
@@ -139,46 +139,80 @@ pub(super) fn check_pin(mutation: &str, id: &str, known: &KnownIds) -> Result<()
     }
 }
 
-/// The pointer to `set`'s plain child field `name` under `parent`: the
-/// field must be there once, unaliased, with no fragment beside it that
-/// could answer under the same key.
-pub(super) fn plain_child(parent: &str, set: &SelectionSet<String>, name: &str) -> Option<String> {
-    let mut found = None;
-    for selection in &set.items {
-        let Selection::Field(field) = selection else {
-            return None;
-        };
-        let key = field.alias.as_deref().unwrap_or(&field.name);
-        if key == name {
-            if found.is_some() || field.name != name || field.alias.is_some() {
-                return None;
-            }
-            found = Some(field);
-        }
+/// Named fragments of the document, by name.
+pub(super) type Fragments<'d> = BTreeMap<&'d str, &'d FragmentDefinition<'d, String>>;
+
+/// Whether the answer to `set` holds `name` as the field `name` itself: at
+/// least one selection answers under that key (through fragments too), and
+/// every one that does is the field `name`, unaliased or aliased to its own
+/// name, without arguments. `None` when another field could answer there.
+fn answers_as_itself<'d>(
+    set: &'d SelectionSet<'d, String>,
+    fragments: &Fragments<'d>,
+    name: &str,
+    depth: usize,
+) -> Option<bool> {
+    if depth > super::MAX_FRAGMENT_DEPTH {
+        return None;
     }
-    found.map(|_| format!("{parent}/{name}"))
+    let mut found = false;
+    for selection in &set.items {
+        let inner = match selection {
+            Selection::Field(field) => {
+                if field.alias.as_deref().unwrap_or(&field.name) == name {
+                    if field.name != name || !field.arguments.is_empty() {
+                        return None;
+                    }
+                    found = true;
+                }
+                continue;
+            }
+            Selection::InlineFragment(inline) => &inline.selection_set,
+            Selection::FragmentSpread(spread) => {
+                &fragments.get(spread.fragment_name.as_str())?.selection_set
+            }
+        };
+        found |= answers_as_itself(inner, fragments, name, depth + 1)?;
+    }
+    Some(found)
+}
+
+/// The pointer to `name` under `parent` if the answer to `set` holds the
+/// field `name` there for certain ([`answers_as_itself`]).
+fn child<'d>(
+    parent: &str,
+    set: &'d SelectionSet<'d, String>,
+    fragments: &Fragments<'d>,
+    name: &str,
+) -> Option<String> {
+    answers_as_itself(set, fragments, name, 0)?.then(|| format!("{parent}/{name}"))
 }
 
 /// What to learn from the answer to a root field, keyed by its response
 /// key: a pinned `repository`'s `id`, a `createPullRequest`'s
-/// `pullRequest { id }`.
-pub(super) fn learn(kind: &str, field: &Field) -> Option<Learn> {
+/// `pullRequest { id }` (the `pullRequest` selected once, directly).
+pub(super) fn learn<'d>(
+    kind: &str,
+    field: &'d Field<'d>,
+    fragments: &Fragments<'d>,
+) -> Option<Learn> {
     let root = format!("/data/{}", field.alias.as_deref().unwrap_or(&field.name));
     match (kind, field.name.as_str()) {
         ("query", "repository") => Some(Learn {
             kind: REPOSITORY_NODE,
-            pointer: plain_child(&root, &field.selection_set, "id")?,
+            pointer: child(&root, &field.selection_set, fragments, "id")?,
         }),
         ("mutation", "createPullRequest") => {
-            plain_child(&root, &field.selection_set, "pullRequest")?;
-            let pull = field.selection_set.items.iter().find_map(|s| match s {
-                Selection::Field(f) if f.name == "pullRequest" => Some(f),
-                _ => None,
-            })?;
+            let [Selection::Field(pull)] = field.selection_set.items.as_slice() else {
+                return None;
+            };
+            if pull.name != "pullRequest" || pull.alias.is_some() {
+                return None;
+            }
             let pointer = format!("{root}/pullRequest");
             Some(Learn {
                 kind: PULL_REQUEST_NODE,
-                pointer: plain_child(&pointer, &pull.selection_set, "id")?,
+                pointer: child(&pointer, &pull.selection_set, fragments, "id")?,
             })
         }
         _ => None,

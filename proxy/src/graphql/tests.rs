@@ -230,27 +230,37 @@ fn operation_and_selection_limits_are_exact() {
         serde_json::json!({ "query": query }).to_string()
     };
     assert!(check(ops(MAX_OPERATIONS).as_bytes(), &allow(), &known()).is_ok());
-    assert!(check(ops(MAX_OPERATIONS + 1).as_bytes(), &allow(), &known())
-        .unwrap_err()
-        .reason
-        .contains("operations"));
+    assert!(
+        check(ops(MAX_OPERATIONS + 1).as_bytes(), &allow(), &known())
+            .unwrap_err()
+            .reason
+            .contains("operations")
+    );
     let fields = |k: usize| {
         serde_json::json!({ "query": format!("{{ {} }}", "__typename ".repeat(k)) }).to_string()
     };
     assert!(check(fields(MAX_ROOT_SELECTIONS).as_bytes(), &allow(), &known()).is_ok());
-    assert!(check(fields(MAX_ROOT_SELECTIONS + 1).as_bytes(), &allow(), &known())
-        .unwrap_err()
-        .reason
-        .contains("root fields"));
+    assert!(check(
+        fields(MAX_ROOT_SELECTIONS + 1).as_bytes(),
+        &allow(),
+        &known()
+    )
+    .unwrap_err()
+    .reason
+    .contains("root fields"));
     let nested = |d: usize| {
         let query = format!("{{ {}__typename{} }}", "... { ".repeat(d), " }".repeat(d));
         serde_json::json!({ "query": query }).to_string()
     };
     assert!(check(nested(MAX_FRAGMENT_DEPTH).as_bytes(), &allow(), &known()).is_ok());
-    assert!(check(nested(MAX_FRAGMENT_DEPTH + 1).as_bytes(), &allow(), &known())
-        .unwrap_err()
-        .reason
-        .contains("nested"));
+    assert!(check(
+        nested(MAX_FRAGMENT_DEPTH + 1).as_bytes(),
+        &allow(),
+        &known()
+    )
+    .unwrap_err()
+    .reason
+    .contains("nested"));
 }
 
 #[test]

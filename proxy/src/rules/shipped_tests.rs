@@ -229,8 +229,8 @@ fn a_worker_can_do_its_job_and_messages_are_marked() {
         ("repo".to_owned(), "octo-org/hello-world".to_owned()),
         ("fork".to_owned(), "bot/hello-world".to_owned()),
     ]);
-    let head = parse_example("POST api.github.com/repos/octo-org/hello-world/issues/3/comments")
-        .unwrap();
+    let head =
+        parse_example("POST api.github.com/repos/octo-org/hello-world/issues/3/comments").unwrap();
     let Decision::Allow(a) = book.check(&head, &["github-worker-fork".to_owned()], &fork) else {
         panic!("fork comment denied")
     };

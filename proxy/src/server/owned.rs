@@ -156,7 +156,10 @@ mod tests {
         };
         let answer = br#"{"data":{"c":{"pullRequest":{"id":"PR_2"}},"n":null,"e":"","x":7}}"#;
         let cases = [
-            ("/data/c/pullRequest/id", vec![(PULL_REQUEST_NODE, "PR_2".to_owned())]),
+            (
+                "/data/c/pullRequest/id",
+                vec![(PULL_REQUEST_NODE, "PR_2".to_owned())],
+            ),
             ("/data/n", vec![]),
             ("/data/e", vec![]),
             ("/data/x", vec![]),
@@ -173,7 +176,10 @@ mod tests {
             Some((PULL_REQUEST_NODE, "PR_7".to_owned()))
         );
         assert_eq!(node_of_created("github_issue_comment", rest), None);
-        assert_eq!(node_of_created("github_pull_request", br#"{"number":7}"#), None);
+        assert_eq!(
+            node_of_created("github_pull_request", br#"{"number":7}"#),
+            None
+        );
     }
 
     #[test]

@@ -93,24 +93,42 @@ fn the_mutations_gh_makes_pass_on_the_identitys_objects() {
 
 #[test]
 fn a_mutation_not_provably_pinned_is_refused() {
-    let comment = |input: serde_json::Value| {
-        json!({"query": GH_COMMENT, "variables": {"input": input}})
-    };
-    let create = |input: serde_json::Value| json!({"query": GH_CREATE, "variables": {"input": input}});
+    let comment =
+        |input: serde_json::Value| json!({"query": GH_COMMENT, "variables": {"input": input}});
+    let create =
+        |input: serde_json::Value| json!({"query": GH_CREATE, "variables": {"input": input}});
     // (body, words the refusal must hold)
     let cases = [
         // another repository, a person's pull request, an issue
-        (create(json!({"repositoryId": "R_other", "title": "t"})), "another"),
-        (comment(json!({"subjectId": "PR_alice", "body": "b"})), "not one"),
-        (comment(json!({"subjectId": "I_issue", "body": "b"})), "not one"),
+        (
+            create(json!({"repositoryId": "R_other", "title": "t"})),
+            "another",
+        ),
+        (
+            comment(json!({"subjectId": "PR_alice", "body": "b"})),
+            "not one",
+        ),
+        (
+            comment(json!({"subjectId": "I_issue", "body": "b"})),
+            "not one",
+        ),
         (
             json!({"query": GH_REVIEWS, "variables": {"input": {"pullRequestId": "PR_alice"}}}),
             "not one",
         ),
         // the pinned key missing, of another type, or the input not an object
-        (comment(json!({"body": "b"})), "string literal or a string variable"),
-        (comment(json!({"subjectId": ["PR_mine"], "body": "b"})), "string literal"),
-        (json!({"query": GH_COMMENT, "variables": {"input": "PR_mine"}}), "string literal"),
+        (
+            comment(json!({"body": "b"})),
+            "string literal or a string variable",
+        ),
+        (
+            comment(json!({"subjectId": ["PR_mine"], "body": "b"})),
+            "string literal",
+        ),
+        (
+            json!({"query": GH_COMMENT, "variables": {"input": "PR_mine"}}),
+            "string literal",
+        ),
         (json!({"query": GH_COMMENT}), "string literal"),
         (
             json!({"query": "mutation { addComment(input: {subjectId: 7, body: \"b\"}) { clientMutationId } }"}),
@@ -180,7 +198,12 @@ fn create_pull_request_waits_for_the_repositorys_id() {
     assert!(reason.contains("has not seen yet"), "{reason}");
     // Nothing is pinned to an empty own set either.
     let comment = json!({"query": GH_COMMENT, "variables": {"input": {"subjectId": "PR_mine"}}});
-    assert!(check(comment.to_string().as_bytes(), &allow(), &KnownIds::default()).is_err());
+    assert!(check(
+        comment.to_string().as_bytes(),
+        &allow(),
+        &KnownIds::default()
+    )
+    .is_err());
 }
 
 #[test]
@@ -199,8 +222,17 @@ fn ids_are_learnt_only_where_the_answer_is_certain() {
             "{ repo_000: repository(owner: \"acme\", name: \"widgets\") { id } }",
             vec![repo("/data/repo_000/id")],
         ),
-        // `id` aliased, another field answering as `id`, or a fragment
-        // beside it: nothing is learnt
+        // gh's GitHubRepo: `id` in a named fragment, and again in `parent`
+        (
+            "fragment repo on Repository { id name } query RepositoryInfo($owner: String = \"acme\", $name: String = \"widgets\") { repository(owner: $owner, name: $name) { ...repo parent { ...repo } } }",
+            vec![repo("/data/repository/id")],
+        ),
+        (
+            "{ repository(owner: \"acme\", name: \"widgets\") { ... on Repository { id } } }",
+            vec![repo("/data/repository/id")],
+        ),
+        // `id` aliased away, another field answering as `id` (directly or
+        // through a fragment): nothing is learnt
         (
             "{ repository(owner: \"acme\", name: \"widgets\") { x: id } }",
             vec![],
@@ -211,6 +243,10 @@ fn ids_are_learnt_only_where_the_answer_is_certain() {
         ),
         (
             "{ repository(owner: \"acme\", name: \"widgets\") { id ... on Repository { id: name } } }",
+            vec![],
+        ),
+        (
+            "fragment F on Repository { id: name } { repository(owner: \"acme\", name: \"widgets\") { id ...F } }",
             vec![],
         ),
         // two root fields answering under one key

@@ -164,7 +164,7 @@ fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
         audit
             .iter()
             .any(|l| l["message"]["kind"] == "github_issue_comment"
-                && l["message"]["target"] == "acme/widgets#1"),
+                && l["message"]["target"] == format!("acme/widgets#{pr}")),
         "{audit:?}"
     );
 

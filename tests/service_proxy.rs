@@ -345,9 +345,10 @@ fn a_running_job_keeps_its_identity_across_a_proxy_killed_with_sigkill() {
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert_eq!(saved["identities"][0]["name"], ticket, "{saved}");
     let own = saved["identities"][0]["own"].as_array().unwrap();
+    let comment_id = comment.to_string();
     assert!(
         own.iter()
-            .any(|o| o["kind"] == "github_issue_comment" && o["id"] == comment.to_string()),
+            .any(|o| o["kind"] == "github_issue_comment" && o["id"] == comment_id.as_str()),
         "{saved}"
     );
 

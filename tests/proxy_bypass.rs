@@ -12,7 +12,6 @@ use gatehouse_testkit::proxy::{read_all, read_head, read_until_closed, Harness, 
 
 const GRAPHQL_OK: &str = r#"{"query":"{ repository(owner: \"acme\", name: \"widgets\") { id } }"}"#;
 const MUTATION: &str = "mutation%7BaddComment(input:%7B%7D)%7BclientMutationId%7D%7D";
-const COMMENTS: &str = "/repos/acme/widgets/issues/1/comments";
 
 /// One request inside an intercepted tunnel to `host`, with `Connection:
 /// close`; returns the status and the whole answer.
@@ -73,7 +72,8 @@ fn a_query_string_next_to_a_checked_body_is_refused_in_every_spelling() {
 #[test]
 fn a_json_key_given_twice_is_refused_in_every_spelling() {
     let h = Harness::start();
-    let comment = format!("POST {COMMENTS} HTTP/1.1");
+    let pull = h.own_pull();
+    let comment = format!("POST /repos/acme/widgets/issues/{pull}/comments HTTP/1.1");
     let (status, answer) = exchange(&h, "api.github.com", &comment, r#"{"body":"hello"}"#);
     assert_eq!(status, 201, "control: {answer}");
     let (status, answer) = exchange(&h, "api.github.com", "POST /graphql HTTP/1.1", GRAPHQL_OK);

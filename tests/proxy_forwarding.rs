@@ -70,6 +70,7 @@ fn denied_path_gets_the_403_json_and_an_audit_line() {
 #[test]
 fn comment_is_recorded_as_a_message_with_the_created_id() {
     let h = Harness::start();
+    let pull = h.own_pull();
     let (status, _, body) = h.curl(
         &[
             "-X",
@@ -79,7 +80,7 @@ fn comment_is_recorded_as_a_message_with_the_created_id() {
             "-d",
             r#"{"body":"hello from the sandbox"}"#,
         ],
-        "https://api.github.com/repos/acme/widgets/issues/1/comments?per_page=1",
+        &format!("https://api.github.com/repos/acme/widgets/issues/{pull}/comments?per_page=1"),
     );
     assert_eq!(status, 201, "{body}");
     let created: Value = serde_json::from_str(&body).unwrap();
@@ -89,7 +90,7 @@ fn comment_is_recorded_as_a_message_with_the_created_id() {
         .find(|l| l["event"] == "request" && l["outcome"]["rule"] == "issue-comment")
         .unwrap();
     assert_eq!(request["message"]["kind"], "github_issue_comment");
-    assert_eq!(request["message"]["target"], "acme/widgets#1");
+    assert_eq!(request["message"]["target"], format!("acme/widgets#{pull}"));
     assert_eq!(request["query_keys"], serde_json::json!(["per_page"]));
     assert_eq!(
         request["message"]["body_sha256"].as_str().unwrap().len(),

@@ -466,6 +466,7 @@ fn secrets_echoed_by_the_upstream_are_redacted() {
 #[test]
 fn no_audit_line_holds_a_secret_or_a_query_value() {
     let h = Harness::start();
+    let pull = h.own_pull();
     h.curl(
         &[],
         &format!("https://api.github.com{ISSUE}?state=sekrit-query-value"),
@@ -476,7 +477,7 @@ fn no_audit_line_holds_a_secret_or_a_query_value() {
     );
     h.curl(
         &["-X", "POST", "-d", r#"{"body":"private words"}"#],
-        "https://api.github.com/repos/acme/widgets/issues/1/comments",
+        &format!("https://api.github.com/repos/acme/widgets/issues/{pull}/comments"),
     );
     let lines = h.audit_lines();
     assert!(lines.len() >= 5, "{lines:?}");

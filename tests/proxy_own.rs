@@ -6,41 +6,16 @@
 //! own comment and pull request can be edited and closed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::Command;
 
-use gatehouse_testkit::proxy::{identity, read_all, read_head, tls_over, Harness, REPO};
+use gatehouse_testkit::proxy::{api_call, branches, identity, Harness, REPO};
 use serde_json::Value;
 
 const BOT: &str = "gatehouse-test[bot]";
 
-/// One request through `socket` (an identity's) to api.github.com; returns
-/// the status and the body as JSON (or `Null`).
+/// One request through `socket` (an identity's) to api.github.com.
 fn call(h: &Harness, socket: &Path, method: &str, path: &str, body: &str) -> (u16, Value) {
-    let mut s = UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        s,
-        "CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\n\r\n"
-    )
-    .unwrap();
-    assert!(read_head(&mut s).starts_with("HTTP/1.1 200"));
-    let mut tls = tls_over(s, "api.github.com", &h.proxy_ca, true);
-    write!(
-        tls,
-        "{method} {path} HTTP/1.1\r\nHost: api.github.com\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    tls.flush().unwrap();
-    let answer = read_all(&mut tls);
-    let status = answer.split(' ').nth(1).unwrap().parse().unwrap();
-    let text = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, serde_json::from_str(text).unwrap_or(Value::Null))
+    api_call(socket, &h.proxy_ca, method, path, body)
 }
 
 fn edit_comment(h: &Harness, socket: &Path, id: &str) -> (u16, Value) {
@@ -86,7 +61,16 @@ fn a_worker_edits_only_the_comments_its_identity_created() {
         let _runtime = h.rt.enter();
         h.proxy.add_identity(identity("tkt_other")).unwrap()
     };
-    let path = format!("/repos/{REPO}/issues/1/comments");
+    // Each identity comments on a pull request it opened (the only place
+    // a worker may speak).
+    branches(&h.github, REPO, &["gatehouse/other", "gatehouse/mine"]);
+    let open = |socket: &Path, head: &str| {
+        let body = format!(r#"{{"title":"t","head":"{head}","base":"main"}}"#);
+        let (status, answer) = call(&h, socket, "POST", &format!("/repos/{REPO}/pulls"), &body);
+        assert_eq!(status, 201, "{answer}");
+        format!("/repos/{REPO}/issues/{}/comments", answer["number"])
+    };
+    let path = open(&other_socket, "gatehouse/other");
     let (status, created) = call(&h, &other_socket, "POST", &path, r#"{"body":"other's"}"#);
     assert_eq!(status, 201);
     let others = created["id"].to_string();
@@ -106,6 +90,7 @@ fn a_worker_edits_only_the_comments_its_identity_created() {
     assert_eq!(comment_body(&h, &person.to_string()), "do not merge");
 
     // Control: its own comment, created through the proxy, can be edited.
+    let path = open(&h.socket, "gatehouse/mine");
     let (status, mine) = call(&h, &h.socket, "POST", &path, r#"{"body":"mine"}"#);
     assert_eq!(status, 201);
     let mine = mine["id"].to_string();
@@ -127,42 +112,10 @@ fn a_worker_edits_only_the_comments_its_identity_created() {
         .contains("not created by this identity")));
 }
 
-/// `main` and two branches on it in the emulator's bare repository.
-fn branches(h: &Harness, names: &[&str]) {
-    let dir = h.github.repo_git_dir(REPO).unwrap();
-    let git = |args: &[&str], input: Option<&str>| -> String {
-        let mut cmd = Command::new("git");
-        cmd.arg("--git-dir").arg(&dir).args(args);
-        cmd.env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.test");
-        cmd.env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.test");
-        cmd.stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.unwrap_or("").as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "git {args:?}");
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    };
-    let tree = git(&["mktree"], Some(""));
-    let base = git(&["commit-tree", &tree, "-m", "base"], None);
-    git(&["update-ref", "refs/heads/main", &base], None);
-    for name in names {
-        let work = git(&["commit-tree", &tree, "-p", &base, "-m", name], None);
-        git(&["update-ref", &format!("refs/heads/{name}"), &work], None);
-    }
-}
-
 #[test]
 fn a_worker_edits_or_closes_only_the_pull_requests_its_identity_opened() {
     let h = Harness::start();
-    branches(&h, &["feature", "gatehouse/fix"]);
+    branches(&h.github, REPO, &["feature", "gatehouse/fix"]);
     let person = h
         .github
         .add_pull(REPO, "Person's work", "feature", "main", "alice")

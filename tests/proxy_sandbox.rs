@@ -50,11 +50,14 @@ echo "== delete branch"
 if git push origin --delete gatehouse/x 2>&1; then echo DELETE_OK; else echo DELETE_REFUSED; fi
 echo "== gh read"
 gh api repos/acme/widgets/issues/1 && echo
-echo "== gh comment"
-gh api repos/acme/widgets/issues/1/comments -f body='posted from the sandbox' && echo
-gh api repos/acme/widgets/issues/1/comments -f body='and a second' >/dev/null && echo
+echo "== gh pull request"
+PR=$(gh api repos/acme/widgets/pulls -f title='From the sandbox' -f head=gatehouse/x -f base=main --jq .number)
+echo "PR=$PR"
+echo "== gh comment (on its own pull request)"
+gh api "repos/acme/widgets/issues/$PR/comments" -f body='posted from the sandbox' && echo
+gh api "repos/acme/widgets/issues/$PR/comments" -f body='and a second' >/dev/null && echo
 echo "== gh paginate"
-gh api --paginate 'repos/acme/widgets/issues/1/comments?per_page=1' --jq '.[].body' | sed 's/^/PAGE: /'
+gh api --paginate "repos/acme/widgets/issues/$PR/comments?per_page=1" --jq '.[].body' | sed 's/^/PAGE: /'
 echo "== curl denied"
 curl -sS https://api.github.com/repos/acme/secret-plans/issues/1; echo
 echo "== tunnel refused"
@@ -106,11 +109,15 @@ fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
         ["PAGE: posted from the sandbox", "PAGE: and a second"],
         "{all}"
     );
+    let pr = out
+        .lines()
+        .find_map(|l| l.strip_prefix("PR="))
+        .unwrap_or_else(|| panic!("no pull request: {all}"));
     let seen = h.github.requests();
+    let comments = format!("/repos/acme/widgets/issues/{pr}/comments");
     assert!(
-        seen.iter()
-            .any(|r| r.path == "/repos/acme/widgets/issues/1/comments"
-                && r.query.as_deref().is_some_and(|q| q.contains("page=2"))),
+        seen.iter().any(|r| r.path == comments
+            && r.query.as_deref().is_some_and(|q| q.contains("page=2"))),
         "{seen:?}"
     );
     assert!(out.contains(r#""error":"gatehouse_denied""#), "{all}");
@@ -157,7 +164,7 @@ fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
         audit
             .iter()
             .any(|l| l["message"]["kind"] == "github_issue_comment"
-                && l["message"]["target"] == "acme/widgets#1"),
+                && l["message"]["target"] == format!("acme/widgets#{pr}")),
         "{audit:?}"
     );
 

@@ -147,6 +147,7 @@ fn every_request_asks_upstream_for_identity_encoding() {
 #[test]
 fn a_gh_like_client_asking_for_gzip_has_its_message_id_recorded() {
     let h = Harness::start();
+    let pull = h.own_pull();
     h.github.clear_requests();
     let (status, _, body) = h.curl(
         &[
@@ -159,7 +160,7 @@ fn a_gh_like_client_asking_for_gzip_has_its_message_id_recorded() {
             "-d",
             r#"{"body":"from gh"}"#,
         ],
-        "https://api.github.com/repos/acme/widgets/issues/1/comments",
+        &format!("https://api.github.com/repos/acme/widgets/issues/{pull}/comments"),
     );
     assert_eq!(status, 201, "{body}");
     let created = h.github.requests()[0].created_id.clone().unwrap();

@@ -563,12 +563,14 @@ fn a_blocked_workers_question_reaches_the_person_word_for_word() {
 }
 
 /// A worker that tries the router's own calls: a Feishu reply (the router's
-/// `router-feishu`) and a comment on another repository (which a router
-/// identity of that repository may post).
+/// `router-feishu`), a comment on another repository (which a router
+/// identity of that repository may post) and the router's reply call on
+/// the ticket's own issue (#1: the router alone speaks in people's threads).
 const PROBING_WORKER: &str = r#"
+s=$(curl -s -o /dev/null -w '%{http_connect}:%{http_code}' -X POST -H 'Content-Type: application/json' -d '{"body":"hi"}' https://api.github.com/repos/acme/widgets/issues/1/comments)
 f=$(curl -s -o /dev/null -w '%{http_connect}:%{http_code}' -X POST -H 'Content-Type: application/json' -d '{"msg_type":"text","content":"{\"text\":\"hi\"}"}' https://open.feishu.cn/open-apis/im/v1/messages/om_1/reply)
 o=$(curl -s -o /dev/null -w '%{http_connect}:%{http_code}' -X POST -H 'Content-Type: application/json' -d '{"body":"hi"}' https://api.github.com/repos/acme/other/issues/1/comments)
-gatehouse report --state ready --summary "probes feishu=$f other=$o" --link https://github.com/acme/widgets/pull/4 || exit 94
+gatehouse report --state ready --summary "probes feishu=$f other=$o same=$s" --link https://github.com/acme/widgets/pull/4 || exit 94
 "#;
 
 #[test]
@@ -578,6 +580,7 @@ fn a_workers_identity_cannot_speak_as_the_router() {
         .github
         .add_issue("acme/widgets", "t", "b", "alice")
         .unwrap();
+    assert_eq!(n, 1, "the worker probes issue #1");
     w.github
         .add_issue_comment("acme/widgets", n, "@gatehouse-bot please probe", "alice")
         .unwrap();
@@ -596,6 +599,9 @@ fn a_workers_identity_cannot_speak_as_the_router() {
         let seen = code(probe);
         assert!(seen == "403:000" || seen == "200:403", "{probe}: {result}");
     }
+    // The reply call the router itself just made on this issue, refused at
+    // the request: the tunnel to api.github.com is the worker's too.
+    assert_eq!(code("same"), "200:403", "{result}");
     // Both refusals are on the proxy's record, as the ticket's identity's.
     let audit = std::fs::read_to_string(w.proxy.log.with_file_name("audit.jsonl")).unwrap();
     let denied: Vec<Value> = audit
@@ -611,10 +617,14 @@ fn a_workers_identity_cannot_speak_as_the_router() {
     let hosts: Vec<&str> = denied.iter().filter_map(|l| l["host"].as_str()).collect();
     assert!(hosts.contains(&"open.feishu.cn"), "{denied:?}");
     assert!(hosts.contains(&"api.github.com"), "{denied:?}");
-    // And no comment reached the other repository.
+    // And no comment reached the other repository, nor "hi" the issue.
     assert!(
         w.github.comments().iter().all(|c| c.repo != "acme/other"),
         "a worker commented on another repository"
+    );
+    assert!(
+        w.github.comments().iter().all(|c| c.body != "hi"),
+        "a worker spoke in the issue's thread"
     );
 }
 

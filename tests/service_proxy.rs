@@ -274,6 +274,9 @@ fn a_running_job_keeps_its_identity_across_a_proxy_killed_with_sigkill() {
     let alices = github
         .add_issue_comment("acme/widgets", 1, "mine", "alice")
         .unwrap();
+    // The worker comments on the pull request it opens (#2), the only
+    // place it may speak.
+    gatehouse_testkit::proxy::branches(&github, "acme/widgets", &["gatehouse/x"]);
     let state = dir.path().join("identities.json");
     let with_state = |d: &Path| {
         let config = d.join("proxy.toml");
@@ -310,8 +313,10 @@ fn a_running_job_keeps_its_identity_across_a_proxy_killed_with_sigkill() {
     let api = "https://api.github.com/repos/acme/widgets";
     let curl = "curl -sS -o /dev/null -w '%{http_code}'";
     let script = format!(
-        "curl -sS -o created.json -w '%{{http_code}}' -X POST -d '{{\"body\":\"on it\"}}' \
-             {api}/issues/1/comments > before; \
+        "{curl} -X POST -d '{{\"title\":\"t\",\"head\":\"gatehouse/x\",\"base\":\"main\"}}' \
+             {api}/pulls > opened; \
+         curl -sS -o created.json -w '%{{http_code}}' -X POST -d '{{\"body\":\"on it\"}}' \
+             {api}/issues/2/comments > before; \
          touch ready; while [ ! -e go ]; do sleep 0.05; done; \
          {curl} {api}/issues/1 > after 2> after.err; \
          {curl} -X PATCH -d '{{\"body\":\"edited\"}}' {api}/issues/comments/$(cat id) > edited; \
@@ -331,6 +336,7 @@ fn a_running_job_keeps_its_identity_across_a_proxy_killed_with_sigkill() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert_eq!(read("opened"), "201");
     assert_eq!(read("before"), "201");
     let created: Value = serde_json::from_str(&read("created.json")).unwrap();
     let comment = created["id"].as_u64().unwrap();
@@ -338,9 +344,11 @@ fn a_running_job_keeps_its_identity_across_a_proxy_killed_with_sigkill() {
     // Saved: the identity and what it created.
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert_eq!(saved["identities"][0]["name"], ticket, "{saved}");
-    assert_eq!(
-        saved["identities"][0]["own"][0]["id"],
-        comment.to_string(),
+    let own = saved["identities"][0]["own"].as_array().unwrap();
+    let comment_id = comment.to_string();
+    assert!(
+        own.iter()
+            .any(|o| o["kind"] == "github_issue_comment" && o["id"] == comment_id.as_str()),
         "{saved}"
     );
 

@@ -14,6 +14,10 @@
 //! Fields nested below a root field are not checked: GraphQL can walk from one
 //! object to others, so the scoped installation token stays the boundary for
 //! what nested reads can reach.
+//!
+//! Mutations are pinned ([`mutations`]): each allowed one must name, by node
+//! id, the identity's repository or a pull request the identity created,
+//! ids the proxy learnt from earlier answers ([`GraphQlSummary::learn`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,6 +28,10 @@ use serde::Deserialize;
 
 use crate::path::Vars;
 use crate::rules::Denial;
+
+mod mutations;
+
+pub use mutations::{pinned_key, KnownIds, Learn, PINNED, PULL_REQUEST_NODE, REPOSITORY_NODE};
 
 /// Work limits of one document's check. They count over the whole document,
 /// not per operation, so no arrangement of operations and fragments spreads
@@ -88,6 +96,16 @@ impl GraphQlAllowFile {
                 Some(name.ok_or_else(|| format!("`repository`: expected `{{variable}}` naming a declared variable, got `{template}`"))?.to_owned())
             }
         };
+        if let Some(field) = self.mutation.iter().find(|m| pinned_key(m).is_none()) {
+            let pinnable: Vec<&str> = PINNED.iter().map(|(m, _)| *m).collect();
+            return Err(format!(
+                "the mutation `{field}` cannot be pinned to the identity's objects; allowed are only {}",
+                pinnable.join(", ")
+            ));
+        }
+        if repository_variable.is_none() && !self.mutation.is_empty() {
+            return Err("allowing mutations needs `repository = \"{repo}\"`: they are pinned to the repository's node id, learnt from a pinned `repository` query".into());
+        }
         if repository_variable.is_none() && self.query.iter().any(|f| f == "repository") {
             return Err(
                 "allowing the root field `repository` needs `repository = \"{repo}\"` to pin it"
@@ -134,6 +152,9 @@ pub struct GraphQlSummary {
     pub operations: Vec<(&'static str, Option<String>)>,
     /// Root fields as `kind.field`, e.g. `mutation.addComment`, sorted, unique.
     pub root_fields: Vec<String>,
+    /// Ids to take from the answer into the identity's own set (only for a
+    /// document of one operation, where the answer's keys are certain).
+    pub learn: Vec<Learn>,
 }
 
 #[derive(Deserialize)]
@@ -148,7 +169,11 @@ struct Request {
 
 /// Check a GraphQL request body. The denial's `rule_sets_tried` is empty: the
 /// caller knows which rule set allowed the request line.
-pub fn check(body: &[u8], allowed: &GraphQlAllow) -> Result<GraphQlSummary, Denial> {
+pub fn check(
+    body: &[u8],
+    allowed: &GraphQlAllow,
+    known: &KnownIds,
+) -> Result<GraphQlSummary, Denial> {
     let deny = |reason: String| Denial::new(reason, &[]);
     // One meaning per document: no duplicate key (the upstream might read
     // the `query` this check did not), bounded depth and keys.
@@ -168,10 +193,14 @@ pub fn check(body: &[u8], allowed: &GraphQlAllow) -> Result<GraphQlSummary, Deni
     let mut walk = Walk {
         fragments: &fragments,
         allowed,
+        known,
         variables: &variables,
         spreads_left: MAX_FRAGMENT_SPREADS,
         selections_left: MAX_ROOT_SELECTIONS,
         seen: BTreeSet::new(),
+        inline_pins: BTreeMap::new(),
+        learn: Vec::new(),
+        root_keys: BTreeMap::new(),
     };
     let mut operations = Vec::new();
     for definition in &document.definitions {
@@ -213,7 +242,27 @@ pub fn check(body: &[u8], allowed: &GraphQlAllow) -> Result<GraphQlSummary, Deni
     if operations.is_empty() {
         return Err(deny("the GraphQL document has no operation".into()));
     }
+    for (_, key) in PINNED {
+        let written = mutations::name_tokens(&request.query, key);
+        let read = walk.inline_pins.get(key).copied().unwrap_or(0);
+        if written != read {
+            return Err(deny(format!(
+                "`{key}` is written {written} times in the document but {read} times in its mutations' inputs (a repeated key, or the name elsewhere); write each input once"
+            )));
+        }
+    }
+    let learn = if operations.len() == 1 {
+        let keys = &walk.root_keys;
+        let unique = |l: &Learn| {
+            let root = l.pointer.split('/').nth(2).unwrap_or("");
+            keys.get(root) == Some(&1)
+        };
+        walk.learn.iter().filter(|l| unique(l)).cloned().collect()
+    } else {
+        Vec::new()
+    };
     Ok(GraphQlSummary {
+        learn,
         operations,
         // The set is ordered by (kind, field), which is the order of `kind.field`.
         root_fields: walk
@@ -324,10 +373,16 @@ struct Operation<'d> {
 struct Walk<'d, 'r> {
     fragments: &'r BTreeMap<&'d str, &'d FragmentDefinition<'d, String>>,
     allowed: &'r GraphQlAllow,
+    known: &'r KnownIds,
     variables: &'r serde_json::Map<String, serde_json::Value>,
     spreads_left: usize,
     selections_left: usize,
     seen: BTreeSet<(&'static str, &'d str)>,
+    /// Pinned values read from object literals in the document, per key.
+    inline_pins: BTreeMap<&'static str, usize>,
+    learn: Vec<Learn>,
+    /// Root response keys (alias or name) and how often each was selected.
+    root_keys: BTreeMap<&'d str, usize>,
 }
 
 impl<'d> Walk<'d, '_> {
@@ -398,6 +453,22 @@ impl<'d> Walk<'d, '_> {
                 operation.variable_definitions,
             )?;
         }
+        if kind == "mutation" && field_name != "__typename" {
+            let key = pinned_key(field_name)
+                .ok_or_else(|| format!("the mutation `{field_name}` cannot be pinned"))?;
+            let definitions = operation.variable_definitions;
+            let (id, inline) = mutations::pinned_value(field, key, self.variables, definitions)?;
+            mutations::check_pin(field_name, &id, self.known)?;
+            if inline {
+                *self.inline_pins.entry(key).or_default() += 1;
+            }
+        }
+        *self
+            .root_keys
+            .entry(field.alias.as_deref().unwrap_or(field_name))
+            .or_default() += 1;
+        self.learn
+            .extend(mutations::learn(kind, field, self.fragments));
         self.seen.insert((kind, field_name));
         Ok(())
     }

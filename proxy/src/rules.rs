@@ -222,6 +222,9 @@ pub struct Rule {
     message: Option<MessageRule>,
     body: BodyRule,
     own: Option<OwnRule>,
+    /// An extended set's rule this one takes the place of (in its place in
+    /// the order), e.g. a GraphQL rule that also allows mutations.
+    pub replaces: Option<String>,
 }
 
 impl Rule {

@@ -29,7 +29,7 @@ use gatehouse_proxy::upstream::{UpstreamOverride, Upstreams};
 use crate::random::token as random_token;
 use crate::rules::{TEST_RULES, TEST_RULE_SET};
 
-pub use raw::{read_all, read_head, read_until_closed, tls_over};
+pub use raw::{api_call, read_all, read_head, read_until_closed, tls_over};
 
 pub struct Harness {
     pub rt: tokio::runtime::Runtime,
@@ -267,6 +267,21 @@ impl Harness {
         (status, head.to_string(), body.to_string())
     }
 
+    /// Opens a pull request through the harness's identity, from a fresh
+    /// branch: the worker may comment only on a pull request it opened.
+    /// Returns its number.
+    pub fn own_pull(&self) -> u64 {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let branch = format!("gatehouse/own-{n}");
+        branches(&self.github, REPO, &[&branch]);
+        let body = format!(r#"{{"title":"Own","head":"{branch}","base":"main"}}"#);
+        let path = format!("/repos/{REPO}/pulls");
+        let (status, answer) = api_call(&self.socket, &self.proxy_ca, "POST", &path, &body);
+        assert_eq!(status, 201, "{answer}");
+        answer["number"].as_u64().unwrap()
+    }
+
     /// Opens a raw connection to the identity socket.
     pub fn raw(&self) -> UnixStream {
         let s = UnixStream::connect(&self.socket).unwrap();
@@ -325,4 +340,53 @@ pub async fn relay(socket: PathBuf) -> u16 {
         }
     });
     port
+}
+
+/// A branch per name on `main` (made first, an empty tree, if the
+/// repository has none), written straight into the emulator's bare
+/// repository of `repo`: the heads a pull request needs.
+pub fn branches(github: &GithubHandle, repo: &str, names: &[&str]) {
+    let dir = github.repo_git_dir(repo).unwrap();
+    let git = |args: &[&str], input: &str| -> String {
+        let mut cmd = std::process::Command::new("git");
+        cmd.arg("--git-dir").arg(&dir).args(args);
+        for (key, value) in [
+            ("GIT_AUTHOR_NAME", "t"),
+            ("GIT_AUTHOR_EMAIL", "t@example.test"),
+            ("GIT_COMMITTER_NAME", "t"),
+            ("GIT_COMMITTER_EMAIL", "t@example.test"),
+        ] {
+            cmd.env(key, value);
+        }
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let tree = git(&["mktree"], "");
+    let has_main = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&dir)
+        .args(["rev-parse", "-q", "--verify", "refs/heads/main"])
+        .output()
+        .unwrap()
+        .status
+        .success();
+    if !has_main {
+        let base = git(&["commit-tree", &tree, "-m", "base"], "");
+        git(&["update-ref", "refs/heads/main", &base], "");
+    }
+    let base = git(&["rev-parse", "refs/heads/main"], "");
+    for name in names {
+        let work = git(&["commit-tree", &tree, "-p", &base, "-m", name], "");
+        git(&["update-ref", &format!("refs/heads/{name}"), &work], "");
+    }
 }

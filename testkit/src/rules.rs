@@ -38,6 +38,8 @@ path = "/repos/{repo}/issues/{n}/comments"
 credential = "github"
 inject = "bearer"
 message = { kind = "github_issue_comment", target = "{repo}#{n}", created_id_pointer = "/id" }
+# As the shipped worker sets: only on a pull request this identity opened.
+own = { id = "n", created_as = "github_pull_request" }
 
 [[rule]]
 name = "issue-comment-edit"

@@ -1,7 +1,7 @@
 //! A small GraphQL executor over the model, enough for `gh` and for tests of
 //! the proxy's GraphQL rules: `viewer`, `repository { issue, pullRequest,
 //! issueOrPullRequest, issues, pullRequests }`, `node(id)`, `rateLimit`, and
-//! the `addComment` mutation.
+//! the `addComment`, `createPullRequest` and `requestReviews` mutations.
 //!
 //! The document is parsed with `graphql-parser`; fields are resolved on
 //! typed [`Node`]s and projected through the selection set (aliases, inline
@@ -403,6 +403,7 @@ impl<'d> Executor<'_, 'd> {
             Node::Mutation => match field {
                 "addComment" => self.add_comment(args, path),
                 "createPullRequest" => self.create_pull_request(args, path),
+                "requestReviews" => self.request_reviews(args, path),
                 other => {
                     self.error(
                         path,
@@ -768,6 +769,69 @@ impl Executor<'_, '_> {
         self.created_id = self.model.issue(repo_id, number).map(|i| i.id.to_string());
         Resolved::Object(Node::Payload(
             "CreatePullRequestPayload",
+            vec![("pullRequest", Node::Issue(repo_id, number))],
+        ))
+    }
+}
+
+impl Executor<'_, '_> {
+    /// `requestReviews(input: {pullRequestId, userIds, union})`: users are
+    /// named by node id; a login of the model (an author) answers to its id.
+    fn request_reviews(&mut self, args: &Map<String, Value>, path: &[Value]) -> Resolved {
+        let input = args.get("input").cloned().unwrap_or(Value::Null);
+        let pull_id = input
+            .get("pullRequestId")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let Some(Node::Issue(repo_id, number)) = self.node_by_id(pull_id) else {
+            self.error(
+                path,
+                "NOT_FOUND",
+                format!("Could not resolve to a node with the global id of '{pull_id}'"),
+            );
+            return Resolved::Leaf(Value::Null);
+        };
+        let mut authors: Vec<String> = self.model.issues.iter().map(|i| i.author.clone()).collect();
+        authors.extend(self.model.comments.iter().map(|c| c.comment.author.clone()));
+        let wanted: Vec<&str> = input
+            .get("userIds")
+            .and_then(Value::as_array)
+            .map(|ids| ids.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut logins = Vec::new();
+        for id in wanted {
+            let login = authors
+                .iter()
+                .find(|login| Model::user_json(login)["node_id"] == id);
+            let Some(login) = login else {
+                self.error(
+                    path,
+                    "NOT_FOUND",
+                    format!("Could not resolve to a User with the global id of '{id}'"),
+                );
+                return Resolved::Leaf(Value::Null);
+            };
+            logins.push(login.clone());
+        }
+        let Some(pull) = self
+            .model
+            .issue_mut(repo_id, number)
+            .and_then(|i| i.pull.as_mut())
+        else {
+            self.error(
+                path,
+                "NOT_FOUND",
+                format!("'{pull_id}' is not a pull request"),
+            );
+            return Resolved::Leaf(Value::Null);
+        };
+        for login in logins {
+            if !pull.requested_reviewers.contains(&login) {
+                pull.requested_reviewers.push(login);
+            }
+        }
+        Resolved::Object(Node::Payload(
+            "RequestReviewsPayload",
             vec![("pullRequest", Node::Issue(repo_id, number))],
         ))
     }

@@ -3,13 +3,20 @@ use super::*;
 fn allow() -> GraphQlAllow {
     GraphQlAllow {
         query: BTreeSet::from(["repository".to_owned(), "rateLimit".to_owned()]),
-        mutation: BTreeSet::from(["addReaction".to_owned()]),
+        mutation: BTreeSet::from(["addComment".to_owned()]),
         repository: Some("octo/hello".to_owned()),
     }
 }
 
+fn known() -> KnownIds {
+    KnownIds {
+        repositories: BTreeSet::from(["R_own".to_owned()]),
+        own_pulls: BTreeSet::from(["PR_own".to_owned()]),
+    }
+}
+
 fn run(body: serde_json::Value) -> Result<GraphQlSummary, Denial> {
-    check(body.to_string().as_bytes(), &allow())
+    check(body.to_string().as_bytes(), &allow(), &known())
 }
 
 #[test]
@@ -20,12 +27,12 @@ fn allowed_documents_pass() {
         serde_json::json!({"query": "query Q($o: String = \"octo\") { repository(owner: $o, name: \"hello\") { id } }"}),
         serde_json::json!({"query": "query { rateLimit { remaining } __typename }"}),
         serde_json::json!({"query": "query { ...F } fragment F on Query { rateLimit { remaining } }"}),
-        serde_json::json!({"query": "mutation { addReaction(input: {}) { clientMutationId } }"}),
+        serde_json::json!({"query": "mutation { addComment(input: {subjectId: \"PR_own\", body: \"b\"}) { clientMutationId } }"}),
     ];
     for body in ok {
         assert!(run(body.clone()).is_ok(), "{body} {:?}", run(body.clone()));
     }
-    let summary = run(serde_json::json!({"query": "query A { rateLimit { remaining } } mutation B { x: addReaction(input: {}) { clientMutationId } }"})).unwrap();
+    let summary = run(serde_json::json!({"query": "query A { rateLimit { remaining } } mutation B { x: addComment(input: {subjectId: \"PR_own\", body: \"b\"}) { clientMutationId } }"})).unwrap();
     assert_eq!(
         summary.operations,
         [
@@ -35,7 +42,7 @@ fn allowed_documents_pass() {
     );
     assert_eq!(
         summary.root_fields,
-        ["mutation.addReaction", "query.rateLimit"]
+        ["mutation.addComment", "query.rateLimit"]
     );
 }
 
@@ -148,7 +155,7 @@ fn smuggled_and_malformed_documents_are_denied() {
             .unwrap_or_else(|d| d.reason);
         assert!(reason.contains(needle), "{body}: {reason}");
     }
-    assert!(check(b"not json", &allow()).is_err());
+    assert!(check(b"not json", &allow(), &known()).is_err());
     let deep = format!("{}{}", "{ a ".repeat(200), "}".repeat(200));
     assert!(run(serde_json::json!({ "query": deep })).is_err());
 }
@@ -160,7 +167,7 @@ fn unpinned_repository_is_denied() {
     let body =
         serde_json::json!({"query": "{ repository(owner: \"octo\", name: \"hello\") { id } }"})
             .to_string();
-    assert!(check(body.as_bytes(), &a)
+    assert!(check(body.as_bytes(), &a, &known())
         .unwrap_err()
         .reason
         .contains("not pinned"));
@@ -185,7 +192,7 @@ fn the_fragment_expansion_attack_is_refused_quickly() {
     let body = expansion_body(1000, 256, 780);
     assert!((1_000_000..1 << 20).contains(&body.len()), "{}", body.len());
     let started = std::time::Instant::now();
-    let denial = check(&body, &allow()).unwrap_err();
+    let denial = check(&body, &allow(), &known()).unwrap_err();
     let took = started.elapsed();
     assert!(denial.reason.contains("tokens"), "{}", denial.reason);
     // Generous for an unoptimised build on a busy machine; the old check
@@ -193,7 +200,7 @@ fn the_fragment_expansion_attack_is_refused_quickly() {
     assert!(took < std::time::Duration::from_secs(2), "{took:?}");
 
     // A small document that expands: the root-selection budget ends the walk.
-    let denial = check(&expansion_body(100, 50, 1), &allow()).unwrap_err();
+    let denial = check(&expansion_body(100, 50, 1), &allow(), &known()).unwrap_err();
     assert!(
         denial.reason.contains("more than 4096 root fields"),
         "{}",
@@ -205,13 +212,13 @@ fn the_fragment_expansion_attack_is_refused_quickly() {
 fn the_spread_budget_counts_across_operations() {
     // 200 spreads in each of two operations: each alone is within the limit,
     // the document is not.
-    let denial = check(&expansion_body(1, 200, 2), &allow()).unwrap_err();
+    let denial = check(&expansion_body(1, 200, 2), &allow(), &known()).unwrap_err();
     assert!(
         denial.reason.contains("too many GraphQL fragment spreads"),
         "{}",
         denial.reason
     );
-    assert!(check(&expansion_body(1, 128, 2), &allow()).is_ok());
+    assert!(check(&expansion_body(1, 128, 2), &allow(), &known()).is_ok());
 }
 
 #[test]
@@ -222,39 +229,53 @@ fn operation_and_selection_limits_are_exact() {
             .collect();
         serde_json::json!({ "query": query }).to_string()
     };
-    assert!(check(ops(MAX_OPERATIONS).as_bytes(), &allow()).is_ok());
-    assert!(check(ops(MAX_OPERATIONS + 1).as_bytes(), &allow())
-        .unwrap_err()
-        .reason
-        .contains("operations"));
+    assert!(check(ops(MAX_OPERATIONS).as_bytes(), &allow(), &known()).is_ok());
+    assert!(
+        check(ops(MAX_OPERATIONS + 1).as_bytes(), &allow(), &known())
+            .unwrap_err()
+            .reason
+            .contains("operations")
+    );
     let fields = |k: usize| {
         serde_json::json!({ "query": format!("{{ {} }}", "__typename ".repeat(k)) }).to_string()
     };
-    assert!(check(fields(MAX_ROOT_SELECTIONS).as_bytes(), &allow()).is_ok());
-    assert!(check(fields(MAX_ROOT_SELECTIONS + 1).as_bytes(), &allow())
-        .unwrap_err()
-        .reason
-        .contains("root fields"));
+    assert!(check(fields(MAX_ROOT_SELECTIONS).as_bytes(), &allow(), &known()).is_ok());
+    assert!(check(
+        fields(MAX_ROOT_SELECTIONS + 1).as_bytes(),
+        &allow(),
+        &known()
+    )
+    .unwrap_err()
+    .reason
+    .contains("root fields"));
     let nested = |d: usize| {
         let query = format!("{{ {}__typename{} }}", "... { ".repeat(d), " }".repeat(d));
         serde_json::json!({ "query": query }).to_string()
     };
-    assert!(check(nested(MAX_FRAGMENT_DEPTH).as_bytes(), &allow()).is_ok());
-    assert!(check(nested(MAX_FRAGMENT_DEPTH + 1).as_bytes(), &allow())
-        .unwrap_err()
-        .reason
-        .contains("nested"));
+    assert!(check(nested(MAX_FRAGMENT_DEPTH).as_bytes(), &allow(), &known()).is_ok());
+    assert!(check(
+        nested(MAX_FRAGMENT_DEPTH + 1).as_bytes(),
+        &allow(),
+        &known()
+    )
+    .unwrap_err()
+    .reason
+    .contains("nested"));
 }
 
 #[test]
 fn the_first_disallowed_field_is_named_in_a_long_document() {
     // The disallowed field comes first; thousands of allowed ones follow.
     let query = format!(
-        "mutation {{ addComment(input: {{}}) {{ clientMutationId }} {} }}",
-        "addReaction(input: {}) { clientMutationId } ".repeat(800)
+        "mutation {{ mergePullRequest(input: {{}}) {{ clientMutationId }} {} }}",
+        "__typename ".repeat(4000)
     );
     let denial = run(serde_json::json!({ "query": query })).unwrap_err();
-    assert!(denial.reason.contains("`addComment`"), "{}", denial.reason);
+    assert!(
+        denial.reason.contains("`mergePullRequest`"),
+        "{}",
+        denial.reason
+    );
 }
 
 #[test]
@@ -322,7 +343,7 @@ fn a_document_over_the_token_limit_is_refused_before_parsing() {
     // A long string literal is one token: a long comment body still passes.
     let body = "words ".repeat(100_000);
     let query =
-        format!("mutation {{ addReaction(input: {{body: \"{body}\"}}) {{ clientMutationId }} }}");
+        format!("mutation {{ addComment(input: {{subjectId: \"PR_own\", body: \"{body}\"}}) {{ clientMutationId }} }}");
     assert!(run(serde_json::json!({ "query": query })).is_ok());
 }
 
@@ -331,14 +352,14 @@ fn a_second_query_key_in_any_spelling_is_denied() {
     let allowed = r#"{ rateLimit { remaining } }"#;
     let smuggled = r#"mutation { addComment(input: {}) { clientMutationId } }"#;
     let ok = format!(r#"{{"query":"{allowed}"}}"#);
-    assert!(check(ok.as_bytes(), &allow()).is_ok(), "control");
+    assert!(check(ok.as_bytes(), &allow(), &known()).is_ok(), "control");
     for body in [
         format!(r#"{{"query":"{allowed}","query":"{smuggled}"}}"#),
         format!(r#"{{"query":"{smuggled}","\u0071uery":"{allowed}"}}"#),
         format!(r#"{{"\u0071uery":"{allowed}","query":"{smuggled}"}}"#),
         format!(r#"{{"query":"{allowed}","variables":{{"a":1,"\u0061":2}}}}"#),
     ] {
-        let denial = check(body.as_bytes(), &allow()).expect_err(&body);
+        let denial = check(body.as_bytes(), &allow(), &known()).expect_err(&body);
         assert!(denial.reason.contains("twice"), "{body}: {}", denial.reason);
     }
 }

@@ -82,7 +82,22 @@ impl RuleBook {
                     rule.name
                 )));
             }
-            resolved.rules.push(rule.clone());
+            match &rule.replaces {
+                None => resolved.rules.push(rule.clone()),
+                Some(replaced) => {
+                    let at = resolved
+                        .rules
+                        .iter()
+                        .position(|r| &r.name == replaced)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "rule `{}` replaces `{replaced}`, which no extended set defines",
+                                rule.name
+                            ))
+                        })?;
+                    resolved.rules[at] = rule.clone();
+                }
+            }
         }
         self.sets.insert(name.to_owned(), resolved);
         Ok(())

@@ -53,6 +53,8 @@ struct RuleFile {
     graphql: Option<crate::graphql::GraphQlAllowFile>,
     receive_pack: Option<crate::receive_pack::RefPolicyFile>,
     own: Option<OwnFile>,
+    /// The name of an extended set's rule this one takes the place of.
+    replaces: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -265,6 +267,7 @@ fn validate_rule(raw: RuleFile, variables: &BTreeSet<String>) -> Result<Rule, (S
         message,
         body,
         own,
+        replaces: raw.replaces,
     })
 }
 

@@ -13,6 +13,10 @@ pub(crate) const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../../sandbox-profiles/rules/github-worker.toml"),
     ),
     (
+        "github-worker-fork.toml",
+        include_str!("../../../sandbox-profiles/rules/github-worker-fork.toml"),
+    ),
+    (
         "feishu-read.toml",
         include_str!("../../../sandbox-profiles/rules/feishu-read.toml"),
     ),
@@ -46,6 +50,7 @@ fn shipped_sets_load_with_their_examples() {
             "feishu-send",
             "github-read",
             "github-worker",
+            "github-worker-fork",
             "model-api"
         ]
     );
@@ -202,8 +207,38 @@ fn a_worker_can_do_its_job_and_messages_are_marked() {
         own("PATCH api.github.com/repos/octo-org/hello-world/pulls/4"),
         owned("github_pull_request", "4")
     );
+    // The router alone speaks in people's threads: a worker comments,
+    // answers reviewers and asks for reviews only on a PR it opened.
+    for (line, pull) in [
+        (
+            "POST api.github.com/repos/octo-org/hello-world/issues/3/comments",
+            "3",
+        ),
+        (
+            "POST api.github.com/repos/octo-org/hello-world/pulls/4/comments/88/replies",
+            "4",
+        ),
+        (
+            "POST api.github.com/repos/octo-org/hello-world/pulls/4/requested_reviewers",
+            "4",
+        ),
+    ] {
+        assert_eq!(own(line), owned("github_pull_request", pull), "{line}");
+    }
+    let fork = Vars::from([
+        ("repo".to_owned(), "octo-org/hello-world".to_owned()),
+        ("fork".to_owned(), "bot/hello-world".to_owned()),
+    ]);
+    let head =
+        parse_example("POST api.github.com/repos/octo-org/hello-world/issues/3/comments").unwrap();
+    let Decision::Allow(a) = book.check(&head, &["github-worker-fork".to_owned()], &fork) else {
+        panic!("fork comment denied")
+    };
+    assert_eq!(
+        a.own.map(|o| (o.kind, o.id)),
+        owned("github_pull_request", "3")
+    );
     for line in [
-        "POST api.github.com/repos/octo-org/hello-world/issues/3/comments",
         "POST api.github.com/repos/octo-org/hello-world/pulls",
         "GET api.github.com/repos/octo-org/hello-world/issues/comments/77",
     ] {
@@ -238,7 +273,6 @@ fn a_worker_can_do_its_job_and_messages_are_marked() {
 fn read_only_identities_cannot_write() {
     let book = shipped_book();
     for line in [
-        "POST api.github.com/repos/octo-org/hello-world/issues/3/comments",
         "POST api.github.com/repos/octo-org/hello-world/pulls",
         "POST github.com/octo-org/hello-world.git/git-receive-pack",
         "GET github.com/octo-org/hello-world.git/info/refs?service=git-receive-pack",
@@ -259,9 +293,10 @@ fn read_only_identities_cannot_write() {
         panic!("no graphql check")
     };
     let mutation = br#"{"query":"mutation { addComment(input: {subjectId: \"I_1\", body: \"hi\"}) { clientMutationId } }"}"#;
-    assert!(crate::graphql::check(mutation, &allow).is_err());
+    let known = crate::graphql::KnownIds::default();
+    assert!(crate::graphql::check(mutation, &allow, &known).is_err());
     let read = br#"{"query":"query($o: String!, $n: String!) { repository(owner: $o, name: $n) { issue(number: 1) { title } } }","variables":{"o":"octo-org","n":"hello-world"}}"#;
-    assert!(crate::graphql::check(read, &allow).is_ok());
+    assert!(crate::graphql::check(read, &allow, &known).is_ok());
 }
 
 proptest::proptest! {

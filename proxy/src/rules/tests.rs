@@ -335,6 +335,36 @@ fn extends_includes_parent_rules_and_checks_examples_after() {
 }
 
 #[test]
+fn a_rule_replaces_an_extended_sets_rule_in_its_place() {
+    let parent = RuleSet::parse("w.toml", WORKER).unwrap();
+    let position = |book: &RuleBook, name: &str| {
+        let rules = &book.get("child").unwrap().rules;
+        rules.iter().position(|r| r.name == name)
+    };
+    // `pull-read` takes `issue-read`'s place in the order.
+    let replacing = CHILD.replace(
+        "name = \"pull-read\"\n",
+        "name = \"pull-read\"\nreplaces = \"issue-read\"\n",
+    );
+    let child = RuleSet::parse("c.toml", &replacing).unwrap();
+    let book = RuleBook::new([child, parent.clone()]).unwrap();
+    let at = parent.rules.iter().position(|r| r.name == "issue-read");
+    assert!(at.is_some());
+    assert_eq!(position(&book, "pull-read"), at);
+    assert_eq!(position(&book, "issue-read"), None);
+    assert_eq!(book.get("child").unwrap().rules.len(), parent.rules.len());
+    // Replacing what no extended set has does not load.
+    let nothing = CHILD.replace(
+        "name = \"pull-read\"\n",
+        "name = \"pull-read\"\nreplaces = \"no-such-rule\"\n",
+    );
+    let err = RuleBook::new([RuleSet::parse("c.toml", &nothing).unwrap(), parent])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("which no extended set defines"), "{err}");
+}
+
+#[test]
 fn bad_rule_sets_are_refused_with_the_key() {
     let swap = |from: &str, to: &str| {
         assert!(WORKER.contains(from), "{from}");

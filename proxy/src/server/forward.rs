@@ -40,6 +40,7 @@ use super::{head, owned, Identity, Proxy};
 use crate::audit::{CompletionRecord, Outcome, Record, RequestRecord};
 use crate::body::{self, CountingBody, ProxyBody, RedactingBody};
 use crate::credentials::CredentialError;
+use crate::graphql::Learn;
 use crate::redact::{redact_body, Redactor};
 
 /// Answers up to this size with a declared length are sent in one piece.
@@ -193,7 +194,8 @@ pub(super) async fn handle(
         return Ok(deny(&proxy, record, &reason, &identity.scope.rule_sets));
     }
     let (parts, incoming) = req.into_parts();
-    let inspected = match inspect_body(&parts.headers, incoming, &grant).await {
+    let known = identity.created.known_ids();
+    let inspected = match inspect_body(&parts.headers, incoming, &grant, &known).await {
         Ok(inspected) => inspected,
         Err(refusal) => return Ok(refuse_body(&proxy, &identity, record, refusal)),
     };
@@ -214,6 +216,7 @@ pub(super) async fn handle(
         grant,
         record,
         started,
+        learn: inspected.learn,
     };
     Ok(forward(allowed, parts, inspected.body).await)
 }
@@ -280,6 +283,8 @@ struct Forwarding {
     /// Its audit line, with the decision and any message record.
     record: RequestRecord,
     started: Instant,
+    /// Ids to take from the answer into the identity's own set.
+    learn: Vec<Learn>,
 }
 
 /// Injects the credential, writes the request's audit line, sends it and
@@ -292,6 +297,7 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
         grant,
         record,
         started,
+        learn,
     } = allowed;
     let authorization = match credential(&proxy, &identity, &grant).await {
         Ok(value) => value,
@@ -340,14 +346,12 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
             .await;
     }
     headers::name_repository_links(response.headers_mut(), parts.uri.path());
-    respond(
-        completion,
-        &parts.method,
-        grant.message.as_ref(),
-        &identity.created,
-        response,
-    )
-    .await
+    let learning = Learning {
+        message: grant.message.as_ref(),
+        learn: &learn,
+        created: &identity.created,
+    };
+    respond(completion, &parts.method, learning, response).await
 }
 
 /// Why a rule's credential cannot be injected.
@@ -443,15 +447,27 @@ async fn send(
         })
 }
 
+/// What the answer to a request creates or tells about the identity's
+/// own objects: a message's id, ids a GraphQL check asked to learn.
+struct Learning<'a> {
+    message: Option<&'a MessageSpec>,
+    learn: &'a [Learn],
+    created: &'a owned::Created,
+}
+
 /// Passes the upstream's answer on: auth-bearing headers stripped, secrets
 /// redacted, and the completion line written once the body has been sent.
 async fn respond(
     completion: Completion,
     method: &Method,
-    message: Option<&MessageSpec>,
-    created: &owned::Created,
+    learning: Learning<'_>,
     response: Response<Incoming>,
 ) -> Response<ProxyBody> {
+    let Learning {
+        message,
+        learn,
+        created,
+    } = learning;
     let status = response.status();
     if let Some(reason) = unscannable_encoding(response.headers()) {
         return completion.refuse("response encoding cannot be scanned", &reason);
@@ -483,12 +499,38 @@ async fn respond(
         if let Some(id) = id.as_deref().filter(|_| owned::created(status)) {
             // A failed save is logged: the object stays the identity's
             // while this process runs.
-            if created.record(&message.kind, id) {
+            let node = owned::node_of_created(&message.kind, &bytes);
+            let new_node = node.is_some_and(|(kind, node)| created.record(kind, &node));
+            if created.record(&message.kind, id) || new_node {
                 let _ = completion.proxy.save_identities().done().await;
             }
         }
         let redacted = redact_body(&secrets, bytes);
         completion.record(status.as_u16(), redacted.len() as u64, id, None);
+        let mut resp = Response::from_parts(parts, body::full(redacted));
+        resp.headers_mut().remove(header::CONTENT_LENGTH);
+        return resp;
+    }
+
+    if !learn.is_empty() {
+        // The answer names ids to learn: read it whole (bounded), as a message's.
+        let Ok(collected) = http_body_util::Limited::new(resp_body, MESSAGE_BODY_LIMIT)
+            .collect()
+            .await
+        else {
+            return completion.unreadable();
+        };
+        let bytes = collected.to_bytes();
+        let learnt = owned::learnt(learn, &bytes);
+        let mut new = false;
+        for (kind, id) in learnt.iter().filter(|_| owned::created(status)) {
+            new |= created.record(kind, id);
+        }
+        if new {
+            let _ = completion.proxy.save_identities().done().await;
+        }
+        let redacted = redact_body(&secrets, bytes);
+        completion.record(status.as_u16(), redacted.len() as u64, None, None);
         let mut resp = Response::from_parts(parts, body::full(redacted));
         resp.headers_mut().remove(header::CONTENT_LENGTH);
         return resp;

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::policy::{BodyCheckFn, BodyVerdict, Grant};
 use crate::body::{self, PrefixedBody, ProxyBody};
+use crate::graphql::{KnownIds, Learn};
 use crate::receive_pack::StatusReport;
 
 /// Largest body buffered to hash a message or to find the created id.
@@ -22,6 +23,8 @@ pub(super) struct Inspected {
     pub(super) sha256: Option<String>,
     /// The whole body, when it was read to hash a message.
     pub(super) whole: Option<Bytes>,
+    /// Ids the check asks to learn from the answer.
+    pub(super) learn: Vec<Learn>,
 }
 
 /// Why a body was refused, and for a git push, how to tell git.
@@ -72,16 +75,18 @@ fn identity_encoded(headers: &HeaderMap) -> bool {
         })
 }
 
-/// A body check's decision on the bytes read so far: `Ok(true)` to let the
-/// body pass, `Ok(false)` to read more. `name` is the check's.
+/// A body check's decision on the bytes read so far: `Ok(Some(learn))` to
+/// let the body pass (and what to learn from the answer), `Ok(None)` to
+/// read more. `name` is the check's.
 fn judge(
     name: &str,
     check: &mut BodyCheckFn,
     prefix: &[u8],
     complete: bool,
-) -> Result<bool, BodyRefusal> {
+) -> Result<Option<Vec<Learn>>, BodyRefusal> {
     match check(prefix, complete) {
-        BodyVerdict::Allow => Ok(true),
+        BodyVerdict::Allow => Ok(Some(Vec::new())),
+        BodyVerdict::Learn(learn) => Ok(Some(learn)),
         BodyVerdict::Deny(reason) => Err(BodyRefusal {
             reason,
             git_report: (name == "receive_pack")
@@ -91,7 +96,7 @@ fn judge(
         BodyVerdict::NeedMore if complete => {
             Err(format!("the {name} body ended before it could be checked").into())
         }
-        BodyVerdict::NeedMore => Ok(false),
+        BodyVerdict::NeedMore => Ok(None),
     }
 }
 
@@ -99,6 +104,7 @@ pub(super) async fn inspect_body(
     headers: &HeaderMap,
     mut incoming: Incoming,
     grant: &Grant,
+    known: &KnownIds,
 ) -> Result<Inspected, BodyRefusal> {
     let need_all = grant.message.is_some();
     if grant.body.is_none() && !need_all {
@@ -106,6 +112,7 @@ pub(super) async fn inspect_body(
             body: body::boxed(incoming),
             sha256: None,
             whole: None,
+            learn: Vec::new(),
         });
     }
     if !identity_encoded(headers) {
@@ -117,13 +124,17 @@ pub(super) async fn inspect_body(
     let mut prefix = BytesMut::new();
     let mut complete = incoming.is_end_stream();
     let mut verdict_ok = grant.body.is_none();
+    let mut learn = Vec::new();
     // One check per request: it may keep what it parsed between reads.
-    let mut checker = grant.body.as_ref().map(|c| (c.name, (c.start)()));
+    let mut checker = grant.body.as_ref().map(|c| (c.name, (c.start)(known)));
     loop {
         // Nothing to decide on until the first bytes (or the end) arrive.
         let ready = complete || !prefix.is_empty();
         if let (false, true, Some((name, check))) = (verdict_ok, ready, checker.as_mut()) {
-            verdict_ok = judge(name, check.as_mut(), &prefix, complete)?;
+            if let Some(learnt) = judge(name, check.as_mut(), &prefix, complete)? {
+                verdict_ok = true;
+                learn = learnt;
+            }
         }
         if complete || (verdict_ok && !need_all) {
             break;
@@ -153,6 +164,7 @@ pub(super) async fn inspect_body(
         body,
         sha256,
         whole,
+        learn,
     })
 }
 
@@ -169,7 +181,7 @@ mod tests {
         BodyChecker {
             name,
             limit,
-            start: Arc::new(move || {
+            start: Arc::new(move |_: &KnownIds| {
                 let verdict = verdict.clone();
                 Box::new(move |_: &[u8], _: bool| verdict.clone())
             }),
@@ -256,6 +268,10 @@ mod tests {
             p
         };
         let deny = || BodyVerdict::Deny("no".into());
+        let learnt = || Learn {
+            kind: crate::graphql::REPOSITORY_NODE,
+            pointer: "/data/repository/id".into(),
+        };
         let refused = |git_report| BodyRefusal {
             reason: "no".into(),
             git_report,
@@ -269,13 +285,19 @@ mod tests {
                 checker("graphql", 9, BodyVerdict::Allow),
                 &b"{}"[..],
                 true,
-                Ok(true),
+                Ok(Some(vec![])),
+            ),
+            (
+                checker("graphql", 9, BodyVerdict::Learn(vec![learnt()])),
+                &b"{}"[..],
+                true,
+                Ok(Some(vec![learnt()])),
             ),
             (
                 checker("graphql", 9, BodyVerdict::NeedMore),
                 &b"{"[..],
                 false,
-                Ok(false),
+                Ok(None),
             ),
             (
                 checker("graphql", 9, BodyVerdict::NeedMore),
@@ -310,7 +332,7 @@ mod tests {
             ),
         ];
         for (i, (check, prefix, complete, expected)) in cases.into_iter().enumerate() {
-            let mut run = (check.start)();
+            let mut run = (check.start)(&KnownIds::default());
             assert_eq!(
                 judge(check.name, run.as_mut(), prefix, complete),
                 expected,

@@ -52,6 +52,8 @@ pub struct MessageSpec {
 pub enum BodyVerdict {
     /// The body may pass.
     Allow,
+    /// The body may pass, and these ids are to be learnt from the answer.
+    Learn(Vec<graphql::Learn>),
     /// More bytes are needed to decide.
     NeedMore,
     /// The body is refused.
@@ -63,8 +65,8 @@ pub enum BodyVerdict {
 /// the whole body so far (a prefix of the next call's).
 pub type BodyCheckFn = dyn FnMut(&[u8], bool) -> BodyVerdict + Send;
 
-/// Starts the check of one request body.
-pub type StartBodyCheck = dyn Fn() -> Box<BodyCheckFn> + Send + Sync;
+/// Starts the check of one request body, given what the identity owns.
+pub type StartBodyCheck = dyn Fn(&graphql::KnownIds) -> Box<BodyCheckFn> + Send + Sync;
 
 /// Runs a rule's body check on the request body's head (or all of it, up
 /// to a limit).
@@ -190,14 +192,16 @@ fn grant_of(allowed: Allowed) -> Grant {
         rules::BodyCheck::GraphQl(allow) => Some(BodyChecker {
             name: "graphql",
             limit: BODY_CHECK_LIMIT,
-            start: Arc::new(move || {
+            start: Arc::new(move |known: &graphql::KnownIds| {
                 let allow = allow.clone();
+                let known = known.clone();
                 Box::new(move |body: &[u8], complete: bool| {
                     if !complete {
                         return BodyVerdict::NeedMore;
                     }
-                    match graphql::check(body, &allow) {
-                        Ok(_) => BodyVerdict::Allow,
+                    match graphql::check(body, &allow, &known) {
+                        Ok(summary) if summary.learn.is_empty() => BodyVerdict::Allow,
+                        Ok(summary) => BodyVerdict::Learn(summary.learn),
                         Err(denial) => BodyVerdict::Deny(denial.reason),
                     }
                 })
@@ -206,7 +210,7 @@ fn grant_of(allowed: Allowed) -> Grant {
         rules::BodyCheck::ReceivePack(policy) => Some(BodyChecker {
             name: "receive_pack",
             limit: BODY_CHECK_LIMIT,
-            start: Arc::new(move || {
+            start: Arc::new(move |_: &graphql::KnownIds| {
                 let policy = policy.clone();
                 let mut parser = receive_pack::CommandParser::default();
                 Box::new(move |prefix: &[u8], complete: bool| {

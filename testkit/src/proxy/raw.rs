@@ -123,3 +123,43 @@ pub fn read_until_closed(s: &mut impl Read) -> (bool, String) {
     };
     (closed, String::from_utf8_lossy(&out).into_owned())
 }
+
+/// One request through an identity's `socket` to `https://api.github.com`
+/// (CONNECT, then TLS verified against the proxy's `ca`), the connection
+/// closed after it; returns the status and the body as JSON (`Null` when
+/// it is not).
+pub fn api_call(
+    socket: &Path,
+    ca: &Path,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, serde_json::Value) {
+    use std::io::Write;
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_head(&mut s);
+    assert!(head.starts_with("HTTP/1.1 200"), "CONNECT answered {head}");
+    let mut tls = tls_over(s, "api.github.com", ca, true);
+    write!(
+        tls,
+        "{method} {path} HTTP/1.1\r\nHost: api.github.com\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    tls.flush().unwrap();
+    let answer = read_all(&mut tls);
+    let status = answer.split(' ').nth(1).unwrap().parse().unwrap();
+    let text = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (
+        status,
+        serde_json::from_str(text).unwrap_or(serde_json::Value::Null),
+    )
+}

@@ -9,7 +9,10 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
 use sha2::{Digest, Sha256};
 
-use super::policy::{BodyCheckFn, BodyVerdict, Grant};
+use super::heavy::{HeavyPool, NotRun, INLINE_BYTES};
+use super::message::message_record;
+use super::policy::{BodyCheckFn, BodyVerdict, Grant, MessageSpec};
+use crate::audit::MessageRecord;
 use crate::body::{self, PrefixedBody, ProxyBody};
 use crate::receive_pack::StatusReport;
 
@@ -29,6 +32,8 @@ pub(super) struct Inspected {
 pub(super) struct BodyRefusal {
     pub(super) reason: String,
     pub(super) git_report: Option<StatusReport>,
+    /// Not judged: the pool of body checks was full (answered 503).
+    pub(super) busy: bool,
 }
 
 impl From<String> for BodyRefusal {
@@ -36,6 +41,16 @@ impl From<String> for BodyRefusal {
         Self {
             reason,
             git_report: None,
+            busy: false,
+        }
+    }
+}
+
+impl From<NotRun> for BodyRefusal {
+    fn from(not_run: NotRun) -> Self {
+        Self {
+            busy: matches!(not_run, NotRun::Busy(_)),
+            ..not_run.to_string().into()
         }
     }
 }
@@ -87,6 +102,7 @@ fn judge(
             git_report: (name == "receive_pack")
                 .then(|| StatusReport::requested(prefix))
                 .flatten(),
+            busy: false,
         }),
         BodyVerdict::NeedMore if complete => {
             Err(format!("the {name} body ended before it could be checked").into())
@@ -95,10 +111,62 @@ fn judge(
     }
 }
 
+/// Whether a check's call runs on the pool of body checks: the one call of
+/// a whole-body check that reads a body larger than [`INLINE_BYTES`].
+fn on_pool(incremental: bool, len: usize, complete: bool) -> bool {
+    !incremental && complete && len > INLINE_BYTES
+}
+
+/// A started check of one body: its name, whether it is incremental, and
+/// its state.
+type Running = (&'static str, bool, Box<BodyCheckFn>);
+
+/// [`judge`], on the pool when [`on_pool`] says so; the check and the
+/// prefix come back for the next read.
+async fn judge_in_turn(
+    pool: &HeavyPool,
+    (name, incremental, mut check): Running,
+    prefix: BytesMut,
+    complete: bool,
+) -> Result<(Running, BytesMut, bool), BodyRefusal> {
+    if !on_pool(incremental, prefix.len(), complete) {
+        let verdict = judge(name, check.as_mut(), &prefix, complete)?;
+        return Ok(((name, incremental, check), prefix, verdict));
+    }
+    let judged = pool
+        .run(move || {
+            let verdict = judge(name, check.as_mut(), &prefix, complete);
+            (check, prefix, verdict)
+        })
+        .await;
+    let (check, prefix, verdict) = judged?;
+    Ok(((name, incremental, check), prefix, verdict?))
+}
+
+/// The message record of a message-bearing call ([`message_record`]);
+/// its JSON check runs on the pool when the body is larger than
+/// [`INLINE_BYTES`].
+pub(super) async fn checked_message(
+    pool: &HeavyPool,
+    spec: &MessageSpec,
+    sha256: &str,
+    whole: Option<Bytes>,
+) -> Result<MessageRecord, BodyRefusal> {
+    if whole.as_ref().map_or(0, Bytes::len) <= INLINE_BYTES {
+        return Ok(message_record(spec, sha256, whole.as_deref())?);
+    }
+    let (spec, sha256) = (spec.clone(), sha256.to_owned());
+    let record = pool
+        .run(move || message_record(&spec, &sha256, whole.as_deref()))
+        .await?;
+    Ok(record?)
+}
+
 pub(super) async fn inspect_body(
     headers: &HeaderMap,
     mut incoming: Incoming,
     grant: &Grant,
+    pool: &HeavyPool,
 ) -> Result<Inspected, BodyRefusal> {
     let need_all = grant.message.is_some();
     if grant.body.is_none() && !need_all {
@@ -118,12 +186,16 @@ pub(super) async fn inspect_body(
     let mut complete = incoming.is_end_stream();
     let mut verdict_ok = grant.body.is_none();
     // One check per request: it may keep what it parsed between reads.
-    let mut checker = grant.body.as_ref().map(|c| (c.name, (c.start)()));
+    let mut checker: Option<Running> = grant
+        .body
+        .as_ref()
+        .map(|c| (c.name, c.incremental, (c.start)()));
     loop {
         // Nothing to decide on until the first bytes (or the end) arrive.
         let ready = complete || !prefix.is_empty();
-        if let (false, true, Some((name, check))) = (verdict_ok, ready, checker.as_mut()) {
-            verdict_ok = judge(name, check.as_mut(), &prefix, complete)?;
+        if let (false, true, Some(running)) = (verdict_ok, ready, checker.take()) {
+            let (running, back, verdict) = judge_in_turn(pool, running, prefix, complete).await?;
+            (checker, prefix, verdict_ok) = (Some(running), back, verdict);
         }
         if complete || (verdict_ok && !need_all) {
             break;
@@ -169,6 +241,7 @@ mod tests {
         BodyChecker {
             name,
             limit,
+            incremental: false,
             start: Arc::new(move || {
                 let verdict = verdict.clone();
                 Box::new(move |_: &[u8], _: bool| verdict.clone())
@@ -244,6 +317,35 @@ mod tests {
     }
 
     #[test]
+    fn only_a_whole_body_check_of_a_large_body_goes_to_the_pool() {
+        // (incremental, bytes, complete, on the pool)
+        let cases = [
+            (false, INLINE_BYTES + 1, true, true),
+            (false, 1 << 20, true, true),
+            (false, INLINE_BYTES, true, false),
+            (false, 10, true, false),
+            (false, 1 << 20, false, false),
+            (true, 1 << 20, true, false),
+            (true, 1 << 20, false, false),
+        ];
+        for (incremental, len, complete, pooled) in cases {
+            assert_eq!(
+                on_pool(incremental, len, complete),
+                pooled,
+                "{incremental} {len} {complete}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_full_pool_is_a_busy_refusal_a_failed_check_a_plain_one() {
+        let busy = BodyRefusal::from(NotRun::Busy(16));
+        assert!(busy.busy && busy.reason.contains("16"), "{busy:?}");
+        assert!(!BodyRefusal::from(NotRun::Failed).busy);
+        assert!(!BodyRefusal::from("no").busy);
+    }
+
+    #[test]
     fn verdicts_table() {
         let push = {
             let command = format!(
@@ -259,6 +361,7 @@ mod tests {
         let refused = |git_report| BodyRefusal {
             reason: "no".into(),
             git_report,
+            busy: false,
         };
         let ended = |name: &str| {
             BodyRefusal::from(format!("the {name} body ended before it could be checked"))

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
-use gatehouse_proxy::graphql::{MAX_DOCUMENT_TOKENS, MAX_FRAGMENT_SPREADS};
+use gatehouse_proxy::graphql::MAX_DOCUMENT_TOKENS;
 use gatehouse_proxy::path::{MAX_PATH_SEGMENTS, MAX_QUERY_PAIRS};
 use gatehouse_testkit::proxy::process::{admin_call as admin, start_proxy_process};
 use gatehouse_testkit::proxy::{read_head, read_until_closed, tls_over};
@@ -135,19 +135,18 @@ fn a_request_target_over_the_budget_is_refused_and_one_at_it_is_decided() {
     drop(proxy);
 }
 
-/// A GraphQL body of almost 1 MiB that costs the check all it may: a
-/// comment as long as the body allows (one token, read through), a fragment
-/// and as many operations spreading it as the token budget lets the parser
-/// read, so the whole document is parsed before the spreads' budget refuses
-/// it.
+/// A GraphQL body of almost 1 MiB that costs the check all it may and is
+/// refused only at its end: a comment as long as the body allows (one
+/// token, read through), then as many allowed root fields as the token
+/// budget leaves, all parsed and walked before the last operation, a
+/// mutation the rule does not list, refuses the document.
 fn worst_graphql() -> Vec<u8> {
-    let fragment = "fragment F on Query { __typename } ";
-    let operation = format!("query {{ {}}} ", "...F ".repeat(250));
-    // `query`, `{`, `...` and `F` per spread, `}`.
-    let tokens_per_operation = 503;
-    let operations = (MAX_DOCUMENT_TOKENS - 16) / tokens_per_operation;
-    assert!(operations * 250 > MAX_FRAGMENT_SPREADS);
-    let document = format!("{fragment}{}", operation.repeat(operations));
+    // `viewer`, `{`, `login`, `}` per field.
+    let fields = (MAX_DOCUMENT_TOKENS - 16) / 4;
+    let document = format!(
+        "query {{{} }} mutation {{ addComment }}",
+        " viewer { login }".repeat(fields)
+    );
     let padding = (1 << 20) - 64 - document.len();
     let query = format!("#{}\\n{document}", "c".repeat(padding));
     format!(r#"{{"query":"{query}"}}"#).into_bytes()
@@ -175,18 +174,12 @@ fn a_flood_of_worst_case_graphql_bodies_leaves_another_identity_served() {
             let (hog, ca, body) = (hog.clone(), ca.clone(), body.clone());
             let (stop, answered) = (stop.clone(), answered.clone());
             std::thread::spawn(move || {
-                let mut statuses = Vec::new();
+                let mut answers = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    let (status, answer) = exchange(&hog, &ca, "POST /graphql HTTP/1.1", &body);
-                    // Refused by the check's budget (403) or, when the
-                    // pool's queue is full, not checked (503); said in JSON.
-                    assert!(matches!(status, 403 | 503), "{status} {answer}");
-                    let answer: Value = serde_json::from_str(&answer).unwrap();
-                    assert!(answer["reason"].is_string(), "{answer}");
-                    statuses.push(status);
+                    answers.push(exchange(&hog, &ca, "POST /graphql HTTP/1.1", &body));
                     answered.fetch_add(1, Ordering::Relaxed);
                 }
-                statuses
+                answers
             })
         })
         .collect();
@@ -201,11 +194,21 @@ fn a_flood_of_worst_case_graphql_bodies_leaves_another_identity_served() {
     // Still flooding while the other identity was served.
     let during = answered.load(Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
-    let statuses: Vec<u16> = flood
-        .into_iter()
-        .flat_map(|t| t.join().unwrap())
-        .collect();
-    assert!(statuses.len() > during.min(24), "{} answers", statuses.len());
+    let answers: Vec<(u16, String)> = flood.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    assert!(answers.len() > during.min(24), "{} answers", answers.len());
+    for (status, answer) in &answers {
+        // Refused by the check (403) or, when the pool's queue is full,
+        // not checked (503); said in JSON.
+        assert!(matches!(status, 403 | 503), "{status} {answer}");
+        let answer: Value = serde_json::from_str(answer).unwrap();
+        assert!(answer["reason"].is_string(), "{answer}");
+    }
+    let statuses: Vec<u16> = answers.iter().map(|(s, _)| *s).collect();
+    let refused_by_check = answers
+        .iter()
+        .filter(|(s, a)| *s == 403 && a.contains("addComment"))
+        .count();
+    assert!(refused_by_check >= 1, "no body was checked to its end");
 
     // Stopped cleanly, the proxy writes the counts still pending.
     let pid = proxy.child.id().to_string();

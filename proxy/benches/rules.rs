@@ -130,7 +130,10 @@ fn main() {
         "model-api".to_owned(),
     ];
     let vars = Vars::from([("repo".to_owned(), "octo-org/hello-world".to_owned())]);
-    if let Some(n) = std::env::var("WORST_CASE").ok().and_then(|n| n.parse().ok()) {
+    if let Some(n) = std::env::var("WORST_CASE")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
         return worst::measure_one(n, book, identity, vars);
     }
 
@@ -162,7 +165,9 @@ fn main() {
         );
     }
     checks(baseline);
-    worst::report(book, identity, vars, |rounds, batch, f| median(rounds, batch, f));
+    worst::report(book, identity, vars, |rounds, batch, f| {
+        median(rounds, batch, f)
+    });
 }
 
 /// The body and byte checks, timed against `baseline`.

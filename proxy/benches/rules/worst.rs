@@ -48,7 +48,7 @@ fn allow() -> GraphQlAllow {
 /// to just under [`BODY`].
 fn graphql_body(document: &str) -> Vec<u8> {
     let pad = BODY - 64 - document.len();
-    format!(r#"{{"query":"#{}\n{document}"}}"#, "c".repeat(pad)).into_bytes()
+    format!(r##"{{"query":"#{}\n{document}"}}"##, "c".repeat(pad)).into_bytes()
 }
 
 fn graphql_cases() -> Vec<Case> {
@@ -65,7 +65,10 @@ fn graphql_cases() -> Vec<Case> {
     // Fragments: a fragment of 16 root fields spread as often as the
     // spread budget allows, over the most operations (16 x 16 x 16 = 4096
     // root selections, the budget).
-    let fragment = format!("fragment F on Query {{{} }}", " viewer { login }".repeat(16));
+    let fragment = format!(
+        "fragment F on Query {{{} }}",
+        " viewer { login }".repeat(16)
+    );
     let operation = format!("query {{{} }}", " ...F".repeat(16));
     let fragments = format!("{fragment} {}", operation.repeat(16));
     // Depth: root fragments nested as deep as allowed, and below the root
@@ -89,8 +92,16 @@ fn graphql_cases() -> Vec<Case> {
     let refused = format!("fragment F on Query {{ viewer {{ login }} }} {spreads}");
     let shapes = [
         (format!("aliases ({fields} root fields)"), aliases, true),
-        ("fragments (4 096 root selections)".to_owned(), fragments, true),
-        (format!("depth ({depth} below the root)"), deep_field(depth), true),
+        (
+            "fragments (4 096 root selections)".to_owned(),
+            fragments,
+            true,
+        ),
+        (
+            format!("depth ({depth} below the root)"),
+            deep_field(depth),
+            true,
+        ),
         ("spreads past the budget".to_owned(), refused, false),
     ];
     shapes
@@ -114,7 +125,11 @@ fn receive_pack_case() -> Case {
     };
     let mut body = Vec::new();
     for i in 0..receive_pack::MAX_COMMANDS {
-        let mut line = format!("{} {} refs/heads/gatehouse/{i:04}", "0".repeat(40), "1".repeat(40));
+        let mut line = format!(
+            "{} {} refs/heads/gatehouse/{i:04}",
+            "0".repeat(40),
+            "1".repeat(40)
+        );
         if i == 0 {
             line.push_str("\0report-status");
         }
@@ -123,7 +138,10 @@ fn receive_pack_case() -> Case {
     }
     body.extend_from_slice(b"0000");
     case(
-        format!("receive-pack, {} commands, 1 B chunks", receive_pack::MAX_COMMANDS),
+        format!(
+            "receive-pack, {} commands, 1 B chunks",
+            receive_pack::MAX_COMMANDS
+        ),
         move || {
             let mut parser = CommandParser::default();
             let mut prefix = BytesMut::new();
@@ -150,7 +168,10 @@ fn json_case() -> Case {
     }
     big.push('}');
     case(
-        format!("JSON {} KiB, depth and keys at the limits", big.len() / 1024),
+        format!(
+            "JSON {} KiB, depth and keys at the limits",
+            big.len() / 1024
+        ),
         move || json::check_document(black_box(big.as_bytes())).is_ok(),
     )
 }
@@ -206,13 +227,31 @@ fn redaction_cases() -> Vec<Case> {
 /// one segment as long as allowed (where `{id:seg}` placeholders try every
 /// length), the most query pairs on a route whose key is constrained.
 fn path_cases(book: RuleBook, identity: Vec<String>, vars: Vars) -> Vec<Case> {
-    let segments = format!("/repos/octo-org/other{}", "/a".repeat(MAX_PATH_SEGMENTS - 3));
-    let long = format!("/open-apis/im/v1/messages/{}", "m".repeat(MAX_PATH_BYTES - 26));
+    let segments = format!(
+        "/repos/octo-org/other{}",
+        "/a".repeat(MAX_PATH_SEGMENTS - 3)
+    );
+    let long = format!(
+        "/open-apis/im/v1/messages/{}",
+        "m".repeat(MAX_PATH_BYTES - 26)
+    );
     let pairs = vec!["receive_id_type=chat_id"; MAX_QUERY_PAIRS].join("&");
     let book = std::rc::Rc::new(book);
     let targets = [
-        ("GET", "api.github.com", segments, None, "most segments, denied"),
-        ("POST", "open.feishu.cn", long, None, "one 8 KiB segment, denied"),
+        (
+            "GET",
+            "api.github.com",
+            segments,
+            None,
+            "most segments, denied",
+        ),
+        (
+            "POST",
+            "open.feishu.cn",
+            long,
+            None,
+            "one 8 KiB segment, denied",
+        ),
         (
             "POST",
             "open.feishu.cn",
@@ -274,7 +313,11 @@ fn peak_kib(n: usize) -> u64 {
         .env("WORST_CASE", n.to_string())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 

@@ -425,15 +425,33 @@ fn the_request_target_budget_holds_at_its_limits() {
         (long_path.clone(), None, None),
         (long_path + "a", None, Some("bytes in the path")),
         ("/x".into(), Some(pairs(MAX_QUERY_PAIRS)), None),
-        ("/x".into(), Some(pairs(MAX_QUERY_PAIRS + 1)), Some("query pairs")),
-        ("/x".into(), Some("&".repeat(MAX_QUERY_PAIRS)), Some("query pairs")),
+        (
+            "/x".into(),
+            Some(pairs(MAX_QUERY_PAIRS + 1)),
+            Some("query pairs"),
+        ),
+        (
+            "/x".into(),
+            Some("&".repeat(MAX_QUERY_PAIRS)),
+            Some("query pairs"),
+        ),
         ("/x".into(), Some(long_query.clone()), None),
-        ("/x".into(), Some(long_query + "v"), Some("bytes in the query")),
+        (
+            "/x".into(),
+            Some(long_query + "v"),
+            Some("bytes in the query"),
+        ),
     ];
     for (path, query, refused) in cases {
         let verdict = check_budget(&path, query.as_deref());
         match refused {
-            None => assert_eq!(verdict, Ok(()), "{} {:?}", path.len(), query.map(|q| q.len())),
+            None => assert_eq!(
+                verdict,
+                Ok(()),
+                "{} {:?}",
+                path.len(),
+                query.map(|q| q.len())
+            ),
             Some(bound) => {
                 let why = verdict.unwrap_err();
                 assert!(why.contains(bound), "{why}");
@@ -460,5 +478,8 @@ fn matching_an_ascii_path_is_matching_a_checked_one() {
             "{path}"
         );
     }
-    assert_eq!(template.matches("/repos/octo/hello/pulls/1/é.diff", &vars), None);
+    assert_eq!(
+        template.matches("/repos/octo/hello/pulls/1/é.diff", &vars),
+        None
+    );
 }

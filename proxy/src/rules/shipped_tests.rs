@@ -398,5 +398,8 @@ fn a_target_at_the_budget_is_decided_and_one_past_it_is_refused() {
         assert!(ok, "{} bytes: {decision:?}", line.len());
     }
     // The budget is the target's length as forwarded.
-    assert_eq!(long(MAX_PATH_BYTES).len() - "GET api.github.com".len(), MAX_PATH_BYTES);
+    assert_eq!(
+        long(MAX_PATH_BYTES).len() - "GET api.github.com".len(),
+        MAX_PATH_BYTES
+    );
 }

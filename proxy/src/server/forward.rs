@@ -240,7 +240,12 @@ pub(super) fn refuse_head(
 
 /// Records a refused request and answers 403 (503 if the audit log cannot
 /// be written: nothing is answered that is not on record).
-fn deny(proxy: &Proxy, record: RequestRecord, reason: &str, tried: &[String]) -> Response<ProxyBody> {
+fn deny(
+    proxy: &Proxy,
+    record: RequestRecord,
+    reason: &str,
+    tried: &[String],
+) -> Response<ProxyBody> {
     let answer = denied(&record.method, &record.host, &record.path, reason, tried);
     refuse(proxy, record, reason, tried, answer)
 }

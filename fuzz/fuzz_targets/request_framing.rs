@@ -1,7 +1,7 @@
 //! Any bytes from a client, split anywhere: the request-framing guard in
 //! front of hyper never panics, passes on only a prefix of what it was given
 //! (followed by the poison head when it refuses), and decides the same
-//! whether the bytes arrive at once or in two reads.
+//! whether the bytes arrive at once or in up to five reads split anywhere.
 #![no_main]
 
 use bytes::BytesMut;
@@ -19,12 +19,25 @@ fn run(reads: &[&[u8]]) -> (BytesMut, Option<String>) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&split, input)) = data.split_first() else {
+    // The first four bytes choose four split points in the rest.
+    if data.len() < 4 {
         return;
-    };
-    let at = usize::from(split) % (input.len() + 1);
+    }
+    let (splits, input) = data.split_at(4);
+    let mut points: Vec<usize> = splits
+        .iter()
+        .map(|&s| usize::from(s) * input.len() / 255)
+        .collect();
+    points.sort_unstable();
+    let mut reads = Vec::new();
+    let mut from = 0;
+    for &to in &points {
+        reads.push(&input[from..to]);
+        from = to;
+    }
+    reads.push(&input[from..]);
     let (whole, whole_violation) = run(&[input]);
-    let (parts, parts_violation) = run(&[&input[..at], &input[at..]]);
+    let (parts, parts_violation) = run(&reads);
     let passed = match &whole_violation {
         Some(_) => whole
             .strip_suffix(POISON)

@@ -5,6 +5,9 @@
 //! limits, and the framing guard on a head at its limit, whole and a byte
 //! at a time.
 //!
+//! Then the worst-case group ([`worst`]): every parser of untrusted input
+//! at its largest accepted input, time and peak memory per request.
+//!
 //! Run: `cargo bench -p gatehouse-proxy --bench rules`
 
 use std::hint::black_box;
@@ -15,6 +18,9 @@ use gatehouse_proxy::path::Vars;
 use gatehouse_proxy::rules::{Decision, RequestHead, RuleBook, RuleSet};
 use gatehouse_proxy::server::framing::{Tracker, MAX_HEAD_BYTES};
 use sha2::{Digest, Sha256};
+
+#[path = "rules/worst.rs"]
+mod worst;
 
 const SETS: &[(&str, &str)] = &[
     (
@@ -124,6 +130,12 @@ fn main() {
         "model-api".to_owned(),
     ];
     let vars = Vars::from([("repo".to_owned(), "octo-org/hello-world".to_owned())]);
+    if let Some(n) = std::env::var("WORST_CASE")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        return worst::measure_one(n, book, identity, vars);
+    }
 
     let line = vec![b'x'; 1024];
     let baseline = median(51, 2000, || {
@@ -153,6 +165,9 @@ fn main() {
         );
     }
     checks(baseline);
+    worst::report(book, identity, vars, |rounds, batch, f| {
+        median(rounds, batch, f)
+    });
 }
 
 /// The body and byte checks, timed against `baseline`.

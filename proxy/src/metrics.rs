@@ -95,6 +95,9 @@ pub fn denial_kind(record: &RequestRecord) -> &'static str {
     };
     const BY_TEXT: &[(&str, &str)] = &[
         ("limits.", "limit"),
+        // The request target's budget and the full pool of body checks.
+        ("the proxy decides on", "limit"),
+        ("request bodies as it queues", "limit"),
         ("not the one this identity is for", "peer"),
         ("was not created by this identity", "ownership"),
         ("TLS server name", "tls"),
@@ -193,6 +196,8 @@ mod tests {
         let cases = [
             ("GET", "GET api.github.com/repos/acme/other/issues/1 matches no rule of test-worker", &["test-worker"][..], "rule"),
             ("GET", "this identity has as many requests in flight as it may (limits.requests_per_identity); retry when one has finished", &[], "limit"),
+            ("GET", "the request target has 200 path segments, more than the 128 the proxy decides on", &["test-worker"], "limit"),
+            ("POST", "the proxy is checking as many request bodies as it queues (16); retry shortly", &["test-worker"], "limit"),
             ("-", "the peer (uid 1000) is not the one this identity is for", &[], "peer"),
             ("PATCH", "issue_comment 7 was not created by this identity: a worker may edit", &["test-worker"], "ownership"),
             ("CONNECT", "TLS server name Some(\"x\") does not match the CONNECT host", &["test-worker"], "tls"),

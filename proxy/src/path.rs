@@ -56,6 +56,38 @@ pub enum PathError {
     NonUtf8(usize),
 }
 
+/// Most segments in a request path. GitHub's deepest routes (a file's
+/// contents) nest a repository path; 128 is far beyond any real one.
+pub const MAX_PATH_SEGMENTS: usize = 128;
+/// Most bytes in a request path.
+pub const MAX_PATH_BYTES: usize = 8 * 1024;
+/// Most `&`-separated pairs in a query.
+pub const MAX_QUERY_PAIRS: usize = 64;
+/// Most bytes in a query.
+pub const MAX_QUERY_BYTES: usize = 8 * 1024;
+
+/// Whether a request target is small enough to be decided on: the rule
+/// book's work grows with the path's segments and the query's pairs, so
+/// both are bounded before any rule is tried. Linear in the target; the
+/// error says which bound and what the request had.
+pub fn check_budget(path: &str, query: Option<&str>) -> Result<(), String> {
+    let segments = path.bytes().filter(|&b| b == b'/').count();
+    let pairs = query.map_or(0, |q| q.bytes().filter(|&b| b == b'&').count() + 1);
+    let query_bytes = query.map_or(0, str::len);
+    let over = [
+        ("bytes in the path", path.len(), MAX_PATH_BYTES),
+        ("path segments", segments, MAX_PATH_SEGMENTS),
+        ("bytes in the query", query_bytes, MAX_QUERY_BYTES),
+        ("query pairs", pairs, MAX_QUERY_PAIRS),
+    ];
+    match over.iter().find(|(_, n, max)| n > max) {
+        Some((what, n, max)) => Err(format!(
+            "the request target has {n} {what}, more than the {max} the proxy decides on"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Check that `path` (raw, as it will be forwarded, without the query) is
 /// canonical, and return it as `&str`.
 pub fn check_canonical(path: &[u8]) -> Result<&str, PathError> {
@@ -81,8 +113,6 @@ fn check_segment(segment: &[u8], offset: usize) -> Result<(), PathError> {
         b".." => return Err(PathError::DotSegment("..")),
         _ => {}
     }
-    // The segment as upstream will decode it, to check encoded non-ASCII.
-    let mut decoded = Vec::with_capacity(segment.len());
     let mut has_high = false;
     let mut i = 0;
     while i < segment.len() {
@@ -91,10 +121,7 @@ fn check_segment(segment: &[u8], offset: usize) -> Result<(), PathError> {
         match byte {
             b'\\' => return Err(PathError::Backslash(at)),
             b'%' => {
-                let value = segment
-                    .get(i + 1..i + 3)
-                    .and_then(|hex| Some(hex_value(hex[0])? << 4 | hex_value(hex[1])?))
-                    .ok_or(PathError::BadPercent(at))?;
+                let value = percent_value(segment, i).ok_or(PathError::BadPercent(at))?;
                 let forbidden = |what| Err(PathError::ForbiddenEncoding { what, at });
                 match value {
                     b'/' => return forbidden("`/`"),
@@ -106,19 +133,45 @@ fn check_segment(segment: &[u8], offset: usize) -> Result<(), PathError> {
                     0x80..=0xff => has_high = true,
                     _ => {}
                 }
-                decoded.push(value);
                 i += 3;
                 continue;
             }
-            b if is_pchar(b) => decoded.push(byte),
+            b if is_pchar(b) => {}
             _ => return Err(PathError::ForbiddenByte { byte, at }),
         }
         i += 1;
     }
-    if has_high && std::str::from_utf8(&decoded).is_err() {
+    // Encoded non-ASCII must decode to UTF-8, as upstream will read it;
+    // decoded (one allocation) only for the segments that have any.
+    if has_high && std::str::from_utf8(&decode_segment(segment)).is_err() {
         return Err(PathError::NonUtf8(offset));
     }
     Ok(())
+}
+
+/// The byte `%XY` at `i` encodes, if `XY` are two hex digits.
+fn percent_value(segment: &[u8], i: usize) -> Option<u8> {
+    let hex = segment.get(i + 1..i + 3)?;
+    Some(hex_value(hex[0])? << 4 | hex_value(hex[1])?)
+}
+
+/// A segment already checked by [`check_segment`], percent-decoded.
+fn decode_segment(segment: &[u8]) -> Vec<u8> {
+    let mut decoded = Vec::with_capacity(segment.len());
+    let mut i = 0;
+    while i < segment.len() {
+        match percent_value(segment, i).filter(|_| segment[i] == b'%') {
+            Some(value) => {
+                decoded.push(value);
+                i += 3;
+            }
+            None => {
+                decoded.push(segment[i]);
+                i += 1;
+            }
+        }
+    }
+    decoded
 }
 
 fn hex_value(b: u8) -> Option<u8> {
@@ -307,6 +360,15 @@ impl PathTemplate {
         if !path.is_ascii() {
             return None;
         }
+        self.matches_ascii(path, vars)
+    }
+
+    /// [`Self::matches`] for a path known to be ASCII (one that passed
+    /// [`check_canonical`]): the rule book tries every rule on the same
+    /// path, so it checks the path once, not once per rule. A non-ASCII
+    /// path may panic.
+    pub(crate) fn matches_ascii(&self, path: &str, vars: &Vars) -> Option<Captures> {
+        debug_assert!(path.is_ascii());
         let mut captures = Captures::new();
         match_tokens(&self.tokens, path, vars, &mut captures).then_some(captures)
     }

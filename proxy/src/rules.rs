@@ -309,10 +309,16 @@ const FORBIDDEN_PREFIXES: &[(&str, &str)] = &[
 ];
 
 fn forbidden_endpoint(path: &str) -> Option<&'static str> {
-    let lower = path.to_ascii_lowercase();
+    let starts = |prefix: &str| {
+        path.get(..prefix.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+    };
     FORBIDDEN_PREFIXES
         .iter()
-        .find(|(prefix, _)| lower.starts_with(prefix) || lower == prefix.trim_end_matches('/'))
+        .find(|(prefix, _)| {
+            let bare = prefix.trim_end_matches('/');
+            starts(prefix) || (path.len() == bare.len() && starts(bare))
+        })
         .map(|(_, why)| *why)
 }
 

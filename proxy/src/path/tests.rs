@@ -409,3 +409,77 @@ proptest! {
         let _ = template("/repos/{repo}/x/{n}/{id:seg}/*/**").matches(&path, &vars("a/b"));
     }
 }
+
+#[test]
+fn the_request_target_budget_holds_at_its_limits() {
+    let segments = |n: usize| "/a".repeat(n);
+    let pairs = |n: usize| vec!["k=v"; n].join("&");
+    let long_path = format!("/{}", "a".repeat(MAX_PATH_BYTES - 1));
+    let long_query = format!("k={}", "v".repeat(MAX_QUERY_BYTES - 2));
+    // (path, query, the bound refused, if any)
+    let cases: Vec<(String, Option<String>, Option<&str>)> = vec![
+        ("/".into(), None, None),
+        ("/x".into(), Some(String::new()), None),
+        (segments(MAX_PATH_SEGMENTS), None, None),
+        (segments(MAX_PATH_SEGMENTS + 1), None, Some("path segments")),
+        (long_path.clone(), None, None),
+        (long_path + "a", None, Some("bytes in the path")),
+        ("/x".into(), Some(pairs(MAX_QUERY_PAIRS)), None),
+        (
+            "/x".into(),
+            Some(pairs(MAX_QUERY_PAIRS + 1)),
+            Some("query pairs"),
+        ),
+        (
+            "/x".into(),
+            Some("&".repeat(MAX_QUERY_PAIRS)),
+            Some("query pairs"),
+        ),
+        ("/x".into(), Some(long_query.clone()), None),
+        (
+            "/x".into(),
+            Some(long_query + "v"),
+            Some("bytes in the query"),
+        ),
+    ];
+    for (path, query, refused) in cases {
+        let verdict = check_budget(&path, query.as_deref());
+        match refused {
+            None => assert_eq!(
+                verdict,
+                Ok(()),
+                "{} {:?}",
+                path.len(),
+                query.map(|q| q.len())
+            ),
+            Some(bound) => {
+                let why = verdict.unwrap_err();
+                assert!(why.contains(bound), "{why}");
+            }
+        }
+    }
+}
+
+#[test]
+fn matching_an_ascii_path_is_matching_a_checked_one() {
+    let vars = Vars::from([("repo".to_owned(), "octo/hello".to_owned())]);
+    let names = BTreeSet::from(["repo".to_owned()]);
+    let template = PathTemplate::parse("/repos/{repo}/pulls/{n}/{id:seg}.diff", &names).unwrap();
+    for path in [
+        "/repos/octo/hello/pulls/12/abc.diff",
+        "/repos/OCTO/hello/pulls/12/a.diff.diff",
+        "/repos/octo/hello/pulls/x/abc.diff",
+        "/repos/octo/hello-evil/pulls/12/abc.diff",
+        "/repos/octo/hello/pulls/12/.diff",
+    ] {
+        assert_eq!(
+            template.matches(path, &vars),
+            template.matches_ascii(path, &vars),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        template.matches("/repos/octo/hello/pulls/1/é.diff", &vars),
+        None
+    );
+}

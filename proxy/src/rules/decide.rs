@@ -11,6 +11,11 @@ impl RuleBook {
     /// Decide one request of an identity with `rule_sets` and `vars`.
     pub fn check(&self, head: &RequestHead, rule_sets: &[String], vars: &Vars) -> Decision {
         let deny = |reason: String| Decision::Deny(Denial::new(reason, rule_sets));
+        // Bounded first: what follows is linear in the target, the rules'
+        // matching linear in segments and pairs times rules.
+        if let Err(why) = path::check_budget(head.path, head.query) {
+            return deny(why);
+        }
         if let Err(e) = path::check_canonical(head.path.as_bytes()) {
             return deny(format!(
                 "the path is not canonical ({e}); send it exactly as the API documents it"
@@ -106,7 +111,11 @@ fn match_rule(
     if !rule.host.eq_ignore_ascii_case(head.host) {
         return Err(Progress::Nothing);
     }
-    let mut captures = rule.path.matches(head.path, vars).ok_or(Progress::Host)?;
+    // `check` made sure the path is canonical, so ASCII.
+    let mut captures = rule
+        .path
+        .matches_ascii(head.path, vars)
+        .ok_or(Progress::Host)?;
     if !rule.methods.iter().any(|m| m == head.method) {
         return Err(Progress::Method(rule.methods.clone()));
     }

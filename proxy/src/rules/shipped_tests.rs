@@ -420,3 +420,41 @@ fn the_router_app_set_loads_and_the_app_jwt_goes_to_app_hooks_only() {
         assert!(error.contains("github_app_jwt"), "{path}: {error}");
     }
 }
+
+#[test]
+fn a_target_at_the_budget_is_decided_and_one_past_it_is_refused() {
+    use crate::path::{MAX_PATH_BYTES, MAX_PATH_SEGMENTS, MAX_QUERY_PAIRS};
+    let book = shipped_book();
+    let worker = ["github-worker", "feishu-send", "model-api"];
+    let contents = "GET api.github.com/repos/octo-org/hello-world/contents";
+    // The 4 segments of `contents`, then the file's.
+    let deep = |n: usize| format!("{contents}{}", "/a".repeat(n - 4));
+    let long = |n: usize| format!("{contents}/{}", "a".repeat(n - 37));
+    let pairs = |n: usize| {
+        let query = vec!["per_page=1"; n].join("&");
+        format!("GET api.github.com/repos/octo-org/hello-world/issues?{query}")
+    };
+    // (request, the bound it is refused by; None: allowed)
+    let cases = [
+        (deep(MAX_PATH_SEGMENTS), None),
+        (deep(MAX_PATH_SEGMENTS + 1), Some("path segments")),
+        (long(MAX_PATH_BYTES), None),
+        (long(MAX_PATH_BYTES + 1), Some("bytes in the path")),
+        (pairs(MAX_QUERY_PAIRS), None),
+        (pairs(MAX_QUERY_PAIRS + 1), Some("query pairs")),
+    ];
+    for (line, refused) in cases {
+        let decision = decide(&book, &worker, &line);
+        let ok = match (refused, &decision) {
+            (None, Decision::Allow(_)) => true,
+            (Some(why), Decision::Deny(d)) => d.reason.contains(why),
+            _ => false,
+        };
+        assert!(ok, "{} bytes: {decision:?}", line.len());
+    }
+    // The budget is the target's length as forwarded.
+    assert_eq!(
+        long(MAX_PATH_BYTES).len() - "GET api.github.com".len(),
+        MAX_PATH_BYTES
+    );
+}

@@ -111,6 +111,28 @@ pub(super) fn too_many(reason: &str) -> Response<ProxyBody> {
     )
 }
 
+/// 414: the request target is over the budget the rules decide on.
+pub(super) fn too_long(reason: &str) -> Response<ProxyBody> {
+    json_response(
+        StatusCode::URI_TOO_LONG,
+        &json!({"error": "gatehouse_limit", "reason": reason}),
+        false,
+    )
+}
+
+/// 503 with `Retry-After`: the pool of body checks is full; the body was
+/// not looked at.
+pub(super) fn busy(reason: &str) -> Response<ProxyBody> {
+    let mut resp = json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &json!({"error": "gatehouse_busy", "reason": reason}),
+        false,
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
 pub(super) fn audit_unavailable() -> Response<ProxyBody> {
     json_response(
         StatusCode::SERVICE_UNAVAILABLE,

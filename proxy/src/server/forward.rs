@@ -29,11 +29,11 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::answers::{audit_unavailable, bad_request, denied, push_refused, redact_text};
-use super::answers::{refused_identity, too_many, upstream_failed};
+use super::answers::{busy, refused_identity, too_long, too_many, upstream_failed};
 use super::headers::upstream_request_headers;
 use super::headers::{self, method_changing_header, strip_response_headers, unscannable_encoding};
-use super::inspect::{inspect_body, BodyRefusal, MESSAGE_BODY_LIMIT};
-use super::message::{created_message_id, message_record};
+use super::inspect::{checked_message, inspect_body, BodyRefusal, MESSAGE_BODY_LIMIT};
+use super::message::created_message_id;
 use super::policy::{Grant, MessageSpec, RequestView};
 use super::records::{now, request_record};
 use super::{head, owned, Identity, Proxy};
@@ -179,6 +179,10 @@ pub(super) async fn handle(
         path: req.uri().path(),
         query: req.uri().query(),
     };
+    if let Err(reason) = crate::path::check_budget(view.path, view.query) {
+        let answer = too_long(&reason);
+        return Ok(refuse(&proxy, record, &reason, &[], answer));
+    }
     let grant = match proxy.policy.check(&view, &identity.scope) {
         Ok(grant) => grant,
         Err(refusal) => {
@@ -195,14 +199,15 @@ pub(super) async fn handle(
     }
     let (parts, incoming) = req.into_parts();
     let known = identity.created.known_ids();
-    let inspected = match inspect_body(&parts.headers, incoming, &grant, &known).await {
+    let inspected = match inspect_body(&parts.headers, incoming, &grant, &known, &proxy.heavy).await
+    {
         Ok(inspected) => inspected,
         Err(refusal) => return Ok(refuse_body(&proxy, &identity, record, refusal)),
     };
     if let (Some(message), Some(hash)) = (&grant.message, &inspected.sha256) {
-        match message_record(message, hash, inspected.whole.as_deref()) {
+        match checked_message(&proxy.heavy, message, hash, inspected.whole.clone()).await {
             Ok(message) => record.message = Some(message),
-            Err(reason) => return Ok(deny(&proxy, record, &reason, &identity.scope.rule_sets)),
+            Err(refusal) => return Ok(refuse_body(&proxy, &identity, record, refusal)),
         }
     }
     record.outcome = Outcome::Allow {
@@ -242,15 +247,27 @@ pub(super) fn refuse_head(
 /// be written: nothing is answered that is not on record).
 fn deny(
     proxy: &Proxy,
+    record: RequestRecord,
+    reason: &str,
+    tried: &[String],
+) -> Response<ProxyBody> {
+    let answer = denied(&record.method, &record.host, &record.path, reason, tried);
+    refuse(proxy, record, reason, tried, answer)
+}
+
+/// Records a refused request and gives `answer` (503 if the audit log
+/// cannot be written).
+fn refuse(
+    proxy: &Proxy,
     mut record: RequestRecord,
     reason: &str,
     tried: &[String],
+    answer: Response<ProxyBody>,
 ) -> Response<ProxyBody> {
     record.outcome = Outcome::Deny {
         reason: reason.to_string(),
         rule_sets_tried: tried.to_vec(),
     };
-    let answer = denied(&record.method, &record.host, &record.path, reason, tried);
     if proxy.record_refusal(Record::Request(record)).is_err() {
         return audit_unavailable();
     }
@@ -265,7 +282,11 @@ fn refuse_body(
     record: RequestRecord,
     refusal: BodyRefusal,
 ) -> Response<ProxyBody> {
-    let answer = deny(proxy, record, &refusal.reason, &identity.scope.rule_sets);
+    let tried = &identity.scope.rule_sets;
+    if refusal.busy {
+        return refuse(proxy, record, &refusal.reason, tried, busy(&refusal.reason));
+    }
+    let answer = deny(proxy, record, &refusal.reason, tried);
     match refusal.git_report {
         Some(report) if answer.status() == StatusCode::FORBIDDEN => {
             push_refused(&report, &refusal.reason)

@@ -9,7 +9,10 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
 use sha2::{Digest, Sha256};
 
-use super::policy::{BodyCheckFn, BodyVerdict, Grant};
+use super::heavy::{HeavyPool, NotRun, INLINE_BYTES};
+use super::message::message_record;
+use super::policy::{BodyCheckFn, BodyVerdict, Grant, MessageSpec};
+use crate::audit::MessageRecord;
 use crate::body::{self, PrefixedBody, ProxyBody};
 use crate::graphql::{KnownIds, Learn};
 use crate::receive_pack::StatusReport;
@@ -32,6 +35,8 @@ pub(super) struct Inspected {
 pub(super) struct BodyRefusal {
     pub(super) reason: String,
     pub(super) git_report: Option<StatusReport>,
+    /// Not judged: the pool of body checks was full (answered 503).
+    pub(super) busy: bool,
 }
 
 impl From<String> for BodyRefusal {
@@ -39,6 +44,16 @@ impl From<String> for BodyRefusal {
         Self {
             reason,
             git_report: None,
+            busy: false,
+        }
+    }
+}
+
+impl From<NotRun> for BodyRefusal {
+    fn from(not_run: NotRun) -> Self {
+        Self {
+            busy: matches!(not_run, NotRun::Busy(_)),
+            ..not_run.to_string().into()
         }
     }
 }
@@ -92,6 +107,7 @@ fn judge(
             git_report: (name == "receive_pack")
                 .then(|| StatusReport::requested(prefix))
                 .flatten(),
+            busy: false,
         }),
         BodyVerdict::NeedMore if complete => {
             Err(format!("the {name} body ended before it could be checked").into())
@@ -100,11 +116,63 @@ fn judge(
     }
 }
 
+/// Whether a check's call runs on the pool of body checks: the one call of
+/// a whole-body check that reads a body larger than [`INLINE_BYTES`].
+fn on_pool(incremental: bool, len: usize, complete: bool) -> bool {
+    !incremental && complete && len > INLINE_BYTES
+}
+
+/// A started check of one body: its name, whether it is incremental, and
+/// its state.
+type Running = (&'static str, bool, Box<BodyCheckFn>);
+
+/// [`judge`], on the pool when [`on_pool`] says so; the check and the
+/// prefix come back for the next read.
+async fn judge_in_turn(
+    pool: &HeavyPool,
+    (name, incremental, mut check): Running,
+    prefix: BytesMut,
+    complete: bool,
+) -> Result<(Running, BytesMut, Option<Vec<Learn>>), BodyRefusal> {
+    if !on_pool(incremental, prefix.len(), complete) {
+        let verdict = judge(name, check.as_mut(), &prefix, complete)?;
+        return Ok(((name, incremental, check), prefix, verdict));
+    }
+    let judged = pool
+        .run(move || {
+            let verdict = judge(name, check.as_mut(), &prefix, complete);
+            (check, prefix, verdict)
+        })
+        .await;
+    let (check, prefix, verdict) = judged?;
+    Ok(((name, incremental, check), prefix, verdict?))
+}
+
+/// The message record of a message-bearing call ([`message_record`]);
+/// its JSON check runs on the pool when the body is larger than
+/// [`INLINE_BYTES`].
+pub(super) async fn checked_message(
+    pool: &HeavyPool,
+    spec: &MessageSpec,
+    sha256: &str,
+    whole: Option<Bytes>,
+) -> Result<MessageRecord, BodyRefusal> {
+    if whole.as_ref().map_or(0, Bytes::len) <= INLINE_BYTES {
+        return Ok(message_record(spec, sha256, whole.as_deref())?);
+    }
+    let (spec, sha256) = (spec.clone(), sha256.to_owned());
+    let record = pool
+        .run(move || message_record(&spec, &sha256, whole.as_deref()))
+        .await?;
+    Ok(record?)
+}
+
 pub(super) async fn inspect_body(
     headers: &HeaderMap,
     mut incoming: Incoming,
     grant: &Grant,
     known: &KnownIds,
+    pool: &HeavyPool,
 ) -> Result<Inspected, BodyRefusal> {
     let need_all = grant.message.is_some();
     if grant.body.is_none() && !need_all {
@@ -126,12 +194,21 @@ pub(super) async fn inspect_body(
     let mut verdict_ok = grant.body.is_none();
     let mut learn = Vec::new();
     // One check per request: it may keep what it parsed between reads.
-    let mut checker = grant.body.as_ref().map(|c| (c.name, (c.start)(known)));
+    let mut checker: Option<Running> = grant
+        .body
+        .as_ref()
+        .map(|c| (c.name, c.incremental, (c.start)(known)));
     loop {
         // Nothing to decide on until the first bytes (or the end) arrive.
         let ready = complete || !prefix.is_empty();
-        if let (false, true, Some((name, check))) = (verdict_ok, ready, checker.as_mut()) {
-            if let Some(learnt) = judge(name, check.as_mut(), &prefix, complete)? {
+        if !verdict_ok && ready {
+            // Without a check the body needs none (`verdict_ok` is then set).
+            let Some(running) = checker.take() else {
+                return Err("the body check was lost".into());
+            };
+            let (running, back, verdict) = judge_in_turn(pool, running, prefix, complete).await?;
+            (checker, prefix) = (Some(running), back);
+            if let Some(learnt) = verdict {
                 verdict_ok = true;
                 learn = learnt;
             }
@@ -181,6 +258,7 @@ mod tests {
         BodyChecker {
             name,
             limit,
+            incremental: false,
             start: Arc::new(move |_: &KnownIds| {
                 let verdict = verdict.clone();
                 Box::new(move |_: &[u8], _: bool| verdict.clone())
@@ -256,6 +334,35 @@ mod tests {
     }
 
     #[test]
+    fn only_a_whole_body_check_of_a_large_body_goes_to_the_pool() {
+        // (incremental, bytes, complete, on the pool)
+        let cases = [
+            (false, INLINE_BYTES + 1, true, true),
+            (false, 1 << 20, true, true),
+            (false, INLINE_BYTES, true, false),
+            (false, 10, true, false),
+            (false, 1 << 20, false, false),
+            (true, 1 << 20, true, false),
+            (true, 1 << 20, false, false),
+        ];
+        for (incremental, len, complete, pooled) in cases {
+            assert_eq!(
+                on_pool(incremental, len, complete),
+                pooled,
+                "{incremental} {len} {complete}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_full_pool_is_a_busy_refusal_a_failed_check_a_plain_one() {
+        let busy = BodyRefusal::from(NotRun::Busy(16));
+        assert!(busy.busy && busy.reason.contains("16"), "{busy:?}");
+        assert!(!BodyRefusal::from(NotRun::Failed).busy);
+        assert!(!BodyRefusal::from("no").busy);
+    }
+
+    #[test]
     fn verdicts_table() {
         let push = {
             let command = format!(
@@ -275,6 +382,7 @@ mod tests {
         let refused = |git_report| BodyRefusal {
             reason: "no".into(),
             git_report,
+            busy: false,
         };
         let ended = |name: &str| {
             BodyRefusal::from(format!("the {name} body ended before it could be checked"))

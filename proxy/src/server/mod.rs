@@ -22,6 +22,7 @@ mod forward;
 pub mod framing;
 mod head;
 mod headers;
+mod heavy;
 mod idle;
 mod inspect;
 mod lifecycle;
@@ -163,6 +164,8 @@ pub struct Proxy {
     budget: Budget,
     /// Client connections of all identities ([`Budget::connections`]).
     connections: Arc<Semaphore>,
+    /// Where whole-body checks run, off the runtime's worker threads.
+    heavy: heavy::HeavyPool,
     request_prefix: String,
     next_request: AtomicU64,
     /// Where the dynamic identities are saved ([`persist`]), once set.
@@ -238,6 +241,7 @@ impl Proxy {
             limits: parts.limits,
             budget,
             connections: Arc::new(Semaphore::new(budget.connections)),
+            heavy: heavy::HeavyPool::for_this_machine(),
             request_prefix: format!("req_{:x}", started.as_nanos()),
             next_request: AtomicU64::new(1),
             identity_state: OnceLock::new(),

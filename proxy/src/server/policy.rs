@@ -76,6 +76,12 @@ pub struct BodyChecker {
     pub name: &'static str,
     /// Bodies larger than this without a verdict are refused.
     pub limit: usize,
+    /// Each call does work in proportion to the bytes added since the last
+    /// one (receive-pack's parser keeps its state), so it runs in place.
+    /// Otherwise the check reads the whole body once it is complete (and
+    /// answers [`BodyVerdict::NeedMore`] at once before): that call runs on
+    /// the bounded pool of body checks when the body is not small.
+    pub incremental: bool,
     /// Starts a request's check, which decides on the prefix read so far
     /// (`complete` when it is all of it).
     pub start: Arc<StartBodyCheck>,
@@ -86,6 +92,7 @@ impl std::fmt::Debug for BodyChecker {
         f.debug_struct("BodyChecker")
             .field("name", &self.name)
             .field("limit", &self.limit)
+            .field("incremental", &self.incremental)
             .finish_non_exhaustive()
     }
 }
@@ -192,6 +199,7 @@ fn grant_of(allowed: Allowed) -> Grant {
         rules::BodyCheck::GraphQl(allow) => Some(BodyChecker {
             name: "graphql",
             limit: BODY_CHECK_LIMIT,
+            incremental: false,
             start: Arc::new(move |known: &graphql::KnownIds| {
                 let allow = allow.clone();
                 let known = known.clone();
@@ -210,6 +218,7 @@ fn grant_of(allowed: Allowed) -> Grant {
         rules::BodyCheck::ReceivePack(policy) => Some(BodyChecker {
             name: "receive_pack",
             limit: BODY_CHECK_LIMIT,
+            incremental: true,
             start: Arc::new(move |_: &graphql::KnownIds| {
                 let policy = policy.clone();
                 let mut parser = receive_pack::CommandParser::default();

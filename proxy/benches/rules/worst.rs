@@ -86,7 +86,14 @@ fn graphql_cases() -> Vec<Case> {
     };
     let depth = (1..200)
         .rev()
-        .find(|&d| graphql::check(&graphql_body(&deep_field(d)), &allow()).is_ok())
+        .find(|&d| {
+            graphql::check(
+                &graphql_body(&deep_field(d)),
+                &allow(),
+                &graphql::KnownIds::default(),
+            )
+            .is_ok()
+        })
         .unwrap_or(0);
     // Refused: a fragment spread far past the budget in the most
     // operations the token budget lets the parser read.
@@ -112,7 +119,8 @@ fn graphql_cases() -> Vec<Case> {
             let body = graphql_body(&document);
             let allow = allow();
             case(format!("GraphQL 1 MiB, {label}"), move || {
-                graphql::check(black_box(&body), &allow).is_ok() == allowed
+                graphql::check(black_box(&body), &allow, &graphql::KnownIds::default()).is_ok()
+                    == allowed
             })
         })
         .collect()

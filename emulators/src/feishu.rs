@@ -4,8 +4,11 @@
 //! `{app_id, app_secret}` for a tenant token that expires after
 //! [`FeishuOptions::token_ttl`]; while more than 30 minutes remain, asking
 //! again returns the same token (as Feishu does). The IM endpoints require
-//! `Authorization: Bearer <a live token it issued>` and answer
-//! code 99991663 otherwise. Responses use Feishu's `{code, msg, data}` shape.
+//! `Authorization: Bearer <a live token it issued>` and answer with
+//! Feishu's distinct codes otherwise ([`TokenRefusal`]). A live token can be
+//! invalidated before its expiry (as resetting the app secret does), now or
+//! on its next use, to test that clients recover. Responses use Feishu's
+//! `{code, msg, data}` shape.
 //! The token rules are plain functions over data with `now` passed in.
 //! Messages people send are pushed to configured event targets ([`events`]).
 
@@ -32,8 +35,14 @@ use crate::util::random_hex;
 const MAX_BODY: usize = 4 * 1024 * 1024;
 /// Feishu hands out the cached token until fewer than this many seconds remain.
 const REISSUE_BELOW_SECS: u64 = 30 * 60;
-/// Invalid or expired access token (Feishu's code).
+/// No access token, or not in the `Bearer <token>` form (Feishu's code).
+pub const CODE_MISSING_TOKEN: i64 = 99_991_661;
+/// A tenant access token Feishu does not know or no longer accepts. The
+/// official Go SDK names it `errCodeTenantAccessTokenInvalid` and retries
+/// once with a new token on it (oapi-sdk-go, `core/constants.go`).
 pub const CODE_INVALID_TOKEN: i64 = 99_991_663;
+/// An access token past its expiry (Feishu's code).
+pub const CODE_EXPIRED_TOKEN: i64 = 99_991_668;
 /// `receive_id_type` values Feishu accepts for sending.
 const RECEIVE_ID_TYPES: &[&str] = &["open_id", "user_id", "union_id", "email", "chat_id"];
 const MSG_TYPES: &[&str] = &[
@@ -184,6 +193,8 @@ pub(crate) struct IssuedToken {
     pub app_id: String,
     /// Seconds on the emulator's clock when it stops being valid.
     pub expires_at: u64,
+    /// Invalidated before its expiry: refused, and never handed out again.
+    pub revoked: bool,
 }
 
 /// What the token endpoint should do for a request at `now`.
@@ -221,20 +232,55 @@ pub(crate) fn grant_token(
     issued
         .iter()
         .rev()
-        .find(|t| t.app_id == app_id && t.expires_at > now + REISSUE_BELOW_SECS)
+        .find(|t| t.app_id == app_id && !t.revoked && t.expires_at > now + REISSUE_BELOW_SECS)
         .map(|t| TokenGrant::Reuse(t.clone()))
         .unwrap_or(TokenGrant::Issue)
 }
 
-/// The app a bearer token authenticates at `now`, if it is live.
-pub(crate) fn authenticate<'t>(
-    issued: &'t [IssuedToken],
-    bearer: &str,
+/// Why Feishu refuses the `Authorization` of a request, by its codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenRefusal {
+    /// No header, or not `Bearer <token>`: 99991661.
+    Missing,
+    /// Not a token it issued, or one invalidated before its expiry: 99991663.
+    Invalid,
+    /// A token it issued, past its expiry: 99991668.
+    Expired,
+}
+
+impl TokenRefusal {
+    pub(crate) fn code(self) -> i64 {
+        match self {
+            Self::Missing => CODE_MISSING_TOKEN,
+            Self::Invalid => CODE_INVALID_TOKEN,
+            Self::Expired => CODE_EXPIRED_TOKEN,
+        }
+    }
+}
+
+/// The issued token an `Authorization` value carries if it is live at
+/// `now` (its index in `issued`), or why it is refused.
+pub(crate) fn authenticate(
+    issued: &[IssuedToken],
+    authorization: Option<&str>,
     now: u64,
-) -> Option<&'t IssuedToken> {
-    issued
+) -> Result<usize, TokenRefusal> {
+    let bearer = authorization
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .filter(|b| !b.is_empty())
+        .ok_or(TokenRefusal::Missing)?;
+    let index = issued
         .iter()
-        .find(|t| t.token == bearer && t.expires_at > now)
+        .position(|t| t.token == bearer)
+        .ok_or(TokenRefusal::Invalid)?;
+    let token = &issued[index];
+    if token.revoked {
+        Err(TokenRefusal::Invalid)
+    } else if token.expires_at <= now {
+        Err(TokenRefusal::Expired)
+    } else {
+        Ok(index)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -242,6 +288,8 @@ struct FeishuModel {
     issued: Vec<IssuedToken>,
     messages: Vec<FeishuMessage>,
     next: u64,
+    /// The next this many requests with a live token find it invalidated.
+    revoke_on_use: u32,
 }
 
 impl FeishuModel {
@@ -352,6 +400,22 @@ impl FeishuHandle {
         for token in &mut lock(&self.state.model).issued {
             token.expires_at = token.expires_at.min(now);
         }
+    }
+
+    /// Invalidate every live tenant token now, before its expiry, as
+    /// resetting the app secret does: requests carrying one are answered
+    /// 99991663 and the token endpoint issues new ones.
+    pub fn invalidate_tokens(&self) {
+        for token in &mut lock(&self.state.model).issued {
+            token.revoked = true;
+        }
+    }
+
+    /// The next `requests` requests that carry a live tenant token find it
+    /// invalidated at that moment (answered 99991663): a client that
+    /// fetches a new token and retries can be refused again.
+    pub fn invalidate_tokens_on_use(&self, requests: u32) {
+        lock(&self.state.model).revoke_on_use = requests;
     }
 
     /// Seed a text message from a person in `chat_id`; returns its `om_…` id
@@ -481,12 +545,20 @@ impl Answer {
         }
     }
 
-    fn invalid_token() -> Self {
-        Self::error(
-            StatusCode::BAD_REQUEST,
-            CODE_INVALID_TOKEN,
-            "Invalid access token for authorization. Please make a request with token attached.",
-        )
+    /// Feishu's answers for a refused token (HTTP 400 with its code).
+    fn refused_token(why: TokenRefusal) -> Self {
+        let msg = match why {
+            TokenRefusal::Missing => {
+                "Missing access token for authorization. Please make a request with token attached."
+            }
+            TokenRefusal::Invalid => {
+                "Invalid access token for authorization. Please make a request with token attached."
+            }
+            TokenRefusal::Expired => {
+                "Invalid access token for authorization. The access token has expired."
+            }
+        };
+        Self::error(StatusCode::BAD_REQUEST, why.code(), msg)
     }
 
     fn validation(detail: &str) -> Self {
@@ -552,17 +624,21 @@ impl FeishuState {
             return self.tenant_token(body, now);
         }
         // Everything else needs a live tenant token.
-        let bearer = parts
+        let authorization = parts
             .headers
             .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
+            .and_then(|v| v.to_str().ok());
         let mut model = lock(&self.model);
-        let Some(app_id) = authenticate(&model.issued, bearer, now).map(|t| t.app_id.clone())
-        else {
-            return Answer::invalid_token();
+        let index = match authenticate(&model.issued, authorization, now) {
+            Ok(index) => index,
+            Err(why) => return Answer::refused_token(why),
         };
+        if model.revoke_on_use > 0 {
+            model.revoke_on_use -= 1;
+            model.issued[index].revoked = true;
+            return Answer::refused_token(TokenRefusal::Invalid);
+        }
+        let app_id = model.issued[index].app_id.clone();
         match (&parts.method, segments.as_slice()) {
             (&Method::GET, ["open-apis", "bot", "v3", "info"]) => Answer::ok(json!({
                 "code": 0,
@@ -657,6 +733,7 @@ impl FeishuState {
                     token: format!("t-{}", random_hex(20)),
                     app_id: field("app_id").to_owned(),
                     expires_at: now + self.options.token_ttl.as_secs(),
+                    revoked: false,
                 };
                 model.issued.push(token.clone());
                 token
@@ -898,6 +975,7 @@ mod tests {
             token: format!("t-{app}-{expires_at}"),
             app_id: app.into(),
             expires_at,
+            revoked: false,
         }
     }
 
@@ -907,7 +985,12 @@ mod tests {
         let live = token("cli_a", now + 7200);
         let near_expiry = token("cli_a", now + 1799);
         let expired = token("cli_a", now - 1);
+        let revoked = IssuedToken {
+            revoked: true,
+            ..live.clone()
+        };
         let cases = [
+            (vec![revoked], "cli_a", "secret", TokenGrant::Issue),
             (vec![], "cli_a", "secret", TokenGrant::Issue),
             (
                 vec![live.clone()],
@@ -946,12 +1029,34 @@ mod tests {
     }
 
     #[test]
-    fn authenticate_requires_live_issued_token() {
-        let issued = [token("cli_a", 100)];
-        assert!(authenticate(&issued, "t-cli_a-100", 99).is_some());
-        assert!(authenticate(&issued, "t-cli_a-100", 100).is_none());
-        assert!(authenticate(&issued, "t-cli_a-1000", 50).is_none());
-        assert!(authenticate(&issued, "", 50).is_none());
+    fn authenticate_requires_live_issued_token_with_distinct_codes() {
+        let revoked = IssuedToken {
+            revoked: true,
+            ..token("cli_a", 200)
+        };
+        let issued = [token("cli_a", 100), revoked];
+        use TokenRefusal::*;
+        let cases: &[(Option<&str>, u64, Result<usize, TokenRefusal>)] = &[
+            (Some("Bearer t-cli_a-100"), 99, Ok(0)),
+            (Some("Bearer t-cli_a-100"), 100, Err(Expired)),
+            (Some("Bearer t-cli_a-200"), 50, Err(Invalid)),
+            (Some("Bearer t-cli_a-1000"), 50, Err(Invalid)),
+            (Some("Bearer "), 50, Err(Missing)),
+            (Some("t-cli_a-100"), 50, Err(Missing)),
+            (Some("bearer t-cli_a-100"), 50, Err(Missing)),
+            (None, 50, Err(Missing)),
+        ];
+        for (authorization, now, expected) in cases {
+            assert_eq!(
+                authenticate(&issued, *authorization, *now),
+                *expected,
+                "{authorization:?} at {now}"
+            );
+        }
+        assert_eq!(
+            [Missing, Invalid, Expired].map(TokenRefusal::code),
+            [99_991_661, 99_991_663, 99_991_668]
+        );
     }
 
     #[test]
@@ -1000,6 +1105,7 @@ mod tests {
                         token: format!("t-{i}"),
                         app_id: if i % 2 == 0 { "cli_a".into() } else { "cli_b".into() },
                         expires_at: *e,
+                        revoked: false,
                     })
                     .collect();
                 let secret = if right_secret { "secret" } else { "nope" };
@@ -1013,7 +1119,8 @@ mod tests {
                     TokenGrant::Refuse { .. } => prop_assert!(!right_secret),
                 }
                 for token in &issued {
-                    let authenticated = authenticate(&issued, &token.token, now).is_some();
+                    let bearer = format!("Bearer {}", token.token);
+                    let authenticated = authenticate(&issued, Some(&bearer), now).is_ok();
                     prop_assert_eq!(authenticated, token.expires_at > now);
                 }
             }

@@ -233,6 +233,25 @@ impl Credentials {
         Ok(value)
     }
 
+    /// The platform refused `authorization` (a value [`Self::authorization`]
+    /// built) before its expiry: the cached token it carries is forgotten,
+    /// so the next request obtains a new one. Only Feishu tenant tokens are
+    /// fetched and refreshable this way; for the others nothing changes.
+    /// Whether a token was forgotten.
+    pub async fn token_refused(&self, name: &str, authorization: &HeaderValue) -> bool {
+        let Some(Loaded::FeishuApp(app)) = self.by_name.get(name) else {
+            return false;
+        };
+        let used = authorization
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match used {
+            Some(used) => app.forget(used).await,
+            None => false,
+        }
+    }
+
     async fn token(
         &self,
         name: &str,

@@ -13,15 +13,18 @@
 //! handle:  head::check ─► policy.check ─► inspect_body ─► message_record
 //!            (each refusal: audit line, then 400/403/git report)
 //! forward: credential ─► upstream request ─► audit line ─► send (+ redirect)
+//!            (a Feishu tenant token refused: forget it, send once more,
+//!             see [`super::token_retry`])
 //! respond: strip headers ─► message id / small body whole / redacting stream
 //!            ─► completion line
 //! ```
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::request::Parts;
 use http::{Method, Request, Response, StatusCode, Uri};
@@ -30,16 +33,19 @@ use hyper::body::Incoming;
 
 use super::answers::{audit_unavailable, bad_request, denied, push_refused, redact_text};
 use super::answers::{refused_identity, too_many, upstream_failed};
+use super::completion::Completion;
 use super::headers::upstream_request_headers;
 use super::headers::{self, method_changing_header, strip_response_headers, unscannable_encoding};
 use super::inspect::{inspect_body, BodyRefusal, MESSAGE_BODY_LIMIT};
 use super::message::{created_message_id, message_record};
 use super::policy::{Grant, MessageSpec, RequestView};
 use super::records::{now, request_record};
+use super::token_retry;
 use super::{head, owned, Identity, Proxy};
-use crate::audit::{CompletionRecord, Outcome, Record, RequestRecord};
-use crate::body::{self, CountingBody, ProxyBody, RedactingBody};
+use crate::audit::{Outcome, Record, RequestRecord};
+use crate::body::{self, BoxError, CountingBody, ProxyBody, RedactingBody};
 use crate::redact::{redact_body, Redactor};
+use crate::rules::Injection;
 
 /// Answers up to this size with a declared length are sent in one piece.
 const SMALL_BODY: usize = 64 * 1024;
@@ -64,64 +70,6 @@ impl Target {
             host: host.into(),
             tunnel: false,
         }
-    }
-}
-
-/// The completion line of one forwarded request.
-struct Completion {
-    proxy: Arc<Proxy>,
-    request_id: String,
-    /// [`crate::metrics::identity_kind`] of the identity.
-    identity_kind: &'static str,
-    started: Instant,
-    sent: Arc<AtomicU64>,
-}
-
-impl Completion {
-    fn record(
-        &self,
-        status: u16,
-        received: u64,
-        message_id: Option<String>,
-        error: Option<String>,
-    ) {
-        crate::metrics::completed(self.identity_kind, status, self.started.elapsed());
-        let has_message_id = message_id.is_some();
-        let record = Record::Completion(CompletionRecord {
-            time: now(),
-            request_id: self.request_id.clone(),
-            status,
-            bytes_sent: self.sent.load(Ordering::Relaxed),
-            bytes_received: received,
-            duration_ms: self.started.elapsed().as_millis() as u64,
-            message_id,
-            error,
-            truncated: Default::default(),
-        });
-        // A created message's id is written at once; other completions go
-        // out with the next line written (one write for both).
-        let recorded = if has_message_id {
-            self.proxy.audit.record(record)
-        } else {
-            self.proxy.audit.record_later(record)
-        };
-        if recorded.is_err() {
-            tracing::error!(request_id = %self.request_id, "audit completion record lost");
-        }
-    }
-
-    /// Records that the answer could not be read and says so (502).
-    fn unreadable(&self) -> Response<ProxyBody> {
-        self.refuse(
-            "response unreadable",
-            "the upstream answer could not be read",
-        )
-    }
-
-    /// Records why the answer is not passed on and says so (502).
-    fn refuse(&self, recorded: &str, answered: &str) -> Response<ProxyBody> {
-        self.record(502, 0, None, Some(recorded.into()));
-        upstream_failed(&self.proxy.credentials.held_secrets(), answered)
     }
 }
 
@@ -213,6 +161,7 @@ pub(super) async fn handle(
         grant,
         record,
         started,
+        replay: inspected.replay,
     };
     Ok(forward(allowed, parts, inspected.body).await)
 }
@@ -279,10 +228,106 @@ struct Forwarding {
     /// Its audit line, with the decision and any message record.
     record: RequestRecord,
     started: Instant,
+    /// The whole request body, when it can be sent again.
+    replay: Option<Bytes>,
 }
 
-/// Injects the credential, writes the request's audit line, sends it and
-/// passes the answer on.
+/// What every attempt at sending one allowed request shares.
+pub(super) struct Attempt<'a> {
+    pub(super) proxy: &'a Arc<Proxy>,
+    identity: &'a Identity,
+    host: &'a str,
+    grant: &'a Grant,
+    parts: &'a Parts,
+    uri: Uri,
+}
+
+/// An attempt sent: its completion line (still to write), the credential
+/// it carried and the answer.
+pub(super) struct Sent {
+    pub(super) completion: Completion,
+    pub(super) authorization: HeaderValue,
+    pub(super) response: Response<Incoming>,
+}
+
+impl Attempt<'_> {
+    /// Injects the credential, writes the request's audit line and sends it.
+    pub(super) async fn send(
+        &self,
+        record: RequestRecord,
+        started: Instant,
+        body: ProxyBody,
+    ) -> Result<Sent, Response<ProxyBody>> {
+        let authorization = credential(self.proxy, self.identity, self.grant).await?;
+        let sent = Arc::new(AtomicU64::new(0));
+        let completion = Completion {
+            proxy: self.proxy.clone(),
+            request_id: record.request_id.clone(),
+            identity_kind: crate::metrics::identity_kind(&record.identity),
+            started,
+            sent: sent.clone(),
+            note: None,
+        };
+        let mut upstream_req = Request::new(body::boxed(CountingBody::new(body, sent)));
+        *upstream_req.method_mut() = self.parts.method.clone();
+        *upstream_req.uri_mut() = self.uri.clone();
+        *upstream_req.headers_mut() =
+            upstream_request_headers(&self.parts.headers, self.host, authorization.clone());
+
+        // Written before forwarding; a message is on disk before it can be sent.
+        crate::metrics::request(&record);
+        let record = Record::Request(record);
+        let queued = if self.grant.message.is_some() {
+            self.proxy.audit.record_durably(record).await
+        } else {
+            self.proxy.audit.record(record)
+        };
+        if queued.is_err() {
+            return Err(audit_unavailable());
+        }
+        let method = &self.parts.method;
+        let response = send(&completion, self.identity, self.host, method, upstream_req).await?;
+        Ok(Sent {
+            completion,
+            authorization,
+            response,
+        })
+    }
+
+    /// Passes an answer on ([`respond`]).
+    pub(super) async fn respond<B>(
+        &self,
+        completion: Completion,
+        mut response: Response<B>,
+    ) -> Response<ProxyBody>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Sync + Unpin + 'static,
+        B::Error: Into<BoxError>,
+    {
+        headers::name_repository_links(response.headers_mut(), self.parts.uri.path());
+        let message = self.grant.message.as_ref();
+        respond(
+            completion,
+            &self.parts.method,
+            message,
+            &self.identity.created,
+            response,
+        )
+        .await
+    }
+
+    /// Forgets the token Feishu refused, for the next request to get a new one.
+    pub(super) async fn forget(&self, authorization: &HeaderValue) {
+        let credentials = &self.proxy.credentials;
+        credentials
+            .token_refused(&self.grant.credential, authorization)
+            .await;
+    }
+}
+
+/// Sends an allowed request and passes the answer on; a Feishu tenant
+/// token refused before its expiry is replaced and the request sent once
+/// more ([`token_retry::retry_refused_token`]).
 async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response<ProxyBody> {
     let Forwarding {
         proxy,
@@ -291,52 +336,28 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
         grant,
         record,
         started,
+        replay,
     } = allowed;
-    let authorization = match credential(&proxy, &identity, &grant).await {
-        Ok(value) => value,
-        Err(answer) => return answer,
-    };
     let Some(uri) = head::upstream_uri(&host, &parts.uri) else {
         return bad_request("request target cannot be forwarded");
     };
-    let sent = Arc::new(AtomicU64::new(0));
-    let completion = Completion {
-        proxy: proxy.clone(),
-        request_id: record.request_id.clone(),
-        identity_kind: crate::metrics::identity_kind(&record.identity),
-        started,
-        sent: sent.clone(),
+    let attempt = Attempt {
+        proxy: &proxy,
+        identity: &identity,
+        host: &host,
+        grant: &grant,
+        parts: &parts,
+        uri,
     };
-    let mut upstream_req = Request::new(body::boxed(CountingBody::new(body, sent)));
-    *upstream_req.method_mut() = parts.method.clone();
-    *upstream_req.uri_mut() = uri;
-    *upstream_req.headers_mut() = upstream_request_headers(&parts.headers, &host, authorization);
-
-    // Written before forwarding; a message is on disk before it can be sent.
-    crate::metrics::request(&record);
-    let record = Record::Request(record);
-    let queued = if grant.message.is_some() {
-        proxy.audit.record_durably(record).await
-    } else {
-        proxy.audit.record(record)
-    };
-    if queued.is_err() {
-        return audit_unavailable();
-    }
-    let mut response = match send(&completion, &identity, &host, &parts.method, upstream_req).await
-    {
-        Ok(response) => response,
+    let retry = (grant.inject == Injection::FeishuTenant).then(|| record.clone());
+    let first = match attempt.send(record, started, body).await {
+        Ok(sent) => sent,
         Err(answer) => return answer,
     };
-    headers::name_repository_links(response.headers_mut(), parts.uri.path());
-    respond(
-        completion,
-        &parts.method,
-        grant.message.as_ref(),
-        &identity.created,
-        response,
-    )
-    .await
+    match retry {
+        None => attempt.respond(first.completion, first.response).await,
+        Some(record) => token_retry::retry_refused_token(&attempt, first, record, replay).await,
+    }
 }
 
 /// The `Authorization` value of the rule's credential, or the 502 saying it
@@ -398,13 +419,17 @@ async fn send(
 
 /// Passes the upstream's answer on: auth-bearing headers stripped, secrets
 /// redacted, and the completion line written once the body has been sent.
-async fn respond(
+async fn respond<B>(
     completion: Completion,
     method: &Method,
     message: Option<&MessageSpec>,
     created: &owned::Created,
-    response: Response<Incoming>,
-) -> Response<ProxyBody> {
+    response: Response<B>,
+) -> Response<ProxyBody>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + Sync + Unpin + 'static,
+    B::Error: Into<BoxError>,
+{
     let status = response.status();
     if let Some(reason) = unscannable_encoding(response.headers()) {
         return completion.refuse("response encoding cannot be scanned", &reason);

@@ -17,6 +17,7 @@
 mod answers;
 pub mod audit_writer;
 pub(crate) mod backoff;
+mod completion;
 mod connect;
 mod forward;
 pub mod framing;
@@ -33,6 +34,7 @@ mod records;
 mod refusals;
 mod sockets;
 mod state_writer;
+mod token_retry;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::PermissionsExt;

@@ -13,6 +13,7 @@
 //! Messages people send are pushed to configured event targets ([`events`]).
 
 pub mod events;
+pub mod ws;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -113,6 +114,9 @@ pub struct FeishuOptions {
     pub ca: Option<Arc<TestCa>>,
     /// Where messages people send are pushed as events.
     pub event_targets: Vec<events::EventTarget>,
+    /// Serve the long connection ([`ws`]) for one app; its events go to
+    /// the connected clients too.
+    pub long_connection: Option<ws::LongConnection>,
 }
 
 impl Default for FeishuOptions {
@@ -126,6 +130,7 @@ impl Default for FeishuOptions {
             worker_threads: 2,
             ca: None,
             event_targets: Vec::new(),
+            long_connection: None,
         }
     }
 }
@@ -320,7 +325,13 @@ impl FeishuEmulator {
             model: Mutex::new(FeishuModel::default()),
             recorder: Recorder::default(),
             clock: Clock::default(),
-            events: events::Events::new(options.event_targets.clone()),
+            events: events::Events::new(
+                options.event_targets.clone(),
+                options
+                    .long_connection
+                    .clone()
+                    .map(|c| Arc::new(ws::Hub::new(c))),
+            ),
             options: options.clone(),
         });
         let server = Server::start(
@@ -490,6 +501,22 @@ impl FeishuHandle {
         self.state.events.deliveries()
     }
 
+    /// Every event sent over the long connection, with its sends and
+    /// whether it was acknowledged.
+    pub fn long_deliveries(&self) -> Vec<ws::LongDelivery> {
+        self.state
+            .events
+            .long
+            .as_ref()
+            .map(|h| h.deliveries())
+            .unwrap_or_default()
+    }
+
+    /// Long connections open now.
+    pub fn long_connected(&self) -> usize {
+        self.state.events.long.as_ref().map_or(0, |h| h.connected())
+    }
+
     /// Stop serving and join the server thread.
     pub fn shutdown(mut self) {
         self.server.shutdown();
@@ -581,6 +608,9 @@ impl Answer {
 impl Handler for FeishuState {
     fn handle(self: Arc<Self>, request: Request<Incoming>) -> HandlerFuture {
         Box::pin(async move {
+            if request.uri().path() == ws::WS_PATH {
+                return self.upgrade(request);
+            }
             let (parts, body) = request.into_parts();
             let mut record = record_head(&parts);
             let answer = match Limited::new(body, MAX_BODY).collect().await {
@@ -607,6 +637,70 @@ impl Handler for FeishuState {
 }
 
 impl FeishuState {
+    /// The long connection's WebSocket handshake, for a URL the endpoint
+    /// handed out.
+    fn upgrade(self: Arc<Self>, mut request: Request<Incoming>) -> Response<crate::server::Body> {
+        let key = request
+            .headers()
+            .get(http::header::SEC_WEBSOCKET_KEY)
+            .map(|k| k.as_bytes().to_vec());
+        let hub = self.events.long.clone();
+        let admitted = hub
+            .as_ref()
+            .is_some_and(|h| h.admits(request.uri().query().unwrap_or("")));
+        let (Some(key), Some(hub), true) = (key, hub, admitted) else {
+            let mut refused = Response::new(full_body("not a long connection ticket"));
+            *refused.status_mut() = StatusCode::FORBIDDEN;
+            return refused;
+        };
+        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(&key);
+        tokio::spawn(async move {
+            match hyper::upgrade::on(&mut request).await {
+                Ok(upgraded) => hub.serve(upgraded).await,
+                Err(error) => tracing::debug!(%error, "long connection upgrade failed"),
+            }
+        });
+        let mut response = Response::new(full_body(Bytes::new()));
+        *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        let headers = response.headers_mut();
+        headers.insert(
+            http::header::UPGRADE,
+            http::HeaderValue::from_static("websocket"),
+        );
+        headers.insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("Upgrade"),
+        );
+        if let Ok(accept) = http::HeaderValue::from_str(&accept) {
+            headers.insert(http::header::SEC_WEBSOCKET_ACCEPT, accept);
+        }
+        response
+    }
+
+    /// `POST /callback/ws/endpoint`: the URL for an app with its secret.
+    fn ws_endpoint(&self, parts: &http::request::Parts, body: &[u8]) -> Answer {
+        let asked: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let known = self.options.apps.iter().any(|a| {
+            Some(a.app_id.as_str()) == asked["AppID"].as_str()
+                && Some(a.app_secret.as_str()) == asked["AppSecret"].as_str()
+        });
+        let host = parts
+            .headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok());
+        match (&self.events.long, known, host) {
+            (Some(hub), true, Some(host)) => {
+                if Some(hub.config.app_id.as_str()) == asked["AppID"].as_str() {
+                    Answer::ok(hub.endpoint_answer(&format!("wss://{host}")))
+                } else {
+                    Answer::error(StatusCode::OK, ws::CODE_AUTH_FAILED, "auth failed")
+                }
+            }
+            (None, _, _) => Answer::error(StatusCode::NOT_FOUND, 404, "404 page not found"),
+            _ => Answer::error(StatusCode::OK, ws::CODE_AUTH_FAILED, "auth failed"),
+        }
+    }
+
     fn answer(&self, parts: &http::request::Parts, body: &[u8]) -> Answer {
         let path = parts.uri.path();
         let query = crate::util::parse_query(parts.uri.query().unwrap_or(""));
@@ -622,6 +716,9 @@ impl FeishuState {
             && segments == ["open-apis", "auth", "v3", "tenant_access_token", "internal"]
         {
             return self.tenant_token(body, now);
+        }
+        if parts.method == Method::POST && path == ws::ENDPOINT_PATH {
+            return self.ws_endpoint(parts, body);
         }
         // Everything else needs a live tenant token.
         let authorization = parts

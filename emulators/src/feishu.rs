@@ -4,12 +4,16 @@
 //! `{app_id, app_secret}` for a tenant token that expires after
 //! [`FeishuOptions::token_ttl`]; while more than 30 minutes remain, asking
 //! again returns the same token (as Feishu does). The IM endpoints require
-//! `Authorization: Bearer <a live token it issued>` and answer
-//! code 99991663 otherwise. Responses use Feishu's `{code, msg, data}` shape.
+//! `Authorization: Bearer <a live token it issued>` and answer with
+//! Feishu's distinct codes otherwise ([`TokenRefusal`]). A live token can be
+//! invalidated before its expiry (as resetting the app secret does), now or
+//! on its next use, to test that clients recover. Responses use Feishu's
+//! `{code, msg, data}` shape.
 //! The token rules are plain functions over data with `now` passed in.
 //! Messages people send are pushed to configured event targets ([`events`]).
 
 pub mod events;
+pub mod ws;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -32,8 +36,14 @@ use crate::util::random_hex;
 const MAX_BODY: usize = 4 * 1024 * 1024;
 /// Feishu hands out the cached token until fewer than this many seconds remain.
 const REISSUE_BELOW_SECS: u64 = 30 * 60;
-/// Invalid or expired access token (Feishu's code).
+/// No access token, or not in the `Bearer <token>` form (Feishu's code).
+pub const CODE_MISSING_TOKEN: i64 = 99_991_661;
+/// A tenant access token Feishu does not know or no longer accepts. The
+/// official Go SDK names it `errCodeTenantAccessTokenInvalid` and retries
+/// once with a new token on it (oapi-sdk-go, `core/constants.go`).
 pub const CODE_INVALID_TOKEN: i64 = 99_991_663;
+/// An access token past its expiry (Feishu's code).
+pub const CODE_EXPIRED_TOKEN: i64 = 99_991_668;
 /// `receive_id_type` values Feishu accepts for sending.
 const RECEIVE_ID_TYPES: &[&str] = &["open_id", "user_id", "union_id", "email", "chat_id"];
 const MSG_TYPES: &[&str] = &[
@@ -104,6 +114,9 @@ pub struct FeishuOptions {
     pub ca: Option<Arc<TestCa>>,
     /// Where messages people send are pushed as events.
     pub event_targets: Vec<events::EventTarget>,
+    /// Serve the long connection ([`ws`]) for one app; its events go to
+    /// the connected clients too.
+    pub long_connection: Option<ws::LongConnection>,
 }
 
 impl Default for FeishuOptions {
@@ -117,6 +130,7 @@ impl Default for FeishuOptions {
             worker_threads: 2,
             ca: None,
             event_targets: Vec::new(),
+            long_connection: None,
         }
     }
 }
@@ -184,6 +198,8 @@ pub(crate) struct IssuedToken {
     pub app_id: String,
     /// Seconds on the emulator's clock when it stops being valid.
     pub expires_at: u64,
+    /// Invalidated before its expiry: refused, and never handed out again.
+    pub revoked: bool,
 }
 
 /// What the token endpoint should do for a request at `now`.
@@ -221,20 +237,55 @@ pub(crate) fn grant_token(
     issued
         .iter()
         .rev()
-        .find(|t| t.app_id == app_id && t.expires_at > now + REISSUE_BELOW_SECS)
+        .find(|t| t.app_id == app_id && !t.revoked && t.expires_at > now + REISSUE_BELOW_SECS)
         .map(|t| TokenGrant::Reuse(t.clone()))
         .unwrap_or(TokenGrant::Issue)
 }
 
-/// The app a bearer token authenticates at `now`, if it is live.
-pub(crate) fn authenticate<'t>(
-    issued: &'t [IssuedToken],
-    bearer: &str,
+/// Why Feishu refuses the `Authorization` of a request, by its codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenRefusal {
+    /// No header, or not `Bearer <token>`: 99991661.
+    Missing,
+    /// Not a token it issued, or one invalidated before its expiry: 99991663.
+    Invalid,
+    /// A token it issued, past its expiry: 99991668.
+    Expired,
+}
+
+impl TokenRefusal {
+    pub(crate) fn code(self) -> i64 {
+        match self {
+            Self::Missing => CODE_MISSING_TOKEN,
+            Self::Invalid => CODE_INVALID_TOKEN,
+            Self::Expired => CODE_EXPIRED_TOKEN,
+        }
+    }
+}
+
+/// The issued token an `Authorization` value carries if it is live at
+/// `now` (its index in `issued`), or why it is refused.
+pub(crate) fn authenticate(
+    issued: &[IssuedToken],
+    authorization: Option<&str>,
     now: u64,
-) -> Option<&'t IssuedToken> {
-    issued
+) -> Result<usize, TokenRefusal> {
+    let bearer = authorization
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .filter(|b| !b.is_empty())
+        .ok_or(TokenRefusal::Missing)?;
+    let index = issued
         .iter()
-        .find(|t| t.token == bearer && t.expires_at > now)
+        .position(|t| t.token == bearer)
+        .ok_or(TokenRefusal::Invalid)?;
+    let token = &issued[index];
+    if token.revoked {
+        Err(TokenRefusal::Invalid)
+    } else if token.expires_at <= now {
+        Err(TokenRefusal::Expired)
+    } else {
+        Ok(index)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -242,6 +293,8 @@ struct FeishuModel {
     issued: Vec<IssuedToken>,
     messages: Vec<FeishuMessage>,
     next: u64,
+    /// The next this many requests with a live token find it invalidated.
+    revoke_on_use: u32,
 }
 
 impl FeishuModel {
@@ -272,7 +325,13 @@ impl FeishuEmulator {
             model: Mutex::new(FeishuModel::default()),
             recorder: Recorder::default(),
             clock: Clock::default(),
-            events: events::Events::new(options.event_targets.clone()),
+            events: events::Events::new(
+                options.event_targets.clone(),
+                options
+                    .long_connection
+                    .clone()
+                    .map(|c| Arc::new(ws::Hub::new(c))),
+            ),
             options: options.clone(),
         });
         let server = Server::start(
@@ -354,6 +413,22 @@ impl FeishuHandle {
         }
     }
 
+    /// Invalidate every live tenant token now, before its expiry, as
+    /// resetting the app secret does: requests carrying one are answered
+    /// 99991663 and the token endpoint issues new ones.
+    pub fn invalidate_tokens(&self) {
+        for token in &mut lock(&self.state.model).issued {
+            token.revoked = true;
+        }
+    }
+
+    /// The next `requests` requests that carry a live tenant token find it
+    /// invalidated at that moment (answered 99991663): a client that
+    /// fetches a new token and retries can be refused again.
+    pub fn invalidate_tokens_on_use(&self, requests: u32) {
+        lock(&self.state.model).revoke_on_use = requests;
+    }
+
     /// Seed a text message from a person in `chat_id`; returns its `om_…` id
     /// (a target for replies).
     pub fn add_user_message(&self, chat_id: &str, sender_open_id: &str, text: &str) -> String {
@@ -432,6 +507,22 @@ impl FeishuHandle {
         self.state.events.deliveries()
     }
 
+    /// Every event sent over the long connection, with its sends and
+    /// whether it was acknowledged.
+    pub fn long_deliveries(&self) -> Vec<ws::LongDelivery> {
+        self.state
+            .events
+            .long
+            .as_ref()
+            .map(|h| h.deliveries())
+            .unwrap_or_default()
+    }
+
+    /// Long connections open now.
+    pub fn long_connected(&self) -> usize {
+        self.state.events.long.as_ref().map_or(0, |h| h.connected())
+    }
+
     /// Stop serving and join the server thread.
     pub fn shutdown(mut self) {
         self.server.shutdown();
@@ -487,12 +578,20 @@ impl Answer {
         }
     }
 
-    fn invalid_token() -> Self {
-        Self::error(
-            StatusCode::BAD_REQUEST,
-            CODE_INVALID_TOKEN,
-            "Invalid access token for authorization. Please make a request with token attached.",
-        )
+    /// Feishu's answers for a refused token (HTTP 400 with its code).
+    fn refused_token(why: TokenRefusal) -> Self {
+        let msg = match why {
+            TokenRefusal::Missing => {
+                "Missing access token for authorization. Please make a request with token attached."
+            }
+            TokenRefusal::Invalid => {
+                "Invalid access token for authorization. Please make a request with token attached."
+            }
+            TokenRefusal::Expired => {
+                "Invalid access token for authorization. The access token has expired."
+            }
+        };
+        Self::error(StatusCode::BAD_REQUEST, why.code(), msg)
     }
 
     fn validation(detail: &str) -> Self {
@@ -515,6 +614,9 @@ impl Answer {
 impl Handler for FeishuState {
     fn handle(self: Arc<Self>, request: Request<Incoming>) -> HandlerFuture {
         Box::pin(async move {
+            if request.uri().path() == ws::WS_PATH {
+                return self.upgrade(request);
+            }
             let (parts, body) = request.into_parts();
             let mut record = record_head(&parts);
             let answer = match Limited::new(body, MAX_BODY).collect().await {
@@ -541,6 +643,70 @@ impl Handler for FeishuState {
 }
 
 impl FeishuState {
+    /// The long connection's WebSocket handshake, for a URL the endpoint
+    /// handed out.
+    fn upgrade(self: Arc<Self>, mut request: Request<Incoming>) -> Response<crate::server::Body> {
+        let key = request
+            .headers()
+            .get(http::header::SEC_WEBSOCKET_KEY)
+            .map(|k| k.as_bytes().to_vec());
+        let hub = self.events.long.clone();
+        let admitted = hub
+            .as_ref()
+            .is_some_and(|h| h.admits(request.uri().query().unwrap_or("")));
+        let (Some(key), Some(hub), true) = (key, hub, admitted) else {
+            let mut refused = Response::new(full_body("not a long connection ticket"));
+            *refused.status_mut() = StatusCode::FORBIDDEN;
+            return refused;
+        };
+        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(&key);
+        tokio::spawn(async move {
+            match hyper::upgrade::on(&mut request).await {
+                Ok(upgraded) => hub.serve(upgraded).await,
+                Err(error) => tracing::debug!(%error, "long connection upgrade failed"),
+            }
+        });
+        let mut response = Response::new(full_body(Bytes::new()));
+        *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        let headers = response.headers_mut();
+        headers.insert(
+            http::header::UPGRADE,
+            http::HeaderValue::from_static("websocket"),
+        );
+        headers.insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("Upgrade"),
+        );
+        if let Ok(accept) = http::HeaderValue::from_str(&accept) {
+            headers.insert(http::header::SEC_WEBSOCKET_ACCEPT, accept);
+        }
+        response
+    }
+
+    /// `POST /callback/ws/endpoint`: the URL for an app with its secret.
+    fn ws_endpoint(&self, parts: &http::request::Parts, body: &[u8]) -> Answer {
+        let asked: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let known = self.options.apps.iter().any(|a| {
+            Some(a.app_id.as_str()) == asked["AppID"].as_str()
+                && Some(a.app_secret.as_str()) == asked["AppSecret"].as_str()
+        });
+        let host = parts
+            .headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok());
+        match (&self.events.long, known, host) {
+            (Some(hub), true, Some(host)) => {
+                if Some(hub.config.app_id.as_str()) == asked["AppID"].as_str() {
+                    Answer::ok(hub.endpoint_answer(&format!("wss://{host}")))
+                } else {
+                    Answer::error(StatusCode::OK, ws::CODE_AUTH_FAILED, "auth failed")
+                }
+            }
+            (None, _, _) => Answer::error(StatusCode::NOT_FOUND, 404, "404 page not found"),
+            _ => Answer::error(StatusCode::OK, ws::CODE_AUTH_FAILED, "auth failed"),
+        }
+    }
+
     fn answer(&self, parts: &http::request::Parts, body: &[u8]) -> Answer {
         let path = parts.uri.path();
         let query = crate::util::parse_query(parts.uri.query().unwrap_or(""));
@@ -557,18 +723,25 @@ impl FeishuState {
         {
             return self.tenant_token(body, now);
         }
+        if parts.method == Method::POST && path == ws::ENDPOINT_PATH {
+            return self.ws_endpoint(parts, body);
+        }
         // Everything else needs a live tenant token.
-        let bearer = parts
+        let authorization = parts
             .headers
             .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
+            .and_then(|v| v.to_str().ok());
         let mut model = lock(&self.model);
-        let Some(app_id) = authenticate(&model.issued, bearer, now).map(|t| t.app_id.clone())
-        else {
-            return Answer::invalid_token();
+        let index = match authenticate(&model.issued, authorization, now) {
+            Ok(index) => index,
+            Err(why) => return Answer::refused_token(why),
         };
+        if model.revoke_on_use > 0 {
+            model.revoke_on_use -= 1;
+            model.issued[index].revoked = true;
+            return Answer::refused_token(TokenRefusal::Invalid);
+        }
+        let app_id = model.issued[index].app_id.clone();
         match (&parts.method, segments.as_slice()) {
             (&Method::GET, ["open-apis", "bot", "v3", "info"]) => Answer::ok(json!({
                 "code": 0,
@@ -663,6 +836,7 @@ impl FeishuState {
                     token: format!("t-{}", random_hex(20)),
                     app_id: field("app_id").to_owned(),
                     expires_at: now + self.options.token_ttl.as_secs(),
+                    revoked: false,
                 };
                 model.issued.push(token.clone());
                 token
@@ -904,6 +1078,7 @@ mod tests {
             token: format!("t-{app}-{expires_at}"),
             app_id: app.into(),
             expires_at,
+            revoked: false,
         }
     }
 
@@ -913,7 +1088,12 @@ mod tests {
         let live = token("cli_a", now + 7200);
         let near_expiry = token("cli_a", now + 1799);
         let expired = token("cli_a", now - 1);
+        let revoked = IssuedToken {
+            revoked: true,
+            ..live.clone()
+        };
         let cases = [
+            (vec![revoked], "cli_a", "secret", TokenGrant::Issue),
             (vec![], "cli_a", "secret", TokenGrant::Issue),
             (
                 vec![live.clone()],
@@ -952,12 +1132,34 @@ mod tests {
     }
 
     #[test]
-    fn authenticate_requires_live_issued_token() {
-        let issued = [token("cli_a", 100)];
-        assert!(authenticate(&issued, "t-cli_a-100", 99).is_some());
-        assert!(authenticate(&issued, "t-cli_a-100", 100).is_none());
-        assert!(authenticate(&issued, "t-cli_a-1000", 50).is_none());
-        assert!(authenticate(&issued, "", 50).is_none());
+    fn authenticate_requires_live_issued_token_with_distinct_codes() {
+        let revoked = IssuedToken {
+            revoked: true,
+            ..token("cli_a", 200)
+        };
+        let issued = [token("cli_a", 100), revoked];
+        use TokenRefusal::*;
+        let cases: &[(Option<&str>, u64, Result<usize, TokenRefusal>)] = &[
+            (Some("Bearer t-cli_a-100"), 99, Ok(0)),
+            (Some("Bearer t-cli_a-100"), 100, Err(Expired)),
+            (Some("Bearer t-cli_a-200"), 50, Err(Invalid)),
+            (Some("Bearer t-cli_a-1000"), 50, Err(Invalid)),
+            (Some("Bearer "), 50, Err(Missing)),
+            (Some("t-cli_a-100"), 50, Err(Missing)),
+            (Some("bearer t-cli_a-100"), 50, Err(Missing)),
+            (None, 50, Err(Missing)),
+        ];
+        for (authorization, now, expected) in cases {
+            assert_eq!(
+                authenticate(&issued, *authorization, *now),
+                *expected,
+                "{authorization:?} at {now}"
+            );
+        }
+        assert_eq!(
+            [Missing, Invalid, Expired].map(TokenRefusal::code),
+            [99_991_661, 99_991_663, 99_991_668]
+        );
     }
 
     #[test]
@@ -1006,6 +1208,7 @@ mod tests {
                         token: format!("t-{i}"),
                         app_id: if i % 2 == 0 { "cli_a".into() } else { "cli_b".into() },
                         expires_at: *e,
+                        revoked: false,
                     })
                     .collect();
                 let secret = if right_secret { "secret" } else { "nope" };
@@ -1019,7 +1222,8 @@ mod tests {
                     TokenGrant::Refuse { .. } => prop_assert!(!right_secret),
                 }
                 for token in &issued {
-                    let authenticated = authenticate(&issued, &token.token, now).is_some();
+                    let bearer = format!("Bearer {}", token.token);
+                    let authenticated = authenticate(&issued, Some(&bearer), now).is_ok();
                     prop_assert_eq!(authenticated, token.expires_at > now);
                 }
             }

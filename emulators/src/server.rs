@@ -169,6 +169,8 @@ async fn accept_loop(
                     if let Err(error) = hyper::server::conn::http1::Builder::new()
                         .keep_alive(true)
                         .serve_connection(TokioIo::new(tls_stream), service)
+                        // Feishu's long connection upgrades to a WebSocket.
+                        .with_upgrades()
                         .await
                     {
                         tracing::debug!(%peer, %error, "connection ended with an error");

@@ -211,7 +211,12 @@ fn bad_credentials_and_bad_tokens_are_refused() {
     assert_eq!(emulator.tokens_issued(), 0);
 
     let send = json!({"receive_id": "oc_team", "msg_type": "text", "content": "{\"text\":\"x\"}"});
-    for token in [None, Some("t-made-up"), Some(APP_SECRET)] {
+    // Feishu's distinct codes: no token 99991661, one it never issued 99991663.
+    for (token, code) in [
+        (None, 99991661),
+        (Some("t-made-up"), 99991663),
+        (Some(APP_SECRET), 99991663),
+    ] {
         let (status, body) = call(
             &emulator,
             &ca,
@@ -221,7 +226,7 @@ fn bad_credentials_and_bad_tokens_are_refused() {
             Some(send.clone()),
         );
         assert_eq!(status, 400, "{token:?}");
-        assert_eq!(body["code"], 99991663, "{token:?}");
+        assert_eq!(body["code"], code, "{token:?}");
     }
 
     let (token, _) = tenant_token(&emulator, &ca);
@@ -271,7 +276,7 @@ fn expired_tokens_are_refused_and_a_new_one_is_issued() {
         None,
     );
     assert_eq!(status, 400);
-    assert_eq!(body["code"], 99991663);
+    assert_eq!(body["code"], 99991668, "an expired token has its own code");
 
     let (third, _) = tenant_token(&emulator, &ca);
     assert_eq!(emulator.tokens_issued(), 3);
@@ -284,4 +289,46 @@ fn expired_tokens_are_refused_and_a_new_one_is_issued() {
         None,
     );
     assert_eq!(status, 200);
+}
+
+#[test]
+fn a_live_token_invalidated_before_its_expiry_is_refused_and_replaced() {
+    let (_dir, emulator, ca) = start(Duration::from_secs(7200));
+    let info = |token: &str| {
+        call(
+            &emulator,
+            &ca,
+            "GET",
+            "/open-apis/bot/v3/info",
+            Some(token),
+            None,
+        )
+    };
+    let (first, _) = tenant_token(&emulator, &ca);
+    assert_eq!(info(&first).0, 200, "positive control");
+    emulator.invalidate_tokens();
+    let (status, body) = info(&first);
+    assert_eq!(
+        (status, body["code"].as_i64()),
+        (400, Some(99991663)),
+        "{body}"
+    );
+    // Hours are left on it, but the endpoint no longer hands it out.
+    let (second, _) = tenant_token(&emulator, &ca);
+    assert_ne!(second, first);
+    assert_eq!(info(&second).0, 200);
+
+    // On use: the next request's live token is refused and stays refused.
+    emulator.invalidate_tokens_on_use(1);
+    let (status, body) = info(&second);
+    assert_eq!(
+        (status, body["code"].as_i64()),
+        (400, Some(99991663)),
+        "{body}"
+    );
+    assert_eq!(info(&second).1["code"], 99991663);
+    let (third, _) = tenant_token(&emulator, &ca);
+    assert_ne!(third, second);
+    assert_eq!(info(&third).0, 200, "one request was refused, not all");
+    assert_eq!(emulator.tokens_issued(), 3);
 }

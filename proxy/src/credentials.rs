@@ -246,6 +246,25 @@ impl Credentials {
         Ok(value)
     }
 
+    /// The platform refused `authorization` (a value [`Self::authorization`]
+    /// built) before its expiry: the cached token it carries is forgotten,
+    /// so the next request obtains a new one. Only Feishu tenant tokens are
+    /// fetched and refreshable this way; for the others nothing changes.
+    /// Whether a token was forgotten.
+    pub async fn token_refused(&self, name: &str, authorization: &HeaderValue) -> bool {
+        let Some(Loaded::FeishuApp(app)) = self.by_name.get(name) else {
+            return false;
+        };
+        let used = authorization
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match used {
+            Some(used) => app.forget(used).await,
+            None => false,
+        }
+    }
+
     /// The platform answered 401 to a request made with `authorization`
     /// (credential `name`): a fetched token it no longer accepts (revoked or
     /// expired early) is forgotten, so the next request obtains a new one.

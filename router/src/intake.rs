@@ -23,6 +23,9 @@
 //! mention    does GitHub Markdown mention the bot (code and quotes excluded)
 //! github     route (event + action), meaning (dedup key), map (─► TriggerInput)
 //! feishu     open (verify, decrypt, envelope, dedup keys), map (─► TriggerInput)
+//!            longconn: the long connection's protocol (pbbp2 frames, endpoint
+//!            answer, ping, acks, split payloads, reconnect delays); no process
+//!            opens the connection yet
 //! listener   the HTTP listener: bounded body, connections and time
 //! process    stored deliveries ─► engine, each marked in its decision's transaction
 //! poll       GitHub's list endpoints ─► the deliveries webhooks would carry (pure)

@@ -78,6 +78,8 @@ pub struct EventDelivery {
 #[derive(Debug, Default)]
 pub(crate) struct Events {
     targets: Vec<EventTarget>,
+    /// The long connection's queue, when it is served.
+    pub(crate) long: Option<std::sync::Arc<super::ws::Hub>>,
     deliveries: Mutex<Vec<EventDelivery>>,
     faults: Mutex<EventFaults>,
     /// Under `reorder`: the pushes held back, sealed, with the signing key.
@@ -93,9 +95,13 @@ type Held = (EventDelivery, Vec<u8>, Option<String>);
 pub type Mention<'a> = (&'a str, &'a str);
 
 impl Events {
-    pub(crate) fn new(targets: Vec<EventTarget>) -> Self {
+    pub(crate) fn new(
+        targets: Vec<EventTarget>,
+        long: Option<std::sync::Arc<super::ws::Hub>>,
+    ) -> Self {
         Self {
             targets,
+            long,
             ..Self::default()
         }
     }
@@ -151,6 +157,21 @@ impl Events {
         mentions: &[Mention<'_>],
     ) {
         let faults = *lock(&self.faults);
+        if let Some(hub) = &self.long {
+            let target = EventTarget {
+                url: String::new(),
+                app_id: hub.config.app_id.clone(),
+                encrypt_key: None,
+                verification_token: hub.config.verification_token.clone(),
+            };
+            hub.push(&message_event(
+                &target,
+                &random_hex(16),
+                m,
+                chat_type,
+                mentions,
+            ));
+        }
         for target in &self.targets {
             let event_id = random_hex(16);
             let event = message_event(target, &event_id, m, chat_type, mentions);

@@ -53,6 +53,21 @@ impl FeishuApp {
         Ok(token)
     }
 
+    /// Forgets the cached token if it is `used`: Feishu refused it before
+    /// its expiry, so the next request fetches a new one. A token fetched
+    /// since (by a concurrent request refused too) is kept. Whether one was
+    /// forgotten.
+    pub(super) async fn forget(&self, used: &str) -> bool {
+        let mut cached = self.cached.lock().await;
+        let matches = cached
+            .as_ref()
+            .is_some_and(|c| c.token.expose_secret() == used);
+        if matches {
+            *cached = None;
+        }
+        matches
+    }
+
     async fn fetch(
         &self,
         name: &str,
@@ -107,6 +122,26 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[tokio::test]
+    async fn forget_drops_only_the_refused_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secret");
+        std::fs::write(&file, "app-secret").unwrap();
+        let app = FeishuApp::load("f", "cli_a", &file, "https://open.feishu.cn").unwrap();
+        assert!(!app.forget("t-old").await, "nothing cached yet");
+        let later = Instant::now() + Duration::from_secs(3600);
+        *app.cached.lock().await = Some(CachedToken {
+            token: SecretString::from("t-new".to_string()),
+            refresh_at: later,
+            expires_at: Some(later),
+        });
+        // A concurrent request refused with the old token keeps the new one.
+        assert!(!app.forget("t-old").await);
+        assert!(app.cached.lock().await.is_some());
+        assert!(app.forget("t-new").await);
+        assert!(app.cached.lock().await.is_none());
+    }
 
     #[test]
     fn tenant_token_answers_table() {

@@ -13,38 +13,39 @@
 //! handle:  head::check ─► policy.check ─► inspect_body ─► message_record
 //!            (each refusal: audit line, then 400/403/git report)
 //! forward: credential ─► upstream request ─► audit line ─► send (+ redirect)
-//! respond: strip headers ─► message id / small body whole / redacting stream
-//!            ─► completion line
+//!            (a Feishu tenant token refused: forget it, send once more,
+//!             see [`super::token_retry`])
+//! respond: strip headers ─► message id, learnt ids / small body whole /
+//!            redacting stream ─► completion line ([`super::respond`])
 //! ```
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::request::Parts;
 use http::{Method, Request, Response, StatusCode, Uri};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::answers::{audit_unavailable, bad_request, denied, push_refused, redact_text};
 use super::answers::{busy, refused_identity, too_long, too_many, upstream_failed};
+use super::completion::Completion;
 use super::headers::upstream_request_headers;
-use super::headers::{self, method_changing_header, strip_response_headers, unscannable_encoding};
-use super::inspect::{checked_message, inspect_body, BodyRefusal, MESSAGE_BODY_LIMIT};
-use super::message::created_message_id;
-use super::policy::{Grant, MessageSpec, RequestView};
+use super::headers::{self, method_changing_header};
+use super::inspect::{checked_message, inspect_body, BodyRefusal};
+use super::policy::{Grant, RequestView};
 use super::records::{now, request_record};
-use super::{head, owned, Identity, Proxy};
-use crate::audit::{CompletionRecord, Outcome, Record, RequestRecord};
-use crate::body::{self, CountingBody, ProxyBody, RedactingBody};
+use super::respond::{respond, Learning};
+use super::token_retry;
+use super::{head, Identity, Proxy};
+use crate::audit::{Outcome, Record, RequestRecord};
+use crate::body::{self, BoxError, CountingBody, ProxyBody};
 use crate::credentials::CredentialError;
 use crate::graphql::Learn;
-use crate::redact::{redact_body, Redactor};
-
-/// Answers up to this size with a declared length are sent in one piece.
-const SMALL_BODY: usize = 64 * 1024;
+use crate::rules::Injection;
 
 /// Where requests on a connection go: the CONNECT authority (or the
 /// absolute-form URI's host) is the single source of truth.
@@ -66,64 +67,6 @@ impl Target {
             host: host.into(),
             tunnel: false,
         }
-    }
-}
-
-/// The completion line of one forwarded request.
-struct Completion {
-    proxy: Arc<Proxy>,
-    request_id: String,
-    /// [`crate::metrics::identity_kind`] of the identity.
-    identity_kind: &'static str,
-    started: Instant,
-    sent: Arc<AtomicU64>,
-}
-
-impl Completion {
-    fn record(
-        &self,
-        status: u16,
-        received: u64,
-        message_id: Option<String>,
-        error: Option<String>,
-    ) {
-        crate::metrics::completed(self.identity_kind, status, self.started.elapsed());
-        let has_message_id = message_id.is_some();
-        let record = Record::Completion(CompletionRecord {
-            time: now(),
-            request_id: self.request_id.clone(),
-            status,
-            bytes_sent: self.sent.load(Ordering::Relaxed),
-            bytes_received: received,
-            duration_ms: self.started.elapsed().as_millis() as u64,
-            message_id,
-            error,
-            truncated: Default::default(),
-        });
-        // A created message's id is written at once; other completions go
-        // out with the next line written (one write for both).
-        let recorded = if has_message_id {
-            self.proxy.audit.record(record)
-        } else {
-            self.proxy.audit.record_later(record)
-        };
-        if recorded.is_err() {
-            tracing::error!(request_id = %self.request_id, "audit completion record lost");
-        }
-    }
-
-    /// Records that the answer could not be read and says so (502).
-    fn unreadable(&self) -> Response<ProxyBody> {
-        self.refuse(
-            "response unreadable",
-            "the upstream answer could not be read",
-        )
-    }
-
-    /// Records why the answer is not passed on and says so (502).
-    fn refuse(&self, recorded: &str, answered: &str) -> Response<ProxyBody> {
-        self.record(502, 0, None, Some(recorded.into()));
-        upstream_failed(&self.proxy.credentials.held_secrets(), answered)
     }
 }
 
@@ -221,6 +164,7 @@ pub(super) async fn handle(
         grant,
         record,
         started,
+        replay: inspected.replay,
         learn: inspected.learn,
     };
     Ok(forward(allowed, parts, inspected.body).await)
@@ -304,12 +248,120 @@ struct Forwarding {
     /// Its audit line, with the decision and any message record.
     record: RequestRecord,
     started: Instant,
+    /// The whole request body, when it can be sent again.
+    replay: Option<Bytes>,
     /// Ids to take from the answer into the identity's own set.
     learn: Vec<Learn>,
 }
 
-/// Injects the credential, writes the request's audit line, sends it and
-/// passes the answer on.
+/// What every attempt at sending one allowed request shares.
+pub(super) struct Attempt<'a> {
+    pub(super) proxy: &'a Arc<Proxy>,
+    identity: &'a Identity,
+    host: &'a str,
+    grant: &'a Grant,
+    parts: &'a Parts,
+    uri: Uri,
+    learn: &'a [Learn],
+}
+
+/// An attempt sent: its completion line (still to write), the credential
+/// it carried and the answer.
+pub(super) struct Sent {
+    pub(super) completion: Completion,
+    pub(super) authorization: HeaderValue,
+    pub(super) response: Response<Incoming>,
+}
+
+impl Attempt<'_> {
+    /// Injects the credential, writes the request's audit line and sends it.
+    pub(super) async fn send(
+        &self,
+        record: RequestRecord,
+        started: Instant,
+        body: ProxyBody,
+    ) -> Result<Sent, Response<ProxyBody>> {
+        let authorization = match credential(self.proxy, self.identity, self.grant).await {
+            Ok(value) => value,
+            Err(Unavailable::Refused(reason)) => {
+                let tried = &self.identity.scope.rule_sets;
+                return Err(deny(self.proxy, record, &reason, tried));
+            }
+            Err(Unavailable::Failed(answer)) => return Err(answer),
+        };
+        let sent = Arc::new(AtomicU64::new(0));
+        let completion = Completion {
+            proxy: self.proxy.clone(),
+            request_id: record.request_id.clone(),
+            identity_kind: crate::metrics::identity_kind(&record.identity),
+            started,
+            sent: sent.clone(),
+            note: None,
+        };
+        let mut upstream_req = Request::new(body::boxed(CountingBody::new(body, sent)));
+        *upstream_req.method_mut() = self.parts.method.clone();
+        *upstream_req.uri_mut() = self.uri.clone();
+        *upstream_req.headers_mut() =
+            upstream_request_headers(&self.parts.headers, self.host, authorization.clone());
+
+        // Written before forwarding; a message is on disk before it can be sent.
+        crate::metrics::request(&record);
+        let record = Record::Request(record);
+        let queued = if self.grant.message.is_some() {
+            self.proxy.audit.record_durably(record).await
+        } else {
+            self.proxy.audit.record(record)
+        };
+        if queued.is_err() {
+            return Err(audit_unavailable());
+        }
+        let method = &self.parts.method;
+        let response = send(&completion, self.identity, self.host, method, upstream_req).await?;
+        if response.status() == StatusCode::UNAUTHORIZED {
+            // A minted token GitHub no longer takes: the next request mints anew.
+            let credentials = &self.proxy.credentials;
+            credentials
+                .rejected(&self.grant.credential, &authorization)
+                .await;
+        }
+        Ok(Sent {
+            completion,
+            authorization,
+            response,
+        })
+    }
+
+    /// Passes an answer on ([`respond`]).
+    pub(super) async fn respond<B>(
+        &self,
+        completion: Completion,
+        mut response: Response<B>,
+    ) -> Response<ProxyBody>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Sync + Unpin + 'static,
+        B::Error: Into<BoxError>,
+    {
+        headers::name_repository_links(response.headers_mut(), self.parts.uri.path());
+        let learning = Learning {
+            message: self.grant.message.as_ref(),
+            learn: self.learn,
+            created: &self.identity.created,
+        };
+        respond(completion, &self.parts.method, learning, response).await
+    }
+
+    /// Forgets the token Feishu refused, for the next request to get a new one.
+    pub(super) async fn forget(&self, authorization: &HeaderValue) {
+        let credentials = &self.proxy.credentials;
+        credentials
+            .token_refused(&self.grant.credential, authorization)
+            .await;
+    }
+}
+
+/// Sends an allowed request and passes the answer on; a Feishu tenant
+/// token refused before its expiry is replaced and the request sent once
+/// more ([`token_retry::retry_refused_token`]).
 async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response<ProxyBody> {
     let Forwarding {
         proxy,
@@ -318,61 +370,30 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
         grant,
         record,
         started,
+        replay,
         learn,
     } = allowed;
-    let authorization = match credential(&proxy, &identity, &grant).await {
-        Ok(value) => value,
-        Err(Unavailable::Refused(reason)) => {
-            return deny(&proxy, record, &reason, &identity.scope.rule_sets)
-        }
-        Err(Unavailable::Failed(answer)) => return answer,
-    };
-    let sent_authorization = authorization.clone();
     let Some(uri) = head::upstream_uri(&host, &parts.uri) else {
         return bad_request("request target cannot be forwarded");
     };
-    let sent = Arc::new(AtomicU64::new(0));
-    let completion = Completion {
-        proxy: proxy.clone(),
-        request_id: record.request_id.clone(),
-        identity_kind: crate::metrics::identity_kind(&record.identity),
-        started,
-        sent: sent.clone(),
+    let attempt = Attempt {
+        proxy: &proxy,
+        identity: &identity,
+        host: &host,
+        grant: &grant,
+        parts: &parts,
+        uri,
+        learn: &learn,
     };
-    let mut upstream_req = Request::new(body::boxed(CountingBody::new(body, sent)));
-    *upstream_req.method_mut() = parts.method.clone();
-    *upstream_req.uri_mut() = uri;
-    *upstream_req.headers_mut() = upstream_request_headers(&parts.headers, &host, authorization);
-
-    // Written before forwarding; a message is on disk before it can be sent.
-    crate::metrics::request(&record);
-    let record = Record::Request(record);
-    let queued = if grant.message.is_some() {
-        proxy.audit.record_durably(record).await
-    } else {
-        proxy.audit.record(record)
-    };
-    if queued.is_err() {
-        return audit_unavailable();
-    }
-    let mut response = match send(&completion, &identity, &host, &parts.method, upstream_req).await
-    {
-        Ok(response) => response,
+    let retry = (grant.inject == Injection::FeishuTenant).then(|| record.clone());
+    let first = match attempt.send(record, started, body).await {
+        Ok(sent) => sent,
         Err(answer) => return answer,
     };
-    if response.status() == StatusCode::UNAUTHORIZED {
-        proxy
-            .credentials
-            .rejected(&grant.credential, &sent_authorization)
-            .await;
+    match retry {
+        None => attempt.respond(first.completion, first.response).await,
+        Some(record) => token_retry::retry_refused_token(&attempt, first, record, replay).await,
     }
-    headers::name_repository_links(response.headers_mut(), parts.uri.path());
-    let learning = Learning {
-        message: grant.message.as_ref(),
-        learn: &learn,
-        created: &identity.created,
-    };
-    respond(completion, &parts.method, learning, response).await
 }
 
 /// Why a rule's credential cannot be injected.
@@ -468,126 +489,6 @@ async fn send(
         })
 }
 
-/// What the answer to a request creates or tells about the identity's
-/// own objects: a message's id, ids a GraphQL check asked to learn.
-struct Learning<'a> {
-    message: Option<&'a MessageSpec>,
-    learn: &'a [Learn],
-    created: &'a owned::Created,
-}
-
-/// Passes the upstream's answer on: auth-bearing headers stripped, secrets
-/// redacted, and the completion line written once the body has been sent.
-async fn respond(
-    completion: Completion,
-    method: &Method,
-    learning: Learning<'_>,
-    response: Response<Incoming>,
-) -> Response<ProxyBody> {
-    let Learning {
-        message,
-        learn,
-        created,
-    } = learning;
-    let status = response.status();
-    if let Some(reason) = unscannable_encoding(response.headers()) {
-        return completion.refuse("response encoding cannot be scanned", &reason);
-    }
-    let (mut parts, resp_body) = response.into_parts();
-    // hyper keeps a non-standard reason phrase in the extensions and its
-    // server writes it back out: it is upstream text the redaction never
-    // sees, so it goes, with anything else hyper might act on.
-    parts.extensions = http::Extensions::new();
-    let declared_len = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let secrets = completion.proxy.credentials.held_secrets();
-    strip_response_headers(&mut parts.headers, &secrets);
-
-    if let Some(message) = message {
-        // Message answers are small JSON: read them whole to log the id of
-        // the created message, then pass them on.
-        let Ok(collected) = http_body_util::Limited::new(resp_body, MESSAGE_BODY_LIMIT)
-            .collect()
-            .await
-        else {
-            return completion.unreadable();
-        };
-        let bytes = collected.to_bytes();
-        let id = created_message_id(&bytes, &message.id_pointer);
-        if let Some(id) = id.as_deref().filter(|_| owned::created(status)) {
-            // A failed save is logged: the object stays the identity's
-            // while this process runs.
-            let node = owned::node_of_created(&message.kind, &bytes);
-            let new_node = node.is_some_and(|(kind, node)| created.record(kind, &node));
-            if created.record(&message.kind, id) || new_node {
-                let _ = completion.proxy.save_identities().done().await;
-            }
-        }
-        let redacted = redact_body(&secrets, bytes);
-        completion.record(status.as_u16(), redacted.len() as u64, id, None);
-        let mut resp = Response::from_parts(parts, body::full(redacted));
-        resp.headers_mut().remove(header::CONTENT_LENGTH);
-        return resp;
-    }
-
-    if !learn.is_empty() {
-        // The answer names ids to learn: read it whole (bounded), as a message's.
-        let Ok(collected) = http_body_util::Limited::new(resp_body, MESSAGE_BODY_LIMIT)
-            .collect()
-            .await
-        else {
-            return completion.unreadable();
-        };
-        let bytes = collected.to_bytes();
-        let learnt = owned::learnt(learn, &bytes);
-        let mut new = false;
-        for (kind, id) in learnt.iter().filter(|_| owned::created(status)) {
-            new |= created.record(kind, id);
-        }
-        if new {
-            let _ = completion.proxy.save_identities().done().await;
-        }
-        let redacted = redact_body(&secrets, bytes);
-        completion.record(status.as_u16(), redacted.len() as u64, None, None);
-        let mut resp = Response::from_parts(parts, body::full(redacted));
-        resp.headers_mut().remove(header::CONTENT_LENGTH);
-        return resp;
-    }
-
-    // Small answers of known length (most API calls) are read whole and
-    // sent with their length: one write to the client instead of a chunked
-    // stream and its terminator.
-    if sent_whole(method, status, declared_len) {
-        let Ok(collected) = http_body_util::Limited::new(resp_body, SMALL_BODY)
-            .collect()
-            .await
-        else {
-            return completion.unreadable();
-        };
-        let redacted = redact_body(&secrets, collected.to_bytes());
-        completion.record(status.as_u16(), redacted.len() as u64, None, None);
-        return Response::from_parts(parts, body::full(redacted));
-    }
-
-    let on_end = Box::new(move |bytes: u64, completed: bool| {
-        let error = (!completed).then(|| "the response body did not complete".to_string());
-        completion.record(status.as_u16(), bytes, None, error);
-    });
-    let redactor = Redactor::shared(secrets);
-    let body = body::boxed(RedactingBody::new(resp_body, redactor, on_end));
-    Response::from_parts(parts, body)
-}
-
-/// Whether an answer (not a message's) is read whole and sent with its
-/// length rather than streamed: it has a body, of a declared small length.
-fn sent_whole(method: &Method, status: StatusCode, declared_len: Option<usize>) -> bool {
-    let bodiless = method == Method::HEAD || matches!(status.as_u16(), 204 | 304);
-    !bodiless && declared_len.is_some_and(|n| n <= SMALL_BODY)
-}
-
 /// GitHub answers some downloads (Actions logs) with a redirect to a
 /// short-lived URL on a storage host. Follow it here, without credentials,
 /// so the sandbox never needs that host.
@@ -634,31 +535,4 @@ async fn follow_cross_host_redirect(
         .send(req)
         .await
         .map_err(|_| format!("following the redirect to {next_host} failed"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn small_answers_of_known_length_are_sent_whole() {
-        let ok = StatusCode::OK;
-        let cases = [
-            (Method::GET, ok, Some(0), true),
-            (Method::GET, ok, Some(SMALL_BODY), true),
-            (Method::POST, StatusCode::CREATED, Some(120), true),
-            (Method::GET, ok, Some(SMALL_BODY + 1), false),
-            (Method::GET, ok, None, false),
-            (Method::HEAD, ok, Some(10), false),
-            (Method::GET, StatusCode::NO_CONTENT, Some(0), false),
-            (Method::GET, StatusCode::NOT_MODIFIED, Some(10), false),
-        ];
-        for (method, status, len, whole) in cases {
-            assert_eq!(
-                sent_whole(&method, status, len),
-                whole,
-                "{method} {status} {len:?}"
-            );
-        }
-    }
 }

@@ -28,6 +28,9 @@ pub(super) struct Inspected {
     pub(super) whole: Option<Bytes>,
     /// Ids the check asks to learn from the answer.
     pub(super) learn: Vec<Learn>,
+    /// The whole body when it was read to its end (or there is none): the
+    /// request can be sent again.
+    pub(super) replay: Option<Bytes>,
 }
 
 /// Why a body was refused, and for a git push, how to tell git.
@@ -176,11 +179,13 @@ pub(super) async fn inspect_body(
 ) -> Result<Inspected, BodyRefusal> {
     let need_all = grant.message.is_some();
     if grant.body.is_none() && !need_all {
+        let replay = incoming.is_end_stream().then(Bytes::new);
         return Ok(Inspected {
             body: body::boxed(incoming),
             sha256: None,
             whole: None,
             learn: Vec::new(),
+            replay,
         });
     }
     if !identity_encoded(headers) {
@@ -232,6 +237,7 @@ pub(super) async fn inspect_body(
     let sha256 = need_all.then(|| hex::encode(Sha256::digest(&prefix)));
     let prefix = prefix.freeze();
     let whole = need_all.then(|| prefix.clone());
+    let replay = complete.then(|| prefix.clone());
     let body = if complete {
         body::full(prefix)
     } else {
@@ -242,6 +248,7 @@ pub(super) async fn inspect_body(
         sha256,
         whole,
         learn,
+        replay,
     })
 }
 

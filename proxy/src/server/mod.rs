@@ -17,6 +17,7 @@
 mod answers;
 pub mod audit_writer;
 pub(crate) mod backoff;
+mod completion;
 mod connect;
 mod forward;
 pub mod framing;
@@ -32,8 +33,10 @@ pub mod persist;
 pub mod policy;
 mod records;
 mod refusals;
+mod respond;
 mod sockets;
 mod state_writer;
+mod token_retry;
 mod transparent;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -17,6 +17,7 @@
 //! now, and a replay inside that window is caught by the deduplication.
 
 pub mod crypt;
+pub mod longconn;
 mod map;
 
 use serde_json::Value;

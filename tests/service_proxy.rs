@@ -112,10 +112,22 @@ fn scenario(rt: &tokio::runtime::Runtime, admin: &Path, ca: &Path, token: &str, 
             std::time::Instant::now() < deadline,
             "the job never got going"
         );
-        let state = rt.block_on(svc.job(&id))["state"].clone();
+        let job = rt.block_on(svc.job(&id));
+        let state = job["state"].clone();
+        // The reason and the sandbox's own words, for a failure seen only
+        // when other suites load the machine.
+        let stderr = std::fs::read_dir(work.parent().unwrap().join("logs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .collect::<Vec<_>>()
+            .join("\n");
         assert!(
             state == "queued" || state == "running",
-            "job ended early: {state}"
+            "job ended early: {state}, reason {}, exit {}; logs:\n{stderr}",
+            job["reason"],
+            job["exit"]
         );
         std::thread::sleep(Duration::from_millis(50));
     }

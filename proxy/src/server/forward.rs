@@ -141,7 +141,12 @@ pub(super) async fn handle(
         return Ok(deny(&proxy, record, &reason, &identity.scope.rule_sets));
     }
     let (parts, incoming) = req.into_parts();
-    let known = identity.created.known_ids();
+    // Only a body check reads them: a request without one takes no lock
+    // and copies no id.
+    let known = match grant.body {
+        Some(_) => identity.created.known_ids(),
+        None => Default::default(),
+    };
     let inspected = match inspect_body(&parts.headers, incoming, &grant, &known, &proxy.heavy).await
     {
         Ok(inspected) => inspected,

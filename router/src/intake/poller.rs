@@ -108,23 +108,33 @@ pub(super) fn spawn(
                             wait
                         }
                     };
-                    let held = Duration::from_millis(
-                        poller
-                            .hold_until
-                            .saturating_mul(1000)
-                            .saturating_sub(wall_clock_ms()),
-                    );
-                    tokio::select! {
-                        _ = tokio::time::sleep(wait.max(held)) => {}
-                        _ = stopped.changed() => {}
-                    }
-                    if *stopped.borrow() {
+                    if rest(wait, poller.hold_until, &mut stopped).await {
                         return;
                     }
                 }
             });
         })
         .map_err(super::IntakeError::Start)
+}
+
+/// Between two rounds of a periodic loop through the proxy: `wait`, or
+/// longer while GitHub holds requests until `hold_until` (Unix seconds).
+/// Whether `stopped` turned true meanwhile.
+pub(super) async fn rest(
+    wait: Duration,
+    hold_until: u64,
+    stopped: &mut watch::Receiver<bool>,
+) -> bool {
+    let held = Duration::from_millis(
+        hold_until
+            .saturating_mul(1000)
+            .saturating_sub(wall_clock_ms()),
+    );
+    tokio::select! {
+        _ = tokio::time::sleep(wait.max(held)) => {}
+        _ = stopped.changed() => {}
+    }
+    *stopped.borrow()
 }
 
 fn source_key(repo: &str) -> String {

@@ -92,16 +92,7 @@ pub(super) fn spawn(
                             wait
                         }
                     };
-                    let held = Duration::from_millis(
-                        r.hold_until
-                            .saturating_mul(1000)
-                            .saturating_sub(wall_clock_ms()),
-                    );
-                    tokio::select! {
-                        _ = tokio::time::sleep(wait.max(held)) => {}
-                        _ = stopped.changed() => {}
-                    }
-                    if *stopped.borrow() {
+                    if super::poller::rest(wait, r.hold_until, &mut stopped).await {
                         return;
                     }
                 }

@@ -150,12 +150,12 @@ pub fn admin_call(socket: &Path, method: &str, path: &str, body: Option<&str>) -
     let mut s = UnixStream::connect(socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let body = body.unwrap_or("");
-    write!(
-        s,
+    // One write: an early answer cannot meet a body still being written.
+    let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: gatehouse\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
-    )
-    .unwrap();
+    );
+    s.write_all(request.as_bytes()).unwrap();
     let mut answer = String::new();
     s.read_to_string(&mut answer).unwrap();
     let (head, body) = answer.split_once("\r\n\r\n").unwrap();

@@ -147,13 +147,15 @@ pub fn api_call(
     let head = read_head(&mut s);
     assert!(head.starts_with("HTTP/1.1 200"), "CONNECT answered {head}");
     let mut tls = tls_over(s, "api.github.com", ca, true);
-    write!(
-        tls,
+    // One write, so one TLS record: a refusal answered from the head alone
+    // (then the connection closed) cannot meet a body still being written
+    // piece by piece, which `write!` does, and fail it with a broken pipe.
+    let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: api.github.com\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    )
-    .unwrap();
+    );
+    tls.write_all(request.as_bytes()).unwrap();
     tls.flush().unwrap();
     let answer = read_all(&mut tls);
     let status = answer.split(' ').nth(1).unwrap().parse().unwrap();

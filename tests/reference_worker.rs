@@ -182,6 +182,67 @@ fn the_reference_worker_opens_a_pull_request_and_reports_ready() {
     assert_eq!(created, 1, "one pull request opened");
 }
 
+/// A ticket's later job (a person's follow-up, a resume) runs in the same
+/// work dir: it continues the clone, the branch and the open pull request
+/// the first job left, and opens no second one.
+#[test]
+fn a_second_job_of_a_ticket_continues_its_branch_and_its_open_pull_request() {
+    require!(Need::Sandbox);
+    let w = world();
+    let ticket = "tkt_ref_again";
+    let first = w.rt.block_on(
+        w.svc
+            .submit("k6", job(ticket, "default", "Add a note on wobbling")),
+    );
+    let link = pull_link(&finish(&w, ticket, &first)["latest_report"]);
+    let branch = format!("refs/heads/gatehouse/{ticket}");
+    let after_first = git_ref(&w, REPO, &branch).expect("the branch was not pushed");
+
+    let second = w.rt.block_on(
+        w.svc
+            .submit("k7", job(ticket, "default", "Also say why they stop")),
+    );
+    let end = finish(&w, ticket, &second);
+    assert_eq!(pull_link(&end["latest_report"]), link, "{end}");
+    assert!(
+        end["latest_report"]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("Updated its pull request"),
+        "{end}"
+    );
+    let after_second = git_ref(&w, REPO, &branch).unwrap();
+    assert_ne!(after_second, after_first, "the second job pushed nothing");
+    // A fast-forward: the first job's commit is under the second's.
+    let ancestor = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(w.github.repo_git_dir(REPO).unwrap())
+        .args(["merge-base", "--is-ancestor", &after_first, &after_second])
+        .status()
+        .unwrap();
+    assert!(
+        ancestor.success(),
+        "the branch was rewritten, not continued"
+    );
+    let note = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(w.github.repo_git_dir(REPO).unwrap())
+        .args(["show", &format!("{after_second}:gatehouse/{ticket}.md")])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&note.stdout),
+        "Add a note on wobbling\nAlso say why they stop\n"
+    );
+    let created = w
+        .github
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path == format!("/repos/{REPO}/pulls"))
+        .count();
+    assert_eq!(created, 1, "a second pull request was opened");
+}
+
 #[test]
 fn a_question_is_reported_blocked_until_the_inbox_answers_it() {
     require!(Need::Sandbox);

@@ -9,12 +9,14 @@
 #
 #   1. read the task from the prompt ($GATEHOUSE_PROMPT, after "# Your task")
 #      and report `working`;
-#   2. clone $GH_REPO and branch gatehouse/<ticket>;
+#   2. clone $GH_REPO and branch gatehouse/<ticket> (a ticket's later job
+#      continues the clone and the branch in its work dir);
 #   3. let aider make the change and commit it (`aider --message`, which runs
 #      one request and exits);
-#   4. push the branch, open a pull request (REST, through the proxy) and
-#      report `ready` with its link; a run that changed nothing is reported
-#      `blocked` with a question, so a person can say more.
+#   4. push the branch, open a pull request (REST, through the proxy), or
+#      find the branch's open one, and report `ready` with its link; a run
+#      that changed nothing is reported `blocked` with a question, so a
+#      person can say more.
 #
 # The model and its endpoint come from aider's own settings in the
 # environment (set them in the team profile's [env.set]): AIDER_MODEL
@@ -38,12 +40,24 @@ task=$(sed -n '/^# Your task$/,$p' "$prompt" | sed '1,2d')
 title=$(printf '%s\n' "$task" | sed -n '1{s/[[:space:]]\{1,\}/ /g;p;}' | cut -c1-72)
 gatehouse report --state working --summary "Working on: $title" >/dev/null
 
-git clone -q "https://github.com/$repo.git" repo || fail "cannot clone $repo"
+# A ticket's later job (a follow-up, a resume) runs in the same work dir:
+# it continues the clone and the branch the first job left.
+if [ -d repo/.git ]; then
+    git -C repo fetch -q origin || fail "cannot fetch $repo"
+else
+    git clone -q "https://github.com/$repo.git" repo || fail "cannot clone $repo"
+fi
 cd repo
 base=$(git symbolic-ref --short refs/remotes/origin/HEAD | sed 's#^origin/##')
 git config user.name "gatehouse worker (aider)"
 git config user.email "worker@gatehouse.invalid"
-git checkout -q -b "$branch"
+if git rev-parse -q --verify "refs/heads/$branch" >/dev/null; then
+    git checkout -q "$branch"
+elif git rev-parse -q --verify "refs/remotes/origin/$branch" >/dev/null; then
+    git checkout -q -b "$branch" "origin/$branch"
+else
+    git checkout -q -b "$branch"
+fi
 start=$(git rev-parse HEAD)
 
 # One request, answered without asking anyone: the worker has no terminal
@@ -77,8 +91,17 @@ fi
 
 git push -q origin "HEAD:refs/heads/$branch" || fail "cannot push $branch"
 subject=$(git log -1 --format=%s)
-url=$(gh api "repos/$repo/pulls" -f title="$title" -f head="$branch" -f base="$base" \
-    -f body="Ticket $ticket, made by aider: $subject" --jq .html_url) \
-    || fail "cannot open a pull request"
-gatehouse report --state ready --summary "Opened a pull request: $title" --link "$url" >/dev/null
+# The branch's open pull request, if a previous job opened it (GitHub
+# filters `head` only in the `owner:branch` form).
+url=$(gh api "repos/$repo/pulls?state=open&head=${repo%%/*}:$branch" \
+    --jq "map(select(.head.ref == \"$branch\")) | .[0].html_url // empty") \
+    || fail "cannot look up the pull request of $branch"
+summary="Updated its pull request: $title"
+if [ -z "$url" ]; then
+    url=$(gh api "repos/$repo/pulls" -f title="$title" -f head="$branch" -f base="$base" \
+        -f body="Ticket $ticket, made by aider: $subject" --jq .html_url) \
+        || fail "cannot open a pull request"
+    summary="Opened a pull request: $title"
+fi
+gatehouse report --state ready --summary "$summary" --link "$url" >/dev/null
 say "ready: $url"

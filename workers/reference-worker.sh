@@ -10,8 +10,10 @@
 #      reports `blocked` with a question and waits for a message in its
 #      inbox, which becomes the task (its next report answers that message);
 #   3. clone $GH_REPO, commit a note of the task on gatehouse/<ticket>, push;
-#   4. open a pull request (REST, through the proxy) and report `ready` with
-#      its link. With $GATEHOUSE_FORK (the team delivers from the bot's fork,
+#      a ticket's later job finds the clone in its work dir and continues
+#      the branch;
+#   4. open a pull request (REST, through the proxy), or find the branch's
+#      open one, and report `ready` with its link. With $GATEHOUSE_FORK (the team delivers from the bot's fork,
 #      rule set github-worker-fork) the branch is pushed to the fork and the
 #      pull request opened from it (`head = <fork owner>:<branch>`).
 # Messages that reach its inbox while it works (a CI result, a person's
@@ -42,6 +44,25 @@ task=$(sed -n '/^# Your task$/,$p' "$prompt" | sed '1,2d')
 # worker only needs the gist.
 field() { sed -n "s/.*\"$1\":\"\\([^\"]*\\)\".*/\\1/p" | head -n 1; }
 
+# Checks out the ticket's branch: the local one a previous job made, else
+# the one on the remote, else a new one from the default branch.
+continue_branch() {
+    if git rev-parse -q --verify "refs/heads/$branch" >/dev/null; then
+        git checkout -q "$branch"
+    elif git rev-parse -q --verify "refs/remotes/origin/$branch" >/dev/null; then
+        git checkout -q -b "$branch" "origin/$branch"
+    else
+        git checkout -q -b "$branch"
+    fi
+}
+
+# Prints the html_url of the open pull request from `owner:branch` ($1),
+# or nothing. GitHub filters `head` only in that form.
+open_pull_request() {
+    gh api "repos/$repo/pulls?state=open&head=$1" \
+        --jq "map(select(.head.ref == \"$branch\")) | .[0].html_url // empty"
+}
+
 show_inbox() {
     gatehouse inbox | while IFS= read -r line; do say "inbox: $line"; done
 }
@@ -65,15 +86,21 @@ set -- --state working --summary "Working on: $title"
 [ -z "$answers" ] || set -- "$@" --answers "$answers"
 gatehouse report "$@" >/dev/null
 
-git clone -q "https://github.com/$repo.git" repo || fail "cannot clone $repo"
+# A ticket's later job (a follow-up, a resume) runs in the same work dir:
+# it continues the clone and the branch the first job left.
+if [ -d repo/.git ]; then
+    git -C repo fetch -q origin || fail "cannot fetch $repo"
+else
+    git clone -q "https://github.com/$repo.git" repo || fail "cannot clone $repo"
+fi
 cd repo
 base=$(git symbolic-ref --short refs/remotes/origin/HEAD | sed 's#^origin/##')
 git config user.name "gatehouse worker"
 git config user.email "worker@gatehouse.invalid"
 
-git checkout -q -b "$branch"
+continue_branch
 mkdir -p gatehouse
-printf '%s\n' "$task" > "gatehouse/$ticket.md"
+printf '%s\n' "$task" >> "gatehouse/$ticket.md"
 git add "gatehouse/$ticket.md"
 git commit -q -m "$title" -m "Ticket $ticket."
 
@@ -100,8 +127,16 @@ else
 fi
 
 show_inbox
-url=$(gh api "repos/$repo/pulls" -f title="$title" -f head="$head" -f base="$base" \
-    -f body="Ticket $ticket: a note of the task in gatehouse/$ticket.md." --jq .html_url) \
-    || fail "cannot open a pull request"
-gatehouse report --state ready --summary "Opened a pull request: $title" --link "$url" >/dev/null
+owner=${GATEHOUSE_FORK:-$repo}
+url=$(open_pull_request "${owner%%/*}:$branch") || fail "cannot look up the pull request of $head"
+summary="Opened a pull request: $title"
+if [ -n "$url" ]; then
+    say "the branch's pull request is already open: $url"
+    summary="Updated its pull request: $title"
+else
+    url=$(gh api "repos/$repo/pulls" -f title="$title" -f head="$head" -f base="$base" \
+        -f body="Ticket $ticket: a note of the task in gatehouse/$ticket.md." --jq .html_url) \
+        || fail "cannot open a pull request"
+fi
+gatehouse report --state ready --summary "$summary" --link "$url" >/dev/null
 say "ready: $url"

@@ -35,7 +35,7 @@ use super::answers::{busy, refused_identity, too_long, too_many, upstream_failed
 use super::completion::Completion;
 use super::headers::upstream_request_headers;
 use super::headers::{self, method_changing_header};
-use super::inspect::{checked_message, inspect_body, BodyRefusal};
+use super::inspect::{checked_message, inspect_body, BodyRefusal, Busy};
 use super::policy::{Grant, RequestView};
 use super::records::{now, request_record};
 use super::respond::{respond, Learning};
@@ -147,13 +147,27 @@ pub(super) async fn handle(
         Some(_) => identity.created.known_ids(),
         None => Default::default(),
     };
-    let inspected = match inspect_body(&parts.headers, incoming, &grant, &known, &proxy.heavy).await
+    let inspected = match inspect_body(
+        &parts.headers,
+        incoming,
+        &grant,
+        &known,
+        (&proxy.heavy, &identity.name),
+    )
+    .await
     {
         Ok(inspected) => inspected,
         Err(refusal) => return Ok(refuse_body(&proxy, &identity, record, refusal)),
     };
     if let (Some(message), Some(hash)) = (&grant.message, &inspected.sha256) {
-        match checked_message(&proxy.heavy, message, hash, inspected.whole.clone()).await {
+        match checked_message(
+            (&proxy.heavy, &identity.name),
+            message,
+            hash,
+            inspected.whole.clone(),
+        )
+        .await
+        {
             Ok(message) => record.message = Some(message),
             Err(refusal) => return Ok(refuse_body(&proxy, &identity, record, refusal)),
         }
@@ -232,8 +246,20 @@ fn refuse_body(
     refusal: BodyRefusal,
 ) -> Response<ProxyBody> {
     let tried = &identity.scope.rule_sets;
-    if refusal.busy {
-        return refuse(proxy, record, &refusal.reason, tried, busy(&refusal.reason));
+    match refusal.busy {
+        Some(Busy::Pool) => {
+            return refuse(proxy, record, &refusal.reason, tried, busy(&refusal.reason))
+        }
+        Some(Busy::OwnShare) => {
+            return refuse(
+                proxy,
+                record,
+                &refusal.reason,
+                tried,
+                too_many(&refusal.reason),
+            )
+        }
+        None => {}
     }
     let answer = deny(proxy, record, &refusal.reason, tried);
     match refusal.git_report {

@@ -38,8 +38,17 @@ pub(super) struct Inspected {
 pub(super) struct BodyRefusal {
     pub(super) reason: String,
     pub(super) git_report: Option<StatusReport>,
-    /// Not judged: the pool of body checks was full (answered 503).
-    pub(super) busy: bool,
+    /// Not judged, for want of a slot on the pool of body checks.
+    pub(super) busy: Option<Busy>,
+}
+
+/// Which slot of the pool of body checks a request found taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Busy {
+    /// The whole queue (answered 503: the proxy is busy).
+    Pool,
+    /// The identity's own share (answered 429: this identity sends too many).
+    OwnShare,
 }
 
 impl From<String> for BodyRefusal {
@@ -47,7 +56,7 @@ impl From<String> for BodyRefusal {
         Self {
             reason,
             git_report: None,
-            busy: false,
+            busy: None,
         }
     }
 }
@@ -55,7 +64,11 @@ impl From<String> for BodyRefusal {
 impl From<NotRun> for BodyRefusal {
     fn from(not_run: NotRun) -> Self {
         Self {
-            busy: matches!(not_run, NotRun::Busy(_)),
+            busy: match not_run {
+                NotRun::Busy(_) => Some(Busy::Pool),
+                NotRun::OwnShare(_) => Some(Busy::OwnShare),
+                NotRun::Failed => None,
+            },
             ..not_run.to_string().into()
         }
     }
@@ -110,7 +123,7 @@ fn judge(
             git_report: (name == "receive_pack")
                 .then(|| StatusReport::requested(prefix))
                 .flatten(),
-            busy: false,
+            busy: None,
         }),
         BodyVerdict::NeedMore if complete => {
             Err(format!("the {name} body ended before it could be checked").into())
@@ -132,7 +145,7 @@ type Running = (&'static str, bool, Box<BodyCheckFn>);
 /// [`judge`], on the pool when [`on_pool`] says so; the check and the
 /// prefix come back for the next read.
 async fn judge_in_turn(
-    pool: &HeavyPool,
+    (pool, identity): (&HeavyPool, &str),
     (name, incremental, mut check): Running,
     prefix: BytesMut,
     complete: bool,
@@ -142,7 +155,7 @@ async fn judge_in_turn(
         return Ok(((name, incremental, check), prefix, verdict));
     }
     let judged = pool
-        .run(move || {
+        .run(identity, move || {
             let verdict = judge(name, check.as_mut(), &prefix, complete);
             (check, prefix, verdict)
         })
@@ -155,7 +168,7 @@ async fn judge_in_turn(
 /// its JSON check runs on the pool when the body is larger than
 /// [`INLINE_BYTES`].
 pub(super) async fn checked_message(
-    pool: &HeavyPool,
+    (pool, identity): (&HeavyPool, &str),
     spec: &MessageSpec,
     sha256: &str,
     whole: Option<Bytes>,
@@ -165,7 +178,9 @@ pub(super) async fn checked_message(
     }
     let (spec, sha256) = (spec.clone(), sha256.to_owned());
     let record = pool
-        .run(move || message_record(&spec, &sha256, whole.as_deref()))
+        .run(identity, move || {
+            message_record(&spec, &sha256, whole.as_deref())
+        })
         .await?;
     Ok(record?)
 }
@@ -175,7 +190,7 @@ pub(super) async fn inspect_body(
     mut incoming: Incoming,
     grant: &Grant,
     known: &KnownIds,
-    pool: &HeavyPool,
+    pool: (&HeavyPool, &str),
 ) -> Result<Inspected, BodyRefusal> {
     let need_all = grant.message.is_some();
     if grant.body.is_none() && !need_all {
@@ -362,11 +377,21 @@ mod tests {
     }
 
     #[test]
-    fn a_full_pool_is_a_busy_refusal_a_failed_check_a_plain_one() {
+    fn a_full_pool_or_share_is_a_busy_refusal_a_failed_check_a_plain_one() {
         let busy = BodyRefusal::from(NotRun::Busy(16));
-        assert!(busy.busy && busy.reason.contains("16"), "{busy:?}");
-        assert!(!BodyRefusal::from(NotRun::Failed).busy);
-        assert!(!BodyRefusal::from("no").busy);
+        assert!(
+            busy.busy == Some(Busy::Pool) && busy.reason.contains("16"),
+            "{busy:?}"
+        );
+        let own = BodyRefusal::from(NotRun::OwnShare(4));
+        assert!(
+            own.busy == Some(Busy::OwnShare)
+                && own.reason.contains("share")
+                && own.reason.contains('4'),
+            "{own:?}"
+        );
+        assert_eq!(BodyRefusal::from(NotRun::Failed).busy, None);
+        assert_eq!(BodyRefusal::from("no").busy, None);
     }
 
     #[test]
@@ -389,7 +414,7 @@ mod tests {
         let refused = |git_report| BodyRefusal {
             reason: "no".into(),
             git_report,
-            busy: false,
+            busy: None,
         };
         let ended = |name: &str| {
             BodyRefusal::from(format!("the {name} body ended before it could be checked"))

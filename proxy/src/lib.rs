@@ -26,6 +26,7 @@
 //!                  (rules/parse: the file format; rules/book: extends, examples;
 //!                  rules/decide: the decision)
 //!   path           canonical paths, path templates and their variables
+//!   connect_target a CONNECT's target → splice, intercept or refuse
 //!   graphql        a GraphQL document against a rule's allowlist
 //!   json           one meaning per JSON body: no duplicate key, bounded depth and keys
 //!   receive_pack   a push's ref updates against a ref policy; git's report-status
@@ -58,6 +59,7 @@ pub mod audit;
 pub mod body;
 pub mod ca;
 pub mod config;
+pub mod connect_target;
 pub mod credentials;
 pub mod graphql;
 pub mod json;

@@ -20,9 +20,10 @@ use super::forward::{self, Target};
 use super::framing::{Guarded, Observer, MAX_HEADERS, MAX_HEAD_BYTES};
 use super::idle::Idle;
 use super::records::{connect_record, framing_record, now, request_record};
-use super::{is_dns_name, Identity, Proxy};
+use super::{Identity, Proxy};
 use crate::audit::{Outcome, Record};
 use crate::body::{self, ProxyBody};
+use crate::connect_target::{self, ConnectRefusal, ConnectTarget};
 
 pub(super) fn http1_server() -> http1::Builder {
     let mut builder = http1::Builder::new();
@@ -242,71 +243,51 @@ async fn connect(
     held: Arc<Held>,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
-    let authority = match req.uri().authority() {
-        Some(a) if req.uri().scheme().is_none() && req.uri().path_and_query().is_none() => {
-            a.clone()
-        }
-        _ => {
-            let target = req.uri().to_string();
+    let decided = connect_target::decide(
+        req.uri(),
+        |host, port| identity.tunnel_hosts.iter().any(|t| t.matches(host, port)),
+        |host| proxy.policy.names_host(host, &identity.scope.rule_sets),
+    );
+    // What the record names as asked for: the target as sent (its port
+    // included, `host:22` stays `host:22`).
+    let asked = req.uri().to_string();
+    let host = match decided {
+        Err(ConnectRefusal::NotAuthorityForm) => {
             let outcome = Outcome::Deny {
-                reason: "CONNECT needs an authority-form target host:port".into(),
+                reason: connect_target::NOT_AUTHORITY_FORM.into(),
                 rule_sets_tried: Vec::new(),
             };
-            let record = connect_line(&proxy, &identity, "-", &target, outcome);
+            let record = connect_line(&proxy, &identity, "-", &asked, outcome);
             if proxy.record_refusal(record).is_err() {
                 return audit_unavailable();
             }
-            return bad_request("CONNECT needs an authority-form target host:port");
+            return bad_request(connect_target::NOT_AUTHORITY_FORM);
         }
-    };
-    let host = authority.host().to_ascii_lowercase();
-    let port = authority.port_u16();
-    let refuse = |reason: &str| deny_connect(&proxy, &identity, &host, authority.as_str(), reason);
-    // A tunnel is reached on the port it lists; everything else on 443.
-    let tunnel_port = port.filter(|&p| identity.tunnel_hosts.iter().any(|t| t.matches(&host, p)));
-    if port != Some(443) && tunnel_port.is_none() {
-        return refuse("only port 443 may be reached through the proxy");
-    }
-    if host.starts_with('[') || !is_dns_name(&host) {
-        return refuse(
-            "CONNECT targets must be DNS names; IP addresses and bare names are refused",
-        );
-    }
-    if host == "localhost" || host.ends_with(".localhost") {
-        return refuse("CONNECT to the local machine is refused");
-    }
-    // A host some rule names is always intercepted, even if it is also
-    // listed as a tunnel host: splicing it would bypass the rules and the log.
-    let intercepted = proxy.policy.names_host(&host, &identity.scope.rule_sets);
-    if let (false, Some(tunnel_port)) = (intercepted, tunnel_port) {
-        // Connect first, so a refused upstream (non-public address, nothing
-        // listening) is a clear answer rather than a 200 and a closed tunnel.
-        let upstream = match proxy.upstreams.connect_tcp(&host, tunnel_port).await {
-            Ok(s) => s,
-            Err(error) => {
-                let reason = format!("tunnel refused: {}", super::with_causes(&error));
-                return deny_connect(&proxy, &identity, &host, authority.as_str(), &reason);
+        Err(ConnectRefusal::Denied { host, reason }) => {
+            return deny_connect(&proxy, &identity, &host, &asked, reason)
+        }
+        Ok(ConnectTarget::Splice { host, port }) => {
+            // Connect first, so a refused upstream (non-public address,
+            // nothing listening) is a clear answer rather than a 200 and a
+            // closed tunnel.
+            let upstream = match proxy.upstreams.connect_tcp(&host, port).await {
+                Ok(s) => s,
+                Err(error) => {
+                    let reason = format!("tunnel refused: {}", super::with_causes(&error));
+                    return deny_connect(&proxy, &identity, &host, &asked, &reason);
+                }
+            };
+            // No tunnel that is not on record.
+            let authority = format!("{host}:{port}");
+            if audit_tunnel(&proxy, &identity, &host, &authority).is_err() {
+                return audit_unavailable();
             }
-        };
-        // No tunnel that is not on record.
-        let authority = format!("{host}:{tunnel_port}");
-        if audit_tunnel(&proxy, &identity, &host, &authority).is_err() {
-            return audit_unavailable();
+            let upgrade = hyper::upgrade::on(req);
+            tokio::spawn(splice(identity, upgrade, upstream, held));
+            return established();
         }
-        let upgrade = hyper::upgrade::on(req);
-        tokio::spawn(splice(identity, upgrade, upstream, held));
-        return established();
-    }
-    if !intercepted {
-        return refuse(
-            "no rule of this identity's rule sets names this host, and it is not a tunnel host",
-        );
-    }
-    if port != Some(443) {
-        // A rule names the host, so it is never spliced, and interception
-        // speaks TLS on 443 only.
-        return refuse("only port 443 may be reached through the proxy");
-    }
+        Ok(ConnectTarget::Intercept { host }) => host,
+    };
     let upgrade = hyper::upgrade::on(req);
     tokio::spawn(intercept(proxy, identity, host, upgrade, held));
     established()

@@ -40,14 +40,23 @@ fn records(text: &str) -> Vec<Record> {
 fuzz_target!(|data: &[u8]| {
     let started = Instant::now();
     let _ = verify_bytes(data);
-    assert!(started.elapsed() < MOST, "{} bytes took {:?}", data.len(), started.elapsed());
+    assert!(
+        started.elapsed() < MOST,
+        "{} bytes took {:?}",
+        data.len(),
+        started.elapsed()
+    );
 
     let [hi, lo, bit, rest @ ..] = data else {
         return;
     };
     // The writer syncs: on tmpfs when there is one, so a run is not disk-bound.
     let shm = std::path::Path::new("/dev/shm");
-    let base = if shm.is_dir() { shm.to_owned() } else { std::env::temp_dir() };
+    let base = if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    };
     let dir = base.join(format!("gatehouse-audit-fuzz-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("audit.jsonl");
@@ -75,7 +84,10 @@ fuzz_target!(|data: &[u8]| {
         ),
         Ok(report) => {
             assert_eq!(line, lines, "a change before the last line went unseen");
-            assert_ne!(report.last_hash, head.hash, "a changed last line kept its hash");
+            assert_ne!(
+                report.last_hash, head.hash,
+                "a changed last line kept its hash"
+            );
         }
     }
 });

@@ -24,7 +24,11 @@ fn allow(repository: &str) -> GraphQlAllow {
 fn properties(body: &[u8]) {
     let started = Instant::now();
     let verdict = check(body, &allow("octo/hello"), &KnownIds::default());
-    assert!(started.elapsed() < MOST, "a check took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < MOST,
+        "a check took {:?}",
+        started.elapsed()
+    );
     let Ok(summary) = verdict else {
         return;
     };

@@ -31,9 +31,17 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(streamed, whole, "redaction depends on the chunking");
     // A secret sharing no byte with the marker cannot straddle one, so it
     // can only survive where the scan passed it over.
-    if secrets.iter().all(|s| !s.iter().any(|b| REDACTED.contains(b))) {
+    if secrets
+        .iter()
+        .all(|s| !s.iter().any(|b| REDACTED.contains(b)))
+    {
         assert!(!set.occur_in(&whole), "a secret survived");
     }
     let bound = 2 * (body.len() as u64 + 1) * (set.longest() as u64 + 1);
-    assert!(redactor.work() <= bound, "{} steps for {} bytes", redactor.work(), body.len());
+    assert!(
+        redactor.work() <= bound,
+        "{} steps for {} bytes",
+        redactor.work(),
+        body.len()
+    );
 });

@@ -44,7 +44,10 @@ fuzz_target!(|data: &[u8]| {
             .expect("a refusal ends with the poison head"),
         None => &whole[..],
     };
-    assert!(input.starts_with(passed), "the guard passed on bytes it was not given");
+    assert!(
+        input.starts_with(passed),
+        "the guard passed on bytes it was not given"
+    );
     assert_eq!(whole, parts, "delivery depends on how the bytes were split");
     assert_eq!(whole_violation, parts_violation);
 });

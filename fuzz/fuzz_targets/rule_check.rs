@@ -46,7 +46,11 @@ fuzz_target!(|data: &[u8]| {
     let vars = Vars::from([("repo".to_owned(), "octo/hello".to_owned())]);
     let started = Instant::now();
     let decision = book().check(&head, &["github-worker".to_owned()], &vars);
-    assert!(started.elapsed() < MOST, "a decision took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < MOST,
+        "a decision took {:?}",
+        started.elapsed()
+    );
     if let Decision::Allow(_) = decision {
         assert!(check_canonical(path.as_bytes()).is_ok());
         let lower = path.to_ascii_lowercase();

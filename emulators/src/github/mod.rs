@@ -960,7 +960,8 @@ impl GithubState {
             let answer = tokio::task::block_in_place(|| {
                 let mut model = lock(&self.model);
                 let before = model.before();
-                let answer = graphql::execute(&mut model, login, unix_now(), body, &branch_head);
+                let answer =
+                    graphql::execute(&mut model, login, unix_now(), body, &branch_head, scope);
                 *changes = model.changes(&before, login);
                 answer
             });

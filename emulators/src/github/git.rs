@@ -4,6 +4,14 @@
 //! as the response body, so pushes and clones of any size pass without being
 //! held in memory. `Content-Encoding: gzip` is left to http-backend, which
 //! inflates request bodies itself when `HTTP_CONTENT_ENCODING` says so.
+//!
+//! A push by an installation token without the `workflows` permission may
+//! not create or change anything under `.github/workflows/`: GitHub refuses
+//! it with "refusing to allow a GitHub App to create or update workflow
+//! `…` without `workflows` permission". A `pre-receive` hook (set for every
+//! repository through `core.hooksPath`) checks the pushed commits and, told
+//! so by the environment, prints that line (git shows it as `remote: …`)
+//! and declines the push before any ref moves.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -63,6 +71,47 @@ pub(crate) struct CgiRequest<'a> {
     pub query: &'a str,
     pub headers: &'a http::HeaderMap,
     pub remote_user: &'a str,
+    /// Refuse new commits touching `.github/workflows/` (a token without
+    /// the `workflows` permission).
+    pub refuse_workflows: bool,
+}
+
+/// Directory, inside the project root, holding the emulator's hooks; not a
+/// valid owner name, so never served as a repository.
+const HOOKS_DIR: &str = ".emulator-hooks";
+
+/// The `pre-receive` hook: for each updated ref, the commits new to the
+/// repository (`--not --all`: what no existing ref reaches) that touch
+/// `.github/workflows/`; the first such file refuses the push.
+const PRE_RECEIVE: &str = r#"#!/bin/sh
+[ "$EMULATOR_REFUSE_WORKFLOWS" = 1 ] || exit 0
+zero=0000000000000000000000000000000000000000
+while read -r old new ref; do
+  [ "$new" = "$zero" ] && continue
+  file=$(git log --format= --name-only --no-renames "$new" --not --all -- .github/workflows/ | sed -n '/./{p;q;}')
+  if [ -n "$file" ]; then
+    echo "refusing to allow a GitHub App to create or update workflow \`$file\` without \`workflows\` permission" >&2
+    exit 1
+  fi
+done
+exit 0
+"#;
+
+/// Write the hook under `project_root` (once; rewriting the same text is
+/// harmless) and return its directory.
+fn ensure_hooks(project_root: &Path) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = project_root.join(HOOKS_DIR);
+    let hook = dir.join("pre-receive");
+    if std::fs::read_to_string(&hook).ok().as_deref() != Some(PRE_RECEIVE) {
+        std::fs::create_dir_all(&dir)?;
+        // Written aside and renamed, so a concurrent push never runs half a hook.
+        let partial = dir.join(format!("pre-receive.{}", std::process::id()));
+        std::fs::write(&partial, PRE_RECEIVE)?;
+        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::rename(&partial, &hook)?;
+    }
+    Ok(dir)
 }
 
 /// Failure talking to `git http-backend`.
@@ -96,6 +145,7 @@ pub(crate) async fn serve(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
+    let hooks = ensure_hooks(request.project_root)?;
     let mut command = tokio::process::Command::new("git");
     command
         .arg("http-backend")
@@ -109,11 +159,17 @@ pub(crate) async fn serve(
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("HOME", request.project_root)
         // Pushing needs http.receivepack; the bare repositories are ours.
-        .env("GIT_CONFIG_COUNT", "2")
+        .env("GIT_CONFIG_COUNT", "3")
         .env("GIT_CONFIG_KEY_0", "http.receivepack")
         .env("GIT_CONFIG_VALUE_0", "true")
         .env("GIT_CONFIG_KEY_1", "safe.directory")
         .env("GIT_CONFIG_VALUE_1", "*")
+        .env("GIT_CONFIG_KEY_2", "core.hooksPath")
+        .env("GIT_CONFIG_VALUE_2", &hooks)
+        .env(
+            "EMULATOR_REFUSE_WORKFLOWS",
+            if request.refuse_workflows { "1" } else { "0" },
+        )
         .env("GATEWAY_INTERFACE", "CGI/1.1")
         .env("SERVER_PROTOCOL", "HTTP/1.1")
         .env("REQUEST_METHOD", request.method)

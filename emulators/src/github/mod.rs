@@ -699,7 +699,17 @@ impl GithubState {
                         r.body_truncated = truncated;
                     });
                 });
-                let response = self.git(&parts, &git_path, &user, body, capture).await;
+                // GitHub: pushing workflow files needs `workflows: write`.
+                let refuse_workflows = match &credential {
+                    Some(Credential::Basic { password, .. }) => self
+                        .apps
+                        .scope_of(password)
+                        .is_some_and(|scope| !app::holds(&scope, &["workflows"], "write")),
+                    _ => false,
+                };
+                let response = self
+                    .git(&parts, &git_path, &user, body, capture, refuse_workflows)
+                    .await;
                 let status = response.status().as_u16();
                 self.recorder.update(index, |r| r.status = status);
                 return response;
@@ -1067,6 +1077,7 @@ impl GithubState {
         user: &str,
         body: Incoming,
         capture: git::BodyCapture,
+        refuse_workflows: bool,
     ) -> Response<Body> {
         let Ok((owner, name)) = self.repo_names(&format!("{}/{}", git_path.owner, git_path.name))
         else {
@@ -1084,6 +1095,7 @@ impl GithubState {
             query: parts.uri.query().unwrap_or(""),
             headers: &parts.headers,
             remote_user: user,
+            refuse_workflows,
         };
         match git::serve(request, body, capture).await {
             Ok(response) => response,

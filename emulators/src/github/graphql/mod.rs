@@ -47,6 +47,10 @@ pub(crate) struct GraphqlAnswer {
 /// caller reads it from the bare repository.
 pub(crate) type BranchHead<'a> = &'a dyn Fn(u64, &str) -> Option<String>;
 
+/// Counts the commits of a repository (by id) reachable from the second
+/// commit but not the first (`git rev-list --count base..head`).
+pub(crate) type CommitsAhead<'a> = &'a dyn Fn(u64, &str, &str) -> Option<u64>;
+
 /// Execute the JSON request `body` as `login`.
 pub(crate) fn execute(
     model: &mut Model,
@@ -54,6 +58,7 @@ pub(crate) fn execute(
     now: u64,
     body: &[u8],
     branch_head: BranchHead<'_>,
+    commits_ahead: CommitsAhead<'_>,
     scope: Option<&Scope>,
 ) -> GraphqlAnswer {
     let bad = |message: &str| GraphqlAnswer {
@@ -106,6 +111,7 @@ pub(crate) fn execute(
         errors: Vec::new(),
         created_id: None,
         branch_head,
+        commits_ahead,
     };
     let mut operations = Vec::new();
     for definition in &document.definitions {
@@ -276,6 +282,7 @@ struct Executor<'m, 'd> {
     errors: Vec<Value>,
     created_id: Option<String>,
     branch_head: BranchHead<'m>,
+    commits_ahead: CommitsAhead<'m>,
 }
 
 impl<'d> Executor<'_, 'd> {
@@ -877,11 +884,40 @@ impl Executor<'_, '_> {
         // An `owner:branch` head names the branch in this repository.
         let head = head.rsplit(':').next().unwrap_or(&head).to_owned();
         let head_sha = (self.branch_head)(repo_id, &head);
-        let base_exists = (self.branch_head)(repo_id, &base).is_some();
-        let (Some(head_sha), true, false) = (head_sha, base_exists, title.is_empty()) else {
+        let base_sha = (self.branch_head)(repo_id, &base);
+        let (Some(head_sha), Some(base_sha), false) = (head_sha, base_sha, title.is_empty()) else {
             self.error(path, "UNPROCESSABLE", format!("Head sha can't be blank, Base sha can't be blank, or Title can't be blank (head {head}, base {base})"));
             return Resolved::Leaf(Value::Null);
         };
+        // GitHub's refusals, as REST gives them (422 `errors[].message`).
+        let owner = self
+            .model
+            .repo_by_id(repo_id)
+            .map(|r| r.owner.clone())
+            .unwrap_or_default();
+        let duplicate = self.model.issues.iter().any(|i| {
+            i.repo_id == repo_id
+                && i.open
+                && i.pull
+                    .as_ref()
+                    .is_some_and(|p| p.head == head && p.base == base)
+        });
+        if duplicate {
+            self.error(
+                path,
+                "UNPROCESSABLE",
+                format!("A pull request already exists for {owner}:{head}."),
+            );
+            return Resolved::Leaf(Value::Null);
+        }
+        if (self.commits_ahead)(repo_id, &base_sha, &head_sha) == Some(0) {
+            self.error(
+                path,
+                "UNPROCESSABLE",
+                format!("No commits between {base} and {head}"),
+            );
+            return Resolved::Leaf(Value::Null);
+        }
         let pull = super::model::PullInfo {
             head,
             head_sha,
@@ -1090,16 +1126,29 @@ mod tests {
         model
     }
 
+    /// `main` and `gatehouse/same` point at one commit, `gatehouse/x` is one
+    /// commit ahead of it.
+    fn heads(_repo: u64, branch: &str) -> Option<String> {
+        match branch {
+            "main" | "gatehouse/same" => Some("a".repeat(40)),
+            "gatehouse/x" => Some("b".repeat(40)),
+            _ => None,
+        }
+    }
+
+    fn ahead(_repo: u64, base: &str, head: &str) -> Option<u64> {
+        Some(u64::from(base != head))
+    }
+
     fn run(model: &mut Model, request: Value) -> GraphqlAnswer {
-        let heads = |_repo: u64, branch: &str| {
-            matches!(branch, "main" | "gatehouse/x").then(|| "a".repeat(40))
-        };
+        let heads = heads;
         execute(
             model,
             "bot[bot]",
             1_700_000_000,
             request.to_string().as_bytes(),
             &heads,
+            &ahead,
             None,
         )
     }
@@ -1256,15 +1305,14 @@ mod tests {
     }
 
     fn run_as(model: &mut Model, scope: Option<&Scope>, request: Value) -> GraphqlAnswer {
-        let heads = |_repo: u64, branch: &str| {
-            matches!(branch, "main" | "gatehouse/x").then(|| "a".repeat(40))
-        };
+        let heads = heads;
         execute(
             model,
             "app[bot]",
             1_700_000_000,
             request.to_string().as_bytes(),
             &heads,
+            &ahead,
             scope,
         )
     }
@@ -1496,5 +1544,50 @@ mod tests {
             answer.body
         );
         assert!(!fields.iter().any(|f| f["name"] == "headRefName"));
+    }
+
+    #[test]
+    fn create_pull_request_refuses_a_duplicate_and_an_empty_one() {
+        let mut model = model();
+        let repo_id = node_id("R", model.repos[0].id);
+        let create = |head: &str| {
+            json!({
+                "query": "mutation P($input: CreatePullRequestInput!) { createPullRequest(input: $input) { pullRequest { number } } }",
+                "variables": {"input": {"repositoryId": repo_id, "headRefName": head, "baseRefName": "main", "title": "t"}},
+            })
+        };
+        let first = run(&mut model, create("gatehouse/x"));
+        assert_eq!(
+            first.body["data"]["createPullRequest"]["pullRequest"]["number"], 2,
+            "{}",
+            first.body
+        );
+        for (head, message) in [
+            (
+                "gatehouse/x",
+                "A pull request already exists for acme:gatehouse/x.",
+            ),
+            (
+                "gatehouse/same",
+                "No commits between main and gatehouse/same",
+            ),
+        ] {
+            let answer = run(&mut model, create(head));
+            let error = &answer.body["errors"][0];
+            assert_eq!(error["type"], "UNPROCESSABLE", "{}", answer.body);
+            assert_eq!(error["message"], message);
+            assert_eq!(error["path"], json!(["createPullRequest"]));
+            assert_eq!(answer.body["data"]["createPullRequest"], Value::Null);
+            assert!(answer.created_id.is_none());
+        }
+        assert_eq!(model.issues.len(), 2, "nothing more was created");
+        // Once the first is closed, the same head and base may open again.
+        model.issues[1].open = false;
+        let again = run(&mut model, create("gatehouse/x"));
+        assert_eq!(
+            again.body["data"]["createPullRequest"]["pullRequest"]["number"], 3,
+            "{}",
+            again.body
+        );
     }
 }

@@ -155,7 +155,12 @@ fn a_push_touching_a_workflow_is_refused_without_the_workflows_permission() {
         stderr.contains("refusing to allow a GitHub App to create or update workflow `.github/workflows/x.yml` without `workflows` permission"),
         "{stderr}"
     );
-    assert!(stderr.contains("[remote rejected]"), "{stderr}");
+    // Where GitHub puts it: the rejected ref's reason, once.
+    assert_eq!(stderr.matches("refusing to allow").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("[remote rejected] HEAD -> gatehouse/ci (refusing to allow a GitHub App to create or update workflow `.github/workflows/x.yml` without `workflows` permission)"),
+        "{stderr}"
+    );
 
     // Nothing moved on the server for the refused push; the control did.
     let git_dir = github.repo_git_dir("acme/widgets").unwrap();

@@ -201,6 +201,19 @@ impl World {
         (status.trim().parse().unwrap(), body.to_owned())
     }
 
+    /// A GraphQL query by curl straight to the emulator with `auth`: the body.
+    fn direct_graphql(&self, query: &str, auth: &str) -> Value {
+        let out = Command::new("curl")
+            .args(["-sS", "--cacert"])
+            .arg(self.dir.join("upstream-ca.pem"))
+            .args(["-H", &format!("Authorization: {auth}"), "--data"])
+            .arg(serde_json::json!({ "query": query }).to_string())
+            .arg(format!("{}/graphql", self.github.base_url()))
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
     fn audit(&self) -> Vec<Value> {
         std::fs::read_to_string(self.dir.join("audit.jsonl"))
             .unwrap_or_default()
@@ -295,6 +308,31 @@ fn installation_tokens_are_minted_scoped_reused_and_replaced() {
     );
     let (status, body) = w.direct("GET", "/repos/acme/gears/issues/1", &token);
     assert_eq!(status, 404, "{body}");
+    // GraphQL likewise: the other repository does not resolve, the token's
+    // own does; pull requests need a permission it was not given.
+    let issue = |repo: &str| {
+        format!("{{ repository(owner: \"acme\", name: \"{repo}\") {{ issue(number: 1) {{ title }} }} }}")
+    };
+    let answer = w.direct_graphql(&issue("gears"), &token);
+    assert_eq!(answer["errors"][0]["type"], "NOT_FOUND", "{answer}");
+    assert_eq!(
+        answer["errors"][0]["message"],
+        "Could not resolve to a Repository with the name 'acme/gears'."
+    );
+    let answer = w.direct_graphql(&issue("widgets"), &token);
+    assert_eq!(
+        answer["data"]["repository"]["issue"]["title"], "Wobbles",
+        "{answer}"
+    );
+    let answer = w.direct_graphql(
+        "{ repository(owner: \"acme\", name: \"widgets\") { pullRequests(first: 1) { totalCount } } }",
+        &token,
+    );
+    assert_eq!(answer["errors"][0]["type"], "FORBIDDEN", "{answer}");
+    assert_eq!(
+        answer["errors"][0]["message"],
+        "Resource not accessible by integration"
+    );
     let (status, body) = w.direct("GET", "/user", &token);
     assert_eq!(status, 403, "{body}");
     assert!(

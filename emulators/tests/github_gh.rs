@@ -173,15 +173,63 @@ fn gh_opens_a_pull_request_from_a_pushed_branch() {
     );
     assert!(!refused.status.success());
 
-    // Put a branch in the bare repository directly (git plumbing, no network).
+    // Put a branch in the bare repository directly (git plumbing, no
+    // network). At main's commit it has nothing to merge: GitHub refuses.
     let bare = emulator.repo_git_dir("acme/widgets").unwrap();
-    let status = Command::new("git")
-        .arg("--git-dir")
-        .arg(&bare)
-        .args(["branch", "gatehouse/x", "main"])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let plumbing = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(&bare)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    plumbing(&["branch", "gatehouse/x", "main"]);
+    let empty = gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &[
+            "pr",
+            "create",
+            "-R",
+            &repo,
+            "--head",
+            "gatehouse/x",
+            "--base",
+            "main",
+            "--title",
+            "t",
+            "--body",
+            "b",
+        ],
+    );
+    assert!(!empty.status.success());
+    let said = String::from_utf8_lossy(&empty.stderr);
+    assert!(
+        said.contains("No commits between main and gatehouse/x"),
+        "{said}"
+    );
+    // One commit on top, and it opens.
+    let commit = plumbing(&[
+        "-c",
+        "user.name=w",
+        "-c",
+        "user.email=w@example.invalid",
+        "commit-tree",
+        "main^{tree}",
+        "-p",
+        "main",
+        "-m",
+        "fix",
+    ]);
+    plumbing(&["update-ref", "refs/heads/gatehouse/x", &commit]);
 
     let url = stdout(&gh(
         &emulator,

@@ -519,7 +519,7 @@ fn reaches(model: &Model, scope: &Scope, owner: &str, name: &str) -> bool {
         .is_none_or(|ids| ids.contains(&repo.id))
 }
 
-fn holds(scope: &Scope, any_of: &[&str], level: &str) -> bool {
+pub(crate) fn holds(scope: &Scope, any_of: &[&str], level: &str) -> bool {
     any_of.iter().any(|p| {
         *p == "metadata"
             || scope

@@ -699,7 +699,17 @@ impl GithubState {
                         r.body_truncated = truncated;
                     });
                 });
-                let response = self.git(&parts, &git_path, &user, body, capture).await;
+                // GitHub: pushing workflow files needs `workflows: write`.
+                let refuse_workflows = match &credential {
+                    Some(Credential::Basic { password, .. }) => self
+                        .apps
+                        .scope_of(password)
+                        .is_some_and(|scope| !app::holds(&scope, &["workflows"], "write")),
+                    _ => false,
+                };
+                let response = self
+                    .git(&parts, &git_path, &user, body, capture, refuse_workflows)
+                    .await;
                 let status = response.status().as_u16();
                 self.recorder.update(index, |r| r.status = status);
                 return response;
@@ -956,11 +966,30 @@ impl GithubState {
                 let git_dir = root_dir.join(owner).join(format!("{name}.git"));
                 rev_parse_blocking(&git_dir, branch)
             };
+            let repos: Vec<(u64, String, String)> = lock(&self.model)
+                .repos
+                .iter()
+                .map(|r| (r.id, r.owner.clone(), r.name.clone()))
+                .collect();
+            let root_dir = self.root_dir.clone();
+            let commits_ahead = move |repo_id: u64, base: &str, head: &str| {
+                let (_, owner, name) = repos.iter().find(|(id, _, _)| *id == repo_id)?;
+                let git_dir = root_dir.join(owner).join(format!("{name}.git"));
+                rev_list_count_blocking(&git_dir, base, head)
+            };
             // The executor may run git (blocking) while holding the model lock.
             let answer = tokio::task::block_in_place(|| {
                 let mut model = lock(&self.model);
                 let before = model.before();
-                let answer = graphql::execute(&mut model, login, unix_now(), body, &branch_head);
+                let answer = graphql::execute(
+                    &mut model,
+                    login,
+                    unix_now(),
+                    body,
+                    &branch_head,
+                    &commits_ahead,
+                    scope,
+                );
                 *changes = model.changes(&before, login);
                 answer
             });
@@ -1066,6 +1095,7 @@ impl GithubState {
         user: &str,
         body: Incoming,
         capture: git::BodyCapture,
+        refuse_workflows: bool,
     ) -> Response<Body> {
         let Ok((owner, name)) = self.repo_names(&format!("{}/{}", git_path.owner, git_path.name))
         else {
@@ -1083,6 +1113,7 @@ impl GithubState {
             query: parts.uri.query().unwrap_or(""),
             headers: &parts.headers,
             remote_user: user,
+            refuse_workflows,
         };
         match git::serve(request, body, capture).await {
             Ok(response) => response,
@@ -1170,6 +1201,26 @@ fn rev_parse_blocking(git_dir: &Path, branch: &str) -> Option<String> {
         .ok()?;
     let sha = String::from_utf8(output.stdout).ok()?.trim().to_owned();
     (output.status.success() && !sha.is_empty()).then_some(sha)
+}
+
+/// The number of commits reachable from `head` but not `base` (two
+/// commit ids), as `git rev-list --count base..head` counts them.
+fn rev_list_count_blocking(git_dir: &Path, base: &str, head: &str) -> Option<u64> {
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if !hex(base) || !hex(head) {
+        return None;
+    }
+    let output = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(["rev-list", "--count"])
+        .arg(format!("{base}..{head}"))
+        .output()
+        .ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    String::from_utf8(output.stdout).ok()?.trim().parse().ok()
 }
 
 /// `git init --bare` plus, if the spec has files, one commit on the default

@@ -7,7 +7,17 @@
 //! typed [`Node`]s and projected through the selection set (aliases, inline
 //! fragments and named fragments included). Fields the model does not know
 //! answer `null` rather than failing, so clients asking for more than is
-//! modelled still get the parts that are.
+//! modelled still get the parts that are; fields the schema does not have
+//! fail the whole document first, as on GitHub ([`schema::validate`]).
+//!
+//! Connections follow GitHub's rules: `first` or `last` is required when
+//! `nodes` or `edges` are asked (a bare `commits { totalCount }`, which gh
+//! 2.23's `pr view` sends, is allowed, as github.com answers it), at most
+//! 100, with opaque cursors for `after`/`before`. A token minted for an
+//! installation sees only its repositories (`NOT_FOUND`, as if absent) and
+//! acts only with its permissions (`FORBIDDEN`).
+
+mod schema;
 
 use std::collections::BTreeMap;
 
@@ -17,6 +27,7 @@ use graphql_parser::query::{
 };
 use serde_json::{json, Map, Value};
 
+use super::app::Scope;
 use super::model::{node_id, CommentKind, Model};
 use crate::time::iso8601;
 
@@ -36,6 +47,10 @@ pub(crate) struct GraphqlAnswer {
 /// caller reads it from the bare repository.
 pub(crate) type BranchHead<'a> = &'a dyn Fn(u64, &str) -> Option<String>;
 
+/// Counts the commits of a repository (by id) reachable from the second
+/// commit but not the first (`git rev-list --count base..head`).
+pub(crate) type CommitsAhead<'a> = &'a dyn Fn(u64, &str, &str) -> Option<u64>;
+
 /// Execute the JSON request `body` as `login`.
 pub(crate) fn execute(
     model: &mut Model,
@@ -43,6 +58,8 @@ pub(crate) fn execute(
     now: u64,
     body: &[u8],
     branch_head: BranchHead<'_>,
+    commits_ahead: CommitsAhead<'_>,
+    scope: Option<&Scope>,
 ) -> GraphqlAnswer {
     let bad = |message: &str| GraphqlAnswer {
         body: json!({"message": message, "documentation_url": "https://docs.github.com/graphql"}),
@@ -75,7 +92,17 @@ pub(crate) fn execute(
             }
         }
     };
+    let invalid = schema::validate(&document);
+    if !invalid.is_empty() {
+        return GraphqlAnswer {
+            body: json!({ "errors": invalid }),
+            status: 200,
+            created_id: None,
+        };
+    }
     let mut executor = Executor {
+        scope,
+        at: graphql_parser::Pos { line: 1, column: 1 },
         model,
         login,
         now,
@@ -84,6 +111,7 @@ pub(crate) fn execute(
         errors: Vec::new(),
         created_id: None,
         branch_head,
+        commits_ahead,
     };
     let mut operations = Vec::new();
     for definition in &document.definitions {
@@ -201,13 +229,22 @@ enum Node {
     /// An issue or pull request: repository id and number.
     Issue(u64, u64),
     IssueComment(u64, u64),
-    Connection(Vec<Node>),
+    Connection(Page),
+    /// A node and its position in the whole connection (its cursor).
     Edge(Box<Node>, usize),
-    PageInfo(usize),
+    PageInfo(Page),
     /// A mutation's result type and its fields.
     Payload(&'static str, Vec<(&'static str, Node)>),
     /// Plain data whose sub-fields are looked up by name.
     Json(Value),
+}
+
+/// One page of a connection: the nodes with their positions in the whole
+/// (filtered) list, and its size.
+#[derive(Debug, Clone, Default)]
+struct Page {
+    nodes: Vec<(usize, Node)>,
+    total: usize,
 }
 
 enum Resolved {
@@ -233,6 +270,10 @@ const OBJECT_TYPES: &[&str] = &[
 ];
 
 struct Executor<'m, 'd> {
+    /// A minted installation token's reach; `None` for other tokens.
+    scope: Option<&'m Scope>,
+    /// Where the field being resolved is, for errors' `locations`.
+    at: graphql_parser::Pos,
     model: &'m mut Model,
     login: &'m str,
     now: u64,
@@ -241,6 +282,7 @@ struct Executor<'m, 'd> {
     errors: Vec<Value>,
     created_id: Option<String>,
     branch_head: BranchHead<'m>,
+    commits_ahead: CommitsAhead<'m>,
 }
 
 impl<'d> Executor<'_, 'd> {
@@ -300,14 +342,29 @@ impl<'d> Executor<'_, 'd> {
                         continue;
                     }
                     path.push(Value::String(key.clone()));
+                    self.at = field.position;
+                    let args: Map<String, Value> = field
+                        .arguments
+                        .iter()
+                        .map(|(k, v)| (k.clone(), literal(v, &self.variables)))
+                        .collect();
+                    let paginated = schema::schema()
+                        .field(&self.typename(node), &field.name)
+                        .ok()
+                        .flatten()
+                        .is_some_and(|f| f.paginated);
+                    let bounds = if paginated {
+                        let items = self.asks_items(&field.selection_set);
+                        bounds(&field.name, &args, items)
+                    } else {
+                        Ok(())
+                    };
                     let value = if field.name == "__typename" {
                         Value::String(self.typename(node))
+                    } else if let Err((kind, message)) = bounds {
+                        self.error(path, kind, message);
+                        Value::Null
                     } else {
-                        let args: Map<String, Value> = field
-                            .arguments
-                            .iter()
-                            .map(|(k, v)| (k.clone(), literal(v, &self.variables)))
-                            .collect();
                         match self.resolve(node, &field.name, &args, path) {
                             Resolved::Leaf(value) => value,
                             Resolved::Object(child) => {
@@ -348,8 +405,52 @@ impl<'d> Executor<'_, 'd> {
     }
 
     fn error(&mut self, path: &[Value], kind: &str, message: String) {
-        self.errors
-            .push(json!({"type": kind, "path": path, "message": message}));
+        let mut error = json!({
+            "type": kind,
+            "path": path,
+            "locations": [{"line": self.at.line, "column": self.at.column}],
+            "message": message,
+        });
+        if kind == "FORBIDDEN" {
+            error["extensions"] = json!({"saml_failure": false});
+        }
+        self.errors.push(error);
+    }
+
+    /// Whether `set` asks a connection for its `nodes` or `edges` (directly
+    /// or through fragments).
+    fn asks_items(&self, set: &'d SelectionSet<'d, String>) -> bool {
+        set.items.iter().any(|s| match s {
+            Selection::Field(f) => f.name == "nodes" || f.name == "edges",
+            Selection::InlineFragment(f) => self.asks_items(&f.selection_set),
+            Selection::FragmentSpread(spread) => self
+                .fragments
+                .get(&spread.fragment_name)
+                .is_some_and(|f| self.asks_items(&f.selection_set)),
+        })
+    }
+
+    /// Whether the token may reach repository `repo_id`.
+    fn reaches(&self, repo_id: u64) -> bool {
+        self.scope
+            .and_then(|s| s.repo_ids.as_ref())
+            .is_none_or(|ids| ids.contains(&repo_id))
+    }
+
+    /// Whether the token holds one of `any_of` at `level`; if not, the
+    /// FORBIDDEN error is recorded.
+    fn permitted(&mut self, path: &[Value], any_of: &[&str], level: &str) -> bool {
+        let held = self
+            .scope
+            .is_none_or(|scope| super::app::holds(scope, any_of, level));
+        if !held {
+            self.error(
+                path,
+                "FORBIDDEN",
+                "Resource not accessible by integration".to_owned(),
+            );
+        }
+        held
     }
 
     fn resolve(
@@ -369,11 +470,25 @@ impl<'d> Executor<'_, 'd> {
         let leaf = Resolved::Leaf;
         match node {
             Node::Query => match field {
+                // An installation is no user: GitHub refuses its token
+                // `viewer`, as REST refuses it `GET /user`.
+                "viewer" if self.scope.is_some() => {
+                    self.error(
+                        path,
+                        "FORBIDDEN",
+                        "Resource not accessible by integration".to_owned(),
+                    );
+                    leaf(Value::Null)
+                }
                 "viewer" => Resolved::Object(Node::User(self.login.to_owned())),
+                "__type" => {
+                    Resolved::Object(Node::Json(schema::schema().introspect(&arg_str("name"))))
+                }
                 "repository" => {
                     let (owner, name) = (arg_str("owner"), arg_str("name"));
-                    match self.model.repo(&owner, &name) {
-                        Some(repo) => Resolved::Object(Node::Repository(repo.id)),
+                    let found = self.model.repo(&owner, &name).map(|r| r.id);
+                    match found.filter(|id| self.reaches(*id)) {
+                        Some(id) => Resolved::Object(Node::Repository(id)),
                         None => {
                             self.error(path, "NOT_FOUND", format!("Could not resolve to a Repository with the name '{owner}/{name}'."));
                             leaf(Value::Null)
@@ -440,6 +555,14 @@ impl<'d> Executor<'_, 'd> {
                         Resolved::Object(Node::Json(json!({"name": repo.default_branch})))
                     }
                     "issue" | "pullRequest" | "issueOrPullRequest" => {
+                        let need: &[&str] = match field {
+                            "issue" => ISSUES,
+                            "pullRequest" => &["pull_requests"],
+                            _ => ISSUES,
+                        };
+                        if !self.permitted(path, need, "read") {
+                            return leaf(Value::Null);
+                        }
                         let number = arg_u64("number").unwrap_or(0);
                         let found = self.model.issue(*repo_id, number).map(|i| i.pull.is_some());
                         let wanted_pull = match field {
@@ -459,6 +582,10 @@ impl<'d> Executor<'_, 'd> {
                     }
                     "issues" | "pullRequests" => {
                         let pulls = field == "pullRequests";
+                        let need: &[&str] = if pulls { &["pull_requests"] } else { ISSUES };
+                        if !self.permitted(path, need, "read") {
+                            return leaf(Value::Null);
+                        }
                         let states: Vec<String> = args
                             .get("states")
                             .and_then(Value::as_array)
@@ -539,7 +666,7 @@ impl<'d> Executor<'_, 'd> {
                     "reactionGroups" => Resolved::List(Vec::new()),
                     "labels" | "assignees" | "projectCards" | "reviewRequests" | "reviews"
                     | "latestReviews" | "commits" | "projectItems" => {
-                        Resolved::Object(Node::Connection(Vec::new()))
+                        Resolved::Object(Node::Connection(Page::default()))
                     }
                     "headRefName" => {
                         leaf(issue.pull.as_ref().map_or(Value::Null, |p| json!(p.head)))
@@ -588,17 +715,16 @@ impl<'d> Executor<'_, 'd> {
                     _ => leaf(Value::Null),
                 }
             }
-            Node::Connection(nodes) => match field {
-                "nodes" => Resolved::List(nodes.clone()),
+            Node::Connection(page) => match field {
+                "nodes" => Resolved::List(page.nodes.iter().map(|(_, n)| n.clone()).collect()),
                 "edges" => Resolved::List(
-                    nodes
+                    page.nodes
                         .iter()
-                        .enumerate()
-                        .map(|(i, n)| Node::Edge(Box::new(n.clone()), i))
+                        .map(|(i, n)| Node::Edge(Box::new(n.clone()), *i))
                         .collect(),
                 ),
-                "totalCount" => leaf(json!(nodes.len())),
-                "pageInfo" => Resolved::Object(Node::PageInfo(nodes.len())),
+                "totalCount" => leaf(json!(page.total)),
+                "pageInfo" => Resolved::Object(Node::PageInfo(page.clone())),
                 _ => leaf(Value::Null),
             },
             Node::Edge(inner, index) => match field {
@@ -606,20 +732,17 @@ impl<'d> Executor<'_, 'd> {
                 "cursor" => leaf(json!(cursor(*index))),
                 _ => leaf(Value::Null),
             },
-            Node::PageInfo(len) => match field {
-                "hasNextPage" | "hasPreviousPage" => leaf(json!(false)),
-                "startCursor" => leaf(if *len == 0 {
-                    Value::Null
-                } else {
-                    json!(cursor(0))
-                }),
-                "endCursor" => leaf(if *len == 0 {
-                    Value::Null
-                } else {
-                    json!(cursor(len - 1))
-                }),
-                _ => leaf(Value::Null),
-            },
+            Node::PageInfo(page) => {
+                let first = page.nodes.first().map(|(i, _)| *i);
+                let last = page.nodes.last().map(|(i, _)| *i);
+                match field {
+                    "hasNextPage" => leaf(json!(last.is_some_and(|i| i + 1 < page.total))),
+                    "hasPreviousPage" => leaf(json!(first.is_some_and(|i| i > 0))),
+                    "startCursor" => leaf(first.map_or(Value::Null, |i| json!(cursor(i)))),
+                    "endCursor" => leaf(last.map_or(Value::Null, |i| json!(cursor(i)))),
+                    _ => leaf(Value::Null),
+                }
+            }
             Node::Payload(_, fields) => match fields.iter().find(|(name, _)| *name == field) {
                 Some((_, node)) => Resolved::Object(node.clone()),
                 None => leaf(Value::Null),
@@ -655,8 +778,18 @@ impl<'d> Executor<'_, 'd> {
         Resolved::Leaf(Value::Null)
     }
 
-    /// Find an issue, pull request, comment, repository or user by node id.
+    /// Find an issue, pull request, comment or repository by node id, among
+    /// the repositories the token reaches.
     fn node_by_id(&self, id: &str) -> Option<Node> {
+        let found = self.any_node_by_id(id)?;
+        let repo_id = match &found {
+            Node::Repository(r) | Node::Issue(r, _) | Node::IssueComment(r, _) => *r,
+            _ => return Some(found),
+        };
+        self.reaches(repo_id).then_some(found)
+    }
+
+    fn any_node_by_id(&self, id: &str) -> Option<Node> {
         if let Some(repo) = self.model.repos.iter().find(|r| node_id("R", r.id) == id) {
             return Some(Node::Repository(repo.id));
         }
@@ -688,6 +821,9 @@ impl<'d> Executor<'_, 'd> {
             );
             return Resolved::Leaf(Value::Null);
         };
+        if !self.permitted(path, ISSUES, "write") {
+            return Resolved::Leaf(Value::Null);
+        }
         if body.is_empty() {
             self.error(path, "UNPROCESSABLE", "Body can't be blank".to_owned());
             return Resolved::Leaf(Value::Null);
@@ -741,15 +877,47 @@ impl Executor<'_, '_> {
             );
             return Resolved::Leaf(Value::Null);
         };
+        if !self.permitted(path, &["pull_requests"], "write") {
+            return Resolved::Leaf(Value::Null);
+        }
         let (head, base, title) = (text("headRefName"), text("baseRefName"), text("title"));
         // An `owner:branch` head names the branch in this repository.
         let head = head.rsplit(':').next().unwrap_or(&head).to_owned();
         let head_sha = (self.branch_head)(repo_id, &head);
-        let base_exists = (self.branch_head)(repo_id, &base).is_some();
-        let (Some(head_sha), true, false) = (head_sha, base_exists, title.is_empty()) else {
+        let base_sha = (self.branch_head)(repo_id, &base);
+        let (Some(head_sha), Some(base_sha), false) = (head_sha, base_sha, title.is_empty()) else {
             self.error(path, "UNPROCESSABLE", format!("Head sha can't be blank, Base sha can't be blank, or Title can't be blank (head {head}, base {base})"));
             return Resolved::Leaf(Value::Null);
         };
+        // GitHub's refusals, as REST gives them (422 `errors[].message`).
+        let owner = self
+            .model
+            .repo_by_id(repo_id)
+            .map(|r| r.owner.clone())
+            .unwrap_or_default();
+        let duplicate = self.model.issues.iter().any(|i| {
+            i.repo_id == repo_id
+                && i.open
+                && i.pull
+                    .as_ref()
+                    .is_some_and(|p| p.head == head && p.base == base)
+        });
+        if duplicate {
+            self.error(
+                path,
+                "UNPROCESSABLE",
+                format!("A pull request already exists for {owner}:{head}."),
+            );
+            return Resolved::Leaf(Value::Null);
+        }
+        if (self.commits_ahead)(repo_id, &base_sha, &head_sha) == Some(0) {
+            self.error(
+                path,
+                "UNPROCESSABLE",
+                format!("No commits between {base} and {head}"),
+            );
+            return Resolved::Leaf(Value::Null);
+        }
         let pull = super::model::PullInfo {
             head,
             head_sha,
@@ -791,6 +959,9 @@ impl Executor<'_, '_> {
             );
             return Resolved::Leaf(Value::Null);
         };
+        if !self.permitted(path, &["pull_requests"], "write") {
+            return Resolved::Leaf(Value::Null);
+        }
         let mut authors: Vec<String> = self.model.issues.iter().map(|i| i.author.clone()).collect();
         authors.extend(self.model.comments.iter().map(|c| c.comment.author.clone()));
         let wanted: Vec<&str> = input
@@ -837,16 +1008,106 @@ impl Executor<'_, '_> {
     }
 }
 
-/// Apply `first` / `last` to a connection's nodes.
-fn page(mut nodes: Vec<Node>, args: &Map<String, Value>) -> Vec<Node> {
-    if let Some(first) = args.get("first").and_then(Value::as_u64) {
-        nodes.truncate(first as usize);
+/// Issue endpoints serve pull requests too; either permission reads them.
+const ISSUES: &[&str] = &["issues", "pull_requests"];
+
+/// Largest page GitHub hands out.
+const MAX_PAGE: i64 = 100;
+
+/// GitHub's checks of a connection's arguments before it is resolved:
+/// `first` or `last` when items are asked, each within 0..=100, cursors
+/// this server made. The error's type and message on refusal.
+fn bounds(
+    connection: &str,
+    args: &Map<String, Value>,
+    asks_items: bool,
+) -> Result<(), (&'static str, String)> {
+    let mut bounded = false;
+    for name in ["first", "last"] {
+        let Some(value) = args.get(name).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        bounded = true;
+        let n = value.as_i64().unwrap_or(-1);
+        if n < 0 {
+            return Err((
+                "INVALID_PAGINATION",
+                format!("`{name}` on the `{connection}` connection cannot be less than zero."),
+            ));
+        }
+        if n > MAX_PAGE {
+            return Err((
+                "EXCESSIVE_PAGINATION",
+                format!("Requesting {n} records on the `{connection}` connection exceeds the `{name}` limit of {MAX_PAGE} records."),
+            ));
+        }
     }
-    if let Some(last) = args.get("last").and_then(Value::as_u64) {
-        let skip = nodes.len().saturating_sub(last as usize);
-        nodes.drain(..skip);
+    if asks_items && !bounded {
+        return Err((
+            "MISSING_PAGINATION_BOUNDARIES",
+            format!("You must provide a `first` or `last` value to properly paginate the `{connection}` connection."),
+        ));
     }
-    nodes
+    for name in ["after", "before"] {
+        if let Some(value) = args.get(name).filter(|v| !v.is_null()) {
+            let text = value.as_str().unwrap_or("");
+            if cursor_index(text).is_none() {
+                return Err((
+                    "INVALID_CURSOR_ARGUMENTS",
+                    format!("`{text}` does not appear to be a valid cursor."),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Cut one page out of a connection's nodes (the Relay algorithm:
+/// `after`/`before` narrow, then `first`/`last` take from either end);
+/// arguments are already checked by [`bounds`].
+fn page(nodes: Vec<Node>, args: &Map<String, Value>) -> Page {
+    let total = nodes.len();
+    let at = |name: &str| {
+        args.get(name)
+            .and_then(Value::as_str)
+            .and_then(cursor_index)
+    };
+    let mut start = at("after").map_or(0, |i| i.saturating_add(1));
+    let mut end = at("before").map_or(total, |i| i.min(total));
+    start = start.min(end);
+    let count = |name: &str| {
+        args.get(name)
+            .and_then(Value::as_u64)
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+    };
+    if let Some(first) = count("first") {
+        end = end.min(start.saturating_add(first));
+    }
+    if let Some(last) = count("last") {
+        start = start.max(end.saturating_sub(last));
+    }
+    Page {
+        nodes: nodes
+            .into_iter()
+            .enumerate()
+            .skip(start)
+            .take(end - start)
+            .collect(),
+        total,
+    }
+}
+
+/// The position a cursor of [`cursor`] stands for.
+fn cursor_index(cursor: &str) -> Option<usize> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(cursor)
+        .ok()?;
+    std::str::from_utf8(&bytes)
+        .ok()?
+        .strip_prefix("cursor:v2:")?
+        .parse()
+        .ok()
 }
 
 fn cursor(index: usize) -> String {
@@ -865,16 +1126,30 @@ mod tests {
         model
     }
 
+    /// `main` and `gatehouse/same` point at one commit, `gatehouse/x` is one
+    /// commit ahead of it.
+    fn heads(_repo: u64, branch: &str) -> Option<String> {
+        match branch {
+            "main" | "gatehouse/same" => Some("a".repeat(40)),
+            "gatehouse/x" => Some("b".repeat(40)),
+            _ => None,
+        }
+    }
+
+    fn ahead(_repo: u64, base: &str, head: &str) -> Option<u64> {
+        Some(u64::from(base != head))
+    }
+
     fn run(model: &mut Model, request: Value) -> GraphqlAnswer {
-        let heads = |_repo: u64, branch: &str| {
-            matches!(branch, "main" | "gatehouse/x").then(|| "a".repeat(40))
-        };
+        let heads = heads;
         execute(
             model,
             "bot[bot]",
             1_700_000_000,
             request.to_string().as_bytes(),
             &heads,
+            &ahead,
+            None,
         )
     }
 
@@ -1027,5 +1302,292 @@ mod tests {
             assert!(answer.created_id.is_none());
         }
         assert!(model.comments.is_empty());
+    }
+
+    fn run_as(model: &mut Model, scope: Option<&Scope>, request: Value) -> GraphqlAnswer {
+        let heads = heads;
+        execute(
+            model,
+            "app[bot]",
+            1_700_000_000,
+            request.to_string().as_bytes(),
+            &heads,
+            &ahead,
+            scope,
+        )
+    }
+
+    #[test]
+    fn an_unknown_field_fails_the_whole_document() {
+        let mut model = model();
+        let answer = run(
+            &mut model,
+            json!({"query": "{ viewer { login } repository(owner: \"acme\", name: \"widgets\") { nameWithOwner colour } }"}),
+        );
+        assert_eq!(answer.status, 200);
+        assert!(answer.body.get("data").is_none(), "{}", answer.body);
+        assert_eq!(
+            answer.body["errors"][0]["message"],
+            "Field 'colour' doesn't exist on type 'Repository'"
+        );
+        assert_eq!(
+            answer.body["errors"][0]["extensions"]["code"],
+            "undefinedField"
+        );
+        // Positive control: the same document without the unknown field runs.
+        let answer = run(
+            &mut model,
+            json!({"query": "{ viewer { login } repository(owner: \"acme\", name: \"widgets\") { nameWithOwner } }"}),
+        );
+        assert_eq!(
+            answer.body["data"]["repository"]["nameWithOwner"],
+            "acme/widgets"
+        );
+        // A mutation not in the schema is refused before anything runs.
+        let answer = run(
+            &mut model,
+            json!({"query": "mutation { addCommentz(input: {subjectId: \"x\", body: \"b\"}) { clientMutationId } }"}),
+        );
+        assert!(answer.body.get("data").is_none());
+        assert!(model.comments.is_empty());
+    }
+
+    fn issues_query(args: &str, selection: &str) -> Value {
+        let args = if args.is_empty() {
+            String::new()
+        } else {
+            format!("({args})")
+        };
+        json!({"query": format!("{{ repository(owner: \"acme\", name: \"widgets\") {{ issues{args} {{ {selection} }} }} }}")})
+    }
+
+    #[test]
+    fn connections_need_bounds_and_page_with_cursors() {
+        let mut model = model();
+        let repo = model.repos[0].id;
+        for n in 2..=5 {
+            model.add_issue(repo, &format!("Issue {n}"), "", "alice", None, n);
+        }
+        for (args, selection, kind, message) in [
+            ("", "nodes { number }", "MISSING_PAGINATION_BOUNDARIES", "You must provide a `first` or `last` value to properly paginate the `issues` connection."),
+            ("first: 101", "nodes { number }", "EXCESSIVE_PAGINATION", "Requesting 101 records on the `issues` connection exceeds the `first` limit of 100 records."),
+            ("last: 101", "totalCount", "EXCESSIVE_PAGINATION", "Requesting 101 records on the `issues` connection exceeds the `last` limit of 100 records."),
+            ("first: -1", "totalCount", "INVALID_PAGINATION", "`first` on the `issues` connection cannot be less than zero."),
+            ("first: 1, after: \"bm9wZQ==\"", "totalCount", "INVALID_CURSOR_ARGUMENTS", "`bm9wZQ==` does not appear to be a valid cursor."),
+            ("", "edges { cursor }", "MISSING_PAGINATION_BOUNDARIES", "You must provide a `first` or `last` value to properly paginate the `issues` connection."),
+        ] {
+            let answer = run(&mut model, issues_query(args, selection));
+            let error = &answer.body["errors"][0];
+            assert_eq!(error["type"], kind, "{args}: {}", answer.body);
+            assert_eq!(error["message"], message);
+            assert_eq!(error["path"], json!(["repository", "issues"]));
+            assert_eq!(answer.body["data"]["repository"]["issues"], Value::Null);
+        }
+        // Positive controls: a bare count needs no bounds (gh's
+        // `commits { totalCount }`), and 100 is allowed.
+        let answer = run(&mut model, issues_query("", "totalCount"));
+        assert_eq!(
+            answer.body["data"]["repository"]["issues"]["totalCount"], 5,
+            "{}",
+            answer.body
+        );
+        let answer = run(
+            &mut model,
+            issues_query("first: 100", "totalCount nodes { number }"),
+        );
+        assert_eq!(answer.body["errors"], Value::Null);
+        // Walk forwards two at a time, then backwards from the end.
+        let mut after: Option<String> = None;
+        let mut seen = Vec::new();
+        loop {
+            let args = match &after {
+                Some(c) => format!("first: 2, after: \"{c}\""),
+                None => "first: 2".to_owned(),
+            };
+            let answer = run(&mut model, issues_query(&args, "totalCount nodes { number } pageInfo { hasNextPage endCursor hasPreviousPage startCursor }"));
+            let conn = &answer.body["data"]["repository"]["issues"];
+            assert_eq!(conn["totalCount"], 5, "the whole list, not the page");
+            seen.extend(
+                conn["nodes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|n| n["number"].as_u64().unwrap()),
+            );
+            assert_eq!(conn["pageInfo"]["hasPreviousPage"], after.is_some());
+            if conn["pageInfo"]["hasNextPage"] == false {
+                break;
+            }
+            after = Some(conn["pageInfo"]["endCursor"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(seen, vec![1, 2, 3, 4, 5]);
+        let answer = run(
+            &mut model,
+            issues_query(
+                "last: 2",
+                "nodes { number } pageInfo { hasNextPage hasPreviousPage startCursor }",
+            ),
+        );
+        let conn = &answer.body["data"]["repository"]["issues"];
+        assert_eq!(conn["nodes"], json!([{"number": 4}, {"number": 5}]));
+        assert_eq!(conn["pageInfo"]["hasNextPage"], false);
+        assert_eq!(conn["pageInfo"]["hasPreviousPage"], true);
+        let before = conn["pageInfo"]["startCursor"].as_str().unwrap().to_owned();
+        let answer = run(
+            &mut model,
+            issues_query(
+                &format!("last: 2, before: \"{before}\""),
+                "edges { cursor node { number } }",
+            ),
+        );
+        let edges = answer.body["data"]["repository"]["issues"]["edges"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(
+            edges
+                .iter()
+                .map(|e| e["node"]["number"].clone())
+                .collect::<Vec<_>>(),
+            vec![json!(2), json!(3)]
+        );
+    }
+
+    #[test]
+    fn an_installation_token_sees_only_its_repositories_and_permissions() {
+        let mut model = model();
+        let other = model.add_repo("acme", "gears", "main");
+        model.add_issue(other, "Gear", "", "alice", None, 1);
+        let widgets = model.repos[0].id;
+        let scope = |perms: &[(&str, &str)]| Scope {
+            repo_ids: Some(vec![widgets]),
+            permissions: perms
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        };
+        let read = scope(&[("issues", "read"), ("metadata", "read")]);
+        let issue = |repo: &str| json!({"query": format!("{{ repository(owner: \"acme\", name: \"{repo}\") {{ issue(number: 1) {{ title }} }} }}")});
+        let answer = run_as(&mut model, Some(&read), issue("gears"));
+        assert_eq!(answer.body["errors"][0]["type"], "NOT_FOUND");
+        assert_eq!(
+            answer.body["errors"][0]["message"],
+            "Could not resolve to a Repository with the name 'acme/gears'."
+        );
+        let answer = run_as(&mut model, Some(&read), issue("widgets"));
+        assert_eq!(
+            answer.body["data"]["repository"]["issue"]["title"], "Crash",
+            "{}",
+            answer.body
+        );
+        // The other repository's node ids do not resolve either.
+        let gears_id = node_id("R", other);
+        let answer = run_as(
+            &mut model,
+            Some(&read),
+            json!({"query": format!("{{ node(id: \"{gears_id}\") {{ id }} }}")}),
+        );
+        assert_eq!(answer.body["errors"][0]["type"], "NOT_FOUND");
+        assert_eq!(
+            run(
+                &mut model,
+                json!({"query": format!("{{ node(id: \"{gears_id}\") {{ id }} }}")})
+            )
+            .body["data"]["node"]["id"],
+            json!(gears_id)
+        );
+        // Reading pull requests needs `pull_requests`; commenting `issues: write`.
+        let answer = run_as(
+            &mut model,
+            Some(&read),
+            json!({"query": "{ repository(owner: \"acme\", name: \"widgets\") { pullRequests(first: 5) { totalCount } } }"}),
+        );
+        assert_eq!(answer.body["errors"][0]["type"], "FORBIDDEN");
+        assert_eq!(
+            answer.body["errors"][0]["message"],
+            "Resource not accessible by integration"
+        );
+        let subject = node_id("I", model.issues[0].id);
+        let comment = json!({"query": format!("mutation {{ addComment(input: {{subjectId: \"{subject}\", body: \"hi\"}}) {{ clientMutationId }} }}")});
+        let answer = run_as(&mut model, Some(&read), comment.clone());
+        assert_eq!(answer.body["errors"][0]["type"], "FORBIDDEN");
+        assert!(model.comments.is_empty());
+        let write = scope(&[("issues", "write")]);
+        let answer = run_as(&mut model, Some(&write), comment);
+        assert_eq!(answer.body["errors"], Value::Null, "{}", answer.body);
+        assert_eq!(model.comments.len(), 1);
+        // `viewer` is no user for an installation.
+        let answer = run_as(
+            &mut model,
+            Some(&write),
+            json!({"query": "{ viewer { login } }"}),
+        );
+        assert_eq!(answer.body["errors"][0]["type"], "FORBIDDEN");
+        assert_eq!(
+            run_as(&mut model, None, json!({"query": "{ viewer { login } }"})).body["data"]
+                ["viewer"]["login"],
+            "app[bot]"
+        );
+    }
+
+    #[test]
+    fn type_introspection_lists_fields() {
+        let mut model = model();
+        let answer = run(
+            &mut model,
+            json!({"query": "query Issue_fields{Issue: __type(name: \"Issue\"){fields(includeDeprecated: true){name}}}"}),
+        );
+        let fields = answer.body["data"]["Issue"]["fields"].as_array().unwrap();
+        assert!(
+            fields.iter().any(|f| f["name"] == "title"),
+            "{}",
+            answer.body
+        );
+        assert!(!fields.iter().any(|f| f["name"] == "headRefName"));
+    }
+
+    #[test]
+    fn create_pull_request_refuses_a_duplicate_and_an_empty_one() {
+        let mut model = model();
+        let repo_id = node_id("R", model.repos[0].id);
+        let create = |head: &str| {
+            json!({
+                "query": "mutation P($input: CreatePullRequestInput!) { createPullRequest(input: $input) { pullRequest { number } } }",
+                "variables": {"input": {"repositoryId": repo_id, "headRefName": head, "baseRefName": "main", "title": "t"}},
+            })
+        };
+        let first = run(&mut model, create("gatehouse/x"));
+        assert_eq!(
+            first.body["data"]["createPullRequest"]["pullRequest"]["number"], 2,
+            "{}",
+            first.body
+        );
+        for (head, message) in [
+            (
+                "gatehouse/x",
+                "A pull request already exists for acme:gatehouse/x.",
+            ),
+            (
+                "gatehouse/same",
+                "No commits between main and gatehouse/same",
+            ),
+        ] {
+            let answer = run(&mut model, create(head));
+            let error = &answer.body["errors"][0];
+            assert_eq!(error["type"], "UNPROCESSABLE", "{}", answer.body);
+            assert_eq!(error["message"], message);
+            assert_eq!(error["path"], json!(["createPullRequest"]));
+            assert_eq!(answer.body["data"]["createPullRequest"], Value::Null);
+            assert!(answer.created_id.is_none());
+        }
+        assert_eq!(model.issues.len(), 2, "nothing more was created");
+        // Once the first is closed, the same head and base may open again.
+        model.issues[1].open = false;
+        let again = run(&mut model, create("gatehouse/x"));
+        assert_eq!(
+            again.body["data"]["createPullRequest"]["pullRequest"]["number"], 3,
+            "{}",
+            again.body
+        );
     }
 }

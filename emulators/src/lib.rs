@@ -35,7 +35,8 @@ pub use feishu::{
 pub use github::{
     rsa_public_key_der, user_id, webhook_signature, AnswerFault, Comment, CommentKind,
     GithubAppSpec, GithubEmulator, GithubError, GithubHandle, GithubOptions, GithubToken,
-    MintedToken, RateLimit, RepoSpec, WebhookDelivery, WebhookFaults, WebhookTarget, GIT_USER,
+    MintedToken, RateBudgets, RateLimit, RepoSpec, WebhookDelivery, WebhookFaults, WebhookTarget,
+    GIT_USER,
 };
 pub use model::{
     Fault as ModelFault, ModelEmulator, ModelError, ModelHandle, ModelOptions, Reply as ModelReply,

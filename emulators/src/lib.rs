@@ -30,6 +30,7 @@ mod util;
 pub use ca::{CaError, TestCa};
 pub use feishu::{
     events::{EventDelivery, EventFaults, EventTarget},
+    limits::ChatLimit,
     FeishuApp, FeishuEmulator, FeishuError, FeishuHandle, FeishuMessage, FeishuOptions,
 };
 pub use github::{

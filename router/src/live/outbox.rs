@@ -72,9 +72,10 @@ pub fn backoff_ms(attempts: u32) -> u64 {
 const LIMIT_BACKOFF_BASE_MS: u64 = poll::DEFAULT_HOLD_SECS * 1_000;
 const LIMIT_BACKOFF_MAX_MS: u64 = 2 * 3_600 * 1_000;
 
-/// Feishu's rate-limit codes: 99991400 the app's request rate, 230020 a
-/// chat's message rate (oapi-sdk-go, Feishu's error code list).
-pub const FEISHU_RATE_CODES: [i64; 2] = [99_991_400, 230_020];
+/// Feishu's rate-limit codes: 99991400 the app's request rate (the
+/// gateway's 429), 11232 the tenant's message-creation rate, 230020 a
+/// chat's message rate (on HTTP 400), per Feishu's error code list.
+pub const FEISHU_RATE_CODES: [i64; 3] = [99_991_400, 11_232, 230_020];
 
 /// Feishu's `x-ogw-ratelimit-reset`: seconds until its window resets.
 const FEISHU_RESET: &str = "x-ogw-ratelimit-reset";

@@ -173,6 +173,7 @@ fn statuses_are_classified() {
         (Source::Feishu, 429, none, vec![], "limited"),
         (Source::Feishu, 400, none, fs(99_991_400), "limited"),
         (Source::Feishu, 400, none, fs(230_020), "limited"),
+        (Source::Feishu, 400, none, fs(11_232), "limited"),
         (Source::Feishu, 200, none, fs(230_020), "limited"),
         (Source::Feishu, 400, none, fs(230_002), "refused"),
         (Source::Feishu, 400, none, fs(99_991_663), "refused"),

@@ -318,8 +318,8 @@ impl GithubHandle {
             .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// The rate limit REST answers report from now on (`None`: a fresh
-    /// window of 5000, as before).
+    /// Fixed rate-limit headers REST answers report from now on, in place
+    /// of the counted ones (`None`: the counts of `set_rate_budgets` again).
     pub fn set_rate_limit(&self, limit: Option<RateLimit>) {
         *lock(&self.state.rate_limit) = limit;
     }

@@ -13,6 +13,7 @@
 //! Messages people send are pushed to configured event targets ([`events`]).
 
 pub mod events;
+pub mod limits;
 pub mod ws;
 
 use std::net::SocketAddr;
@@ -333,6 +334,7 @@ impl FeishuEmulator {
                     .map(|c| Arc::new(ws::Hub::new(c))),
             ),
             options: options.clone(),
+            limits: Mutex::new(limits::Limits::default()),
         });
         let server = Server::start(
             options.listen,
@@ -411,6 +413,21 @@ impl FeishuHandle {
         for token in &mut lock(&self.state.model).issued {
             token.expires_at = token.expires_at.min(now);
         }
+    }
+
+    /// Every API call (not the token endpoint) answers 429 with code
+    /// 99991400 and `x-ogw-ratelimit-reset` for `secs` (0: no longer), as
+    /// Feishu's gateway does past an app's frequency limit.
+    pub fn rate_limit_for(&self, secs: u64) {
+        let now = self.state.clock.now();
+        lock(&self.state.limits).busy_for(secs, now);
+    }
+
+    /// At most `limit.messages` messages into one chat per
+    /// `limit.window_secs` (`None`: unlimited); past it a send or a reply
+    /// into that chat answers 400 with code 230020, and nothing is sent.
+    pub fn set_chat_limit(&self, limit: Option<limits::ChatLimit>) {
+        lock(&self.state.limits).set_chat_limit(limit);
     }
 
     /// Invalidate every live tenant token now, before its expiry, as
@@ -552,6 +569,8 @@ struct FeishuState {
     clock: Clock,
     options: FeishuOptions,
     events: events::Events,
+    /// The rate limits knobs switched on.
+    limits: Mutex<limits::Limits>,
 }
 
 /// An answer before it is put on the wire.
@@ -559,6 +578,8 @@ struct Answer {
     status: StatusCode,
     body: Value,
     created_id: Option<String>,
+    /// Extra headers (the gateway's rate-limit headers).
+    headers: Vec<(&'static str, String)>,
 }
 
 impl Answer {
@@ -567,6 +588,7 @@ impl Answer {
             status: StatusCode::OK,
             body,
             created_id: None,
+            headers: Vec::new(),
         }
     }
 
@@ -575,6 +597,7 @@ impl Answer {
             status,
             body: json!({ "code": code, "msg": msg }),
             created_id: None,
+            headers: Vec::new(),
         }
     }
 
@@ -625,7 +648,7 @@ impl Handler for FeishuState {
                     let bytes = collected.to_bytes();
                     record.body_truncated = bytes.len() > BODY_RECORD_LIMIT;
                     record.body = bytes[..bytes.len().min(BODY_RECORD_LIMIT)].to_vec();
-                    self.answer(&parts, &bytes)
+                    self.limited_answer(&parts, &bytes)
                 }
             };
             record.status = answer.status.as_u16();
@@ -633,6 +656,11 @@ impl Handler for FeishuState {
             self.recorder.push(record);
             let mut response = Response::new(full_body(Bytes::from(answer.body.to_string())));
             *response.status_mut() = answer.status;
+            for (name, value) in &answer.headers {
+                if let Ok(value) = http::HeaderValue::from_str(value) {
+                    response.headers_mut().insert(*name, value);
+                }
+            }
             response.headers_mut().insert(
                 http::header::CONTENT_TYPE,
                 http::HeaderValue::from_static("application/json; charset=utf-8"),
@@ -816,6 +844,57 @@ impl FeishuState {
         }
     }
 
+    /// The rate limits first (the gateway's, then a chat's for a message
+    /// into it), then the API; a message created counts for its chat.
+    fn limited_answer(&self, parts: &http::request::Parts, body: &[u8]) -> Answer {
+        let now = self.clock.now();
+        let token_call = parts.uri.path() == "/open-apis/auth/v3/tenant_access_token/internal";
+        if !token_call {
+            if let Some((mut answer, reset)) = lock(&self.limits).gateway(now) {
+                answer.headers = limits::gateway_headers(reset).into();
+                return answer;
+            }
+        }
+        let chat = self.message_chat(parts, body);
+        if let Some(chat) = &chat {
+            if let Some(refused) = lock(&self.limits).chat(chat, now) {
+                return refused;
+            }
+        }
+        let answer = self.answer(parts, body);
+        if let (Some(chat), Some(_)) = (&chat, &answer.created_id) {
+            lock(&self.limits).sent(chat, now);
+        }
+        answer
+    }
+
+    /// The chat a send or a reply puts a message into, if it is one.
+    fn message_chat(&self, parts: &http::request::Parts, body: &[u8]) -> Option<String> {
+        if parts.method != Method::POST {
+            return None;
+        }
+        let segments: Vec<&str> = parts.uri.path().split('/').skip(1).collect();
+        match segments.as_slice() {
+            ["open-apis", "im", "v1", "messages"] => {
+                let query = crate::util::parse_query(parts.uri.query().unwrap_or(""));
+                let kind = query.iter().find(|(k, _)| k == "receive_id_type")?;
+                let request: Value = serde_json::from_slice(body).ok()?;
+                let id = request.get("receive_id")?.as_str()?;
+                Some(if kind.1 == "chat_id" {
+                    id.to_owned()
+                } else {
+                    format!("oc_p2p_{}", hex::encode(id.as_bytes()))
+                })
+            }
+            ["open-apis", "im", "v1", "messages", parent, "reply"] => lock(&self.model)
+                .messages
+                .iter()
+                .find(|m| m.message_id == *parent)
+                .map(|m| m.chat_id.clone()),
+            _ => None,
+        }
+    }
+
     fn tenant_token(&self, body: &[u8], now: u64) -> Answer {
         let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let field = |name: &str| request.get(name).and_then(Value::as_str).unwrap_or("");
@@ -985,6 +1064,7 @@ fn created(message: &FeishuMessage) -> Answer {
         status: StatusCode::OK,
         body: json!({ "code": 0, "msg": "success", "data": message_json(message) }),
         created_id: Some(message.message_id.clone()),
+        headers: Vec::new(),
     }
 }
 

@@ -30,12 +30,14 @@ mod util;
 pub use ca::{CaError, TestCa};
 pub use feishu::{
     events::{EventDelivery, EventFaults, EventTarget},
+    limits::ChatLimit,
     FeishuApp, FeishuEmulator, FeishuError, FeishuHandle, FeishuMessage, FeishuOptions,
 };
 pub use github::{
     rsa_public_key_der, user_id, webhook_signature, AnswerFault, Comment, CommentKind,
     GithubAppSpec, GithubEmulator, GithubError, GithubHandle, GithubOptions, GithubToken,
-    MintedToken, RateLimit, RepoSpec, WebhookDelivery, WebhookFaults, WebhookTarget, GIT_USER,
+    MintedToken, RateBudgets, RateLimit, RepoSpec, WebhookDelivery, WebhookFaults, WebhookTarget,
+    GIT_USER,
 };
 pub use model::{
     Fault as ModelFault, ModelEmulator, ModelError, ModelHandle, ModelOptions, Reply as ModelReply,

@@ -153,6 +153,11 @@ impl Apps {
     }
 
     /// The scope of minted `token` (`None`: not a minted token).
+    /// The installation's id, when an App is installed.
+    pub(crate) fn installation_id(&self) -> Option<u64> {
+        self.spec.as_ref().map(|s| s.installation_id)
+    }
+
     pub(crate) fn scope_of(&self, token: &str) -> Option<Scope> {
         lock(&self.minted)
             .iter()

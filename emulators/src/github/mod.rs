@@ -13,6 +13,7 @@ mod deliveries;
 mod encoding;
 mod git;
 mod graphql;
+mod limits;
 mod model;
 mod rest;
 mod webhooks;
@@ -30,6 +31,7 @@ use serde_json::{json, Value};
 
 pub use app::{rsa_public_key_der, GithubAppSpec, MintedToken};
 pub use encoding::AnswerFault;
+pub use limits::RateBudgets;
 
 pub use model::{Comment, CommentKind};
 pub use webhooks::{signature as webhook_signature, WebhookDelivery, WebhookFaults, WebhookTarget};
@@ -239,6 +241,7 @@ impl GithubEmulator {
             answer_fault: Mutex::new(None),
             failed_creations: std::sync::atomic::AtomicUsize::new(0),
             rate_limit: Mutex::new(None),
+            limits: Mutex::new(limits::Limits::default()),
         });
         let server = Server::start(
             options.listen,
@@ -315,10 +318,36 @@ impl GithubHandle {
             .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// The rate limit REST answers report from now on (`None`: a fresh
-    /// window of 5000, as before).
+    /// Fixed rate-limit headers REST answers report from now on, in place
+    /// of the counted ones (`None`: the counts of `set_rate_budgets` again).
     pub fn set_rate_limit(&self, limit: Option<RateLimit>) {
         *lock(&self.state.rate_limit) = limit;
+    }
+
+    /// Per-token budgets of the primary limits from now on (every window
+    /// starts afresh). Default: 5000 `core` and 5000 `graphql` an hour.
+    pub fn set_rate_budgets(&self, budgets: RateBudgets) {
+        lock(&self.state.limits).set_budgets(budgets);
+    }
+
+    /// Content creation (REST POST/PATCH/PUT/DELETE, GraphQL mutations) is
+    /// refused for `secs` seconds with `status` (403 or 429) and
+    /// `retry-after`, as GitHub's secondary limit does; nothing is created.
+    /// `secs` 0 lifts the hold.
+    pub fn hold_creations(&self, secs: u64, status: u16) -> Result<(), GithubError> {
+        let status = match StatusCode::from_u16(status) {
+            Ok(s @ (StatusCode::FORBIDDEN | StatusCode::TOO_MANY_REQUESTS)) => s,
+            _ => {
+                return Err(GithubError::Option {
+                    option: "hold_creations".into(),
+                    problem: format!(
+                        "status {status}: GitHub's secondary limit answers 403 or 429"
+                    ),
+                })
+            }
+        };
+        lock(&self.state.limits).hold_creations(secs, status, unix_now());
+        Ok(())
     }
 
     /// Submit a review of pull request `number` as `author` (`state`
@@ -540,8 +569,11 @@ struct GithubState {
     /// How many more creations (answers 201) are answered 502 instead, the
     /// object created all the same: a platform that acted, then failed.
     failed_creations: std::sync::atomic::AtomicUsize,
-    /// The rate limit REST answers report, if a test set one.
+    /// The rate limit REST answers report, if a test set one (it
+    /// overrides the counted limits below).
     rate_limit: Mutex<Option<RateLimit>>,
+    /// Per-token primary limits and the secondary limit on creations.
+    limits: Mutex<limits::Limits>,
 }
 
 /// The rate limit the emulator reports on REST answers (GitHub's headers
@@ -751,6 +783,16 @@ impl GithubState {
                     }
                     None => rest::Reply::error(StatusCode::UNAUTHORIZED, "Bad credentials"),
                     Some(login) => {
+                        let token = match &credential {
+                            Some(Credential::Token(t)) => Some(t.as_str()),
+                            Some(Credential::Basic { password, .. }) => Some(password.as_str()),
+                            None => None,
+                        };
+                        if let Some(refused) =
+                            self.rate_limited(&record, token, &login, scope.is_some())
+                        {
+                            return self.finish(record, refused);
+                        }
                         let mut changes = Vec::new();
                         let reply = self
                             .rest(&parts, &bytes, &login, scope.as_ref(), &mut changes)
@@ -846,23 +888,26 @@ impl GithubState {
         };
         let not_modified = not_modified && refused.is_none();
         let etag = etag.filter(|_| refused.is_none());
+        let counted = self.rate_headers(&record, token.as_deref(), not_modified);
         self.recorder.push(record);
         drop(limit_guard);
-        let (remaining, reset) =
-            limit.map_or((4999, unix_now() + 3600), |l| (l.remaining, l.reset));
+        let rate = match limit {
+            // A test's fixed limit replaces what was counted.
+            Some(l) => limits::RateHeaders {
+                limit: 5000,
+                remaining: l.remaining,
+                used: 5000u64.saturating_sub(l.remaining),
+                reset: l.reset,
+                resource: counted.resource,
+                retry_after: l.retry_after,
+            },
+            None => counted,
+        };
         let mut builder = Response::builder()
             .status(reply_status)
-            .header("x-github-media-type", "github.v3; format=json")
-            .header("x-ratelimit-limit", "5000")
-            .header("x-ratelimit-remaining", remaining.to_string())
-            .header(
-                "x-ratelimit-used",
-                (5000u64.saturating_sub(remaining)).to_string(),
-            )
-            .header("x-ratelimit-resource", "core")
-            .header("x-ratelimit-reset", reset.to_string());
-        if let Some(after) = limit.and_then(|l| l.retry_after) {
-            builder = builder.header(http::header::RETRY_AFTER, after.to_string());
+            .header("x-github-media-type", "github.v3; format=json");
+        for (name, value) in rate.pairs() {
+            builder = builder.header(name, value);
         }
         if let Some(interval) = limit.and_then(|l| l.poll_interval) {
             builder = builder.header("x-poll-interval", interval.to_string());

@@ -4,9 +4,17 @@
 //! ```text
 //! pending ──before_send──► unknown ──Sent/Found──► sent
 //!    ▲                        │ ├──NotSent (nothing left the router; proxy down, 5xx)──► pending (backoff)
+//!    │                        │ ├──Limited (a rate limit: nothing made)──► pending (until the limit lifts)
 //!    │                        │ ├──Unknown (timeout, cut after sending)──► unknown (backoff; look first)
 //!    └────────────────────────┘ └──Refused (4xx: the proxy's rules, the platform)──► failed
 //! ```
+//!
+//! A rate limit (GitHub: 429, or 403 with `Retry-After` or
+//! `X-RateLimit-Remaining: 0`; Feishu: 429 or the codes 99991400 and
+//! 230020) is answered before the platform acts, so the reply stays pending
+//! until `Retry-After`, else the window's reset, else a backoff doubling from
+//! a minute to two hours; meanwhile the same identity's other replies wait
+//! untried ([`Holds`]).
 //!
 //! The entry is `unknown` while a request may be out: a crash then leaves
 //! it `unknown`, and a GitHub reply in that state is first looked for by
@@ -14,9 +22,13 @@
 //! replies carry `uuid` = the reply id, which Feishu deduplicates, so they
 //! are simply posted again.
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
 use serde_json::{json, Value};
 
 use crate::id::ReplyId;
+use crate::intake::poll::{self, RateHeaders};
 use crate::store::{OutboxItem, OutboxState, OutboxUpdate};
 use crate::trigger::Source;
 
@@ -32,6 +44,14 @@ pub enum SendOutcome {
     NotSent { why: String },
     /// It may have been posted (a timeout or a cut after the request left, a 5xx).
     Unknown { why: String },
+    /// Refused by a rate limit before anything was made: tried again at
+    /// `until` (Unix ms), the identity's other replies held till then.
+    /// `in_doubt`: an earlier attempt may have posted it (look first).
+    Limited {
+        why: String,
+        until: u64,
+        in_doubt: bool,
+    },
     /// Refused for good (a 4xx: the proxy's rules, the platform).
     Refused { why: String },
 }
@@ -44,6 +64,102 @@ const BACKOFF_MAX_MS: u64 = 60_000;
 pub fn backoff_ms(attempts: u32) -> u64 {
     let shift = attempts.saturating_sub(1).min(20);
     (BACKOFF_BASE_MS << shift).min(BACKOFF_MAX_MS)
+}
+
+/// The first wait after a rate limit that names no time (GitHub: wait at
+/// least a minute after a secondary limit without `Retry-After`), and the
+/// longest.
+const LIMIT_BACKOFF_BASE_MS: u64 = poll::DEFAULT_HOLD_SECS * 1_000;
+const LIMIT_BACKOFF_MAX_MS: u64 = 2 * 3_600 * 1_000;
+
+/// Feishu's rate-limit codes: 99991400 the app's request rate (the
+/// gateway's 429), 11232 the tenant's message-creation rate, 230020 a
+/// chat's message rate (on HTTP 400), per Feishu's error code list.
+pub const FEISHU_RATE_CODES: [i64; 3] = [99_991_400, 11_232, 230_020];
+
+/// Feishu's `x-ogw-ratelimit-reset`: seconds until its window resets.
+const FEISHU_RESET: &str = "x-ogw-ratelimit-reset";
+
+/// What a rate-limit answer says about waiting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitHeaders {
+    /// GitHub's headers (the poller's parser).
+    pub rate: RateHeaders,
+    /// Feishu's `x-ogw-ratelimit-reset` (seconds from now).
+    pub feishu_reset: Option<u64>,
+}
+
+impl LimitHeaders {
+    pub fn from_headers(h: &http::HeaderMap) -> Self {
+        Self {
+            rate: RateHeaders::from_headers(h),
+            feishu_reset: h
+                .get(FEISHU_RESET)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse().ok()),
+        }
+    }
+}
+
+/// Whether an answer is a rate limit of `platform` (nothing was made).
+pub fn is_rate_limit(platform: Source, status: u16, h: &LimitHeaders, body: &[u8]) -> bool {
+    match platform {
+        Source::Github => poll::is_limit(status, &h.rate),
+        Source::Feishu => {
+            status == 429
+                || serde_json::from_slice::<Value>(body)
+                    .ok()
+                    .and_then(|v| v["code"].as_i64())
+                    .is_some_and(|c| FEISHU_RATE_CODES.contains(&c))
+        }
+    }
+}
+
+/// When a rate-limited reply may go again (Unix ms), after its
+/// `attempts`-th attempt: `Retry-After`, else the reset the headers name,
+/// else a backoff doubling from a minute, capped at two hours.
+pub fn limited_until(h: &LimitHeaders, now: u64, attempts: u32) -> u64 {
+    let secs = |s: u64| s.saturating_mul(1_000);
+    if let Some(after) = h.rate.retry_after.or(h.feishu_reset) {
+        return now.saturating_add(secs(after.max(1)));
+    }
+    match h.rate.reset.map(secs) {
+        Some(reset) if reset > now => reset.min(now.saturating_add(LIMIT_BACKOFF_MAX_MS)),
+        _ => {
+            let shift = attempts.saturating_sub(1).min(20);
+            now.saturating_add((LIMIT_BACKOFF_BASE_MS << shift).min(LIMIT_BACKOFF_MAX_MS))
+        }
+    }
+}
+
+/// The identities (proxy sockets) held by a rate limit, until when (Unix
+/// ms): their replies wait untried, so a spent budget is not spent again.
+#[derive(Debug, Default)]
+pub struct Holds(HashMap<PathBuf, u64>);
+
+impl Holds {
+    pub fn held(&self, identity: &Path, now: u64) -> bool {
+        self.0.get(identity).is_some_and(|until| *until > now)
+    }
+
+    /// Holds `identity` until `until`, if that is later than its hold.
+    pub fn hold(&mut self, identity: &Path, until: u64) {
+        let entry = self.0.entry(identity.to_path_buf()).or_insert(until);
+        *entry = (*entry).max(until);
+    }
+}
+
+/// A limited attempt at an entry in doubt leaves it in doubt: the rate
+/// limit says this attempt made nothing, not that an earlier one did not.
+pub fn keep_doubt(item: &OutboxItem, outcome: SendOutcome) -> SendOutcome {
+    match outcome {
+        SendOutcome::Limited { why, until, .. } => SendOutcome::Limited {
+            why,
+            until,
+            in_doubt: look_first(item),
+        },
+        other => other,
+    }
 }
 
 /// Should the attempt look for the reply before posting it?
@@ -82,6 +198,22 @@ pub fn after_send(attempts: u32, outcome: SendOutcome, now: u64) -> OutboxUpdate
             next_at: now,
         },
         SendOutcome::NotSent { why } => retry(OutboxState::Pending, why),
+        SendOutcome::Limited {
+            why,
+            until,
+            in_doubt,
+        } => OutboxUpdate {
+            // Limited means not posted now; an earlier attempt in doubt stays so.
+            state: if in_doubt {
+                OutboxState::Unknown
+            } else {
+                OutboxState::Pending
+            },
+            attempts,
+            platform_message_id: None,
+            error: Some(format!("rate-limited: {why}")),
+            next_at: until.max(now),
+        },
         SendOutcome::Unknown { why } => retry(OutboxState::Unknown, why),
         SendOutcome::Refused { why } => OutboxUpdate {
             state: OutboxState::Failed,
@@ -163,13 +295,29 @@ fn id_string(v: &Value) -> Option<String> {
     }
 }
 
-/// What an HTTP status means for an attempt.
-pub fn classify(status: u16, why: String) -> SendOutcome {
+/// What an answer means for an attempt (`now` Unix ms; `attempts`
+/// counts this one): a rate limit first, then by status.
+pub fn classify(
+    platform: Source,
+    status: u16,
+    h: &LimitHeaders,
+    body: &[u8],
+    why: String,
+    now: u64,
+    attempts: u32,
+) -> SendOutcome {
+    if is_rate_limit(platform, status, h, body) {
+        return SendOutcome::Limited {
+            why,
+            until: limited_until(h, now, attempts),
+            in_doubt: false,
+        };
+    }
     match status {
         200..=299 => SendOutcome::Unknown {
             why: format!("{why}: no message id in the answer"),
         },
-        408 | 429 => SendOutcome::NotSent { why },
+        408 => SendOutcome::NotSent { why },
         // The platform may have acted before failing: look before posting again.
         500..=599 => SendOutcome::Unknown { why },
         _ => SendOutcome::Refused { why },

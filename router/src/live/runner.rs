@@ -91,6 +91,7 @@ impl LiveLoop {
             supervisor_retry_at: 0,
             supervisor_failures: 0,
             events_retry_at: 0,
+            holds: outbox::Holds::default(),
             writer: match &config.model {
                 Some(m) if m.writer => Some(ModelClient::new(m.clone(), &config.proxy.ca_cert)?),
                 _ => None,
@@ -166,6 +167,8 @@ pub(super) struct Live<J: Judge> {
     pub(super) supervisor_failures: u32,
     /// The event poll waits until then after a failed poll.
     pub(super) events_retry_at: u64,
+    /// Identities whose replies wait for a rate limit to lift.
+    pub(super) holds: outbox::Holds,
     /// The router model drafting reply texts, when `[model] writer = true`.
     pub(super) writer: Option<ModelClient>,
     /// Woken when new decisions are recorded (by the intake's processor):

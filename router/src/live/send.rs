@@ -45,13 +45,24 @@ pub(super) async fn send_due<J: Judge>(live: &mut Live<J>) -> Result<(), PassErr
                 .transaction(|tx| tx.update_outbox(&item.reply, &update, now))?;
             continue;
         };
+        // A rate limit on this identity holds its other replies, untried.
+        if live.holds.held(&socket, now) {
+            continue;
+        }
         let before = outbox::before_send(&item, now);
         live.router
             .store
             .transaction(|tx| tx.update_outbox(&item.reply, &before, now))?;
-        let outcome = attempt(live, &item, &socket, &what).await;
+        let outcome = attempt(live, &item, &socket, &what, before.attempts).await;
+        let outcome = outbox::keep_doubt(&item, outcome);
         match &outcome {
             SendOutcome::NotSent { why } => live.down("proxy", why),
+            SendOutcome::Limited { why, until, .. } => {
+                live.up("proxy");
+                live.holds.hold(&socket, *until);
+                let wait_ms = until.saturating_sub(wall_clock_ms());
+                tracing::warn!(reply = %item.reply, %why, wait_ms, "a reply was rate-limited; it and this identity's other replies wait, then it is sent once");
+            }
             SendOutcome::Sent { message_id } | SendOutcome::Found { message_id } => {
                 live.up("proxy");
                 tracing::info!(reply = %item.reply, purpose = item.purpose.as_str(), %message_id, "reply sent");
@@ -125,12 +136,13 @@ async fn attempt<J: Judge>(
     item: &OutboxItem,
     socket: &std::path::Path,
     target: &Target,
+    attempts: u32,
 ) -> SendOutcome {
     match target {
         Target::Github { repo, number } => {
             let path = format!("/repos/{repo}/issues/{number}/comments");
             if outbox::look_first(item) {
-                match look_for(live, item, socket, &path).await {
+                match look_for(live, item, socket, &path, attempts).await {
                     Ok(Some(message_id)) => return SendOutcome::Found { message_id },
                     Ok(None) => {}
                     // Not known either way: do not post; try later.
@@ -149,7 +161,7 @@ async fn attempt<J: Judge>(
                     SEND_TIMEOUT,
                 )
                 .await;
-            judge(Source::Github, answer)
+            judge(Source::Github, answer, attempts)
         }
         Target::Feishu { message_id } => {
             let path = format!("/open-apis/im/v1/messages/{message_id}/reply");
@@ -165,7 +177,7 @@ async fn attempt<J: Judge>(
                     SEND_TIMEOUT,
                 )
                 .await;
-            judge(Source::Feishu, answer)
+            judge(Source::Feishu, answer, attempts)
         }
     }
 }
@@ -176,6 +188,7 @@ async fn look_for<J: Judge>(
     item: &OutboxItem,
     socket: &std::path::Path,
     path: &str,
+    attempts: u32,
 ) -> Result<Option<String>, SendOutcome> {
     for page in 1..=MAX_PAGES {
         let answer = live
@@ -193,9 +206,20 @@ async fn look_for<J: Judge>(
                 why: format!("looking for the reply: {e}"),
             })?;
         if !answer.status.is_success() {
-            return Err(SendOutcome::Unknown {
-                why: format!("looking for the reply: {}", answer.status),
-            });
+            let why = format!("looking for the reply: {}", answer.status);
+            let h = outbox::LimitHeaders::from_headers(&answer.headers);
+            let status = answer.status.as_u16();
+            return Err(
+                if outbox::is_rate_limit(Source::Github, status, &h, &answer.body) {
+                    SendOutcome::Limited {
+                        why,
+                        until: outbox::limited_until(&h, wall_clock_ms(), attempts),
+                        in_doubt: true,
+                    }
+                } else {
+                    SendOutcome::Unknown { why }
+                },
+            );
         }
         if let Some(id) = outbox::find_marked(&answer.body, &item.reply) {
             return Ok(Some(id));
@@ -209,7 +233,7 @@ async fn look_for<J: Judge>(
     Ok(None)
 }
 
-fn judge(platform: Source, answer: Result<Answer, HttpError>) -> SendOutcome {
+fn judge(platform: Source, answer: Result<Answer, HttpError>, attempts: u32) -> SendOutcome {
     match answer {
         Err(HttpError::NotSent(why)) => SendOutcome::NotSent { why },
         Err(HttpError::Refused(why)) => SendOutcome::Refused { why },
@@ -229,7 +253,15 @@ fn judge(platform: Source, answer: Result<Answer, HttpError>) -> SendOutcome {
                     .take(300)
                     .collect::<String>()
             );
-            outbox::classify(a.status.as_u16(), why)
+            outbox::classify(
+                platform,
+                a.status.as_u16(),
+                &outbox::LimitHeaders::from_headers(&a.headers),
+                &a.body,
+                why,
+                wall_clock_ms(),
+                attempts,
+            )
         }
     }
 }

@@ -122,28 +122,161 @@ fn before_sending_the_entry_is_unknown_and_counted() {
     }
 }
 
+fn label(outcome: &SendOutcome) -> &'static str {
+    match outcome {
+        SendOutcome::Unknown { .. } => "unknown",
+        SendOutcome::Refused { .. } => "refused",
+        SendOutcome::NotSent { .. } => "not_sent",
+        SendOutcome::Limited { .. } => "limited",
+        other => panic!("{other:?}"),
+    }
+}
+
+const NOW_MS: u64 = 1_800_000_000_000;
+
+fn headers(remaining: Option<u64>, reset: Option<u64>, retry_after: Option<u64>) -> LimitHeaders {
+    LimitHeaders {
+        rate: RateHeaders {
+            remaining,
+            reset,
+            retry_after,
+            poll_interval: None,
+        },
+        feishu_reset: None,
+    }
+}
+
 #[test]
 fn statuses_are_classified() {
-    let cases = [
-        (201, "unknown"),
-        (403, "refused"),
-        (404, "refused"),
-        (422, "refused"),
-        (408, "not_sent"),
-        (429, "not_sent"),
-        (500, "unknown"),
-        (502, "unknown"),
-        (503, "unknown"),
+    let none = LimitHeaders::default();
+    let spent = headers(Some(0), Some(NOW_MS / 1000 + 600), None);
+    let secondary = headers(Some(4000), None, Some(30));
+    let left = headers(Some(4000), Some(NOW_MS / 1000 + 600), None);
+    let fs = |code: i64| format!(r#"{{"code":{code},"msg":"x"}}"#).into_bytes();
+    // (platform, status, headers, body, outcome)
+    let cases: Vec<(Source, u16, LimitHeaders, Vec<u8>, &str)> = vec![
+        (Source::Github, 201, none, vec![], "unknown"),
+        (Source::Github, 403, none, vec![], "refused"),
+        // A 403 with budget left and no Retry-After is a refusal (the rules, permissions).
+        (Source::Github, 403, left, vec![], "refused"),
+        (Source::Github, 403, spent, vec![], "limited"),
+        (Source::Github, 403, secondary, vec![], "limited"),
+        (Source::Github, 404, none, vec![], "refused"),
+        (Source::Github, 422, none, vec![], "refused"),
+        (Source::Github, 408, none, vec![], "not_sent"),
+        (Source::Github, 429, none, vec![], "limited"),
+        (Source::Github, 429, secondary, vec![], "limited"),
+        (Source::Github, 500, none, vec![], "unknown"),
+        (Source::Github, 502, none, vec![], "unknown"),
+        (Source::Github, 503, none, vec![], "unknown"),
+        // Feishu: 429, or its rate codes whatever the status.
+        (Source::Feishu, 429, none, vec![], "limited"),
+        (Source::Feishu, 400, none, fs(99_991_400), "limited"),
+        (Source::Feishu, 400, none, fs(230_020), "limited"),
+        (Source::Feishu, 400, none, fs(11_232), "limited"),
+        (Source::Feishu, 200, none, fs(230_020), "limited"),
+        (Source::Feishu, 400, none, fs(230_002), "refused"),
+        (Source::Feishu, 400, none, fs(99_991_663), "refused"),
+        // GitHub's headers on a Feishu answer mean nothing to Feishu.
+        (Source::Feishu, 403, spent, vec![], "refused"),
+        (Source::Feishu, 500, none, vec![], "unknown"),
     ];
-    for (status, expected) in cases {
-        let got = match classify(status, "x".into()) {
-            SendOutcome::Unknown { .. } => "unknown",
-            SendOutcome::Refused { .. } => "refused",
-            SendOutcome::NotSent { .. } => "not_sent",
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(got, expected, "{status}");
+    for (platform, status, h, body, expected) in cases {
+        let got = classify(platform, status, &h, &body, "x".into(), NOW_MS, 1);
+        assert_eq!(label(&got), expected, "{platform:?} {status} {h:?}");
     }
+}
+
+#[test]
+fn a_limit_waits_for_retry_after_else_the_reset_else_a_capped_backoff() {
+    let s = 1_000;
+    let now_s = NOW_MS / 1000;
+    let feishu = LimitHeaders {
+        feishu_reset: Some(7),
+        ..LimitHeaders::default()
+    };
+    // (headers, attempts, wait in ms)
+    let cases = [
+        (headers(None, None, Some(30)), 1, 30 * s),
+        // Retry-After wins over the reset.
+        (headers(Some(0), Some(now_s + 600), Some(30)), 1, 30 * s),
+        (headers(None, None, Some(0)), 1, s),
+        (headers(Some(0), Some(now_s + 600), None), 1, 600 * s),
+        (headers(Some(0), Some(now_s + 600), None), 9, 600 * s),
+        // A reset past or absent: backoff from a minute, doubling.
+        (headers(Some(0), Some(now_s - 5), None), 1, 60 * s),
+        (headers(None, None, None), 1, 60 * s),
+        (headers(None, None, None), 2, 120 * s),
+        (headers(None, None, None), 3, 240 * s),
+        // ... capped at two hours.
+        (headers(None, None, None), 8, 7_200 * s),
+        (headers(None, None, None), 40, 7_200 * s),
+        // A reset days away is capped too.
+        (headers(Some(0), Some(now_s + 86_400), None), 1, 7_200 * s),
+        (feishu, 1, 7 * s),
+    ];
+    for (h, attempts, wait) in cases {
+        assert_eq!(
+            limited_until(&h, NOW_MS, attempts),
+            NOW_MS + wait,
+            "{h:?} {attempts}"
+        );
+    }
+}
+
+#[test]
+fn a_limited_reply_stays_pending_until_then_and_keeps_its_doubt() {
+    let limited = |in_doubt| SendOutcome::Limited {
+        why: "GitHub answered 429".into(),
+        until: NOW_MS + 30_000,
+        in_doubt,
+    };
+    let u = after_send(2, limited(false), NOW_MS);
+    assert_eq!(
+        (u.state, u.attempts, u.next_at),
+        (OutboxState::Pending, 2, NOW_MS + 30_000)
+    );
+    assert!(u
+        .error
+        .as_deref()
+        .is_some_and(|e| e.starts_with("rate-limited: ")));
+    assert_eq!(
+        after_send(2, limited(true), NOW_MS).state,
+        OutboxState::Unknown
+    );
+    // An entry in doubt (a GitHub reply whose last attempt is unknown) stays in doubt.
+    let cases = [
+        (OutboxState::Unknown, Source::Github, true),
+        (OutboxState::Pending, Source::Github, false),
+        (OutboxState::Unknown, Source::Feishu, false),
+    ];
+    for (state, platform, doubt) in cases {
+        let kept = keep_doubt(&item(state, platform, 1), limited(false));
+        assert_eq!(kept, limited(doubt), "{state:?} {platform:?}");
+    }
+    let sent = SendOutcome::Sent {
+        message_id: "1".into(),
+    };
+    let i = item(OutboxState::Unknown, Source::Github, 1);
+    assert_eq!(keep_doubt(&i, sent.clone()), sent);
+}
+
+#[test]
+fn a_hold_keeps_an_identity_until_it_lifts() {
+    let mut holds = Holds::default();
+    let a = Path::new("/run/a.sock");
+    let b = Path::new("/run/b.sock");
+    assert!(!holds.held(a, NOW_MS));
+    holds.hold(a, NOW_MS + 10);
+    assert!(holds.held(a, NOW_MS));
+    assert!(holds.held(a, NOW_MS + 9));
+    assert!(!holds.held(a, NOW_MS + 10));
+    assert!(!holds.held(b, NOW_MS), "other identities go on");
+    // A shorter hold does not shorten a longer one.
+    holds.hold(a, NOW_MS + 5);
+    assert!(holds.held(a, NOW_MS + 9));
+    holds.hold(a, NOW_MS + 20);
+    assert!(holds.held(a, NOW_MS + 19));
 }
 
 #[test]

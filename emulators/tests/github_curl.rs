@@ -259,21 +259,89 @@ fn pulls_reviews_replies_and_job_log_redirect() {
         curl(&emulator, &ca, "api.github.com", &args, path)
     };
 
-    // A pull request needs its head branch to exist.
-    let missing = post(
-        "/repos/acme/widgets/pulls",
-        r#"{"title":"x","head":"gatehouse/nope","base":"main"}"#,
+    // GitHub's refusals, each a 422 "Validation Failed" with its reason:
+    // a missing head or base, a head with no commit the base lacks.
+    let refused = |body: &str| {
+        let answer = post("/repos/acme/widgets/pulls", body);
+        assert_eq!(answer.status, 422, "{body}: {}", answer.body);
+        let v = answer.json();
+        assert_eq!(v["message"], "Validation Failed");
+        v["errors"][0].clone()
+    };
+    assert_eq!(
+        refused(r#"{"title":"x","head":"gatehouse/nope","base":"main"}"#),
+        serde_json::json!({"resource": "PullRequest", "field": "head", "code": "invalid"})
     );
-    assert_eq!(missing.status, 422);
+    assert_eq!(
+        refused(r#"{"title":"x","head":"main","base":"nope"}"#),
+        serde_json::json!({"resource": "PullRequest", "field": "base", "code": "invalid"})
+    );
+    assert_eq!(
+        refused(r#"{"title":"x","head":"main","base":"main"}"#)["message"],
+        "No commits between main and main"
+    );
+    let sha = emulator
+        .add_branch("acme/widgets", "gatehouse/fix", "main")
+        .unwrap();
     let opened = post(
         "/repos/acme/widgets/pulls",
-        r#"{"title":"Fix","head":"main","base":"main","body":"Fixes #1"}"#,
+        r#"{"title":"Fix","head":"gatehouse/fix","base":"main","body":"Fixes #1"}"#,
     );
     assert_eq!(opened.status, 201, "{}", opened.body);
+    assert!(
+        opened.headers.lines().any(|l| l
+            .eq_ignore_ascii_case("location: https://api.github.com/repos/acme/widgets/pulls/1")),
+        "{}",
+        opened.headers
+    );
     let pull = opened.json();
     assert_eq!(pull["number"], 1);
     assert_eq!(pull["html_url"], "https://github.com/acme/widgets/pull/1");
-    assert_eq!(pull["head"]["sha"].as_str().unwrap().len(), 40);
+    assert_eq!(pull["head"]["sha"], sha.as_str());
+    assert_eq!(pull["base"]["sha"].as_str().unwrap().len(), 40);
+    assert_ne!(pull["base"]["sha"], pull["head"]["sha"]);
+    assert!(
+        pull["mergeable"].is_null() && pull["closed_at"].is_null() && pull["merged_at"].is_null()
+    );
+    // The same head and base again: GitHub names the existing one's label.
+    assert_eq!(
+        refused(r#"{"title":"Again","head":"acme:gatehouse/fix","base":"main"}"#)["message"],
+        "A pull request already exists for acme:gatehouse/fix."
+    );
+    // `mergeable` is null until GitHub has computed it; a later read has it.
+    let get = |path: &str| curl(&emulator, &ca, "api.github.com", &auth, path);
+    let first = get("/repos/acme/widgets/pulls/1").json();
+    assert!(first["mergeable"].is_null(), "{first}");
+    assert_eq!(first["mergeable_state"], "unknown");
+    let second = get("/repos/acme/widgets/pulls/1").json();
+    assert_eq!(second["mergeable"], true);
+    assert_eq!(second["mergeable_state"], "clean");
+    // `head=` filters in `owner:branch` form only; `base` is honoured.
+    let numbers = |path: &str| -> Vec<u64> {
+        get(path)
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["number"].as_u64().unwrap())
+            .collect()
+    };
+    for (query, expected) in [
+        ("", vec![1]),
+        ("?head=acme:gatehouse/fix", vec![1]),
+        ("?head=acme:gatehouse/other", vec![]),
+        ("?head=gatehouse/other", vec![1]),
+        ("?base=main", vec![1]),
+        ("?base=release", vec![]),
+        ("?state=closed", vec![]),
+        ("?state=all", vec![1]),
+    ] {
+        assert_eq!(
+            numbers(&format!("/repos/acme/widgets/pulls{query}")),
+            expected,
+            "{query}"
+        );
+    }
 
     let top = emulator
         .add_review_comment("acme/widgets", 1, "README.md", 1, "Typo here", "alice")

@@ -173,15 +173,11 @@ fn gh_opens_a_pull_request_from_a_pushed_branch() {
     );
     assert!(!refused.status.success());
 
-    // Put a branch in the bare repository directly (git plumbing, no network).
-    let bare = emulator.repo_git_dir("acme/widgets").unwrap();
-    let status = Command::new("git")
-        .arg("--git-dir")
-        .arg(&bare)
-        .args(["branch", "gatehouse/x", "main"])
-        .status()
+    // Put a branch with a commit in the bare repository directly (git
+    // plumbing, no network).
+    emulator
+        .add_branch("acme/widgets", "gatehouse/x", "main")
         .unwrap();
-    assert!(status.success());
 
     let url = stdout(&gh(
         &emulator,

@@ -745,19 +745,13 @@ impl Executor<'_, '_> {
         // An `owner:branch` head names the branch in this repository.
         let head = head.rsplit(':').next().unwrap_or(&head).to_owned();
         let head_sha = (self.branch_head)(repo_id, &head);
-        let base_exists = (self.branch_head)(repo_id, &base).is_some();
-        let (Some(head_sha), true, false) = (head_sha, base_exists, title.is_empty()) else {
+        let base_sha = (self.branch_head)(repo_id, &base);
+        let (Some(head_sha), Some(base_sha), false) = (head_sha, base_sha, title.is_empty()) else {
             self.error(path, "UNPROCESSABLE", format!("Head sha can't be blank, Base sha can't be blank, or Title can't be blank (head {head}, base {base})"));
             return Resolved::Leaf(Value::Null);
         };
-        let pull = super::model::PullInfo {
-            head,
-            head_sha,
-            base,
-            draft: input.get("draft").and_then(Value::as_bool).unwrap_or(false),
-            merged: false,
-            requested_reviewers: Vec::new(),
-        };
+        let draft = input.get("draft").and_then(Value::as_bool).unwrap_or(false);
+        let pull = super::model::PullInfo::new(&head, &head_sha, &base, &base_sha, draft);
         let number = self.model.add_issue(
             repo_id,
             &title,

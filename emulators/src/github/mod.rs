@@ -14,6 +14,7 @@ mod encoding;
 mod git;
 mod graphql;
 mod model;
+mod pulls;
 mod rest;
 mod webhooks;
 
@@ -81,6 +82,9 @@ pub enum GithubError {
     /// A seeding call named something the model does not have.
     #[error("{0} not found in the GitHub emulator")]
     NotFound(String),
+    /// A seeding call asked for what GitHub refuses (with GitHub's reason).
+    #[error("GitHub would refuse {0}")]
+    Refused(String),
 }
 
 /// A token the emulator accepts, and the login it authenticates as.
@@ -386,6 +390,48 @@ impl GithubHandle {
         Ok(number)
     }
 
+    /// Create `branch` in `owner/name`'s bare repository with one commit on
+    /// top of `from` (same tree, so nothing changes on disk), as a pushed
+    /// work branch would be: a pull request from it has a commit to bring.
+    /// Returns the new commit.
+    pub fn add_branch(
+        &self,
+        full_name: &str,
+        branch: &str,
+        from: &str,
+    ) -> Result<String, GithubError> {
+        let git_dir = self.repo_git_dir(full_name)?;
+        let fail = |detail: String| GithubError::Repository {
+            repo: full_name.to_owned(),
+            detail,
+        };
+        let parent = rev_parse_blocking(&git_dir, from)
+            .ok_or_else(|| GithubError::NotFound(format!("branch {from} of {full_name}")))?;
+        let git = |args: &[&str]| -> Result<String, GithubError> {
+            let output = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(&git_dir)
+                .args([
+                    "-c",
+                    "user.name=emulator",
+                    "-c",
+                    "user.email=emulator@localhost",
+                ])
+                .args(args)
+                .output()
+                .map_err(|e| fail(e.to_string()))?;
+            if !output.status.success() {
+                return Err(fail(String::from_utf8_lossy(&output.stderr).into_owned()));
+            }
+            Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+        };
+        let tree = format!("{parent}^{{tree}}");
+        let message = format!("work on {branch}");
+        let commit = git(&["commit-tree", &tree, "-p", &parent, "-m", &message])?;
+        git(&["update-ref", &format!("refs/heads/{branch}"), &commit])?;
+        Ok(commit)
+    }
+
     /// Open a pull request from `head` (which must exist in the bare
     /// repository) into `base`; returns its number.
     pub fn add_pull(
@@ -396,19 +442,24 @@ impl GithubHandle {
         base: &str,
         author: &str,
     ) -> Result<u64, GithubError> {
-        let git_dir = self.repo_git_dir(full_name)?;
-        let head_sha = rev_parse_blocking(&git_dir, head)
-            .ok_or_else(|| GithubError::NotFound(format!("branch {head} of {full_name}")))?;
+        let (owner, name) = self.state.repo_names(full_name)?;
+        let branches = branches_of(&self.state.root_dir, &owner, &name, head, base);
         let mut model = lock(&self.state.model);
         let repo_id = repo_id_of(&model, full_name)?;
-        let pull = PullInfo {
-            head: head.to_owned(),
-            head_sha,
-            base: base.to_owned(),
-            draft: false,
-            merged: false,
-            requested_reviewers: Vec::new(),
-        };
+        // Seeded as strictly as the API opens them (a test cannot seed what
+        // GitHub would refuse, such as a pull request from main into main).
+        let proposal = pulls::Proposal::new(&owner, head, base);
+        let missing =
+            |branch: &str| GithubError::NotFound(format!("branch {branch} of {full_name}"));
+        let head_sha = branches.head_sha.as_deref().ok_or_else(|| missing(head))?;
+        let base_sha = branches.base_sha.as_deref().ok_or_else(|| missing(base))?;
+        if let Some(refused) = pulls::refusal(&model, repo_id, &proposal, &branches) {
+            return Err(GithubError::Refused(format!(
+                "the pull request {head} into {base} of {full_name}: {}",
+                refused.body["errors"]
+            )));
+        }
+        let pull = PullInfo::new(proposal.head, head_sha, base, base_sha, false);
         let number = model.add_issue(repo_id, title, "", author, Some(pull), unix_now());
         drop(model);
         self.emit_issue("opened", repo_id, number, author, None);
@@ -973,43 +1024,26 @@ impl GithubState {
             };
         }
         let query = parse_query(parts.uri.query().unwrap_or(""));
-        // Opening a pull request needs the head branch's commit from disk.
-        let head_sha = match (&route, &parts.method) {
+        // Opening a pull request needs both branches' commits from disk.
+        let branches = match (&route, &parts.method) {
             (rest::Route::Pulls(repo), &Method::POST) => {
-                let head = serde_json::from_slice::<Value>(body)
-                    .ok()
-                    .and_then(|v| v.get("head").and_then(Value::as_str).map(str::to_owned));
+                let field = |name: &str| {
+                    serde_json::from_slice::<Value>(body)
+                        .ok()
+                        .and_then(|v| v.get(name).and_then(Value::as_str).map(str::to_owned))
+                };
                 match (
-                    head,
+                    field("head"),
+                    field("base"),
                     self.repo_names(&format!("{}/{}", repo.owner, repo.name)),
                 ) {
-                    (Some(head), Ok((owner, name))) => {
-                        // `owner:branch` names a branch of that owner's fork
-                        // (of the same name), as GitHub reads it for pull
-                        // requests across repositories ("head": "Required.
-                        // The name of the branch where your changes are
-                        // implemented. For cross-repository pull requests in
-                        // the same network, namespace head with a user like
-                        // this: username:branch", REST description).
-                        let (head_owner, branch) = match head.split_once(':') {
-                            Some((o, b)) => (o.to_owned(), b.to_owned()),
-                            None => (owner.to_owned(), head.clone()),
-                        };
-                        let plain = !head_owner.is_empty()
-                            && head_owner
-                                .chars()
-                                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-                        let git_dir = self.root_dir.join(head_owner).join(format!("{name}.git"));
-                        if plain {
-                            tokio::task::spawn_blocking(move || {
-                                rev_parse_blocking(&git_dir, &branch)
-                            })
-                            .await
-                            .ok()
-                            .flatten()
-                        } else {
-                            None
-                        }
+                    (Some(head), Some(base), Ok((owner, name))) => {
+                        let root = self.root_dir.clone();
+                        tokio::task::spawn_blocking(move || {
+                            branches_of(&root, &owner, &name, &head, &base)
+                        })
+                        .await
+                        .ok()
                     }
                     _ => None,
                 }
@@ -1027,7 +1061,7 @@ impl GithubState {
                 body,
                 login,
                 now: unix_now(),
-                head_sha,
+                branches,
                 logs_base_url: &self.logs_base_url,
                 logs_signature: &self.logs_signature,
             },
@@ -1154,6 +1188,32 @@ fn plain(status: StatusCode, text: &str) -> Response<Body> {
         http::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+/// What git says about the branches of a pull request proposed in
+/// `owner/name` (a `fork:branch` head lives in `fork`'s repository of the
+/// same name, as GitHub reads it). Blocking: runs git.
+fn branches_of(root: &Path, owner: &str, name: &str, head: &str, base: &str) -> pulls::Branches {
+    let proposal = pulls::Proposal::new(owner, head, base);
+    let plain = |o: &str| {
+        !o.is_empty()
+            && o.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    let base_dir = root.join(owner).join(format!("{name}.git"));
+    let head_owner = if proposal.head_owner.eq_ignore_ascii_case(owner) {
+        owner
+    } else {
+        proposal.head_owner
+    };
+    if !plain(head_owner) {
+        return pulls::Branches {
+            base_sha: rev_parse_blocking(&base_dir, base),
+            ..pulls::Branches::default()
+        };
+    }
+    let head_dir = root.join(head_owner).join(format!("{name}.git"));
+    pulls::read_branches(&head_dir, &base_dir, proposal.head, base)
 }
 
 /// The commit `branch` points at in `git_dir`, if the branch exists.

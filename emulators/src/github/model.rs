@@ -35,9 +35,34 @@ pub(crate) struct PullInfo {
     pub head: String,
     pub head_sha: String,
     pub base: String,
+    /// The base branch's commit when the pull request was opened.
+    pub base_sha: String,
     pub draft: bool,
     pub merged: bool,
+    pub merged_at: Option<u64>,
     pub requested_reviewers: Vec<String>,
+    /// Whether GitHub has computed `mergeable` yet: it answers `null` (and
+    /// starts the computation in the background) until a read finds it done
+    /// ("The value of the mergeable attribute can be true, false, or null.
+    /// If the value is null, then GitHub has started a background job to
+    /// compute the mergeability", REST docs, "Get a pull request").
+    pub mergeable_known: bool,
+}
+
+impl PullInfo {
+    pub fn new(head: &str, head_sha: &str, base: &str, base_sha: &str, draft: bool) -> Self {
+        Self {
+            head: head.to_owned(),
+            head_sha: head_sha.to_owned(),
+            base: base.to_owned(),
+            base_sha: base_sha.to_owned(),
+            draft,
+            merged: false,
+            merged_at: None,
+            requested_reviewers: Vec::new(),
+            mergeable_known: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -51,7 +76,39 @@ pub(crate) struct Issue {
     pub open: bool,
     pub created_at: u64,
     pub updated_at: u64,
+    pub closed_at: Option<u64>,
     pub pull: Option<PullInfo>,
+}
+
+impl Issue {
+    /// Close (GitHub keeps the time as `closed_at`).
+    pub fn close(&mut self, now: u64) {
+        if self.open {
+            self.open = false;
+            self.closed_at = Some(now);
+        }
+    }
+
+    /// Reopen: `closed_at` is `null` again. A merged pull request stays closed.
+    pub fn reopen(&mut self) {
+        if !self.pull.as_ref().is_some_and(|p| p.merged) {
+            self.open = true;
+            self.closed_at = None;
+        }
+    }
+
+    /// Merge an open pull request (which closes it); `false` if it is not one.
+    pub fn merge(&mut self, now: u64) -> bool {
+        match self.pull.as_mut() {
+            Some(pull) if self.open && !pull.merged => {
+                pull.merged = true;
+                pull.merged_at = Some(now);
+                self.close(now);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Which kind of comment a [`Comment`] is.
@@ -209,6 +266,7 @@ impl Model {
             open: true,
             created_at: now,
             updated_at: now,
+            closed_at: None,
             pull,
         });
         number
@@ -343,19 +401,58 @@ impl Model {
             "comments": comments,
             "created_at": iso8601(issue.created_at),
             "updated_at": iso8601(issue.updated_at),
-            "closed_at": Value::Null,
+            "closed_at": issue.closed_at.map(iso8601),
             "author_association": "MEMBER",
         });
-        if issue.pull.is_some() {
+        if let Some(pull) = &issue.pull {
             value["pull_request"] = json!({
                 "url": format!("{}/pulls/{}", repo.api_url(), issue.number),
                 "html_url": format!("{}/pull/{}", repo.html_url(), issue.number),
+                "merged_at": pull.merged_at.map(iso8601),
             });
         }
         value
     }
 
+    /// A pull request as `GET …/pulls/{n}` and webhooks show it (GitHub's
+    /// `pull-request` schema).
     pub fn pull_json(&self, issue: &Issue) -> Value {
+        let mut value = self.pull_simple_json(issue);
+        let Some(pull) = issue.pull.as_ref() else {
+            return value;
+        };
+        // Not mergeable-computed yet, or merged: `null` and "unknown".
+        let (mergeable, state) = if pull.merged || !pull.mergeable_known {
+            (Value::Null, "unknown")
+        } else if pull.draft {
+            (json!(true), "draft")
+        } else {
+            (json!(true), "clean")
+        };
+        value["merged"] = json!(pull.merged);
+        value["mergeable"] = mergeable;
+        value["mergeable_state"] = json!(state);
+        value["rebaseable"] = value["mergeable"].clone();
+        value["comments"] = json!(self
+            .comments
+            .iter()
+            .filter(|c| c.comment.kind == CommentKind::Issue
+                && c.repo_id == issue.repo_id
+                && c.comment.number == issue.number)
+            .count());
+        value["review_comments"] = json!(self
+            .comments
+            .iter()
+            .filter(|c| c.comment.kind == CommentKind::Review
+                && c.repo_id == issue.repo_id
+                && c.comment.number == issue.number)
+            .count());
+        value
+    }
+
+    /// A pull request as `GET …/pulls` lists it (GitHub's
+    /// `pull-request-simple`: no `merged`, `mergeable` or counts).
+    pub fn pull_simple_json(&self, issue: &Issue) -> Value {
         let (Some(repo), Some(pull)) = (self.repo_by_id(issue.repo_id), issue.pull.as_ref()) else {
             return Value::Null;
         };
@@ -373,21 +470,33 @@ impl Model {
             "node_id": node_id("PR", issue.id),
             "url": format!("{}/pulls/{}", repo.api_url(), issue.number),
             "html_url": format!("{}/pull/{}", repo.html_url(), issue.number),
+            "diff_url": format!("{}/pull/{}.diff", repo.html_url(), issue.number),
+            "patch_url": format!("{}/pull/{}.patch", repo.html_url(), issue.number),
             "issue_url": format!("{}/issues/{}", repo.api_url(), issue.number),
+            "commits_url": format!("{}/pulls/{}/commits", repo.api_url(), issue.number),
+            "review_comments_url": format!("{}/pulls/{}/comments", repo.api_url(), issue.number),
+            "comments_url": format!("{}/issues/{}/comments", repo.api_url(), issue.number),
+            "statuses_url": format!("{}/statuses/{}", repo.api_url(), pull.head_sha),
             "number": issue.number,
             "state": if issue.open { "open" } else { "closed" },
+            "locked": false,
             "title": issue.title,
             "body": issue.body,
             "user": Self::user_json(&issue.author),
+            "labels": [],
+            "assignees": [],
             "draft": pull.draft,
-            "merged": pull.merged,
-            "mergeable": true,
             "head": branch(&pull.head, &pull.head_sha),
-            "base": branch(&pull.base, ""),
+            "base": branch(&pull.base, &pull.base_sha),
             "requested_reviewers": pull.requested_reviewers.iter().map(|l| Self::user_json(l)).collect::<Vec<_>>(),
+            "requested_teams": [],
             "created_at": iso8601(issue.created_at),
             "updated_at": iso8601(issue.updated_at),
+            "closed_at": issue.closed_at.map(iso8601),
+            "merged_at": pull.merged_at.map(iso8601),
+            "merge_commit_sha": pull.merged.then(|| pull.head_sha.clone()),
             "author_association": "MEMBER",
+            "auto_merge": Value::Null,
         })
     }
 

@@ -6,6 +6,7 @@ use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::model::{CommentKind, Model, PullInfo, Review, API_BASE};
+use super::pulls;
 
 /// A REST endpoint the emulator knows, with its path parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,9 +183,9 @@ pub(crate) struct RestCall<'a> {
     pub body: &'a [u8],
     pub login: &'a str,
     pub now: u64,
-    /// For `POST …/pulls`: the head branch's commit, looked up in the bare
-    /// repository by the caller (`None` if the branch does not exist).
-    pub head_sha: Option<String>,
+    /// For `POST …/pulls`: what the bare repositories say about the head
+    /// and base branches, read by the caller.
+    pub branches: Option<pulls::Branches>,
     /// Where job logs are served from, e.g. `https://pipelines.actions.githubusercontent.com`.
     pub logs_base_url: &'a str,
     /// Signs job-log URLs so they work without a token, like GitHub's.
@@ -444,25 +445,21 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
         }
         Route::Pulls(path) if get => {
             let id = repo_id(model, path)?;
-            let state = query_param(call.query, "state").unwrap_or("open");
-            let head = query_param(call.query, "head");
+            let (state, head, base) = (
+                query_param(call.query, "state"),
+                query_param(call.query, "head"),
+                query_param(call.query, "base"),
+            );
             let mut pulls: Vec<_> = model
                 .issues
                 .iter()
-                .filter(|i| i.repo_id == id && i.pull.is_some())
-                .filter(|i| match state {
-                    "all" => true,
-                    "closed" => !i.open,
-                    _ => i.open,
-                })
-                .filter(|i| match (head, &i.pull) {
-                    // `head` is `owner:branch`.
-                    (Some(h), Some(p)) => h.rsplit(':').next() == Some(p.head.as_str()),
-                    _ => true,
-                })
+                .filter(|i| i.repo_id == id && pulls::listed(model, i, state, head, base))
                 .collect();
             pulls.sort_by_key(|i| i.number);
-            let items = pulls.into_iter().map(|i| model.pull_json(i)).collect();
+            let items = pulls
+                .into_iter()
+                .map(|i| model.pull_simple_json(i))
+                .collect();
             // GitHub's pull listing: `sort` (default created), `direction`
             // (default desc for created, else asc); no `since`.
             let items = sorted(items, call.query, Some("created"));
@@ -474,18 +471,21 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
             let title = required_text(&body, "title")?;
             let head = required_text(&body, "head")?;
             let base = required_text(&body, "base")?;
-            let Some(head_sha) = call.head_sha.clone() else {
+            let owner = model
+                .repo_by_id(id)
+                .map(|r| r.owner.clone())
+                .unwrap_or_default();
+            let proposal = pulls::Proposal::new(&owner, &head, &base);
+            let branches = call.branches.clone().unwrap_or_default();
+            if let Some(refused) = pulls::refusal(model, id, &proposal, &branches) {
+                return Err(refused);
+            }
+            let (Some(head_sha), Some(base_sha)) = (branches.head_sha, branches.base_sha) else {
                 return Err(Reply::validation("head", "invalid"));
             };
             let text = body.get("body").and_then(Value::as_str).unwrap_or("");
-            let pull = PullInfo {
-                head: head.rsplit(':').next().unwrap_or(&head).to_owned(),
-                head_sha,
-                base,
-                draft: body.get("draft").and_then(Value::as_bool).unwrap_or(false),
-                merged: false,
-                requested_reviewers: Vec::new(),
-            };
+            let draft = body.get("draft").and_then(Value::as_bool).unwrap_or(false);
+            let pull = PullInfo::new(proposal.head, &head_sha, &base, &base_sha, draft);
             let number = model.add_issue(id, &title, text, call.login, Some(pull), call.now);
             let issue = model.issue(id, number).ok_or_else(Reply::not_found)?;
             let mut reply = Reply::created(model.pull_json(issue), issue.id);
@@ -501,7 +501,12 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .issue(id, *number)
                 .filter(|i| i.pull.is_some())
                 .ok_or_else(Reply::not_found)?;
-            Ok(Reply::ok(model.pull_json(issue)))
+            let reply = Reply::ok(model.pull_json(issue));
+            // This read started GitHub's mergeability job; the next one finds it done.
+            if let Some(pull) = model.issue_mut(id, *number).and_then(|i| i.pull.as_mut()) {
+                pull.mergeable_known = true;
+            }
+            Ok(reply)
         }
         Route::Pull(path, number) if patch => {
             let id = repo_id(model, path)?;
@@ -655,19 +660,17 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .issue_mut(id, *number)
                 .filter(|i| i.pull.is_some())
                 .ok_or_else(Reply::not_found)?;
-            let sha = match issue.pull.as_mut() {
-                Some(pull) if !pull.merged && issue.open => {
-                    pull.merged = true;
-                    pull.head_sha.clone()
-                }
-                _ => {
-                    return Err(Reply::error(
-                        StatusCode::METHOD_NOT_ALLOWED,
-                        "Pull Request is not mergeable",
-                    ))
-                }
-            };
-            issue.open = false;
+            if !issue.merge(call.now) {
+                return Err(Reply::error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "Pull Request is not mergeable",
+                ));
+            }
+            let sha = issue
+                .pull
+                .as_ref()
+                .map(|p| p.head_sha.clone())
+                .unwrap_or_default();
             Ok(Reply::ok(
                 json!({"sha": sha, "merged": true, "message": "Pull Request successfully merged"}),
             ))
@@ -755,8 +758,8 @@ fn apply_issue_edit(issue: &mut super::model::Issue, body: &Value, now: u64) {
         issue.body = text.to_owned();
     }
     match body.get("state").and_then(Value::as_str) {
-        Some("closed") => issue.open = false,
-        Some("open") => issue.open = true,
+        Some("closed") => issue.close(now),
+        Some("open") => issue.reopen(),
         _ => {}
     }
     issue.updated_at = now;
@@ -894,7 +897,7 @@ mod tests {
             body,
             login: "bot[bot]",
             now: 1_700_000_000,
-            head_sha: None,
+            branches: None,
             logs_base_url: "https://logs.example",
             logs_signature: "k",
         }
@@ -1040,14 +1043,13 @@ mod tests {
     fn review_comment_replies_only_to_top_level() {
         let mut model = Model::new();
         let repo_id = model.add_repo("o", "r", "main");
-        let pull = PullInfo {
-            head: "gatehouse/x".into(),
-            head_sha: "a".repeat(40),
-            base: "main".into(),
-            draft: false,
-            merged: false,
-            requested_reviewers: vec![],
-        };
+        let pull = PullInfo::new(
+            "gatehouse/x",
+            &"a".repeat(40),
+            "main",
+            &"b".repeat(40),
+            false,
+        );
         model.add_issue(repo_id, "t", "b", "alice", Some(pull), 1);
         let post = Method::POST;
         let top = handle(

@@ -687,3 +687,83 @@ fn changes_made_through_the_api_are_delivered_as_webhooks_shaped_like_seeded_one
     assert_eq!(d.url, url);
     assert!(d.attempts.iter().all(Result::is_err), "{:?}", d.attempts);
 }
+
+/// GitHub's framing of every API answer: `Location` on a 201, `User-Agent`
+/// required (with the knob), `/api/v3` only in Enterprise mode.
+#[test]
+fn location_user_agent_and_enterprise_paths_as_github() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git"))
+            .require_user_agent(true)
+            .token("ghs_test_valid_token", "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    let auth = ["-H", "Authorization: token ghs_test_valid_token"];
+    let with = |extra: &[&str], path: &str| {
+        let mut args = auth.to_vec();
+        args.extend_from_slice(extra);
+        curl(&emulator, &ca, "api.github.com", &args, path)
+    };
+    let created = with(
+        &["-X", "POST", "--data", r#"{"body":"hi"}"#],
+        "/repos/acme/widgets/issues/1/comments",
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let url = created.json()["url"].as_str().unwrap().to_owned();
+    assert!(url.starts_with("https://api.github.com/repos/acme/widgets/issues/comments/"));
+    assert!(
+        created
+            .headers
+            .lines()
+            .any(|l| l.eq_ignore_ascii_case(&format!("location: {url}"))),
+        "{}",
+        created.headers
+    );
+    // No User-Agent (curl sends none with an empty header): GitHub's 403.
+    let bare = with(&["-H", "User-Agent:"], "/repos/acme/widgets/issues/1");
+    assert_eq!(bare.status, 403);
+    assert!(bare.body.starts_with("Request forbidden by administrative rules. Please make sure your request has a User-Agent header"), "{}", bare.body);
+    assert_eq!(with(&[], "/repos/acme/widgets/issues/1").status, 200);
+    // api.github.com has no `/api/v3`; an Enterprise server has.
+    assert_eq!(with(&[], "/api/v3/repos/acme/widgets/issues/1").status, 404);
+    let enterprise = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git-ghes"))
+            .enterprise(true)
+            .token("ghs_test_valid_token", "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    enterprise
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    let ghes = curl(
+        &enterprise,
+        &ca_of(&enterprise, dir.path()),
+        "localhost",
+        &auth,
+        "/api/v3/repos/acme/widgets/issues/1",
+    );
+    assert_eq!(ghes.status, 200, "{}", ghes.body);
+    // Without the knob a request without a User-Agent is answered.
+    let kind = curl(
+        &enterprise,
+        &ca_of(&enterprise, dir.path()),
+        "localhost",
+        &[auth[0], auth[1], "-H", "User-Agent:"],
+        "/repos/acme/widgets/issues/1",
+    );
+    assert_eq!(kind.status, 200);
+}
+
+fn ca_of(emulator: &GithubHandle, dir: &Path) -> std::path::PathBuf {
+    let path = dir.join(format!("ca-{}.pem", emulator.addr().port()));
+    emulator.write_ca_pem(&path).unwrap();
+    path
+}

@@ -43,6 +43,7 @@ fn gh_reads_issues_and_comments_via_rest_and_graphql() {
     let dir = tempfile::tempdir().unwrap();
     let emulator = GithubEmulator::start(
         GithubOptions::new(dir.path().join("git"))
+            .enterprise(true)
             .token(TOKEN, "gatehouse-test[bot]")
             .repo(RepoSpec::new("acme", "widgets")),
     )
@@ -143,6 +144,7 @@ fn gh_opens_a_pull_request_from_a_pushed_branch() {
     let dir = tempfile::tempdir().unwrap();
     let emulator = GithubEmulator::start(
         GithubOptions::new(dir.path().join("git"))
+            .enterprise(true)
             .token(TOKEN, "gatehouse-test[bot]")
             .repo(RepoSpec::new("acme", "widgets")),
     )
@@ -226,6 +228,7 @@ fn gh_paginates_through_link_headers() {
     let dir = tempfile::tempdir().unwrap();
     let emulator = GithubEmulator::start(
         GithubOptions::new(dir.path().join("git"))
+            .enterprise(true)
             .token(TOKEN, "gatehouse-test[bot]")
             .repo(RepoSpec::new("acme", "widgets")),
     )

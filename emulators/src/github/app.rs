@@ -599,7 +599,10 @@ impl super::GithubState {
         };
         let now = crate::time::unix_now();
         let path = parts.uri.path();
-        let path = path.strip_prefix("/api/v3").unwrap_or(path);
+        let path = match path.strip_prefix("/api/v3") {
+            Some(tail) if self.enterprise => tail,
+            _ => path,
+        };
         if let Some(hook) = path.strip_prefix("/app/hook/") {
             let spec = match self.apps.verify(bearer, now) {
                 Ok(spec) => spec,

@@ -54,6 +54,9 @@ pub const GIT_USER: &str = "x-access-token";
 /// Largest REST or GraphQL body accepted (git bodies stream and have no limit).
 const MAX_API_BODY: usize = 16 * 1024 * 1024;
 
+/// GitHub's answer to an API request without a `User-Agent`.
+const USER_AGENT_REQUIRED: &str = "Request forbidden by administrative rules. Please make sure your request has a User-Agent header (https://docs.github.com/en/rest/overview/resources-in-the-rest-api#user-agent-required). Check https://developer.github.com for other possible causes.\n";
+
 /// Failure to start or drive the GitHub emulator.
 #[derive(Debug, thiserror::Error)]
 pub enum GithubError {
@@ -150,6 +153,14 @@ pub struct GithubOptions {
     pub webhooks: Vec<WebhookTarget>,
     /// A GitHub App installed here, which mints scoped installation tokens.
     pub app: Option<GithubAppSpec>,
+    /// Serve as GitHub Enterprise Server does too: REST under `/api/v3`,
+    /// GraphQL at `/api/graphql` (what `gh` asks with `GH_HOST` set to a
+    /// host other than github.com). Off: those paths are 404, as on
+    /// api.github.com.
+    pub enterprise: bool,
+    /// Refuse REST and GraphQL requests without a `User-Agent` as GitHub
+    /// does (403 "Request forbidden by administrative rules…").
+    pub require_user_agent: bool,
 }
 
 impl GithubOptions {
@@ -165,7 +176,21 @@ impl GithubOptions {
             ca: None,
             webhooks: Vec::new(),
             app: None,
+            enterprise: false,
+            require_user_agent: false,
         }
+    }
+
+    /// Also serve GitHub Enterprise Server's paths (`/api/v3/…`, `/api/graphql`).
+    pub fn enterprise(mut self, on: bool) -> Self {
+        self.enterprise = on;
+        self
+    }
+
+    /// Refuse API requests that carry no `User-Agent`, as GitHub does.
+    pub fn require_user_agent(mut self, on: bool) -> Self {
+        self.require_user_agent = on;
+        self
     }
 
     /// Install the GitHub App `app`: its JWT mints installation tokens.
@@ -237,6 +262,8 @@ impl GithubEmulator {
             root_dir: options.root_dir,
             logs_base_url: options.logs_base_url.trim_end_matches('/').to_owned(),
             logs_host: url_host(&options.logs_base_url),
+            enterprise: options.enterprise,
+            require_user_agent: options.require_user_agent,
             logs_signature: random_hex(16),
             webhooks: webhooks::Webhooks::new(options.webhooks),
             apps: app::Apps::new(options.app),
@@ -582,6 +609,8 @@ struct GithubState {
     root_dir: PathBuf,
     logs_base_url: String,
     logs_host: String,
+    enterprise: bool,
+    require_user_agent: bool,
     logs_signature: String,
     webhooks: webhooks::Webhooks,
     /// The installed GitHub App and the tokens it minted.
@@ -754,6 +783,15 @@ impl GithubState {
                 let status = response.status().as_u16();
                 self.recorder.update(index, |r| r.status = status);
                 return response;
+            }
+            Target::Rest
+                if self.require_user_agent
+                    && !parts.headers.contains_key(http::header::USER_AGENT) =>
+            {
+                // "All API requests MUST include a valid User-Agent header.
+                // Requests with no User-Agent header will be rejected" (GitHub
+                // REST docs, "User agent required"); the answer is plain text.
+                plain(StatusCode::FORBIDDEN, USER_AGENT_REQUIRED)
             }
             Target::Rest => {
                 let login = match &credential {
@@ -963,11 +1001,12 @@ impl GithubState {
         // `/api/graphql`; accepting both lets clients such as gh talk to the
         // emulator directly with `GH_HOST=localhost:PORT`.
         let path = match parts.uri.path() {
-            "/api/graphql" => "/graphql",
-            other => other
+            "/api/graphql" if self.enterprise => "/graphql",
+            other if self.enterprise => other
                 .strip_prefix("/api/v3")
                 .filter(|p| p.starts_with('/'))
                 .unwrap_or(other),
+            other => other,
         };
         // `/repositories/{id}/…` is GitHub's alias of `/repos/{owner}/{repo}/…`.
         let aliased;

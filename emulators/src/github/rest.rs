@@ -288,8 +288,18 @@ fn required_text(body: &Value, field: &str) -> Result<String, Reply> {
 /// Handle one REST call against the model.
 pub(crate) fn handle(model: &mut Model, call: RestCall<'_>) -> Reply {
     match handle_inner(model, call) {
-        Ok(reply) | Err(reply) => reply,
+        Ok(reply) | Err(reply) => with_location(reply),
     }
+}
+
+/// GitHub answers every 201 with `Location`: the created resource's API URL,
+/// which is its `url` field ("Location: https://api.github.com/repos/…/issues/1347",
+/// REST description examples of each create operation).
+fn with_location(mut reply: Reply) -> Reply {
+    if reply.status == StatusCode::CREATED && reply.location.is_none() {
+        reply.location = reply.body["url"].as_str().map(str::to_owned);
+    }
+    reply
 }
 
 fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {

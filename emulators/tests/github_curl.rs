@@ -726,6 +726,41 @@ fn location_user_agent_and_enterprise_paths_as_github() {
         "{}",
         created.headers
     );
+    // Pagination links as GitHub sends them: the repository by id, with
+    // prev/next/last/first.
+    for text in ["two", "three"] {
+        emulator
+            .add_issue_comment("acme/widgets", 1, text, "alice")
+            .unwrap();
+    }
+    let id = with(&[], "/repos/acme/widgets").json()["id"]
+        .as_u64()
+        .unwrap();
+    let page = with(
+        &[],
+        "/repos/acme/widgets/issues/1/comments?per_page=1&page=2",
+    );
+    assert_eq!(page.json().as_array().unwrap().len(), 1);
+    let link = page
+        .headers
+        .lines()
+        .find_map(|l| l.strip_prefix("link: "))
+        .unwrap_or_else(|| panic!("{}", page.headers));
+    // On the host curl asked (its `Host` carries the port).
+    let port = emulator.addr().port();
+    let u = |n: u32| {
+        format!("<https://api.github.com:{port}/repositories/{id}/issues/1/comments?per_page=1&page={n}>")
+    };
+    assert_eq!(
+        link,
+        format!(
+            "{}; rel=\"prev\", {}; rel=\"next\", {}; rel=\"last\", {}; rel=\"first\"",
+            u(1),
+            u(3),
+            u(3),
+            u(1)
+        )
+    );
     // No User-Agent (curl sends none with an empty header): GitHub's 403.
     let bare = with(&["-H", "User-Agent:"], "/repos/acme/widgets/issues/1");
     assert_eq!(bare.status, 403);

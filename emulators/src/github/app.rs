@@ -260,7 +260,7 @@ impl Apps {
             body,
             created_id: None,
             location: None,
-            next_page: None,
+            pages: None,
         }
     }
 }

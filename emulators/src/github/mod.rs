@@ -952,12 +952,11 @@ impl GithubState {
         if let Some(etag) = &etag {
             builder = builder.header(http::header::ETAG, etag);
         }
-        if let Some(page) = reply.next_page {
+        if let Some(pages) = reply.pages {
             let path = id_form(&lock(&self.model), &path);
-            builder = builder.header(
-                http::header::LINK,
-                next_link(host.as_deref(), &path, query.as_deref(), page),
-            );
+            if let Some(link) = link_header(host.as_deref(), &path, query.as_deref(), pages) {
+                builder = builder.header(http::header::LINK, link);
+            }
         }
         let body = if not_modified || body.is_empty() {
             Bytes::new()
@@ -1059,7 +1058,7 @@ impl GithubState {
                 body: answer.body,
                 created_id: answer.created_id,
                 location: None,
-                next_page: None,
+                pages: None,
             };
         }
         let query = parse_query(parts.uri.query().unwrap_or(""));
@@ -1194,19 +1193,45 @@ fn id_form(model: &model::Model, path: &str) -> String {
     }
 }
 
-/// `Link: <https://HOST/PATH?…&page=N>; rel="next"` for a list, on the host
-/// the client asked (api.github.com on GitHub; `localhost:PORT` for gh in
-/// Enterprise mode).
-fn next_link(host: Option<&str>, path: &str, query: Option<&str>, page: usize) -> String {
-    let mut pairs: Vec<String> = query
+/// GitHub's `Link` header for a page of a list, on the host the client
+/// asked (api.github.com on GitHub; `localhost:PORT` for gh in Enterprise
+/// mode): `prev`, `next`, `last`, `first` where they exist, in GitHub's
+/// order ("link: <…/repositories/1300192/issues?page=2>; rel=\"prev\",
+/// <…?page=4>; rel=\"next\", <…?page=515>; rel=\"last\", <…?page=1>;
+/// rel=\"first\"", GitHub docs, "Using pagination in the REST API").
+/// A list of one page has none.
+fn link_header(
+    host: Option<&str>,
+    path: &str,
+    query: Option<&str>,
+    pages: rest::Pages,
+) -> Option<String> {
+    let pairs: Vec<&str> = query
         .unwrap_or("")
         .split('&')
         .filter(|pair| !pair.is_empty() && !pair.starts_with("page="))
-        .map(str::to_owned)
         .collect();
-    pairs.push(format!("page={page}"));
     let base = host.map_or_else(|| model::API_BASE.to_owned(), |h| format!("https://{h}"));
-    format!("<{base}{path}?{}>; rel=\"next\"", pairs.join("&"))
+    let url = |page: usize| {
+        let mut query = pairs.join("&");
+        if !query.is_empty() {
+            query.push('&');
+        }
+        format!("<{base}{path}?{query}page={page}>")
+    };
+    let rest::Pages { page, last } = pages;
+    let mut links = Vec::new();
+    if page > 1 {
+        links.push(format!("{}; rel=\"prev\"", url((page - 1).min(last))));
+    }
+    if page < last {
+        links.push(format!("{}; rel=\"next\"", url(page + 1)));
+        links.push(format!("{}; rel=\"last\"", url(last)));
+    }
+    if page > 1 {
+        links.push(format!("{}; rel=\"first\"", url(1)));
+    }
+    (!links.is_empty()).then(|| links.join(", "))
 }
 
 /// GitHub's answer to git without valid credentials.
@@ -1364,6 +1389,56 @@ mod tests {
         ] {
             assert_eq!(id_form(&model, path), expected, "{path}");
         }
+    }
+
+    #[test]
+    fn link_headers_name_prev_next_last_and_first_as_github_does() {
+        let at = |page, last| rest::Pages { page, last };
+        let u = |p: usize| {
+            format!("<https://api.github.com/repositories/7/issues?per_page=2&page={p}>")
+        };
+        for (pages, expected) in [
+            (at(1, 1), None),
+            (
+                at(1, 3),
+                Some(format!("{}; rel=\"next\", {}; rel=\"last\"", u(2), u(3))),
+            ),
+            (
+                at(2, 3),
+                Some(format!(
+                    "{}; rel=\"prev\", {}; rel=\"next\", {}; rel=\"last\", {}; rel=\"first\"",
+                    u(1),
+                    u(3),
+                    u(3),
+                    u(1)
+                )),
+            ),
+            (
+                at(3, 3),
+                Some(format!("{}; rel=\"prev\", {}; rel=\"first\"", u(2), u(1))),
+            ),
+            // Past the end: back to the last page, and the first.
+            (
+                at(9, 3),
+                Some(format!("{}; rel=\"prev\", {}; rel=\"first\"", u(3), u(1))),
+            ),
+        ] {
+            assert_eq!(
+                link_header(
+                    Some("api.github.com"),
+                    "/repositories/7/issues",
+                    Some("per_page=2&page=5"),
+                    pages
+                ),
+                expected,
+                "{pages:?}"
+            );
+        }
+        // No query of its own: `page` alone; no host: api.github.com.
+        assert_eq!(
+            link_header(None, "/x", None, at(1, 2)).unwrap(),
+            "<https://api.github.com/x?page=2>; rel=\"next\", <https://api.github.com/x?page=2>; rel=\"last\""
+        );
     }
 
     #[test]

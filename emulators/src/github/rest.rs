@@ -124,8 +124,17 @@ pub(crate) struct Reply {
     pub created_id: Option<String>,
     /// For redirects.
     pub location: Option<String>,
-    /// For a list with more items: the next `page`, for the `Link` header.
-    pub next_page: Option<usize>,
+    /// For a paginated list: where this page sits, for the `Link` header.
+    pub pages: Option<Pages>,
+}
+
+/// A page of a list and how many pages the list has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pages {
+    /// This page, from 1.
+    pub page: usize,
+    /// The last page (1 for an empty list).
+    pub last: usize,
 }
 
 impl Reply {
@@ -135,7 +144,7 @@ impl Reply {
             body,
             created_id: None,
             location: None,
-            next_page: None,
+            pages: None,
         }
     }
 
@@ -145,7 +154,7 @@ impl Reply {
             body,
             created_id: Some(id.to_string()),
             location: None,
-            next_page: None,
+            pages: None,
         }
     }
 
@@ -160,7 +169,7 @@ impl Reply {
             }),
             created_id: None,
             location: None,
-            next_page: None,
+            pages: None,
         }
     }
 
@@ -247,7 +256,7 @@ fn updated_since(items: Vec<Value>, query: &[(String, String)]) -> Vec<Value> {
 }
 
 /// Apply `per_page` (default 30, at most 100) and `page` (from 1); say
-/// which page comes next, as GitHub's `Link: <…>; rel="next"` does.
+/// where the page sits, for GitHub's `Link` header.
 fn paginated(items: Vec<Value>, query: &[(String, String)]) -> Reply {
     let per_page = query_param(query, "per_page")
         .and_then(|v| v.parse::<usize>().ok())
@@ -257,7 +266,7 @@ fn paginated(items: Vec<Value>, query: &[(String, String)]) -> Reply {
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(1)
         .max(1);
-    let more = items.len() > page.saturating_mul(per_page);
+    let last = items.len().div_ceil(per_page).max(1);
     let mut reply = Reply::ok(Value::Array(
         items
             .into_iter()
@@ -265,7 +274,7 @@ fn paginated(items: Vec<Value>, query: &[(String, String)]) -> Reply {
             .take(per_page)
             .collect(),
     ));
-    reply.next_page = more.then_some(page + 1);
+    reply.pages = Some(Pages { page, last });
     reply
 }
 
@@ -748,7 +757,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 status: StatusCode::FOUND,
                 body: Value::Null,
                 created_id: None,
-                next_page: None,
+                pages: None,
                 location: Some(format!(
                     "{}/_logs/jobs/{job_id}?sig={}",
                     call.logs_base_url,
@@ -966,7 +975,7 @@ mod tests {
     }
 
     #[test]
-    fn pagination_reports_the_next_page() {
+    fn pagination_reports_the_page_and_the_last() {
         let items: Vec<Value> = (0..5).map(|i| json!(i)).collect();
         let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
             pairs
@@ -974,22 +983,37 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         };
-        for (query, expected, next) in [
-            (q(&[("per_page", "2")]), json!([0, 1]), Some(2)),
+        let pages = |page, last| Some(Pages { page, last });
+        for (query, expected, at) in [
+            (q(&[("per_page", "2")]), json!([0, 1]), pages(1, 3)),
             (
                 q(&[("per_page", "2"), ("page", "2")]),
                 json!([2, 3]),
-                Some(3),
+                pages(2, 3),
             ),
-            (q(&[("per_page", "2"), ("page", "3")]), json!([4]), None),
-            (q(&[("per_page", "2"), ("page", "9")]), json!([]), None),
-            (q(&[]), json!([0, 1, 2, 3, 4]), None),
-            (q(&[("per_page", "0"), ("page", "0")]), json!([0]), Some(2)),
+            (
+                q(&[("per_page", "2"), ("page", "3")]),
+                json!([4]),
+                pages(3, 3),
+            ),
+            (
+                q(&[("per_page", "2"), ("page", "9")]),
+                json!([]),
+                pages(9, 3),
+            ),
+            (q(&[]), json!([0, 1, 2, 3, 4]), pages(1, 1)),
+            (
+                q(&[("per_page", "0"), ("page", "0")]),
+                json!([0]),
+                pages(1, 5),
+            ),
+            (q(&[("per_page", "5")]), json!([0, 1, 2, 3, 4]), pages(1, 1)),
         ] {
             let reply = paginated(items.clone(), &query);
             assert_eq!(reply.body, expected, "{query:?}");
-            assert_eq!(reply.next_page, next, "{query:?}");
+            assert_eq!(reply.pages, at, "{query:?}");
         }
+        assert_eq!(paginated(vec![], &q(&[])).pages, pages(1, 1));
     }
 
     /// `since`, `sort` and `direction` as GitHub's listings take them.

@@ -56,6 +56,7 @@ echo "PR=$PR"
 echo "== gh comment (on its own pull request)"
 gh api "repos/acme/widgets/issues/$PR/comments" -f body='posted from the sandbox' && echo
 gh api "repos/acme/widgets/issues/$PR/comments" -f body='and a second' >/dev/null && echo
+gh api "repos/acme/widgets/issues/$PR/comments" -f body='and a third' >/dev/null && echo
 echo "== gh paginate"
 gh api --paginate "repos/acme/widgets/issues/$PR/comments?per_page=1" --jq '.[].body' | sed 's/^/PAGE: /'
 echo "== curl denied"
@@ -100,13 +101,18 @@ fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
     );
     assert!(out.contains("Widgets wobble"), "{all}");
     assert!(out.contains("posted from the sandbox"), "{all}");
-    // Page 2 is reached through the proxy: GitHub's `next` link names the
-    // repository by id (`/repositories/{id}/…`), which the proxy rewrites to
-    // the repository's name so the rules can check it.
+    // Pages 2 and 3 are reached through the proxy: GitHub's links (prev,
+    // next, last, first) name the repository by id (`/repositories/{id}/…`),
+    // which the proxy rewrites to the repository's name so the rules can
+    // check it.
     let pages: Vec<&str> = out.lines().filter(|l| l.starts_with("PAGE: ")).collect();
     assert_eq!(
         pages,
-        ["PAGE: posted from the sandbox", "PAGE: and a second"],
+        [
+            "PAGE: posted from the sandbox",
+            "PAGE: and a second",
+            "PAGE: and a third"
+        ],
         "{all}"
     );
     let pr = out
@@ -117,7 +123,11 @@ fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
     let comments = format!("/repos/acme/widgets/issues/{pr}/comments");
     assert!(
         seen.iter().any(|r| r.path == comments
-            && r.query.as_deref().is_some_and(|q| q.contains("page=2"))),
+            && r.query.as_deref().is_some_and(|q| q.contains("page=3"))),
+        "{seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|r| r.path.starts_with("/repositories/")),
         "{seen:?}"
     );
     assert!(out.contains(r#""error":"gatehouse_denied""#), "{all}");

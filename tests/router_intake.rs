@@ -194,9 +194,19 @@ fn assignment_and_review_requests_address_the_bot_by_id() {
     assert_eq!(decisions.len(), 2, "{decisions:?}");
     assert_eq!(decisions[1]["admission"], "explicit");
     assert_eq!(decisions[1]["via"], "assignment");
+    // A branch with a commit: GitHub opens no pull request from main into main.
+    w.github
+        .add_branch("acme/widgets", "alice/flake", "main")
+        .unwrap();
     let pull = w
         .github
-        .add_pull("acme/widgets", "Fix the flake", "main", "main", "alice")
+        .add_pull(
+            "acme/widgets",
+            "Fix the flake",
+            "alice/flake",
+            "main",
+            "alice",
+        )
         .unwrap();
     w.github
         .request_review("acme/widgets", pull, "gatehouse-bot", "alice")

@@ -474,14 +474,10 @@ fn merging_the_bots_pull_request_ends_its_ticket_merged() {
     let (n, ticket) = long_running_ticket(&w);
     assert_eq!(n, 1);
     let branch = format!("gatehouse/{ticket}");
-    let git_dir = w.github.repo_git_dir("acme/widgets").unwrap();
-    let made = std::process::Command::new("git")
-        .arg("--git-dir")
-        .arg(&git_dir)
-        .args(["branch", &branch, "HEAD"])
-        .status()
+    // A commit on the branch: GitHub opens no pull request without one.
+    w.github
+        .add_branch("acme/widgets", &branch, "main")
         .unwrap();
-    assert!(made.success());
     w.wait("the result of the ready report", |w| {
         w.bot_comments(n).len() == 2
     });

@@ -259,21 +259,89 @@ fn pulls_reviews_replies_and_job_log_redirect() {
         curl(&emulator, &ca, "api.github.com", &args, path)
     };
 
-    // A pull request needs its head branch to exist.
-    let missing = post(
-        "/repos/acme/widgets/pulls",
-        r#"{"title":"x","head":"gatehouse/nope","base":"main"}"#,
+    // GitHub's refusals, each a 422 "Validation Failed" with its reason:
+    // a missing head or base, a head with no commit the base lacks.
+    let refused = |body: &str| {
+        let answer = post("/repos/acme/widgets/pulls", body);
+        assert_eq!(answer.status, 422, "{body}: {}", answer.body);
+        let v = answer.json();
+        assert_eq!(v["message"], "Validation Failed");
+        v["errors"][0].clone()
+    };
+    assert_eq!(
+        refused(r#"{"title":"x","head":"gatehouse/nope","base":"main"}"#),
+        serde_json::json!({"resource": "PullRequest", "field": "head", "code": "invalid"})
     );
-    assert_eq!(missing.status, 422);
+    assert_eq!(
+        refused(r#"{"title":"x","head":"main","base":"nope"}"#),
+        serde_json::json!({"resource": "PullRequest", "field": "base", "code": "invalid"})
+    );
+    assert_eq!(
+        refused(r#"{"title":"x","head":"main","base":"main"}"#)["message"],
+        "No commits between main and main"
+    );
+    let sha = emulator
+        .add_branch("acme/widgets", "gatehouse/fix", "main")
+        .unwrap();
     let opened = post(
         "/repos/acme/widgets/pulls",
-        r#"{"title":"Fix","head":"main","base":"main","body":"Fixes #1"}"#,
+        r#"{"title":"Fix","head":"gatehouse/fix","base":"main","body":"Fixes #1"}"#,
     );
     assert_eq!(opened.status, 201, "{}", opened.body);
+    assert!(
+        opened.headers.lines().any(|l| l
+            .eq_ignore_ascii_case("location: https://api.github.com/repos/acme/widgets/pulls/1")),
+        "{}",
+        opened.headers
+    );
     let pull = opened.json();
     assert_eq!(pull["number"], 1);
     assert_eq!(pull["html_url"], "https://github.com/acme/widgets/pull/1");
-    assert_eq!(pull["head"]["sha"].as_str().unwrap().len(), 40);
+    assert_eq!(pull["head"]["sha"], sha.as_str());
+    assert_eq!(pull["base"]["sha"].as_str().unwrap().len(), 40);
+    assert_ne!(pull["base"]["sha"], pull["head"]["sha"]);
+    assert!(
+        pull["mergeable"].is_null() && pull["closed_at"].is_null() && pull["merged_at"].is_null()
+    );
+    // The same head and base again: GitHub names the existing one's label.
+    assert_eq!(
+        refused(r#"{"title":"Again","head":"acme:gatehouse/fix","base":"main"}"#)["message"],
+        "A pull request already exists for acme:gatehouse/fix."
+    );
+    // `mergeable` is null until GitHub has computed it; a later read has it.
+    let get = |path: &str| curl(&emulator, &ca, "api.github.com", &auth, path);
+    let first = get("/repos/acme/widgets/pulls/1").json();
+    assert!(first["mergeable"].is_null(), "{first}");
+    assert_eq!(first["mergeable_state"], "unknown");
+    let second = get("/repos/acme/widgets/pulls/1").json();
+    assert_eq!(second["mergeable"], true);
+    assert_eq!(second["mergeable_state"], "clean");
+    // `head=` filters in `owner:branch` form only; `base` is honoured.
+    let numbers = |path: &str| -> Vec<u64> {
+        get(path)
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["number"].as_u64().unwrap())
+            .collect()
+    };
+    for (query, expected) in [
+        ("", vec![1]),
+        ("?head=acme:gatehouse/fix", vec![1]),
+        ("?head=acme:gatehouse/other", vec![]),
+        ("?head=gatehouse/other", vec![1]),
+        ("?base=main", vec![1]),
+        ("?base=release", vec![]),
+        ("?state=closed", vec![]),
+        ("?state=all", vec![1]),
+    ] {
+        assert_eq!(
+            numbers(&format!("/repos/acme/widgets/pulls{query}")),
+            expected,
+            "{query}"
+        );
+    }
 
     let top = emulator
         .add_review_comment("acme/widgets", 1, "README.md", 1, "Typo here", "alice")
@@ -618,4 +686,119 @@ fn changes_made_through_the_api_are_delivered_as_webhooks_shaped_like_seeded_one
     let d = emulator.webhook_deliveries().pop().unwrap();
     assert_eq!(d.url, url);
     assert!(d.attempts.iter().all(Result::is_err), "{:?}", d.attempts);
+}
+
+/// GitHub's framing of every API answer: `Location` on a 201, `User-Agent`
+/// required (with the knob), `/api/v3` only in Enterprise mode.
+#[test]
+fn location_user_agent_and_enterprise_paths_as_github() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git"))
+            .require_user_agent(true)
+            .token("ghs_test_valid_token", "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    let auth = ["-H", "Authorization: token ghs_test_valid_token"];
+    let with = |extra: &[&str], path: &str| {
+        let mut args = auth.to_vec();
+        args.extend_from_slice(extra);
+        curl(&emulator, &ca, "api.github.com", &args, path)
+    };
+    let created = with(
+        &["-X", "POST", "--data", r#"{"body":"hi"}"#],
+        "/repos/acme/widgets/issues/1/comments",
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let url = created.json()["url"].as_str().unwrap().to_owned();
+    assert!(url.starts_with("https://api.github.com/repos/acme/widgets/issues/comments/"));
+    assert!(
+        created
+            .headers
+            .lines()
+            .any(|l| l.eq_ignore_ascii_case(&format!("location: {url}"))),
+        "{}",
+        created.headers
+    );
+    // Pagination links as GitHub sends them: the repository by id, with
+    // prev/next/last/first.
+    for text in ["two", "three"] {
+        emulator
+            .add_issue_comment("acme/widgets", 1, text, "alice")
+            .unwrap();
+    }
+    let id = with(&[], "/repos/acme/widgets").json()["id"]
+        .as_u64()
+        .unwrap();
+    let page = with(
+        &[],
+        "/repos/acme/widgets/issues/1/comments?per_page=1&page=2",
+    );
+    assert_eq!(page.json().as_array().unwrap().len(), 1);
+    let link = page
+        .headers
+        .lines()
+        .find_map(|l| l.strip_prefix("link: "))
+        .unwrap_or_else(|| panic!("{}", page.headers));
+    // On the host curl asked (its `Host` carries the port).
+    let port = emulator.addr().port();
+    let u = |n: u32| {
+        format!("<https://api.github.com:{port}/repositories/{id}/issues/1/comments?per_page=1&page={n}>")
+    };
+    assert_eq!(
+        link,
+        format!(
+            "{}; rel=\"prev\", {}; rel=\"next\", {}; rel=\"last\", {}; rel=\"first\"",
+            u(1),
+            u(3),
+            u(3),
+            u(1)
+        )
+    );
+    // No User-Agent (curl sends none with an empty header): GitHub's 403.
+    let bare = with(&["-H", "User-Agent:"], "/repos/acme/widgets/issues/1");
+    assert_eq!(bare.status, 403);
+    assert!(bare.body.starts_with("Request forbidden by administrative rules. Please make sure your request has a User-Agent header"), "{}", bare.body);
+    assert_eq!(with(&[], "/repos/acme/widgets/issues/1").status, 200);
+    // api.github.com has no `/api/v3`; an Enterprise server has.
+    assert_eq!(with(&[], "/api/v3/repos/acme/widgets/issues/1").status, 404);
+    let enterprise = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git-ghes"))
+            .enterprise(true)
+            .token("ghs_test_valid_token", "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    enterprise
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    let ghes = curl(
+        &enterprise,
+        &ca_of(&enterprise, dir.path()),
+        "localhost",
+        &auth,
+        "/api/v3/repos/acme/widgets/issues/1",
+    );
+    assert_eq!(ghes.status, 200, "{}", ghes.body);
+    // Without the knob a request without a User-Agent is answered.
+    let kind = curl(
+        &enterprise,
+        &ca_of(&enterprise, dir.path()),
+        "localhost",
+        &[auth[0], auth[1], "-H", "User-Agent:"],
+        "/repos/acme/widgets/issues/1",
+    );
+    assert_eq!(kind.status, 200);
+}
+
+fn ca_of(emulator: &GithubHandle, dir: &Path) -> std::path::PathBuf {
+    let path = dir.join(format!("ca-{}.pem", emulator.addr().port()));
+    emulator.write_ca_pem(&path).unwrap();
+    path
 }

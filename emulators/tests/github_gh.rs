@@ -43,6 +43,7 @@ fn gh_reads_issues_and_comments_via_rest_and_graphql() {
     let dir = tempfile::tempdir().unwrap();
     let emulator = GithubEmulator::start(
         GithubOptions::new(dir.path().join("git"))
+            .enterprise(true)
             .token(TOKEN, "gatehouse-test[bot]")
             .repo(RepoSpec::new("acme", "widgets")),
     )
@@ -143,6 +144,7 @@ fn gh_opens_a_pull_request_from_a_pushed_branch() {
     let dir = tempfile::tempdir().unwrap();
     let emulator = GithubEmulator::start(
         GithubOptions::new(dir.path().join("git"))
+            .enterprise(true)
             .token(TOKEN, "gatehouse-test[bot]")
             .repo(RepoSpec::new("acme", "widgets")),
     )
@@ -278,6 +280,7 @@ fn gh_paginates_through_link_headers() {
     let dir = tempfile::tempdir().unwrap();
     let emulator = GithubEmulator::start(
         GithubOptions::new(dir.path().join("git"))
+            .enterprise(true)
             .token(TOKEN, "gatehouse-test[bot]")
             .repo(RepoSpec::new("acme", "widgets")),
     )
@@ -312,4 +315,55 @@ fn gh_paginates_through_link_headers() {
         .filter(|r| r.path.ends_with("/issues/1/comments"))
         .count();
     assert_eq!(pages, 3);
+}
+
+/// gh shows GitHub's reasons for a refused pull request: the emulator's
+/// 422 bodies are read by the real client as GitHub's are.
+#[test]
+fn gh_api_shows_githubs_reasons_for_a_refused_pull_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git"))
+            .enterprise(true)
+            .token(TOKEN, "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    emulator.write_ca_pem(&dir.path().join("ca.pem")).unwrap();
+    let open = |head: &str| {
+        gh(
+            &emulator,
+            dir.path(),
+            TOKEN,
+            &[
+                "api",
+                "repos/acme/widgets/pulls",
+                "-f",
+                "title=t",
+                "-f",
+                &format!("head={head}"),
+                "-f",
+                "base=main",
+            ],
+        )
+    };
+    // `gh api` says "Validation Failed (HTTP 422)" and prints GitHub's body.
+    let said = |out: &Output| {
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(stderr.contains("Validation Failed (HTTP 422)"), "{stderr}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let body = said(&open("main"));
+    assert!(body.contains("No commits between main and main"), "{body}");
+    emulator
+        .add_branch("acme/widgets", "gatehouse/x", "main")
+        .unwrap();
+    let opened = stdout(&open("gatehouse/x"));
+    assert!(opened.contains("\"number\":1"), "{opened}");
+    let body = said(&open("gatehouse/x"));
+    assert!(
+        body.contains("A pull request already exists for acme:gatehouse/x."),
+        "{body}"
+    );
 }

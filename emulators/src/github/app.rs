@@ -193,7 +193,7 @@ impl Apps {
         body: &[u8],
         now: u64,
     ) -> Option<Reply> {
-        let path = path.strip_prefix("/api/v3").unwrap_or(path);
+        // `/api/v3` was taken off by the caller, in Enterprise mode only.
         let rest = path.strip_prefix("/app")?;
         if !(rest.is_empty() || rest.starts_with('/')) {
             return None;
@@ -265,7 +265,7 @@ impl Apps {
             body,
             created_id: None,
             location: None,
-            next_page: None,
+            pages: None,
         }
     }
 }
@@ -604,7 +604,10 @@ impl super::GithubState {
         };
         let now = crate::time::unix_now();
         let path = parts.uri.path();
-        let path = path.strip_prefix("/api/v3").unwrap_or(path);
+        let path = match path.strip_prefix("/api/v3") {
+            Some(tail) if self.enterprise => tail,
+            _ => path,
+        };
         if let Some(hook) = path.strip_prefix("/app/hook/") {
             let spec = match self.apps.verify(bearer, now) {
                 Ok(spec) => spec,

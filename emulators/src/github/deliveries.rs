@@ -171,7 +171,7 @@ fn ok(body: Value) -> Reply {
         body,
         created_id: None,
         location: None,
-        next_page: None,
+        pages: None,
     }
 }
 

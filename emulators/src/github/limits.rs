@@ -355,7 +355,7 @@ fn reply(status: StatusCode, body: Value) -> rest::Reply {
         body,
         created_id: None,
         location: None,
-        next_page: None,
+        pages: None,
     }
 }
 

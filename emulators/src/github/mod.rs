@@ -15,6 +15,7 @@ mod git;
 mod graphql;
 mod limits;
 mod model;
+mod pulls;
 mod rest;
 mod webhooks;
 
@@ -55,6 +56,9 @@ pub const GIT_USER: &str = "x-access-token";
 /// Largest REST or GraphQL body accepted (git bodies stream and have no limit).
 const MAX_API_BODY: usize = 16 * 1024 * 1024;
 
+/// GitHub's answer to an API request without a `User-Agent`.
+const USER_AGENT_REQUIRED: &str = "Request forbidden by administrative rules. Please make sure your request has a User-Agent header (https://docs.github.com/en/rest/overview/resources-in-the-rest-api#user-agent-required). Check https://developer.github.com for other possible causes.\n";
+
 /// Failure to start or drive the GitHub emulator.
 #[derive(Debug, thiserror::Error)]
 pub enum GithubError {
@@ -83,6 +87,9 @@ pub enum GithubError {
     /// A seeding call named something the model does not have.
     #[error("{0} not found in the GitHub emulator")]
     NotFound(String),
+    /// A seeding call asked for what GitHub refuses (with GitHub's reason).
+    #[error("GitHub would refuse {0}")]
+    Refused(String),
 }
 
 /// A token the emulator accepts, and the login it authenticates as.
@@ -148,6 +155,14 @@ pub struct GithubOptions {
     pub webhooks: Vec<WebhookTarget>,
     /// A GitHub App installed here, which mints scoped installation tokens.
     pub app: Option<GithubAppSpec>,
+    /// Serve as GitHub Enterprise Server does too: REST under `/api/v3`,
+    /// GraphQL at `/api/graphql` (what `gh` asks with `GH_HOST` set to a
+    /// host other than github.com). Off: those paths are 404, as on
+    /// api.github.com.
+    pub enterprise: bool,
+    /// Refuse REST and GraphQL requests without a `User-Agent` as GitHub
+    /// does (403 "Request forbidden by administrative rules…").
+    pub require_user_agent: bool,
 }
 
 impl GithubOptions {
@@ -163,7 +178,21 @@ impl GithubOptions {
             ca: None,
             webhooks: Vec::new(),
             app: None,
+            enterprise: false,
+            require_user_agent: false,
         }
+    }
+
+    /// Also serve GitHub Enterprise Server's paths (`/api/v3/…`, `/api/graphql`).
+    pub fn enterprise(mut self, on: bool) -> Self {
+        self.enterprise = on;
+        self
+    }
+
+    /// Refuse API requests that carry no `User-Agent`, as GitHub does.
+    pub fn require_user_agent(mut self, on: bool) -> Self {
+        self.require_user_agent = on;
+        self
     }
 
     /// Install the GitHub App `app`: its JWT mints installation tokens.
@@ -235,6 +264,8 @@ impl GithubEmulator {
             root_dir: options.root_dir,
             logs_base_url: options.logs_base_url.trim_end_matches('/').to_owned(),
             logs_host: url_host(&options.logs_base_url),
+            enterprise: options.enterprise,
+            require_user_agent: options.require_user_agent,
             logs_signature: random_hex(16),
             webhooks: webhooks::Webhooks::new(options.webhooks),
             apps: app::Apps::new(options.app),
@@ -415,6 +446,48 @@ impl GithubHandle {
         Ok(number)
     }
 
+    /// Create `branch` in `owner/name`'s bare repository with one commit on
+    /// top of `from` (same tree, so nothing changes on disk), as a pushed
+    /// work branch would be: a pull request from it has a commit to bring.
+    /// Returns the new commit.
+    pub fn add_branch(
+        &self,
+        full_name: &str,
+        branch: &str,
+        from: &str,
+    ) -> Result<String, GithubError> {
+        let git_dir = self.repo_git_dir(full_name)?;
+        let fail = |detail: String| GithubError::Repository {
+            repo: full_name.to_owned(),
+            detail,
+        };
+        let parent = rev_parse_blocking(&git_dir, from)
+            .ok_or_else(|| GithubError::NotFound(format!("branch {from} of {full_name}")))?;
+        let git = |args: &[&str]| -> Result<String, GithubError> {
+            let output = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(&git_dir)
+                .args([
+                    "-c",
+                    "user.name=emulator",
+                    "-c",
+                    "user.email=emulator@localhost",
+                ])
+                .args(args)
+                .output()
+                .map_err(|e| fail(e.to_string()))?;
+            if !output.status.success() {
+                return Err(fail(String::from_utf8_lossy(&output.stderr).into_owned()));
+            }
+            Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+        };
+        let tree = format!("{parent}^{{tree}}");
+        let message = format!("work on {branch}");
+        let commit = git(&["commit-tree", &tree, "-p", &parent, "-m", &message])?;
+        git(&["update-ref", &format!("refs/heads/{branch}"), &commit])?;
+        Ok(commit)
+    }
+
     /// Open a pull request from `head` (which must exist in the bare
     /// repository) into `base`; returns its number.
     pub fn add_pull(
@@ -425,19 +498,24 @@ impl GithubHandle {
         base: &str,
         author: &str,
     ) -> Result<u64, GithubError> {
-        let git_dir = self.repo_git_dir(full_name)?;
-        let head_sha = rev_parse_blocking(&git_dir, head)
-            .ok_or_else(|| GithubError::NotFound(format!("branch {head} of {full_name}")))?;
+        let (owner, name) = self.state.repo_names(full_name)?;
+        let branches = branches_of(&self.state.root_dir, &owner, &name, head, base);
         let mut model = lock(&self.state.model);
         let repo_id = repo_id_of(&model, full_name)?;
-        let pull = PullInfo {
-            head: head.to_owned(),
-            head_sha,
-            base: base.to_owned(),
-            draft: false,
-            merged: false,
-            requested_reviewers: Vec::new(),
-        };
+        // Seeded as strictly as the API opens them (a test cannot seed what
+        // GitHub would refuse, such as a pull request from main into main).
+        let proposal = pulls::Proposal::new(&owner, head, base);
+        let missing =
+            |branch: &str| GithubError::NotFound(format!("branch {branch} of {full_name}"));
+        let head_sha = branches.head_sha.as_deref().ok_or_else(|| missing(head))?;
+        let base_sha = branches.base_sha.as_deref().ok_or_else(|| missing(base))?;
+        if let Some(refused) = pulls::refusal(&model, repo_id, &proposal, &branches) {
+            return Err(GithubError::Refused(format!(
+                "the pull request {head} into {base} of {full_name}: {}",
+                refused.body["errors"]
+            )));
+        }
+        let pull = PullInfo::new(proposal.head, head_sha, base, base_sha, false);
         let number = model.add_issue(repo_id, title, "", author, Some(pull), unix_now());
         drop(model);
         self.emit_issue("opened", repo_id, number, author, None);
@@ -560,6 +638,8 @@ struct GithubState {
     root_dir: PathBuf,
     logs_base_url: String,
     logs_host: String,
+    enterprise: bool,
+    require_user_agent: bool,
     logs_signature: String,
     webhooks: webhooks::Webhooks,
     /// The installed GitHub App and the tokens it minted.
@@ -746,6 +826,15 @@ impl GithubState {
                 self.recorder.update(index, |r| r.status = status);
                 return response;
             }
+            Target::Rest
+                if self.require_user_agent
+                    && !parts.headers.contains_key(http::header::USER_AGENT) =>
+            {
+                // "All API requests MUST include a valid User-Agent header.
+                // Requests with no User-Agent header will be rejected" (GitHub
+                // REST docs, "User agent required"); the answer is plain text.
+                plain(StatusCode::FORBIDDEN, USER_AGENT_REQUIRED)
+            }
             Target::Rest => {
                 let login = match &credential {
                     Some(Credential::Token(token)) => self.login_for(token),
@@ -918,12 +1007,11 @@ impl GithubState {
         if let Some(etag) = &etag {
             builder = builder.header(http::header::ETAG, etag);
         }
-        if let Some(page) = reply.next_page {
+        if let Some(pages) = reply.pages {
             let path = id_form(&lock(&self.model), &path);
-            builder = builder.header(
-                http::header::LINK,
-                next_link(host.as_deref(), &path, query.as_deref(), page),
-            );
+            if let Some(link) = link_header(host.as_deref(), &path, query.as_deref(), pages) {
+                builder = builder.header(http::header::LINK, link);
+            }
         }
         let body = if not_modified || body.is_empty() {
             Bytes::new()
@@ -967,11 +1055,12 @@ impl GithubState {
         // `/api/graphql`; accepting both lets clients such as gh talk to the
         // emulator directly with `GH_HOST=localhost:PORT`.
         let path = match parts.uri.path() {
-            "/api/graphql" => "/graphql",
-            other => other
+            "/api/graphql" if self.enterprise => "/graphql",
+            other if self.enterprise => other
                 .strip_prefix("/api/v3")
                 .filter(|p| p.starts_with('/'))
                 .unwrap_or(other),
+            other => other,
         };
         // `/repositories/{id}/…` is GitHub's alias of `/repos/{owner}/{repo}/…`.
         let aliased;
@@ -1043,47 +1132,30 @@ impl GithubState {
                 body: answer.body,
                 created_id: answer.created_id,
                 location: None,
-                next_page: None,
+                pages: None,
             };
         }
         let query = parse_query(parts.uri.query().unwrap_or(""));
-        // Opening a pull request needs the head branch's commit from disk.
-        let head_sha = match (&route, &parts.method) {
+        // Opening a pull request needs both branches' commits from disk.
+        let branches = match (&route, &parts.method) {
             (rest::Route::Pulls(repo), &Method::POST) => {
-                let head = serde_json::from_slice::<Value>(body)
-                    .ok()
-                    .and_then(|v| v.get("head").and_then(Value::as_str).map(str::to_owned));
+                let field = |name: &str| {
+                    serde_json::from_slice::<Value>(body)
+                        .ok()
+                        .and_then(|v| v.get(name).and_then(Value::as_str).map(str::to_owned))
+                };
                 match (
-                    head,
+                    field("head"),
+                    field("base"),
                     self.repo_names(&format!("{}/{}", repo.owner, repo.name)),
                 ) {
-                    (Some(head), Ok((owner, name))) => {
-                        // `owner:branch` names a branch of that owner's fork
-                        // (of the same name), as GitHub reads it for pull
-                        // requests across repositories ("head": "Required.
-                        // The name of the branch where your changes are
-                        // implemented. For cross-repository pull requests in
-                        // the same network, namespace head with a user like
-                        // this: username:branch", REST description).
-                        let (head_owner, branch) = match head.split_once(':') {
-                            Some((o, b)) => (o.to_owned(), b.to_owned()),
-                            None => (owner.to_owned(), head.clone()),
-                        };
-                        let plain = !head_owner.is_empty()
-                            && head_owner
-                                .chars()
-                                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-                        let git_dir = self.root_dir.join(head_owner).join(format!("{name}.git"));
-                        if plain {
-                            tokio::task::spawn_blocking(move || {
-                                rev_parse_blocking(&git_dir, &branch)
-                            })
-                            .await
-                            .ok()
-                            .flatten()
-                        } else {
-                            None
-                        }
+                    (Some(head), Some(base), Ok((owner, name))) => {
+                        let root = self.root_dir.clone();
+                        tokio::task::spawn_blocking(move || {
+                            branches_of(&root, &owner, &name, &head, &base)
+                        })
+                        .await
+                        .ok()
                     }
                     _ => None,
                 }
@@ -1101,7 +1173,7 @@ impl GithubState {
                 body,
                 login,
                 now: unix_now(),
-                head_sha,
+                branches,
                 logs_base_url: &self.logs_base_url,
                 logs_signature: &self.logs_signature,
             },
@@ -1197,19 +1269,45 @@ fn id_form(model: &model::Model, path: &str) -> String {
     }
 }
 
-/// `Link: <https://HOST/PATH?…&page=N>; rel="next"` for a list, on the host
-/// the client asked (api.github.com on GitHub; `localhost:PORT` for gh in
-/// Enterprise mode).
-fn next_link(host: Option<&str>, path: &str, query: Option<&str>, page: usize) -> String {
-    let mut pairs: Vec<String> = query
+/// GitHub's `Link` header for a page of a list, on the host the client
+/// asked (api.github.com on GitHub; `localhost:PORT` for gh in Enterprise
+/// mode): `prev`, `next`, `last`, `first` where they exist, in GitHub's
+/// order ("link: <…/repositories/1300192/issues?page=2>; rel=\"prev\",
+/// <…?page=4>; rel=\"next\", <…?page=515>; rel=\"last\", <…?page=1>;
+/// rel=\"first\"", GitHub docs, "Using pagination in the REST API").
+/// A list of one page has none.
+fn link_header(
+    host: Option<&str>,
+    path: &str,
+    query: Option<&str>,
+    pages: rest::Pages,
+) -> Option<String> {
+    let pairs: Vec<&str> = query
         .unwrap_or("")
         .split('&')
         .filter(|pair| !pair.is_empty() && !pair.starts_with("page="))
-        .map(str::to_owned)
         .collect();
-    pairs.push(format!("page={page}"));
     let base = host.map_or_else(|| model::API_BASE.to_owned(), |h| format!("https://{h}"));
-    format!("<{base}{path}?{}>; rel=\"next\"", pairs.join("&"))
+    let url = |page: usize| {
+        let mut query = pairs.join("&");
+        if !query.is_empty() {
+            query.push('&');
+        }
+        format!("<{base}{path}?{query}page={page}>")
+    };
+    let rest::Pages { page, last } = pages;
+    let mut links = Vec::new();
+    if page > 1 {
+        links.push(format!("{}; rel=\"prev\"", url((page - 1).min(last))));
+    }
+    if page < last {
+        links.push(format!("{}; rel=\"next\"", url(page + 1)));
+        links.push(format!("{}; rel=\"last\"", url(last)));
+    }
+    if page > 1 {
+        links.push(format!("{}; rel=\"first\"", url(1)));
+    }
+    (!links.is_empty()).then(|| links.join(", "))
 }
 
 /// GitHub's answer to git without valid credentials.
@@ -1230,6 +1328,32 @@ fn plain(status: StatusCode, text: &str) -> Response<Body> {
         http::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+/// What git says about the branches of a pull request proposed in
+/// `owner/name` (a `fork:branch` head lives in `fork`'s repository of the
+/// same name, as GitHub reads it). Blocking: runs git.
+fn branches_of(root: &Path, owner: &str, name: &str, head: &str, base: &str) -> pulls::Branches {
+    let proposal = pulls::Proposal::new(owner, head, base);
+    let plain = |o: &str| {
+        !o.is_empty()
+            && o.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    let base_dir = root.join(owner).join(format!("{name}.git"));
+    let head_owner = if proposal.head_owner.eq_ignore_ascii_case(owner) {
+        owner
+    } else {
+        proposal.head_owner
+    };
+    if !plain(head_owner) {
+        return pulls::Branches {
+            base_sha: rev_parse_blocking(&base_dir, base),
+            ..pulls::Branches::default()
+        };
+    }
+    let head_dir = root.join(head_owner).join(format!("{name}.git"));
+    pulls::read_branches(&head_dir, &base_dir, proposal.head, base)
 }
 
 /// The commit `branch` points at in `git_dir`, if the branch exists.
@@ -1361,6 +1485,56 @@ mod tests {
         ] {
             assert_eq!(id_form(&model, path), expected, "{path}");
         }
+    }
+
+    #[test]
+    fn link_headers_name_prev_next_last_and_first_as_github_does() {
+        let at = |page, last| rest::Pages { page, last };
+        let u = |p: usize| {
+            format!("<https://api.github.com/repositories/7/issues?per_page=2&page={p}>")
+        };
+        for (pages, expected) in [
+            (at(1, 1), None),
+            (
+                at(1, 3),
+                Some(format!("{}; rel=\"next\", {}; rel=\"last\"", u(2), u(3))),
+            ),
+            (
+                at(2, 3),
+                Some(format!(
+                    "{}; rel=\"prev\", {}; rel=\"next\", {}; rel=\"last\", {}; rel=\"first\"",
+                    u(1),
+                    u(3),
+                    u(3),
+                    u(1)
+                )),
+            ),
+            (
+                at(3, 3),
+                Some(format!("{}; rel=\"prev\", {}; rel=\"first\"", u(2), u(1))),
+            ),
+            // Past the end: back to the last page, and the first.
+            (
+                at(9, 3),
+                Some(format!("{}; rel=\"prev\", {}; rel=\"first\"", u(3), u(1))),
+            ),
+        ] {
+            assert_eq!(
+                link_header(
+                    Some("api.github.com"),
+                    "/repositories/7/issues",
+                    Some("per_page=2&page=5"),
+                    pages
+                ),
+                expected,
+                "{pages:?}"
+            );
+        }
+        // No query of its own: `page` alone; no host: api.github.com.
+        assert_eq!(
+            link_header(None, "/x", None, at(1, 2)).unwrap(),
+            "<https://api.github.com/x?page=2>; rel=\"next\", <https://api.github.com/x?page=2>; rel=\"last\""
+        );
     }
 
     #[test]

@@ -35,9 +35,34 @@ pub(crate) struct PullInfo {
     pub head: String,
     pub head_sha: String,
     pub base: String,
+    /// The base branch's commit when the pull request was opened.
+    pub base_sha: String,
     pub draft: bool,
     pub merged: bool,
+    pub merged_at: Option<u64>,
     pub requested_reviewers: Vec<String>,
+    /// Whether GitHub has computed `mergeable` yet: it answers `null` (and
+    /// starts the computation in the background) until a read finds it done
+    /// ("The value of the mergeable attribute can be true, false, or null.
+    /// If the value is null, then GitHub has started a background job to
+    /// compute the mergeability", REST docs, "Get a pull request").
+    pub mergeable_known: bool,
+}
+
+impl PullInfo {
+    pub fn new(head: &str, head_sha: &str, base: &str, base_sha: &str, draft: bool) -> Self {
+        Self {
+            head: head.to_owned(),
+            head_sha: head_sha.to_owned(),
+            base: base.to_owned(),
+            base_sha: base_sha.to_owned(),
+            draft,
+            merged: false,
+            merged_at: None,
+            requested_reviewers: Vec::new(),
+            mergeable_known: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -51,7 +76,39 @@ pub(crate) struct Issue {
     pub open: bool,
     pub created_at: u64,
     pub updated_at: u64,
+    pub closed_at: Option<u64>,
     pub pull: Option<PullInfo>,
+}
+
+impl Issue {
+    /// Close (GitHub keeps the time as `closed_at`).
+    pub fn close(&mut self, now: u64) {
+        if self.open {
+            self.open = false;
+            self.closed_at = Some(now);
+        }
+    }
+
+    /// Reopen: `closed_at` is `null` again. A merged pull request stays closed.
+    pub fn reopen(&mut self) {
+        if !self.pull.as_ref().is_some_and(|p| p.merged) {
+            self.open = true;
+            self.closed_at = None;
+        }
+    }
+
+    /// Merge an open pull request (which closes it); `false` if it is not one.
+    pub fn merge(&mut self, now: u64) -> bool {
+        match self.pull.as_mut() {
+            Some(pull) if self.open && !pull.merged => {
+                pull.merged = true;
+                pull.merged_at = Some(now);
+                self.close(now);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Which kind of comment a [`Comment`] is.
@@ -209,6 +266,7 @@ impl Model {
             open: true,
             created_at: now,
             updated_at: now,
+            closed_at: None,
             pull,
         });
         number
@@ -290,6 +348,26 @@ impl Model {
         })
     }
 
+    /// `performed_via_github_app`: the App an installation token acted
+    /// for (an `{slug}[bot]` login), `null` for a person's own call.
+    pub fn app_json(login: &str) -> Value {
+        let Some(slug) = login.strip_suffix("[bot]") else {
+            return Value::Null;
+        };
+        json!({
+            "id": stable_user_id(slug),
+            "slug": slug,
+            "node_id": node_id("A", stable_user_id(slug)),
+            "name": slug,
+            "owner": Self::user_json("gatehouse"),
+            "html_url": format!("{WEB_BASE}/apps/{slug}"),
+            "created_at": iso8601(0),
+            "updated_at": iso8601(0),
+            "permissions": {"contents": "write", "issues": "write", "pull_requests": "write"},
+            "events": [],
+        })
+    }
+
     pub fn repo_json(repo: &Repo) -> Value {
         json!({
             "id": repo.id,
@@ -343,19 +421,59 @@ impl Model {
             "comments": comments,
             "created_at": iso8601(issue.created_at),
             "updated_at": iso8601(issue.updated_at),
-            "closed_at": Value::Null,
+            "closed_at": issue.closed_at.map(iso8601),
             "author_association": "MEMBER",
+            "performed_via_github_app": Self::app_json(&issue.author),
         });
-        if issue.pull.is_some() {
+        if let Some(pull) = &issue.pull {
             value["pull_request"] = json!({
                 "url": format!("{}/pulls/{}", repo.api_url(), issue.number),
                 "html_url": format!("{}/pull/{}", repo.html_url(), issue.number),
+                "merged_at": pull.merged_at.map(iso8601),
             });
         }
         value
     }
 
+    /// A pull request as `GET …/pulls/{n}` and webhooks show it (GitHub's
+    /// `pull-request` schema).
     pub fn pull_json(&self, issue: &Issue) -> Value {
+        let mut value = self.pull_simple_json(issue);
+        let Some(pull) = issue.pull.as_ref() else {
+            return value;
+        };
+        // Not mergeable-computed yet, or merged: `null` and "unknown".
+        let (mergeable, state) = if pull.merged || !pull.mergeable_known {
+            (Value::Null, "unknown")
+        } else if pull.draft {
+            (json!(true), "draft")
+        } else {
+            (json!(true), "clean")
+        };
+        value["merged"] = json!(pull.merged);
+        value["mergeable"] = mergeable;
+        value["mergeable_state"] = json!(state);
+        value["rebaseable"] = value["mergeable"].clone();
+        value["comments"] = json!(self
+            .comments
+            .iter()
+            .filter(|c| c.comment.kind == CommentKind::Issue
+                && c.repo_id == issue.repo_id
+                && c.comment.number == issue.number)
+            .count());
+        value["review_comments"] = json!(self
+            .comments
+            .iter()
+            .filter(|c| c.comment.kind == CommentKind::Review
+                && c.repo_id == issue.repo_id
+                && c.comment.number == issue.number)
+            .count());
+        value
+    }
+
+    /// A pull request as `GET …/pulls` lists it (GitHub's
+    /// `pull-request-simple`: no `merged`, `mergeable` or counts).
+    pub fn pull_simple_json(&self, issue: &Issue) -> Value {
         let (Some(repo), Some(pull)) = (self.repo_by_id(issue.repo_id), issue.pull.as_ref()) else {
             return Value::Null;
         };
@@ -373,21 +491,33 @@ impl Model {
             "node_id": node_id("PR", issue.id),
             "url": format!("{}/pulls/{}", repo.api_url(), issue.number),
             "html_url": format!("{}/pull/{}", repo.html_url(), issue.number),
+            "diff_url": format!("{}/pull/{}.diff", repo.html_url(), issue.number),
+            "patch_url": format!("{}/pull/{}.patch", repo.html_url(), issue.number),
             "issue_url": format!("{}/issues/{}", repo.api_url(), issue.number),
+            "commits_url": format!("{}/pulls/{}/commits", repo.api_url(), issue.number),
+            "review_comments_url": format!("{}/pulls/{}/comments", repo.api_url(), issue.number),
+            "comments_url": format!("{}/issues/{}/comments", repo.api_url(), issue.number),
+            "statuses_url": format!("{}/statuses/{}", repo.api_url(), pull.head_sha),
             "number": issue.number,
             "state": if issue.open { "open" } else { "closed" },
+            "locked": false,
             "title": issue.title,
             "body": issue.body,
             "user": Self::user_json(&issue.author),
+            "labels": [],
+            "assignees": [],
             "draft": pull.draft,
-            "merged": pull.merged,
-            "mergeable": true,
             "head": branch(&pull.head, &pull.head_sha),
-            "base": branch(&pull.base, ""),
+            "base": branch(&pull.base, &pull.base_sha),
             "requested_reviewers": pull.requested_reviewers.iter().map(|l| Self::user_json(l)).collect::<Vec<_>>(),
+            "requested_teams": [],
             "created_at": iso8601(issue.created_at),
             "updated_at": iso8601(issue.updated_at),
+            "closed_at": issue.closed_at.map(iso8601),
+            "merged_at": pull.merged_at.map(iso8601),
+            "merge_commit_sha": pull.merged.then(|| pull.head_sha.clone()),
             "author_association": "MEMBER",
+            "auto_merge": Value::Null,
         })
     }
 
@@ -413,6 +543,7 @@ impl Model {
                     "created_at": iso8601(stored.created_at),
                     "updated_at": iso8601(stored.updated_at),
                     "author_association": "MEMBER",
+                    "performed_via_github_app": Self::app_json(&c.author),
                 })
             }
             CommentKind::Review => {
@@ -424,8 +555,23 @@ impl Model {
                     "pull_request_url": format!("{}/pulls/{}", repo.api_url(), c.number),
                     "body": c.body,
                     "path": c.path,
+                    // The diff position fields GitHub gives a line comment
+                    // (REST description, `pull-request-review-comment`):
+                    // comments here are single-line, on the new side, made
+                    // on the commit they still show.
+                    "diff_hunk": diff_hunk(stored.line),
+                    "position": stored.line,
+                    "original_position": stored.line,
                     "line": stored.line,
+                    "original_line": stored.line,
+                    "start_line": Value::Null,
+                    "original_start_line": Value::Null,
+                    "side": "RIGHT",
+                    "start_side": Value::Null,
+                    "subject_type": "line",
                     "commit_id": stored.commit_id,
+                    "original_commit_id": stored.commit_id,
+                    "pull_request_review_id": Value::Null,
                     "user": Self::user_json(&c.author),
                     "created_at": iso8601(stored.created_at),
                     "updated_at": iso8601(stored.updated_at),
@@ -456,23 +602,41 @@ impl Model {
         })
     }
 
+    /// A job's `status`, `conclusion` and `completed_at`: a job added with
+    /// conclusion `queued` or `in_progress` (or `waiting`, `pending`) has
+    /// that status and no conclusion or completion yet, as GitHub shows a
+    /// check run that has not finished.
+    fn job_state(job: &Job) -> (&str, Value, Value) {
+        match job.conclusion.as_str() {
+            status @ ("queued" | "in_progress" | "waiting" | "pending") => {
+                (status, Value::Null, Value::Null)
+            }
+            conclusion => (
+                "completed",
+                json!(conclusion),
+                json!(iso8601(job.created_at)),
+            ),
+        }
+    }
+
     pub fn job_json(&self, job: &Job) -> Value {
         let Some(repo) = self.repo_by_id(job.repo_id) else {
             return Value::Null;
         };
+        let (status, conclusion, completed_at) = Self::job_state(job);
         json!({
             "id": job.id,
             "run_id": job.run_id,
             "node_id": node_id("CR", job.id),
             "name": job.name,
             "head_sha": job.head_sha,
-            "status": "completed",
-            "conclusion": job.conclusion,
+            "status": status,
+            "conclusion": conclusion,
             "url": format!("{}/actions/jobs/{}", repo.api_url(), job.id),
             "html_url": format!("{}/actions/runs/{}/job/{}", repo.html_url(), job.run_id, job.id),
             "run_url": format!("{}/actions/runs/{}", repo.api_url(), job.run_id),
             "started_at": iso8601(job.created_at),
-            "completed_at": iso8601(job.created_at),
+            "completed_at": completed_at,
         })
     }
 
@@ -480,13 +644,14 @@ impl Model {
         let Some(repo) = self.repo_by_id(job.repo_id) else {
             return Value::Null;
         };
+        let (status, conclusion, _) = Self::job_state(job);
         json!({
             "id": job.run_id,
             "node_id": node_id("WFR", job.run_id),
             "name": job.name,
             "head_sha": job.head_sha,
-            "status": "completed",
-            "conclusion": job.conclusion,
+            "status": status,
+            "conclusion": conclusion,
             "url": format!("{}/actions/runs/{}", repo.api_url(), job.run_id),
             "html_url": format!("{}/actions/runs/{}", repo.html_url(), job.run_id),
             "jobs_url": format!("{}/actions/runs/{}/jobs", repo.api_url(), job.run_id),
@@ -501,22 +666,30 @@ impl Model {
         let Some(repo) = self.repo_by_id(job.repo_id) else {
             return Value::Null;
         };
+        let (status, conclusion, completed_at) = Self::job_state(job);
         json!({
             "id": job.id,
             "node_id": node_id("CR", job.id),
             "name": job.name,
             "head_sha": job.head_sha,
-            "status": "completed",
-            "conclusion": job.conclusion,
+            "status": status,
+            "conclusion": conclusion,
             "url": format!("{}/check-runs/{}", repo.api_url(), job.id),
             "html_url": format!("{}/actions/runs/{}/job/{}", repo.html_url(), job.run_id, job.id),
             "details_url": format!("{}/actions/runs/{}/job/{}", repo.html_url(), job.run_id, job.id),
             "started_at": iso8601(job.created_at),
-            "completed_at": iso8601(job.created_at),
-            "output": {"title": job.conclusion, "summary": "", "text": Value::Null},
+            "completed_at": completed_at,
+            "output": {"title": conclusion, "summary": "", "text": Value::Null},
             "app": {"slug": "github-actions", "name": "GitHub Actions"},
         })
     }
+}
+
+/// A review comment's `diff_hunk`: the hunk header down to its line (the
+/// file's text is not modelled, so the hunk has no lines of its own).
+fn diff_hunk(line: Option<u64>) -> String {
+    let line = line.unwrap_or(1);
+    format!("@@ -{line},1 +{line},1 @@")
 }
 
 /// A GitHub-looking global node id: a type prefix plus an opaque suffix.
@@ -535,4 +708,122 @@ pub(crate) fn stable_user_id(login: &str) -> u64 {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     hash % 100_000_000 + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(model: &mut Model, repo_id: u64, conclusion: &str) -> Job {
+        Job {
+            id: model.fresh_id(),
+            run_id: model.fresh_id(),
+            repo_id,
+            name: "test".into(),
+            head_sha: "a".repeat(40),
+            conclusion: conclusion.into(),
+            logs: String::new(),
+            created_at: 1_700_000_000,
+        }
+    }
+
+    #[test]
+    fn unfinished_check_runs_have_no_conclusion_yet() {
+        let mut model = Model::new();
+        let repo_id = model.add_repo("o", "r", "main");
+        for (given, status, conclusion, done) in [
+            ("queued", "queued", Value::Null, false),
+            ("in_progress", "in_progress", Value::Null, false),
+            ("success", "completed", json!("success"), true),
+            ("failure", "completed", json!("failure"), true),
+        ] {
+            let j = job(&mut model, repo_id, given);
+            for v in [model.check_run_json(&j), model.job_json(&j)] {
+                assert_eq!(v["status"], status, "{given}");
+                assert_eq!(v["conclusion"], conclusion, "{given}");
+                assert_eq!(v["completed_at"].is_string(), done, "{given}");
+            }
+            let run = model.run_json(&j);
+            assert_eq!(
+                (&run["status"], &run["conclusion"]),
+                (&json!(status), &conclusion)
+            );
+        }
+    }
+
+    #[test]
+    fn review_comments_carry_the_diff_fields_and_apps_are_named() {
+        let mut model = Model::new();
+        let repo_id = model.add_repo("o", "r", "main");
+        let pull = PullInfo::new("x", &"a".repeat(40), "main", &"b".repeat(40), false);
+        let n = model.add_issue(repo_id, "t", "", "alice", Some(pull), 1);
+        let sha = "c".repeat(40);
+        let id = model.add_comment(
+            CommentKind::Review,
+            repo_id,
+            n,
+            "nit",
+            "gatehouse[bot]",
+            None,
+            Some("src/a.rs".into()),
+            Some(7),
+            Some(sha.clone()),
+            2,
+        );
+        let v = model.comment_json(model.comment(CommentKind::Review, repo_id, id).unwrap());
+        for (field, expected) in [
+            ("path", json!("src/a.rs")),
+            ("line", json!(7)),
+            ("original_line", json!(7)),
+            ("position", json!(7)),
+            ("side", json!("RIGHT")),
+            ("commit_id", json!(sha)),
+            ("original_commit_id", json!(sha)),
+            ("subject_type", json!("line")),
+        ] {
+            assert_eq!(v[field], expected, "{field}");
+        }
+        assert!(v["diff_hunk"]
+            .as_str()
+            .unwrap()
+            .starts_with("@@ -7,1 +7,1 @@"));
+        let by_app = model.add_comment(
+            CommentKind::Issue,
+            repo_id,
+            n,
+            "hi",
+            "gatehouse[bot]",
+            None,
+            None,
+            None,
+            None,
+            3,
+        );
+        let by_person = model.add_comment(
+            CommentKind::Issue,
+            repo_id,
+            n,
+            "hi",
+            "alice",
+            None,
+            None,
+            None,
+            None,
+            3,
+        );
+        let app = &model.comment_json(model.comment(CommentKind::Issue, repo_id, by_app).unwrap())
+            ["performed_via_github_app"];
+        assert_eq!(app["slug"], "gatehouse");
+        assert!(app["id"].is_u64());
+        let person = model.comment_json(
+            model
+                .comment(CommentKind::Issue, repo_id, by_person)
+                .unwrap(),
+        );
+        assert!(person["performed_via_github_app"].is_null());
+        assert!(person
+            .as_object()
+            .unwrap()
+            .contains_key("performed_via_github_app"));
+    }
 }

@@ -6,6 +6,7 @@ use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::model::{CommentKind, Model, PullInfo, Review, API_BASE};
+use super::pulls;
 
 /// A REST endpoint the emulator knows, with its path parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,8 +124,17 @@ pub(crate) struct Reply {
     pub created_id: Option<String>,
     /// For redirects.
     pub location: Option<String>,
-    /// For a list with more items: the next `page`, for the `Link` header.
-    pub next_page: Option<usize>,
+    /// For a paginated list: where this page sits, for the `Link` header.
+    pub pages: Option<Pages>,
+}
+
+/// A page of a list and how many pages the list has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pages {
+    /// This page, from 1.
+    pub page: usize,
+    /// The last page (1 for an empty list).
+    pub last: usize,
 }
 
 impl Reply {
@@ -134,7 +144,7 @@ impl Reply {
             body,
             created_id: None,
             location: None,
-            next_page: None,
+            pages: None,
         }
     }
 
@@ -144,7 +154,7 @@ impl Reply {
             body,
             created_id: Some(id.to_string()),
             location: None,
-            next_page: None,
+            pages: None,
         }
     }
 
@@ -159,7 +169,7 @@ impl Reply {
             }),
             created_id: None,
             location: None,
-            next_page: None,
+            pages: None,
         }
     }
 
@@ -182,9 +192,9 @@ pub(crate) struct RestCall<'a> {
     pub body: &'a [u8],
     pub login: &'a str,
     pub now: u64,
-    /// For `POST …/pulls`: the head branch's commit, looked up in the bare
-    /// repository by the caller (`None` if the branch does not exist).
-    pub head_sha: Option<String>,
+    /// For `POST …/pulls`: what the bare repositories say about the head
+    /// and base branches, read by the caller.
+    pub branches: Option<pulls::Branches>,
     /// Where job logs are served from, e.g. `https://pipelines.actions.githubusercontent.com`.
     pub logs_base_url: &'a str,
     /// Signs job-log URLs so they work without a token, like GitHub's.
@@ -246,7 +256,7 @@ fn updated_since(items: Vec<Value>, query: &[(String, String)]) -> Vec<Value> {
 }
 
 /// Apply `per_page` (default 30, at most 100) and `page` (from 1); say
-/// which page comes next, as GitHub's `Link: <…>; rel="next"` does.
+/// where the page sits, for GitHub's `Link` header.
 fn paginated(items: Vec<Value>, query: &[(String, String)]) -> Reply {
     let per_page = query_param(query, "per_page")
         .and_then(|v| v.parse::<usize>().ok())
@@ -256,7 +266,7 @@ fn paginated(items: Vec<Value>, query: &[(String, String)]) -> Reply {
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(1)
         .max(1);
-    let more = items.len() > page.saturating_mul(per_page);
+    let last = items.len().div_ceil(per_page).max(1);
     let mut reply = Reply::ok(Value::Array(
         items
             .into_iter()
@@ -264,7 +274,7 @@ fn paginated(items: Vec<Value>, query: &[(String, String)]) -> Reply {
             .take(per_page)
             .collect(),
     ));
-    reply.next_page = more.then_some(page + 1);
+    reply.pages = Some(Pages { page, last });
     reply
 }
 
@@ -287,8 +297,18 @@ fn required_text(body: &Value, field: &str) -> Result<String, Reply> {
 /// Handle one REST call against the model.
 pub(crate) fn handle(model: &mut Model, call: RestCall<'_>) -> Reply {
     match handle_inner(model, call) {
-        Ok(reply) | Err(reply) => reply,
+        Ok(reply) | Err(reply) => with_location(reply),
     }
+}
+
+/// GitHub answers every 201 with `Location`: the created resource's API URL,
+/// which is its `url` field ("Location: https://api.github.com/repos/…/issues/1347",
+/// REST description examples of each create operation).
+fn with_location(mut reply: Reply) -> Reply {
+    if reply.status == StatusCode::CREATED && reply.location.is_none() {
+        reply.location = reply.body["url"].as_str().map(str::to_owned);
+    }
+    reply
 }
 
 fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
@@ -444,25 +464,21 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
         }
         Route::Pulls(path) if get => {
             let id = repo_id(model, path)?;
-            let state = query_param(call.query, "state").unwrap_or("open");
-            let head = query_param(call.query, "head");
+            let (state, head, base) = (
+                query_param(call.query, "state"),
+                query_param(call.query, "head"),
+                query_param(call.query, "base"),
+            );
             let mut pulls: Vec<_> = model
                 .issues
                 .iter()
-                .filter(|i| i.repo_id == id && i.pull.is_some())
-                .filter(|i| match state {
-                    "all" => true,
-                    "closed" => !i.open,
-                    _ => i.open,
-                })
-                .filter(|i| match (head, &i.pull) {
-                    // `head` is `owner:branch`.
-                    (Some(h), Some(p)) => h.rsplit(':').next() == Some(p.head.as_str()),
-                    _ => true,
-                })
+                .filter(|i| i.repo_id == id && pulls::listed(model, i, state, head, base))
                 .collect();
             pulls.sort_by_key(|i| i.number);
-            let items = pulls.into_iter().map(|i| model.pull_json(i)).collect();
+            let items = pulls
+                .into_iter()
+                .map(|i| model.pull_simple_json(i))
+                .collect();
             // GitHub's pull listing: `sort` (default created), `direction`
             // (default desc for created, else asc); no `since`.
             let items = sorted(items, call.query, Some("created"));
@@ -474,18 +490,21 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
             let title = required_text(&body, "title")?;
             let head = required_text(&body, "head")?;
             let base = required_text(&body, "base")?;
-            let Some(head_sha) = call.head_sha.clone() else {
+            let owner = model
+                .repo_by_id(id)
+                .map(|r| r.owner.clone())
+                .unwrap_or_default();
+            let proposal = pulls::Proposal::new(&owner, &head, &base);
+            let branches = call.branches.clone().unwrap_or_default();
+            if let Some(refused) = pulls::refusal(model, id, &proposal, &branches) {
+                return Err(refused);
+            }
+            let (Some(head_sha), Some(base_sha)) = (branches.head_sha, branches.base_sha) else {
                 return Err(Reply::validation("head", "invalid"));
             };
             let text = body.get("body").and_then(Value::as_str).unwrap_or("");
-            let pull = PullInfo {
-                head: head.rsplit(':').next().unwrap_or(&head).to_owned(),
-                head_sha,
-                base,
-                draft: body.get("draft").and_then(Value::as_bool).unwrap_or(false),
-                merged: false,
-                requested_reviewers: Vec::new(),
-            };
+            let draft = body.get("draft").and_then(Value::as_bool).unwrap_or(false);
+            let pull = PullInfo::new(proposal.head, &head_sha, &base, &base_sha, draft);
             let number = model.add_issue(id, &title, text, call.login, Some(pull), call.now);
             let issue = model.issue(id, number).ok_or_else(Reply::not_found)?;
             let mut reply = Reply::created(model.pull_json(issue), issue.id);
@@ -501,7 +520,12 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .issue(id, *number)
                 .filter(|i| i.pull.is_some())
                 .ok_or_else(Reply::not_found)?;
-            Ok(Reply::ok(model.pull_json(issue)))
+            let reply = Reply::ok(model.pull_json(issue));
+            // This read started GitHub's mergeability job; the next one finds it done.
+            if let Some(pull) = model.issue_mut(id, *number).and_then(|i| i.pull.as_mut()) {
+                pull.mergeable_known = true;
+            }
+            Ok(reply)
         }
         Route::Pull(path, number) if patch => {
             let id = repo_id(model, path)?;
@@ -655,19 +679,17 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .issue_mut(id, *number)
                 .filter(|i| i.pull.is_some())
                 .ok_or_else(Reply::not_found)?;
-            let sha = match issue.pull.as_mut() {
-                Some(pull) if !pull.merged && issue.open => {
-                    pull.merged = true;
-                    pull.head_sha.clone()
-                }
-                _ => {
-                    return Err(Reply::error(
-                        StatusCode::METHOD_NOT_ALLOWED,
-                        "Pull Request is not mergeable",
-                    ))
-                }
-            };
-            issue.open = false;
+            if !issue.merge(call.now) {
+                return Err(Reply::error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "Pull Request is not mergeable",
+                ));
+            }
+            let sha = issue
+                .pull
+                .as_ref()
+                .map(|p| p.head_sha.clone())
+                .unwrap_or_default();
             Ok(Reply::ok(
                 json!({"sha": sha, "merged": true, "message": "Pull Request successfully merged"}),
             ))
@@ -735,7 +757,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 status: StatusCode::FOUND,
                 body: Value::Null,
                 created_id: None,
-                next_page: None,
+                pages: None,
                 location: Some(format!(
                     "{}/_logs/jobs/{job_id}?sig={}",
                     call.logs_base_url,
@@ -755,8 +777,8 @@ fn apply_issue_edit(issue: &mut super::model::Issue, body: &Value, now: u64) {
         issue.body = text.to_owned();
     }
     match body.get("state").and_then(Value::as_str) {
-        Some("closed") => issue.open = false,
-        Some("open") => issue.open = true,
+        Some("closed") => issue.close(now),
+        Some("open") => issue.reopen(),
         _ => {}
     }
     issue.updated_at = now;
@@ -894,7 +916,7 @@ mod tests {
             body,
             login: "bot[bot]",
             now: 1_700_000_000,
-            head_sha: None,
+            branches: None,
             logs_base_url: "https://logs.example",
             logs_signature: "k",
         }
@@ -953,7 +975,7 @@ mod tests {
     }
 
     #[test]
-    fn pagination_reports_the_next_page() {
+    fn pagination_reports_the_page_and_the_last() {
         let items: Vec<Value> = (0..5).map(|i| json!(i)).collect();
         let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
             pairs
@@ -961,22 +983,37 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         };
-        for (query, expected, next) in [
-            (q(&[("per_page", "2")]), json!([0, 1]), Some(2)),
+        let pages = |page, last| Some(Pages { page, last });
+        for (query, expected, at) in [
+            (q(&[("per_page", "2")]), json!([0, 1]), pages(1, 3)),
             (
                 q(&[("per_page", "2"), ("page", "2")]),
                 json!([2, 3]),
-                Some(3),
+                pages(2, 3),
             ),
-            (q(&[("per_page", "2"), ("page", "3")]), json!([4]), None),
-            (q(&[("per_page", "2"), ("page", "9")]), json!([]), None),
-            (q(&[]), json!([0, 1, 2, 3, 4]), None),
-            (q(&[("per_page", "0"), ("page", "0")]), json!([0]), Some(2)),
+            (
+                q(&[("per_page", "2"), ("page", "3")]),
+                json!([4]),
+                pages(3, 3),
+            ),
+            (
+                q(&[("per_page", "2"), ("page", "9")]),
+                json!([]),
+                pages(9, 3),
+            ),
+            (q(&[]), json!([0, 1, 2, 3, 4]), pages(1, 1)),
+            (
+                q(&[("per_page", "0"), ("page", "0")]),
+                json!([0]),
+                pages(1, 5),
+            ),
+            (q(&[("per_page", "5")]), json!([0, 1, 2, 3, 4]), pages(1, 1)),
         ] {
             let reply = paginated(items.clone(), &query);
             assert_eq!(reply.body, expected, "{query:?}");
-            assert_eq!(reply.next_page, next, "{query:?}");
+            assert_eq!(reply.pages, at, "{query:?}");
         }
+        assert_eq!(paginated(vec![], &q(&[])).pages, pages(1, 1));
     }
 
     /// `since`, `sort` and `direction` as GitHub's listings take them.
@@ -1040,14 +1077,13 @@ mod tests {
     fn review_comment_replies_only_to_top_level() {
         let mut model = Model::new();
         let repo_id = model.add_repo("o", "r", "main");
-        let pull = PullInfo {
-            head: "gatehouse/x".into(),
-            head_sha: "a".repeat(40),
-            base: "main".into(),
-            draft: false,
-            merged: false,
-            requested_reviewers: vec![],
-        };
+        let pull = PullInfo::new(
+            "gatehouse/x",
+            &"a".repeat(40),
+            "main",
+            &"b".repeat(40),
+            false,
+        );
         model.add_issue(repo_id, "t", "b", "alice", Some(pull), 1);
         let post = Method::POST;
         let top = handle(

@@ -464,7 +464,7 @@ impl GithubHandle {
                 .issue_mut(repo_id, number)
                 .filter(|i| i.open)
                 .ok_or_else(|| GithubError::NotFound(format!("open issue {full_name}#{number}")))?;
-            issue.open = false;
+            issue.close(unix_now());
             // Each change of state gets a time of its own (GitHub's are in
             // seconds): a close and a reopen in one second are two events.
             issue.updated_at = unix_now().max(issue.updated_at + 1);
@@ -486,7 +486,7 @@ impl GithubHandle {
                 .ok_or_else(|| {
                     GithubError::NotFound(format!("closed issue {full_name}#{number}"))
                 })?;
-            issue.open = true;
+            issue.reopen();
             issue.updated_at = unix_now().max(issue.updated_at + 1);
             repo_id
         };
@@ -509,7 +509,8 @@ impl GithubHandle {
                 .as_mut()
                 .ok_or_else(|| GithubError::NotFound(format!("pull {full_name}#{number}")))?;
             pull.merged = true;
-            issue.open = false;
+            pull.merged_at = Some(unix_now());
+            issue.close(unix_now());
             issue.updated_at = unix_now();
             repo_id
         };

@@ -918,14 +918,8 @@ impl Executor<'_, '_> {
             );
             return Resolved::Leaf(Value::Null);
         }
-        let pull = super::model::PullInfo {
-            head,
-            head_sha,
-            base,
-            draft: input.get("draft").and_then(Value::as_bool).unwrap_or(false),
-            merged: false,
-            requested_reviewers: Vec::new(),
-        };
+        let draft = input.get("draft").and_then(Value::as_bool).unwrap_or(false);
+        let pull = super::model::PullInfo::new(&head, &head_sha, &base, &base_sha, draft);
         let number = self.model.add_issue(
             repo_id,
             &title,

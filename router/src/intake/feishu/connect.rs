@@ -354,11 +354,32 @@ async fn send(
 }
 
 /// Hands one event to the router and waits for its confirmation; the
-/// connection is kept for the next event.
+/// connection is kept for the next event. A kept connection that fails (the
+/// router restarted since) is tried once more on a fresh one, within the
+/// same [`CONFIRM_TIMEOUT`].
 async fn hand_over(
     socket: &Path,
     held: &mut Option<UnixStream>,
     payload: &[u8],
+) -> Result<Confirm, String> {
+    let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
+    if held.is_some() {
+        match exchange(socket, held, payload, deadline).await {
+            Ok(confirm) => return Ok(confirm),
+            Err(error) => {
+                tracing::debug!(%error, "the kept hand-off connection failed; reconnecting");
+                *held = None;
+            }
+        }
+    }
+    exchange(socket, held, payload, deadline).await
+}
+
+async fn exchange(
+    socket: &Path,
+    held: &mut Option<UnixStream>,
+    payload: &[u8],
+    deadline: tokio::time::Instant,
 ) -> Result<Confirm, String> {
     let exchange = async {
         if held.is_none() {
@@ -378,7 +399,7 @@ async fn hand_over(
             .ok_or("the router closed the hand-off connection")?;
         serde_json::from_slice::<Confirm>(&answer).map_err(|e| e.to_string())
     };
-    tokio::time::timeout(CONFIRM_TIMEOUT, exchange)
+    tokio::time::timeout_at(deadline, exchange)
         .await
         .map_err(|_| format!("no confirmation within {CONFIRM_TIMEOUT:?}"))?
 }

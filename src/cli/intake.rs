@@ -30,7 +30,7 @@ pub enum IntakeCommand {
     /// does), asks Feishu's endpoint for a URL, keeps the connection up
     /// (pings, reconnects with backoff and jitter), and hands every event
     /// to the router's hand-off socket (`router listen --feishu-handoff`,
-    /// or [feishu] long_connection in router.toml). An event is
+    /// or [feishu.long_connection] in router.toml). An event is
     /// acknowledged to Feishu only once the router confirms it stored it;
     /// otherwise Feishu delivers it again. Stops on SIGTERM or Ctrl-C, and
     /// with exit 1 when Feishu refuses the app id or secret.

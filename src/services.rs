@@ -33,6 +33,8 @@ enum Command {
     #[command(flatten)]
     Supervisor(cli::supervisor::Commands),
     #[command(flatten)]
+    Intake(cli::intake::Commands),
+    #[command(flatten)]
     Worker(cli::worker::Commands),
     #[command(flatten)]
     Up(cli::up::Commands),
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Command::Proxy(c) => c.run(),
         Command::Router(c) => c.run(),
         Command::Supervisor(c) => c.run(),
+        Command::Intake(c) => c.run(),
         Command::Worker(c) => c.run(),
         Command::Up(c) => c.run(),
         Command::Demo(a) => gatehouse::demo::run(a),

@@ -301,3 +301,52 @@ fn metrics_count_decisions_duplicates_and_lag_without_ids() {
     assert!(!text.contains(std::str::from_utf8(SECRET).unwrap()));
     assert!(sigterm(&mut child).success());
 }
+
+/// `[feishu.long_connection]`: the live router serves the hand-off socket
+/// to the configured uid; an event handed over is confirmed only once
+/// stored, a second hand-off of it is a duplicate, and it is one trigger.
+#[test]
+fn the_long_connection_hand_off_stores_and_confirms() {
+    use std::os::unix::net::UnixStream;
+    let uid: u32 = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    let dir = setup(&format!(
+        "{LISTENERS}[feishu.long_connection]\nsocket = \"handoff.sock\"\npeer_uid = {uid}\n"
+    ));
+    let (mut child, _) = start(dir.path());
+    let event = json!({"schema": "2.0",
+        "header": {"event_id": "ev_long_1", "event_type": "im.message.receive_v1",
+                   "create_time": "1700000000000", "token": "tok-123",
+                   "app_id": "cli_test", "tenant_key": "tk"},
+        "event": {"sender": {"sender_id": {"open_id": "ou_someone"}, "sender_type": "user"},
+                  "message": {"message_id": "om_long_1", "chat_id": "oc_x", "chat_type": "p2p",
+                              "message_type": "text", "content": "{\"text\":\"hi\"}"}}})
+    .to_string();
+    let mut s = UnixStream::connect(dir.path().join("handoff.sock")).unwrap();
+    let mut hand_over = |body: &[u8]| -> Value {
+        let len = u32::try_from(body.len()).unwrap().to_be_bytes();
+        s.write_all(&[&len[..], body].concat()).unwrap();
+        let mut head = [0u8; 4];
+        s.read_exact(&mut head).unwrap();
+        let mut answer = vec![0u8; u32::from_be_bytes(head) as usize];
+        s.read_exact(&mut answer).unwrap();
+        serde_json::from_slice(&answer).unwrap()
+    };
+    assert_eq!(hand_over(event.as_bytes())["status"], "stored");
+    assert_eq!(hand_over(event.as_bytes())["status"], "duplicate");
+    let wrong_app = event.replace("cli_test", "cli_other");
+    assert_eq!(hand_over(wrong_app.as_bytes())["status"], "refused");
+    let state = dir.path().join("router.db");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while trigger_decisions(&state).is_empty() {
+        assert!(Instant::now() < deadline, "no decision");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(sigterm(&mut child).success());
+    assert_eq!(trigger_decisions(&state).len(), 1);
+}

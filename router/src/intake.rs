@@ -24,8 +24,9 @@
 //! github     route (event + action), meaning (dedup key), map (─► TriggerInput)
 //! feishu     open (verify, decrypt, envelope, dedup keys), map (─► TriggerInput)
 //!            longconn: the long connection's protocol (pbbp2 frames, endpoint
-//!            answer, ping, acks, split payloads, reconnect delays); no process
-//!            opens the connection yet
+//!            answer, ping, acks, split payloads, reconnect delays); connect:
+//!            the client (its own process, the proxy's user, the app secret)
+//! handoff    the router's socket the long-connection client hands events to
 //! listener   the HTTP listener: bounded body, connections and time
 //! process    stored deliveries ─► engine, each marked in its decision's transaction
 //! poll       GitHub's list endpoints ─► the deliveries webhooks would carry (pure)
@@ -34,6 +35,7 @@
 
 pub mod feishu;
 pub mod github;
+pub mod handoff;
 pub mod listener;
 pub mod mention;
 pub mod poll;
@@ -57,6 +59,7 @@ use crate::model::window::Window;
 use crate::store::{DeliveryLog, Durability, StoreError};
 
 pub use feishu::FeishuKeys;
+pub use handoff::HandoffConfig;
 pub use listener::ListenerConfig;
 pub use poller::PollConfig;
 pub use recoverer::RecoveryConfig;
@@ -91,6 +94,12 @@ pub enum IntakeError {
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The hand-off socket could not be bound.
+    #[error("cannot listen on the hand-off socket {}: {source}", path.display())]
+    Handoff {
+        path: std::path::PathBuf,
         source: std::io::Error,
     },
     /// A thread or the runtime could not be started.
@@ -231,6 +240,23 @@ impl Intake {
     ) -> Result<(), IntakeError> {
         let log = DeliveryLog::open(state, durability)?;
         let thread = poller::spawn(log, config, self.wake.clone(), self.stop.subscribe())?;
+        self.servers.push(thread);
+        Ok(())
+    }
+
+    /// Also takes Feishu events over from the long-connection client at
+    /// `config.socket` (only from `config.peer_uid`), storing them as the
+    /// HTTP listener does; this intake's processor decides them. Stopped
+    /// with the intake.
+    pub fn handoff(
+        &mut self,
+        state: &Path,
+        durability: Durability,
+        keys: FeishuKeys,
+        config: &handoff::HandoffConfig,
+    ) -> Result<(), IntakeError> {
+        let log = DeliveryLog::open(state, durability)?;
+        let thread = handoff::spawn(log, keys, config, self.wake.clone(), self.stop.subscribe())?;
         self.servers.push(thread);
         Ok(())
     }

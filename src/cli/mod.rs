@@ -2,6 +2,7 @@
 //! the top level and a `run(self) -> anyhow::Result<ExitCode>`.
 
 pub mod audit;
+pub mod intake;
 pub mod proxy;
 pub mod router;
 mod router_run;

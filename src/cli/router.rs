@@ -11,7 +11,7 @@ use gatehouse_router::engine::Router;
 use gatehouse_router::eval::RulesOnlyJudge;
 use gatehouse_router::id::{ThreadId, TicketId};
 use gatehouse_router::intake::{
-    wall_clock_ms, FeishuKeys, Intake, ListenerConfig, Verifier, WebhookSecrets,
+    wall_clock_ms, FeishuKeys, HandoffConfig, Intake, ListenerConfig, Verifier, WebhookSecrets,
 };
 use gatehouse_router::policy::Policy;
 use gatehouse_router::replay::{first_at, replay};
@@ -95,6 +95,14 @@ pub enum RouterCommand {
         /// A file holding the Feishu app's verification token
         #[arg(long, requires = "feishu_app_id")]
         feishu_verification_token_file: Option<PathBuf>,
+        /// Also take Feishu events over from the long-connection client
+        /// (`gatehouse intake feishu-connect`) on this unix socket
+        #[arg(long, requires = "feishu_app_id", requires = "feishu_handoff_uid")]
+        feishu_handoff: Option<PathBuf>,
+        /// The only uid served on --feishu-handoff (the connect process's
+        /// user; checked with SO_PEERCRED)
+        #[arg(long, requires = "feishu_handoff")]
+        feishu_handoff_uid: Option<u32>,
         /// Connections served at once; more wait in the listen backlog
         #[arg(long, default_value_t = 64)]
         max_connections: usize,
@@ -252,6 +260,8 @@ impl Commands {
                         feishu_app_id,
                         feishu_encrypt_key_file,
                         feishu_verification_token_file,
+                        feishu_handoff,
+                        feishu_handoff_uid,
                         max_connections,
                         sync,
                         store_only,
@@ -269,6 +279,9 @@ impl Commands {
                     },
                     None => Source::Github(webhook_secret_files),
                 },
+                handoff: feishu_handoff
+                    .zip(feishu_handoff_uid)
+                    .map(|(socket, peer_uid)| HandoffConfig { socket, peer_uid }),
                 max_connections,
                 sync,
                 store_only,
@@ -382,6 +395,7 @@ struct Listen {
     state: PathBuf,
     listen: SocketAddr,
     source: Source,
+    handoff: Option<HandoffConfig>,
     max_connections: usize,
     sync: Sync,
     store_only: bool,
@@ -394,6 +408,7 @@ fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
         state,
         listen,
         source,
+        handoff,
         max_connections,
         sync,
         store_only,
@@ -417,10 +432,18 @@ fn run_listen(args: Listen) -> anyhow::Result<ExitCode> {
         let router = Router::new(store, policy, RulesOnlyJudge, wall_clock_ms())?;
         Intake::start(router, &state, durability, secrets, listen, config)?
     };
-    println!(
-        "{}",
-        serde_json::json!({ "listening": intake.addr().to_string() })
-    );
+    if let Some(h) = &handoff {
+        let Verifier::Feishu(keys) = source.verifier()? else {
+            bail!("--feishu-handoff takes Feishu events only");
+        };
+        intake.handoff(&state, durability, keys, h)?;
+        tracing::info!(socket = %h.socket.display(), peer_uid = h.peer_uid, "taking Feishu events over from the long connection");
+    }
+    let mut ready = serde_json::json!({ "listening": intake.addr().to_string() });
+    if let Some(h) = &handoff {
+        ready["handoff"] = h.socket.display().to_string().into();
+    }
+    println!("{ready}");
     std::io::stdout().flush()?;
     tracing::info!(addr = %intake.addr(), source = source.name(), "gatehouse router listening");
     stop.wait();

@@ -88,6 +88,25 @@ pub(super) fn run(
         ListenerConfig::default(),
         Some(live.waker()),
     )?;
+    if let Some(l) = config
+        .feishu
+        .as_ref()
+        .and_then(|f| f.long_connection.as_ref().map(|l| (f, l)))
+    {
+        let (f, handoff) = l;
+        let keys = gatehouse_router::intake::FeishuKeys::from_files(
+            &f.app_id,
+            f.encrypt_key_file.as_deref(),
+            f.verification_token_file.as_deref(),
+        )
+        .context("[feishu]")?;
+        intake.handoff(&config.state, durability, keys, handoff)?;
+        tracing::info!(
+            socket = %handoff.socket.display(),
+            peer_uid = handoff.peer_uid,
+            "taking Feishu events over from the long connection"
+        );
+    }
     if let Some(p) = &config.github_poll {
         let poll = PollConfig {
             interval_secs: p.interval_secs,

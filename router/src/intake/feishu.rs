@@ -16,6 +16,7 @@
 //! body; a signed request's timestamp must be within [`MAX_AGE_SECS`] of
 //! now, and a replay inside that window is caught by the deduplication.
 
+pub mod connect;
 pub mod crypt;
 pub mod longconn;
 mod map;
@@ -218,6 +219,30 @@ pub fn open(
     // Events are signed whenever an encrypt key is set.
     if keys.encrypt_key.is_some() && !was_signed {
         return Err(Refused::Unsigned);
+    }
+    envelope(keys, value, plain)
+}
+
+/// Opens an event that came over the long connection (handed over by the
+/// connect process): no HTTP signature exists there, the TLS connection to
+/// Feishu authenticated it. Still checked as an HTTP event is: decrypted
+/// when encrypted, the 2.0 envelope, our app id, the token when one is
+/// configured, the event type and its dedup keys. A challenge is refused
+/// (only HTTP subscriptions are challenged).
+pub fn open_delivered(keys: &FeishuKeys, payload: &[u8]) -> Result<Opened, Refused> {
+    let outer: Value = parse(payload)?;
+    let (plain, value) = match outer.get("encrypt") {
+        Some(sealed) => {
+            let key = keys.encrypt_key.as_deref().ok_or(Refused::Encrypted)?;
+            let sealed = sealed.as_str().ok_or(Refused::Undecryptable)?;
+            let plain = decrypt(key, sealed).ok_or(Refused::Undecryptable)?;
+            let value = parse(&plain)?;
+            (plain, value)
+        }
+        None => (payload.to_vec(), outer),
+    };
+    if value.get("type").and_then(Value::as_str) == Some("url_verification") {
+        return Err(Refused::Envelope("a challenge over the long connection"));
     }
     envelope(keys, value, plain)
 }

@@ -107,6 +107,14 @@ struct FeishuFile {
     app_id: String,
     encrypt_key_file: Option<PathBuf>,
     verification_token_file: Option<PathBuf>,
+    long_connection: Option<LongConnectionFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LongConnectionFile {
+    socket: PathBuf,
+    peer_uid: u32,
 }
 
 // === The runtime config ===
@@ -191,6 +199,10 @@ pub struct FeishuConfig {
     pub app_id: String,
     pub encrypt_key_file: Option<PathBuf>,
     pub verification_token_file: Option<PathBuf>,
+    /// `[feishu.long_connection]`: also take events over from the
+    /// long-connection client (`gatehouse intake feishu-connect`, the
+    /// proxy's user, the app secret's only holder) on this socket.
+    pub long_connection: Option<crate::intake::HandoffConfig>,
 }
 
 /// The longest job deadline the router asks for (a week).
@@ -332,6 +344,15 @@ fn validate(raw: File, file: &str, base: &Path) -> Result<RouterConfig, ConfigEr
                 verification_token_file: f
                     .verification_token_file
                     .map(|p| path("feishu.verification_token_file", p))
+                    .transpose()?,
+                long_connection: f
+                    .long_connection
+                    .map(|l| {
+                        Ok::<_, ConfigError>(crate::intake::HandoffConfig {
+                            socket: path("feishu.long_connection.socket", l.socket)?,
+                            peer_uid: l.peer_uid,
+                        })
+                    })
                     .transpose()?,
             })
         }

@@ -304,3 +304,49 @@ fn keys_need_a_secret_and_never_print_one() {
     );
     assert!(shown.contains("cli_a"));
 }
+
+#[test]
+fn delivered_events_are_checked_like_pushed_ones() {
+    let plain = event(MESSAGE_RECEIVE, "cli_a", "v-token").to_string();
+    let (id, meaning) = stored(open_delivered(&token_only(), plain.as_bytes()));
+    assert_eq!(
+        (id.as_str(), meaning.as_str()),
+        ("ev_1", "feishu:message:om_1")
+    );
+    // Unsigned is fine here (no HTTP), even with an encrypt key set.
+    stored(open_delivered(&both(), plain.as_bytes()));
+    stored(open_delivered(
+        &both(),
+        &sealed(&event(MESSAGE_RECEIVE, "cli_a", "v-token")),
+    ));
+    let refused = |payload: &[u8], keys: &FeishuKeys| open_delivered(keys, payload).err();
+    let wrong_app = event(MESSAGE_RECEIVE, "cli_b", "v-token").to_string();
+    assert_eq!(
+        refused(wrong_app.as_bytes(), &token_only()),
+        Some(Refused::WrongApp)
+    );
+    let wrong_token = event(MESSAGE_RECEIVE, "cli_a", "guess").to_string();
+    assert_eq!(
+        refused(wrong_token.as_bytes(), &token_only()),
+        Some(Refused::BadToken)
+    );
+    let sealed_without_key = sealed(&event(MESSAGE_RECEIVE, "cli_a", "v-token"));
+    assert_eq!(
+        refused(&sealed_without_key, &token_only()),
+        Some(Refused::Encrypted)
+    );
+    let challenge = json!({"type": "url_verification", "challenge": "c", "token": "v-token"});
+    assert!(matches!(
+        refused(challenge.to_string().as_bytes(), &token_only()),
+        Some(Refused::Envelope(_))
+    ));
+    assert!(matches!(
+        refused(b"{", &token_only()),
+        Some(Refused::Malformed(_))
+    ));
+    let unknown = event("im.unknown_v1", "cli_a", "v-token").to_string();
+    assert!(matches!(
+        refused(unknown.as_bytes(), &token_only()),
+        Some(Refused::UnknownEvent(_))
+    ));
+}

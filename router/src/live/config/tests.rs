@@ -199,3 +199,39 @@ fn recovery_needs_the_routers_app_identity() {
         assert!(err.contains("`github_recovery.interval_secs`"), "{err}");
     }
 }
+
+#[test]
+fn the_long_connection_hand_off_is_read_and_checked() {
+    let feishu =
+        "[feishu]\nlisten = \"127.0.0.1:1\"\napp_id = \"cli_x\"\nverification_token_file = \"t\"\n";
+    let c = load(&format!(
+        "{MINIMAL}{feishu}[feishu.long_connection]\nsocket = \"run/handoff.sock\"\npeer_uid = 998\n"
+    ))
+    .unwrap();
+    let l = c.feishu.unwrap().long_connection.unwrap();
+    assert_eq!(l.socket, Path::new("/etc/gh/run/handoff.sock"));
+    assert_eq!(l.peer_uid, 998);
+    assert!(load(&format!("{MINIMAL}{feishu}"))
+        .unwrap()
+        .feishu
+        .unwrap()
+        .long_connection
+        .is_none());
+    for (extra, expected) in [
+        (
+            "socket = \"s\"\npeer_uid = 1\napp_secret_file = \"x\"\n",
+            "unknown field `app_secret_file`",
+        ),
+        ("socket = \"s\"\n", "missing field `peer_uid`"),
+        ("peer_uid = 1\n", "missing field `socket`"),
+        (
+            "socket = \"\"\npeer_uid = 1\n",
+            "`feishu.long_connection.socket`",
+        ),
+        ("socket = \"s\"\npeer_uid = -1\n", "peer_uid"),
+    ] {
+        let text = format!("{MINIMAL}{feishu}[feishu.long_connection]\n{extra}");
+        let error = load(&text).unwrap_err().to_string();
+        assert!(error.contains(expected), "{extra}: {error}");
+    }
+}

@@ -197,13 +197,7 @@ pub fn open(
     }
     let outer: Value = parse(body)?;
     let (plain, value) = match outer.get("encrypt") {
-        Some(sealed) => {
-            let key = keys.encrypt_key.as_deref().ok_or(Refused::Encrypted)?;
-            let sealed = sealed.as_str().ok_or(Refused::Undecryptable)?;
-            let plain = decrypt(key, sealed).ok_or(Refused::Undecryptable)?;
-            let value = parse(&plain)?;
-            (plain, value)
-        }
+        Some(sealed) => unseal(keys, sealed)?,
         // With an encrypt key Feishu encrypts everything; plain text is forged.
         None if keys.encrypt_key.is_some() => return Err(Refused::Undecryptable),
         None => (body.to_vec(), outer),
@@ -223,6 +217,15 @@ pub fn open(
     envelope(keys, value, plain)
 }
 
+/// The plain text of an `{"encrypt": …}` body and its JSON.
+fn unseal(keys: &FeishuKeys, sealed: &Value) -> Result<(Vec<u8>, Value), Refused> {
+    let key = keys.encrypt_key.as_deref().ok_or(Refused::Encrypted)?;
+    let sealed = sealed.as_str().ok_or(Refused::Undecryptable)?;
+    let plain = decrypt(key, sealed).ok_or(Refused::Undecryptable)?;
+    let value = parse(&plain)?;
+    Ok((plain, value))
+}
+
 /// Opens an event that came over the long connection (handed over by the
 /// connect process): no HTTP signature exists there, the TLS connection to
 /// Feishu authenticated it. Still checked as an HTTP event is: decrypted
@@ -232,13 +235,7 @@ pub fn open(
 pub fn open_delivered(keys: &FeishuKeys, payload: &[u8]) -> Result<Opened, Refused> {
     let outer: Value = parse(payload)?;
     let (plain, value) = match outer.get("encrypt") {
-        Some(sealed) => {
-            let key = keys.encrypt_key.as_deref().ok_or(Refused::Encrypted)?;
-            let sealed = sealed.as_str().ok_or(Refused::Undecryptable)?;
-            let plain = decrypt(key, sealed).ok_or(Refused::Undecryptable)?;
-            let value = parse(&plain)?;
-            (plain, value)
-        }
+        Some(sealed) => unseal(keys, sealed)?,
         None => (payload.to_vec(), outer),
     };
     if value.get("type").and_then(Value::as_str) == Some("url_verification") {

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
+use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RateBudgets, RepoSpec};
 use gatehouse_proxy::audit::AuditLog;
 use gatehouse_proxy::ca::CertificateAuthority;
 use gatehouse_proxy::credentials::{CredentialSpec, Credentials};
@@ -426,6 +426,12 @@ fn start_github(d: &Path, token: &str) -> (GithubHandle, PathBuf) {
         .repo(RepoSpec::new("acme", "big"));
     options.worker_threads = 2;
     let github = GithubEmulator::start(options).unwrap();
+    // The bench makes far more calls than GitHub's 5000 an hour per token.
+    github.set_rate_budgets(RateBudgets {
+        core: u64::MAX,
+        graphql: u64::MAX,
+        ..RateBudgets::default()
+    });
     github
         .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
         .unwrap();

@@ -197,19 +197,27 @@ impl Start<'_> {
             .map_err(|(what, e)| fail(format_args!("capabilities: {what}: {e}")))?;
         nix::sys::prctl::set_no_new_privs().map_err(|e| fail(format_args!("no_new_privs: {e}")))?;
         nix::unistd::chdir(self.cwd.as_c_str()).map_err(|e| {
-            let hint = if e == Errno::EACCES {
-                // The common mistake: root runs the sandbox on a directory
-                // only root may enter, but the worker is `--worker-user`.
-                " (the worker's host user cannot enter the work dir: when started by root \
-                 the worker runs as --worker-user, default gatehouse-worker; make the \
-                 work dir readable and writable by it, e.g. with chown)"
-            } else {
-                ""
-            };
+            if e != Errno::EACCES {
+                return fail(format_args!(
+                    "chdir {}: {}",
+                    self.cwd_shown.display(),
+                    e.desc()
+                ));
+            }
+            // The common mistake: root runs the sandbox on a directory only
+            // root may enter. Say how the dir and the worker look from here,
+            // so a wrong id mapping shows in the message itself.
+            let seen = nix::sys::stat::stat(self.cwd.as_c_str()).ok();
+            let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
             fail(format_args!(
-                "chdir {}: {}{hint}",
+                "chdir {}: {} (it shows as uid {} gid {} mode {:o}; the worker is uid {uid} \
+                 gid {gid}: the worker's host user cannot enter the work dir; make it the \
+                 worker's, e.g. with chown)",
                 self.cwd_shown.display(),
-                e.desc()
+                e.desc(),
+                seen.map_or(-1, |m| i64::from(m.st_uid)),
+                seen.map_or(-1, |m| i64::from(m.st_gid)),
+                seen.map_or(0, |m| m.st_mode & 0o7777),
             ))
         })?;
         self.restrict_landlock()?;

@@ -603,6 +603,31 @@ fn an_unknown_worker_user_is_refused_not_a_crash() {
     assert!(r.stderr.contains("no such user"), "{r:#?}");
 }
 
+/// A work dir the worker owns but may not enter (mode 000; it has no
+/// capability to override that) is refused, and the message says how the
+/// dir shows inside and who the worker is; a wrong id mapping would show
+/// there. Control: the same dir at 0700 is entered.
+#[test]
+fn a_work_dir_the_worker_cannot_enter_is_refused_with_what_it_saw() {
+    use std::os::unix::fs::PermissionsExt;
+    if !mode_available(Mode::Root) {
+        return;
+    }
+    let s = Scratch::new(Mode::Root);
+    let worker = ["--worker-user", "gatehouse-worker"];
+    std::fs::set_permissions(&s.work, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let r = s.sh_with("default", &worker, "true");
+    assert_eq!(r.code, Some(EXIT_SANDBOX_FAILED), "{r:#?}");
+    assert!(
+        r.stderr.contains("chdir /work: Permission denied")
+            && r.stderr.contains("it shows as uid 0 gid 0 mode 0;")
+            && r.stderr.contains("the worker is uid 0 gid 0"),
+        "{r:#?}"
+    );
+    std::fs::set_permissions(&s.work, std::fs::Permissions::from_mode(0o700)).unwrap();
+    s.sh_with("default", &worker, "pwd").ok();
+}
+
 /// Started by root, the proxy socket may sit in a directory that only its
 /// owner can traverse: under `gatehouse up` the proxy user's identity
 /// sockets are in its own 0700 directory. The sandbox's init, once in its

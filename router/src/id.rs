@@ -85,6 +85,10 @@ pub trait IdKind: Sized {
 }
 
 const TIME_DIGITS: usize = 12;
+
+/// The last millisecond an id can hold (12 hex digits: the year 10889). A
+/// later time would make an id one digit too long, which nothing reads back.
+pub const MAX_TIME_MS: u64 = (1 << (4 * TIME_DIGITS)) - 1;
 const SEQ_DIGITS: usize = 6;
 const SEQ_MAX: u32 = 0xff_ffff;
 

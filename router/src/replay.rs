@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 
 use crate::engine::{Decision, EngineError, ReportInput, Router, TicketOutcome};
 use crate::eval::Judge;
-use crate::id::{TicketId, TriggerId};
+use crate::id::{TicketId, TriggerId, MAX_TIME_MS};
 use crate::json::{self, EncodeError};
 use crate::policy::{Policy, PolicyError};
 use crate::reply::{Purpose, ReplyAttempt};
@@ -255,9 +255,11 @@ fn run_line<J: Judge>(
 
 fn take_at(obj: &mut Map<String, Value>) -> Result<u64, Rejected> {
     match obj.remove("at") {
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .ok_or_else(|| Rejected::Input("`at` must be milliseconds since the epoch".into())),
+        Some(Value::Number(n)) => n.as_u64().filter(|&ms| ms <= MAX_TIME_MS).ok_or_else(|| {
+            Rejected::Input(format!(
+                "`at` must be milliseconds since the epoch, at most {MAX_TIME_MS}"
+            ))
+        }),
         _ => Err(Rejected::Input(
             "`at` (milliseconds since the epoch) is missing".into(),
         )),
@@ -350,11 +352,87 @@ fn policy_line(obj: Map<String, Value>, base_dir: &Path) -> Result<Policy, Rejec
     .map_err(|e: PolicyError| Rejected::Input(e.to_string()))
 }
 
-/// The `at` of the first line that has one, for recording the initial policy.
+/// The `at` of the first line that has one an id can hold, for recording
+/// the initial policy.
 pub fn first_at(events: &str) -> u64 {
     events
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find_map(|v| v.get("at").and_then(Value::as_u64))
+        .find_map(|v| {
+            v.get("at")
+                .and_then(Value::as_u64)
+                .filter(|&ms| ms <= MAX_TIME_MS)
+        })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::RulesOnlyJudge;
+    use crate::store::Store;
+
+    const POLICY: &str = include_str!("../examples/policy.toml");
+
+    fn run(events: &str) -> (String, ReplaySummary) {
+        let policy = Policy::from_toml("policy.toml", POLICY).unwrap();
+        let store = Store::open_in_memory().unwrap();
+        let mut router = Router::new(store, policy, RulesOnlyJudge, first_at(events)).unwrap();
+        let mut out = Vec::new();
+        let summary = replay(&mut router, events.as_bytes(), Path::new("."), &mut out).unwrap();
+        (String::from_utf8(out).unwrap(), summary)
+    }
+
+    /// A time past what an id can hold is a rejected line, not a store
+    /// error that stops the replay (found by the `replay_lines` fuzz target:
+    /// the id came out a digit too long and could not be read back). The
+    /// last time an id holds is accepted, and the lines after go on.
+    #[test]
+    fn a_time_past_what_ids_hold_is_rejected_and_the_replay_goes_on() {
+        let trigger = |at: u64, id: &str| {
+            format!(
+                r#"{{"type":"trigger","at":{at},"source":"github","kind":"ci_result","thread":"gh:acme/widgets#{id}","message_id":"run_{id}","repo":"acme/widgets","branch":"main","sender":{{"id":"41898282","login":"github-actions[bot]","is_bot":true}},"text":"CI failed on main"}}"#
+            )
+        };
+        let events = [
+            trigger(MAX_TIME_MS + 1, "1"),
+            trigger(u64::MAX, "2"),
+            trigger(MAX_TIME_MS, "3"),
+            trigger(MAX_TIME_MS, "4"),
+        ]
+        .join("\n");
+        let (out, summary) = run(&events);
+        assert_eq!(
+            summary,
+            ReplaySummary {
+                decisions: 2,
+                rejected: 2
+            },
+            "{out}"
+        );
+        let lines: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        for (line, number) in lines.iter().zip(1..) {
+            assert_eq!(line["line"], number, "{line}");
+        }
+        assert_eq!(lines[0]["type"], "rejected");
+        assert!(
+            lines[0]["error"].as_str().unwrap().contains("at most"),
+            "{out}"
+        );
+        assert_eq!(lines[1]["type"], "rejected");
+        assert_ne!(lines[2]["type"], "rejected", "{out}");
+        assert_ne!(lines[3]["type"], "rejected", "{out}");
+    }
+
+    /// The first `at` ignores a time no id holds (the router records its
+    /// first policy at it).
+    #[test]
+    fn first_at_skips_times_past_what_ids_hold() {
+        let events = format!("{{\"at\":{}}}\n{{\"at\":5}}", MAX_TIME_MS + 1);
+        assert_eq!(first_at(&events), 5);
+        assert_eq!(first_at("{\"at\":7}\n{\"at\":5}"), 7);
+    }
 }

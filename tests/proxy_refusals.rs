@@ -6,6 +6,7 @@
 
 use std::io::Write;
 
+use gatehouse_proxy::server::refusals::{BURST, PER_SECOND, WINDOW};
 use gatehouse_testkit::proxy::{read_head, read_until_closed, Harness, IDENTITY};
 use serde_json::Value;
 
@@ -220,12 +221,20 @@ fn a_flood_of_long_denied_requests_writes_a_bounded_log_and_every_one_is_counted
         format!("GET http://api.github.com{path} HTTP/1.1\r\nHost: api.github.com\r\n\r\n");
     let before = std::fs::metadata(&h.audit_path).unwrap().len();
     let n = 10_000;
+    let started = std::time::Instant::now();
     assert_eq!(flood(&h, request.as_bytes(), n, "403"), n);
+    let took = started.elapsed().as_secs_f64();
     let grown = std::fs::metadata(&h.audit_path).unwrap().len() - before;
-    // Unbounded, that is 10 000 lines of over 8 KB each (80 MB).
+    // Unbounded, that is 10 000 lines of over 8 KB each (80 MB). Bounded,
+    // the identity writes its burst and then its rate for as long as the
+    // flood lasted (a loaded machine's flood lasts longer and may write
+    // more), plus a `suppressed` line per window; each line under 4 KiB.
+    let refusal_lines = BURST + PER_SECOND * (took + 1.0);
+    let summary_lines = took / WINDOW.as_secs_f64() + 2.0;
+    let bound = (refusal_lines + summary_lines) * 4096.0;
     assert!(
-        grown < 1024 * 1024,
-        "the flood wrote {grown} bytes of audit"
+        (grown as f64) < bound && (grown as usize) < n * 1024,
+        "the flood wrote {grown} bytes of audit in {took:.1} s (bound {bound:.0})"
     );
     assert!(h.github.requests().is_empty());
 
@@ -254,6 +263,10 @@ fn a_flood_of_long_denied_requests_writes_a_bounded_log_and_every_one_is_counted
         .filter(|l| l["event"] == "request" && l["outcome"]["decision"] == "deny")
         .count() as u64;
     assert!(report.suppressed_refusals > 0, "{report:?}");
+    assert!(
+        written as f64 <= refusal_lines,
+        "{written} refusal lines in {took:.1} s"
+    );
     assert_eq!(written + report.suppressed_refusals, n as u64);
     let summary = h
         .audit_lines()

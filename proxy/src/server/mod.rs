@@ -32,7 +32,7 @@ mod owned;
 pub mod persist;
 pub mod policy;
 mod records;
-mod refusals;
+pub mod refusals;
 mod respond;
 mod sockets;
 mod state_writer;

@@ -14,6 +14,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use gatehouse::cli;
 
+/// mimalloc rather than glibc's malloc: the proxy allocates per request on
+/// several threads, and glibc's `malloc`/`free` (with `malloc_consolidate`
+/// on hyper's buffers) was ~12% of its CPU (`proxy/README.md`, issue 16).
+/// Only this binary: `gatehouse`, which runs inside sandboxes, keeps glibc's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Hand AI coding agents real work on GitHub and Feishu without handing them keys.
 #[derive(Parser)]
 #[command(name = "gatehouse", bin_name = "gatehouse", version, about, long_about = None)]

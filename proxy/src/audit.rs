@@ -607,7 +607,36 @@ pub fn rfc3339_utc(unix_ms: u64) -> String {
         ms_of_day / 1000 % 60,
         ms_of_day % 1000,
     );
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z")
+    // Digits written directly: every audit line carries a time, and the
+    // formatting machinery was ~2% of the proxy's CPU per request.
+    let mut out = String::with_capacity(24);
+    if !(0..=9999).contains(&year) {
+        // Not reached from a clock (year 10000 is 2.5e14 ms away).
+        out.push_str(&format!("{year:04}"));
+    } else {
+        push_digits(&mut out, year as u64, 4);
+    }
+    for (sep, value, width) in [
+        ('-', month as u64, 2),
+        ('-', day as u64, 2),
+        ('T', h, 2),
+        (':', m, 2),
+        (':', s, 2),
+        ('.', ms, 3),
+    ] {
+        out.push(sep);
+        push_digits(&mut out, value, width);
+    }
+    out.push('Z');
+    out
+}
+
+/// `value`'s last `width` decimal digits, zero-padded.
+fn push_digits(out: &mut String, value: u64, width: u32) {
+    for place in (0..width).rev() {
+        let digit = (value / 10u64.pow(place) % 10) as u8;
+        out.push(char::from(b'0' + digit));
+    }
 }
 
 #[cfg(test)]

@@ -223,27 +223,21 @@ impl Credentials {
         repo: Option<&str>,
         permissions: &BTreeMap<String, String>,
     ) -> Result<HeaderValue, CredentialError> {
+        if let Some(Loaded::Static(token)) = self.by_name.get(name) {
+            // Built once at load: the same value for every request.
+            if let Some(value) = token.authorization(inject) {
+                return Ok(value.clone());
+            }
+        }
         let token = match inject {
             Injection::GithubAppJwt => self.app_jwt(name)?,
             _ => self.token(name, repo, permissions).await?,
         };
-        let text = match inject {
-            Injection::Bearer | Injection::FeishuTenant | Injection::GithubAppJwt => {
-                format!("Bearer {}", token.expose_secret())
-            }
-            Injection::GitBasic => {
-                let basic = base64::engine::general_purpose::STANDARD
-                    .encode(format!("x-access-token:{}", token.expose_secret()));
-                format!("Basic {basic}")
-            }
-        };
-        let mut value = HeaderValue::from_str(&text).map_err(|_| CredentialError::Fetch {
+        header_value(inject, &token).ok_or_else(|| CredentialError::Fetch {
             name: name.to_string(),
             url: String::new(),
             why: "token contains characters not allowed in a header".into(),
-        })?;
-        value.set_sensitive(true);
-        Ok(value)
+        })
     }
 
     /// The platform refused `authorization` (a value [`Self::authorization`]
@@ -309,6 +303,24 @@ impl Credentials {
             }
         }
     }
+}
+
+/// The `Authorization` value that carries `token` as `inject` says, marked
+/// sensitive; `None` when the token cannot be a header value.
+fn header_value(inject: Injection, token: &SecretString) -> Option<HeaderValue> {
+    let text = match inject {
+        Injection::Bearer | Injection::FeishuTenant | Injection::GithubAppJwt => {
+            format!("Bearer {}", token.expose_secret())
+        }
+        Injection::GitBasic => {
+            let basic = base64::engine::general_purpose::STANDARD
+                .encode(format!("x-access-token:{}", token.expose_secret()));
+            format!("Basic {basic}")
+        }
+    };
+    let mut value = HeaderValue::from_str(&text).ok()?;
+    value.set_sensitive(true);
+    Some(value)
 }
 
 /// Where the kinds that fetch their tokens send their requests, and the

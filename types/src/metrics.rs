@@ -79,6 +79,66 @@ struct Series<V> {
     map: Mutex<BTreeMap<Vec<String>, V>>,
 }
 
+/// A label set as the map holds it (`Vec<String>`) or as a caller passes it
+/// (`[&str]`), ordered alike (value by value, as `Vec<String>` orders), so
+/// that a set already counted is found without building an owned key: a
+/// proxy request counts into three families, and each owned key was one
+/// allocation per label.
+trait LabelValues {
+    fn count(&self) -> usize;
+    fn value(&self, i: usize) -> &str;
+}
+
+impl LabelValues for Vec<String> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn value(&self, i: usize) -> &str {
+        &self[i]
+    }
+}
+
+impl LabelValues for &[&str] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn value(&self, i: usize) -> &str {
+        self[i]
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn LabelValues + 'a> for Vec<String> {
+    fn borrow(&self) -> &(dyn LabelValues + 'a) {
+        self
+    }
+}
+
+impl dyn LabelValues + '_ {
+    fn values(&self) -> impl Iterator<Item = &str> {
+        (0..self.count()).map(|i| self.value(i))
+    }
+}
+
+impl PartialEq for dyn LabelValues + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.values().eq(other.values())
+    }
+}
+
+impl Eq for dyn LabelValues + '_ {}
+
+impl PartialOrd for dyn LabelValues + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for dyn LabelValues + '_ {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.values().cmp(other.values())
+    }
+}
+
 impl<V: Default> Series<V> {
     fn new(max: usize) -> Self {
         Series {
@@ -89,10 +149,10 @@ impl<V: Default> Series<V> {
 
     fn with<R>(&self, values: &[&str], f: impl FnOnce(&mut V) -> R) -> R {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let key: Vec<String> = values.iter().map(|v| (*v).to_owned()).collect();
-        if let Some(v) = map.get_mut(&key) {
+        if let Some(v) = map.get_mut(&values as &dyn LabelValues) {
             return f(v);
         }
+        let key: Vec<String> = values.iter().map(|v| (*v).to_owned()).collect();
         let key = if map.len() < self.max {
             key
         } else {
@@ -390,6 +450,41 @@ mod tests {
         );
         assert_eq!(c.get(&["a", "ok"]), 3);
         assert_eq!(c.get(&["c", "ok"]), 0);
+    }
+
+    /// The borrowed form orders as the owned one does, for every pair of
+    /// these sets (prefixes, empty values, byte order), so a lookup by
+    /// `&[&str]` finds exactly the set an owned key would.
+    #[test]
+    fn borrowed_label_sets_order_as_owned_ones() {
+        let sets: [&[&str]; 9] = [
+            &[],
+            &[""],
+            &["a"],
+            &["a", ""],
+            &["a", "b"],
+            &["ab"],
+            &["b"],
+            &["a", "b", "c"],
+            &["\u{e9}", "a"],
+        ];
+        for x in sets {
+            for y in sets {
+                let owned = |s: &[&str]| s.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>();
+                let (ox, oy) = (owned(x), owned(y));
+                let (bx, by): (&dyn LabelValues, &dyn LabelValues) = (&x, &y);
+                assert_eq!(bx.cmp(by), ox.cmp(&oy), "{x:?} {y:?}");
+                assert_eq!(bx == by, ox == oy, "{x:?} {y:?}");
+                let stored: &dyn LabelValues = std::borrow::Borrow::borrow(&ox);
+                assert_eq!(stored.cmp(by), ox.cmp(&oy), "{x:?} {y:?}");
+            }
+        }
+        let c = Counter::new("w_total", "W.", &["a", "b"]);
+        c.inc(&["a", "b"]);
+        c.inc(&["a", "b"]);
+        c.inc(&["ab", ""]);
+        assert_eq!((c.get(&["a", "b"]), c.get(&["ab", ""])), (2, 1));
+        assert_eq!(c.series.snapshot().len(), 2);
     }
 
     #[test]

@@ -46,6 +46,10 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// The allocator `gatehouse-services`, which runs the proxy, has.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const RULES: &str = r#"
 name = "bench"
 description = "benchmark"

@@ -247,6 +247,20 @@ fn timestamps_are_rfc3339_utc() {
     }
 }
 
+/// Every rendering up to year 9999 is 24 bytes and reads back as the same
+/// instant: days across four centuries and every field's carry.
+#[test]
+fn timestamps_read_back_to_the_same_millisecond() {
+    let mut ms = 0u64;
+    while ms < 253_402_300_800_000 {
+        let text = rfc3339_utc(ms);
+        assert_eq!(text.len(), 24, "{text}");
+        assert_eq!(rfc3339_ms(&text), Some(ms), "{text}");
+        ms += 86_400_000 * 13 + 3_599_999 + 61_001;
+    }
+    assert_eq!(rfc3339_utc(253_402_300_799_999), "9999-12-31T23:59:59.999Z");
+}
+
 #[test]
 fn a_torn_last_line_is_cut_back_and_the_recovery_recorded() {
     let dir = tempfile::tempdir().unwrap();

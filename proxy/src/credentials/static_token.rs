@@ -3,19 +3,42 @@
 
 use std::path::Path;
 
+use http::HeaderValue;
 use secrecy::SecretString;
 
-use super::{read_secret, CredentialError};
+use super::{header_value, read_secret, CredentialError};
+use crate::server::policy::Injection;
 
-pub(super) struct StaticToken(SecretString);
+/// The token, and the two `Authorization` values a static token is sent
+/// as, built once (`None`: not a valid header value; the request path then
+/// says so as it did).
+pub(super) struct StaticToken {
+    secret: SecretString,
+    bearer: Option<HeaderValue>,
+    basic: Option<HeaderValue>,
+}
 
 impl StaticToken {
     pub(super) fn load(name: &str, file: &Path) -> Result<Self, CredentialError> {
-        read_secret(name, file).map(Self)
+        let secret = read_secret(name, file)?;
+        Ok(Self {
+            bearer: header_value(Injection::Bearer, &secret),
+            basic: header_value(Injection::GitBasic, &secret),
+            secret,
+        })
     }
 
     pub(super) fn secret(&self) -> &SecretString {
-        &self.0
+        &self.secret
+    }
+
+    /// The value built at load for `inject` (`Bearer …`, git's `Basic …`).
+    pub(super) fn authorization(&self, inject: Injection) -> Option<&HeaderValue> {
+        match inject {
+            Injection::Bearer => self.bearer.as_ref(),
+            Injection::GitBasic => self.basic.as_ref(),
+            Injection::FeishuTenant | Injection::GithubAppJwt => None,
+        }
     }
 }
 
@@ -32,6 +55,17 @@ mod tests {
         std::fs::write(&file, "  sk-test \n").unwrap();
         let token = StaticToken::load("model", &file).unwrap();
         assert_eq!(token.secret().expose_secret(), "sk-test");
+        let bearer = token.authorization(Injection::Bearer).unwrap();
+        assert_eq!(bearer.to_str().unwrap(), "Bearer sk-test");
+        assert!(bearer.is_sensitive());
+        // base64("x-access-token:sk-test")
+        let basic = token.authorization(Injection::GitBasic).unwrap();
+        assert_eq!(
+            basic.to_str().unwrap(),
+            "Basic eC1hY2Nlc3MtdG9rZW46c2stdGVzdA=="
+        );
+        assert!(basic.is_sensitive());
+        assert!(token.authorization(Injection::FeishuTenant).is_none());
         let err = StaticToken::load("model", &dir.path().join("absent"))
             .err()
             .unwrap();

@@ -61,13 +61,17 @@ fn check_framing(headers: &HeaderMap) -> Result<(), &'static str> {
 /// Where an allowed request goes: always HTTPS to the connection's target,
 /// with the request's path and query as sent. `None` when they cannot form
 /// a URI.
+/// Built from parts: the path and query are the request's own (shared, not
+/// copied or parsed again), the authority the target's.
 pub(super) fn upstream_uri(host: &str, uri: &Uri) -> Option<Uri> {
-    format!(
-        "https://{host}{}",
-        uri.path_and_query().map(|p| p.as_str()).unwrap_or("/")
-    )
-    .parse()
-    .ok()
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(http::uri::Scheme::HTTPS);
+    parts.authority = Some(host.parse().ok()?);
+    parts.path_and_query = Some(match uri.path_and_query() {
+        Some(p) => p.clone(),
+        None => http::uri::PathAndQuery::from_static("/"),
+    });
+    Uri::from_parts(parts).ok()
 }
 
 #[cfg(test)]

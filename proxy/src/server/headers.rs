@@ -123,7 +123,9 @@ fn forwardable_headers(incoming: &HeaderMap) -> HeaderMap {
         .flat_map(|v| v.split(','))
         .map(|n| n.trim().to_ascii_lowercase())
         .collect();
-    let mut out = HeaderMap::with_capacity(incoming.len());
+    // Room for the three the caller adds (Host, Authorization,
+    // Accept-Encoding): a map that grows rehashes every entry.
+    let mut out = HeaderMap::with_capacity(incoming.len() + 3);
     for (name, value) in incoming {
         let n = name.as_str();
         if DROPPED_REQUEST_HEADERS.contains(&n)

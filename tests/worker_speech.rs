@@ -385,6 +385,12 @@ fn gh_pr_create_and_comment_work_in_a_sandbox_only_on_its_own_pull_request() {
         "{all}"
     );
     assert!(all.contains("OWN_EXIT=0"), "{all}");
+    // `gh auth status` finds the token good (its check, `GET /`, and the
+    // `viewer` login go through the proxy with the credential injected),
+    // so a worker is not sent to log in again.
+    assert!(all.contains("AUTH_EXIT=0"), "{all}");
+    assert!(all.contains("Logged in to github.com as "), "{all}");
+    assert!(!all.contains("no longer valid"), "{all}");
     assert!(!all.contains("ALICE_EXIT=0"), "{all}");
     assert!(!all.contains("ISSUE_EXIT=0"), "{all}");
     let comments = w.github.comments();

@@ -464,7 +464,7 @@ fn need<'a>(route: &'a Route, method: &Method) -> Need<'a> {
     const ISSUES: &[&str] = &["issues", "pull_requests"];
     match route {
         Route::User => Need::NotForInstallations,
-        Route::RateLimit | Route::Graphql => Need::Nothing,
+        Route::Root | Route::RateLimit | Route::Graphql => Need::Nothing,
         Route::Repo(r) => on(r, &["metadata"], "read"),
         Route::Issues(r)
         | Route::Issue(r, _)

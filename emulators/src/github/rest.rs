@@ -11,6 +11,10 @@ use super::pulls;
 /// A REST endpoint the emulator knows, with its path parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Route {
+    /// `GET /`: the API's root, links to its resources; `gh auth status`
+    /// checks its token with it (and reads `X-OAuth-Scopes`, which
+    /// installation tokens do not have).
+    Root,
     User,
     RateLimit,
     Repo(RepoPath),
@@ -49,6 +53,7 @@ pub(crate) fn route(path: &str) -> Option<Route> {
     let segments: Vec<&str> = path.strip_prefix('/')?.split('/').collect();
     let number = |s: &str| s.parse::<u64>().ok().filter(|_| !s.starts_with('+'));
     Some(match segments.as_slice() {
+        [""] => Route::Root,
         ["user"] => Route::User,
         ["rate_limit"] => Route::RateLimit,
         ["graphql"] => Route::Graphql,
@@ -324,6 +329,13 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
             .ok_or_else(Reply::not_found)
     };
     match &call.route {
+        Route::Root if get => Ok(Reply::ok(json!({
+            // A few of GitHub's root links (GET /, "meta/root" in the REST
+            // description); clients read none of them.
+            "current_user_url": format!("{API_BASE}/user"),
+            "rate_limit_url": format!("{API_BASE}/rate_limit"),
+            "repository_url": format!("{API_BASE}/repos/{{owner}}/{{repo}}"),
+        }))),
         Route::User if get => Ok(Reply::ok(Model::user_json(call.login))),
         Route::RateLimit if get => {
             let core = json!({"limit": 5000, "remaining": 4999, "used": 1, "reset": call.now + 3600, "resource": "core"});
@@ -846,6 +858,7 @@ mod tests {
     fn routes_known_paths() {
         let r = || repo("o", "r");
         let table = [
+            ("/", Some(Route::Root)),
             ("/user", Some(Route::User)),
             ("/rate_limit", Some(Route::RateLimit)),
             ("/graphql", Some(Route::Graphql)),
@@ -887,7 +900,7 @@ mod tests {
             ("/repos/o", None),
             ("/repos/o%2fr/x/issues", None),
             ("repos/o/r", None),
-            ("/", None),
+            ("//", None),
         ];
         for (path, expected) in table {
             assert_eq!(route(path), expected, "{path}");

@@ -234,6 +234,7 @@ fn scoped_tokens_reach_their_repositories_with_their_permissions() {
         ),
         (&get, Route::User, Err(Refusal::NotAccessible)),
         (&get, Route::RateLimit, Ok(())),
+        (&get, Route::Root, Ok(())),
         // Nothing there: the handler's own 404.
         (&get, Route::Repo(repo("missing")), Ok(())),
     ] {

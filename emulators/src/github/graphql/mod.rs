@@ -470,16 +470,10 @@ impl<'d> Executor<'_, 'd> {
         let leaf = Resolved::Leaf;
         match node {
             Node::Query => match field {
-                // An installation is no user: GitHub refuses its token
-                // `viewer`, as REST refuses it `GET /user`.
-                "viewer" if self.scope.is_some() => {
-                    self.error(
-                        path,
-                        "FORBIDDEN",
-                        "Resource not accessible by integration".to_owned(),
-                    );
-                    leaf(Value::Null)
-                }
+                // For an installation token `viewer` is the App's bot user
+                // (`{slug}[bot]`), though REST refuses the same token
+                // `GET /user` (seen on GitHub: fullsend-ai/fullsend#1953,
+                // "viewer returns fullsend-ai-coder[bot]").
                 "viewer" => Resolved::Object(Node::User(self.login.to_owned())),
                 "__type" => {
                     Resolved::Object(Node::Json(schema::schema().introspect(&arg_str("name"))))
@@ -1510,13 +1504,15 @@ mod tests {
         let answer = run_as(&mut model, Some(&write), comment);
         assert_eq!(answer.body["errors"], Value::Null, "{}", answer.body);
         assert_eq!(model.comments.len(), 1);
-        // `viewer` is no user for an installation.
+        // `viewer` is the installation's bot user, as for a token without
+        // a scope.
         let answer = run_as(
             &mut model,
             Some(&write),
             json!({"query": "{ viewer { login } }"}),
         );
-        assert_eq!(answer.body["errors"][0]["type"], "FORBIDDEN");
+        assert_eq!(answer.body["errors"], Value::Null, "{}", answer.body);
+        assert_eq!(answer.body["data"]["viewer"]["login"], "app[bot]");
         assert_eq!(
             run_as(&mut model, None, json!({"query": "{ viewer { login } }"})).body["data"]
                 ["viewer"]["login"],

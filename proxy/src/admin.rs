@@ -41,6 +41,49 @@ pub enum AdminError {
     },
 }
 
+/// Binds a unix socket that is 0600 from the moment anyone can reach it by
+/// `path`: bound in a private (0700) directory beside `path`, restricted,
+/// then renamed into place (the listening socket keeps its inode). The
+/// process's umask is never touched: it is shared by every thread and
+/// inherited by every child spawned meanwhile, and two binds at once could
+/// leave it changed for good (a supervisor spawned then made its work dirs
+/// 0600, which no worker could enter).
+pub(crate) fn bind_private(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    // Short, so that the staged path fits where `path` fits (108 bytes).
+    let staging = parent.join(format!(
+        ".b{}.{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    // Renaming would replace whatever is there: only a stale socket may be.
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
+    let staged = staging.join("s");
+    let bound = std::os::unix::net::UnixListener::bind(&staged).and_then(|listener| {
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&staged, path)?;
+        Ok(listener)
+    });
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&staging);
+    bound
+}
+
 /// Binds the admin socket (0600) and serves it until the process ends.
 pub fn serve(proxy: Arc<Proxy>, path: &Path) -> Result<tokio::task::JoinHandle<()>, AdminError> {
     let err = |source| AdminError::Socket {
@@ -55,15 +98,12 @@ pub fn serve(proxy: Arc<Proxy>, path: &Path) -> Result<tokio::task::JoinHandle<(
             std::fs::remove_file(path).map_err(err)?;
         }
     }
-    // The socket exists from bind(2) on: bound under umask 0177 it is 0600
-    // from its first moment, so nobody can connect between bind and chmod.
-    // The umask is the process's: a file another thread creates in this
-    // instant gets at most 0600 too, stricter and never looser.
-    let previous = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
-    let bound = UnixListener::bind(path);
-    nix::sys::stat::umask(previous);
-    let listener = bound.map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    let listener = bind_private(path)
+        .and_then(|l| {
+            l.set_nonblocking(true)?;
+            UnixListener::from_std(l)
+        })
+        .map_err(err)?;
     // Besides the 0600 mode: only root (the supervisor) and this user, by
     // the peer's credentials.
     let own = nix::unistd::geteuid().as_raw();
@@ -212,5 +252,69 @@ fn created_reply(name: &str, socket: PathBuf) -> Response<ProxyBody> {
     match created_body(name, socket) {
         Ok(body) => reply_text(StatusCode::CREATED, body),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileTypeExt;
+
+    /// The process's umask, read without setting it (which would itself
+    /// change it for a moment).
+    fn current_umask() -> String {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("Umask:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().to_owned()
+    }
+
+    #[test]
+    fn a_private_socket_is_0600_in_place_and_leaves_nothing_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let listener = bind_private(&path).unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        std::os::unix::net::UnixStream::connect(&path).unwrap();
+        listener.accept().unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["admin.sock"]);
+        // A stale socket is replaced; anything else is left alone.
+        drop(listener);
+        bind_private(&path).unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "keep").unwrap();
+        let e = bind_private(&file).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+    }
+
+    /// The process's umask is shared by every thread and inherited by
+    /// every child: binding never changes it, however many bind at once
+    /// (two binds that set and restored it in turn could leave it changed).
+    #[test]
+    fn binding_at_once_leaves_the_umask_alone() {
+        let before = current_umask();
+        let dir = tempfile::tempdir().unwrap();
+        let threads: Vec<_> = (0..16)
+            .map(|i| {
+                let path = dir.path().join(format!("s{i}"));
+                let before = before.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..20 {
+                        drop(bind_private(&path).unwrap());
+                        assert_eq!(current_umask(), before);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(current_umask(), before);
     }
 }

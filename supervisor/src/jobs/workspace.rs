@@ -30,12 +30,16 @@ pub fn prepare(config: &Config, job: &JobRecord) -> Result<String, ServiceError>
     Ok(prompt_path)
 }
 
-/// Creates `dir` and its missing parents, mode 0700.
+/// Creates `dir` and its missing parents, mode 0700. The mode is set, not
+/// left to the umask: a stricter umask inherited from whoever started the
+/// supervisor (0177, say) would make it 0600, a directory the worker can
+/// list but not enter.
 pub fn mkdir_private(dir: &Path) -> Result<(), ServiceError> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
+        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)))
         .map_err(io(format!("creating {}", dir.display())))
 }
 

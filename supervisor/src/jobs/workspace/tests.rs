@@ -158,3 +158,20 @@ fn a_planted_prompt_symlink_is_replaced_not_written_through() {
         assert!(meta.is_file(), "{name}");
     }
 }
+
+/// The mode is set, not left to the umask: a dir that came out 0600 (as a
+/// stricter umask makes it) is 0700 afterwards, and one made fresh is 0700.
+#[test]
+fn a_private_dir_is_0700_whatever_the_umask_left() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("work");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o600)).unwrap();
+    mkdir_private(&dir).unwrap();
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    let fresh = base.path().join("a/b");
+    mkdir_private(&fresh).unwrap();
+    let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+}

@@ -1,7 +1,8 @@
 //! Arbitrary request heads against a rule set: the decision never panics,
 //! costs at most a bound, and an allowed path is always canonical, never a
 //! token endpoint, and inside the identity's repository: its exact
-//! `owner/repo` segments (`/repos/octo/hello-evil/…` is another repository).
+//! `owner/repo` segments (`/repos/octo/hello-evil/…` is another repository),
+//! or the API root `GET /`.
 #![no_main]
 
 use gatehouse_proxy::path::{check_canonical, Vars};
@@ -60,9 +61,12 @@ fuzz_target!(|data: &[u8]| {
                 || lower.starts_with(&format!("{base}/"))
                 || lower.starts_with(&format!("{base}.git/"))
         };
+        // The API root (`GET /`: links only, where `gh auth status` checks
+        // its token) is the one path outside the repository.
+        let api_root = lower == "/" && method == "GET";
         assert!(
-            inside("/repos/octo/hello") || inside("/octo/hello") || lower == "/graphql",
-            "{lower}"
+            inside("/repos/octo/hello") || inside("/octo/hello") || lower == "/graphql" || api_root,
+            "{method} {lower}"
         );
     }
 });

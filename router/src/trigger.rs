@@ -43,6 +43,9 @@ pub enum TriggerKind {
     PullRequestClosed,
     /// A pull request was merged.
     PullRequestMerged,
+    /// A chat message was recalled: lifecycle, and information only (it
+    /// never ends work: [`TriggerKind::ends_work`]).
+    MessageRecalled,
     /// An issue or pull request was reopened: a resume signal
     /// ([`TriggerKind::is_resume_signal`]).
     Reopened,
@@ -53,6 +56,18 @@ impl TriggerKind {
     /// the bot for nothing, so it is never evaluated and never opens or
     /// resumes a ticket.
     pub fn is_lifecycle(self) -> bool {
+        matches!(
+            self,
+            TriggerKind::IssueClosed
+                | TriggerKind::PullRequestClosed
+                | TriggerKind::PullRequestMerged
+                | TriggerKind::MessageRecalled
+        )
+    }
+
+    /// A lifecycle kind that, done by a person, ends the live work it joins
+    /// (a close, a merge); the others only inform it.
+    pub fn ends_work(self) -> bool {
         matches!(
             self,
             TriggerKind::IssueClosed

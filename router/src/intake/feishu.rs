@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::intake::signature::SecretError;
 
 pub use crypt::{decrypt, encrypt, signature};
-pub use map::map;
+pub use map::{map, map_recall, recalled_message};
 
 /// How far a signed request's timestamp may be from now, either way.
 pub const MAX_AGE_SECS: u64 = 15 * 60;
@@ -34,14 +34,19 @@ pub const MAX_AGE_SECS: u64 = 15 * 60;
 /// The event type of a chat message.
 pub const MESSAGE_RECEIVE: &str = "im.message.receive_v1";
 
-/// Event types answered 200 and not stored: known, not (yet) acted on.
+/// A message was recalled (by its sender or a chat manager).
+pub const MESSAGE_RECALLED: &str = "im.message.recalled_v1";
+/// The bot was added to a chat.
+pub const BOT_ADDED: &str = "im.chat.member.bot.added_v1";
+/// The bot was removed from a chat.
+pub const BOT_REMOVED: &str = "im.chat.member.bot.deleted_v1";
+
+/// Event types answered 200 and not stored: known, and asking nothing of
+/// the bot nor changing what it may do.
 const IGNORED: &[&str] = &[
     "im.message.message_read_v1",
-    "im.message.recalled_v1",
     "im.message.reaction.created_v1",
     "im.message.reaction.deleted_v1",
-    "im.chat.member.bot.added_v1",
-    "im.chat.member.bot.deleted_v1",
 ];
 
 /// What verifies a Feishu app's requests. At least one of the encrypt key
@@ -302,20 +307,47 @@ fn envelope(keys: &FeishuKeys, value: Value, plain: Vec<u8>) -> Result<Opened, R
             event_type: event_type.to_owned(),
         });
     }
-    if event_type != MESSAGE_RECEIVE {
-        return Err(Refused::UnknownEvent(event_type.chars().take(64).collect()));
-    }
-    let message_id = value
-        .pointer("/event/message/message_id")
-        .and_then(Value::as_str)
-        .filter(|id| !id.is_empty())
-        .ok_or(Refused::Envelope("no `event.message.message_id`"))?;
+    let meaning = meaning(event_type, &value)?;
     Ok(Opened::Store {
         event_id: event_id.to_owned(),
         event_type: event_type.to_owned(),
-        meaning: format!("feishu:message:{message_id}"),
+        meaning,
         plain,
     })
+}
+
+/// A stored event's second dedup key, beside its event id: what it means.
+/// A message is received once and recalled once, whatever its event ids;
+/// the bot joins or leaves a chat at a time.
+fn meaning(event_type: &str, value: &Value) -> Result<String, Refused> {
+    let field = |pointer: &str, missing: &'static str| {
+        value
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty() && id.len() <= 128)
+            .ok_or(Refused::Envelope(missing))
+    };
+    match event_type {
+        MESSAGE_RECEIVE => {
+            let id = field("/event/message/message_id", "no `event.message.message_id`")?;
+            Ok(format!("feishu:message:{id}"))
+        }
+        MESSAGE_RECALLED => {
+            let id = field("/event/message_id", "no `event.message_id`")?;
+            Ok(format!("feishu:recall:{id}"))
+        }
+        BOT_ADDED | BOT_REMOVED => {
+            let chat = field("/event/chat_id", "no `event.chat_id`")?;
+            let at = field("/header/create_time", "no `header.create_time`")?;
+            let change = if event_type == BOT_ADDED {
+                "added"
+            } else {
+                "removed"
+            };
+            Ok(format!("feishu:bot:{change}:{chat}:{at}"))
+        }
+        other => Err(Refused::UnknownEvent(other.chars().take(64).collect())),
+    }
 }
 
 #[cfg(test)]

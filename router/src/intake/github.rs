@@ -182,6 +182,12 @@ pub enum Skip {
     NoPlace,
     /// An event this source stores but does not map.
     NotMapped,
+    /// A recall of a message the bot never received.
+    NeverReceived,
+    /// The bot was added to a chat.
+    BotAdded,
+    /// The bot was removed from a chat.
+    BotRemoved,
 }
 
 impl Skip {
@@ -190,6 +196,9 @@ impl Skip {
             Skip::NotTheBot => "not_the_bot",
             Skip::NoPlace => "no_place",
             Skip::NotMapped => "not_mapped",
+            Skip::NeverReceived => "never_received",
+            Skip::BotAdded => "bot_added",
+            Skip::BotRemoved => "bot_removed",
         }
     }
 }

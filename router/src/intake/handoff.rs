@@ -30,6 +30,9 @@ use crate::store::{DeliveryLog, Inserted, NewDelivery};
 /// is put together by the client before it is handed over.
 pub const MAX_FRAME: usize = 1 << 20;
 
+/// The socket's mode: its owner (the router) and its group.
+pub const SOCKET_MODE: u32 = 0o660;
+
 /// Connections served at once (one client is normal; a restart overlaps).
 const MAX_CONNECTIONS: usize = 4;
 
@@ -200,8 +203,11 @@ fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, IntakeError> {
         std::fs::remove_file(path).map_err(fail)?;
     }
     let listener = std::os::unix::net::UnixListener::bind(path).map_err(fail)?;
-    // Anyone may connect; only the configured uid is served (SO_PEERCRED).
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(fail)?;
+    // Two locks: only the socket's owner and group may connect (the
+    // group is the directory's when it is setgid, as `gatehouse up` makes
+    // it: the connect process's), and of those only the configured uid is
+    // served (SO_PEERCRED). Until this chmod the uid check holds alone.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE)).map_err(fail)?;
     listener.set_nonblocking(true).map_err(fail)?;
     Ok(listener)
 }
@@ -323,6 +329,43 @@ mod tests {
         ] {
             assert_eq!(admits(peer, configured), expected, "{peer:?} {configured}");
         }
+    }
+
+    #[test]
+    fn the_socket_admits_its_owner_and_group_only_and_takes_a_setgid_dirs_group() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let setgid = dir.path().join("handoff");
+        std::fs::create_dir(&setgid).unwrap();
+        // A group other than this process's own: any, as root; else one it
+        // is in, where there is one (without, the inheritance is not seen).
+        let own = nix::unistd::getegid().as_raw();
+        let other = if nix::unistd::geteuid().is_root() {
+            Some(own.wrapping_add(4242))
+        } else {
+            let groups = nix::unistd::getgroups().unwrap_or_default();
+            groups.iter().map(|g| g.as_raw()).find(|g| *g != own)
+        };
+        if let Some(g) = other {
+            std::os::unix::fs::chown(&setgid, None, Some(g)).unwrap();
+        }
+        std::fs::set_permissions(&setgid, std::fs::Permissions::from_mode(0o2750)).unwrap();
+        let path = setgid.join("s.sock");
+        let _listener = bind(&path).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.mode() & 0o7777, SOCKET_MODE, "no one else may connect");
+        assert_eq!(meta.gid(), other.unwrap_or(own), "the directory's group");
+        // A stale socket is replaced and gets the same mode; a file is not ours.
+        drop(_listener);
+        let _again = bind(&path).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().mode() & 0o777,
+            SOCKET_MODE
+        );
+        let file = setgid.join("f");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(bind(&file).is_err());
+        assert_eq!(std::fs::read(&file).unwrap(), b"x");
     }
 
     #[test]

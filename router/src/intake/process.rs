@@ -182,7 +182,21 @@ fn map<J: Judge>(router: &Router<J>, d: &StoredDelivery) -> Result<Mapped, Strin
         }
         "feishu" => {
             let bot = router.policy().identity.feishu.clone();
-            feishu::map(&d.body, bot.as_deref()).map_err(|e| e.to_string())
+            match feishu::recalled_message(&d.body) {
+                // The recalled message's own event says where it was and who
+                // sent it (stored earlier: deliveries are processed in order).
+                Some(id) => {
+                    let original = router
+                        .store
+                        .read()
+                        .delivery_by_meaning("feishu", &format!("feishu:message:{id}"))
+                        .map_err(|e| format!("looking up the recalled message: {e}"))?;
+                    let original = original.as_ref().map(|o| o.body.as_slice());
+                    feishu::map_recall(&d.body, original, bot.as_deref())
+                }
+                None => feishu::map(&d.body, bot.as_deref()),
+            }
+            .map_err(|e| e.to_string())
         }
         other => Err(format!("no source maps `{other}` deliveries")),
     }
@@ -232,7 +246,7 @@ fn mark<J: Judge>(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
     use crate::eval::RulesOnlyJudge;
@@ -391,6 +405,110 @@ mod tests {
             .collect();
         assert_eq!(outcomes[0], "skipped: not_the_bot");
         assert!(outcomes[1].starts_with("failed: "), "{}", outcomes[1]);
+    }
+
+    fn feishu(log: &mut DeliveryLog, id: &str, event_type: &str, meaning: &str, event: Value) {
+        let body = json!({"schema": "2.0",
+            "header": {"event_id": id, "event_type": event_type, "create_time": "1",
+                       "token": "t", "app_id": "cli_a", "tenant_key": "tk"},
+            "event": event});
+        let inserted = log
+            .insert(&NewDelivery {
+                platform: "feishu",
+                delivery_id: id,
+                event: event_type,
+                meaning,
+                body: body.to_string().as_bytes(),
+                received_at: 5,
+            })
+            .unwrap();
+        assert_eq!(inserted, Inserted::New);
+    }
+
+    /// A recall is decided on the recalled message's thread, where it joins
+    /// the live ticket that message opened as information (it ends nothing);
+    /// a recall of a message never received and the bot's membership
+    /// changes are marked skipped, each with its reason.
+    #[test]
+    fn a_recall_joins_the_recalled_messages_live_ticket_and_membership_is_recorded() {
+        let (_dir, mut log, mut router) = setup();
+        feishu(
+            &mut log,
+            "ev_1",
+            "im.message.receive_v1",
+            "feishu:message:om_1",
+            json!({"sender": {"sender_id": {"open_id": "ou_alice"}, "sender_type": "user"},
+                   "message": {"message_id": "om_1", "chat_id": "oc_1", "chat_type": "p2p",
+                               "message_type": "text", "content": "{\"text\":\"fix the build\"}"}}),
+        );
+        feishu(
+            &mut log,
+            "ev_2",
+            "im.message.recalled_v1",
+            "feishu:recall:om_1",
+            json!({"message_id": "om_1", "chat_id": "oc_1", "recall_type": "message_owner"}),
+        );
+        feishu(
+            &mut log,
+            "ev_3",
+            "im.message.recalled_v1",
+            "feishu:recall:om_never",
+            json!({"message_id": "om_never", "chat_id": "oc_1", "recall_type": "message_owner"}),
+        );
+        feishu(
+            &mut log,
+            "ev_4",
+            "im.chat.member.bot.added_v1",
+            "feishu:bot:added:oc_2:1",
+            json!({"chat_id": "oc_2", "operator_id": {"open_id": "ou_alice"}}),
+        );
+        feishu(
+            &mut log,
+            "ev_5",
+            "im.chat.member.bot.deleted_v1",
+            "feishu:bot:removed:oc_2:1",
+            json!({"chat_id": "oc_2", "operator_id": {"open_id": "ou_alice"}}),
+        );
+        let done = process_pending(&mut router, || 10).unwrap();
+        assert_eq!(
+            done,
+            Processed {
+                triggers: 2,
+                skipped: 3,
+                failed: 0
+            }
+        );
+        let deliveries = log.read().deliveries().unwrap();
+        let outcome = |i: usize| deliveries[i].processed.clone().unwrap();
+        let asked = router
+            .store()
+            .read()
+            .trigger(&outcome(0).trigger.unwrap())
+            .unwrap();
+        let recalled = router
+            .store()
+            .read()
+            .trigger(&outcome(1).trigger.unwrap())
+            .unwrap();
+        assert_eq!(
+            recalled.trigger.input.kind,
+            crate::trigger::TriggerKind::MessageRecalled
+        );
+        assert_eq!(recalled.trigger.input.thread, asked.trigger.input.thread);
+        assert_eq!(recalled.trigger.input.sender, asked.trigger.input.sender);
+        let decisions = router.store().read().decisions().unwrap();
+        let last_trigger = decisions
+            .iter()
+            .rev()
+            .find(|d| d.contains(r#""type":"trigger""#))
+            .unwrap();
+        assert!(last_trigger.contains("pass_through"), "{last_trigger}");
+        let tickets = router.store().read().tickets().unwrap();
+        assert_eq!(tickets.len(), 1);
+        assert!(tickets[0].is_live(), "the recall ended nothing");
+        assert_eq!(outcome(2).outcome, "skipped: never_received");
+        assert_eq!(outcome(3).outcome, "skipped: bot_added");
+        assert_eq!(outcome(4).outcome, "skipped: bot_removed");
     }
 
     /// A round's deliveries and the polling state are stored together; an

@@ -94,7 +94,7 @@ pub fn plan_trigger(d: &TriggerDecision, input: &TriggerInput, reply_words: usiz
             out
         }
         TicketOutcome::PassThrough { ticket } if input.kind.is_lifecycle() => {
-            vec![plan_lifecycle(d, ticket)]
+            vec![plan_lifecycle(d, input.kind, ticket)]
         }
         TicketOutcome::PassThrough { ticket } => {
             if explicit_human && is_stop(&input.text) {
@@ -114,13 +114,14 @@ pub fn plan_trigger(d: &TriggerDecision, input: &TriggerInput, reply_words: usiz
     }
 }
 
-/// A close or merge that joined live work. Done by a person, it ends the
-/// work, requested by that close or merge (the core's end rules apply, as
-/// to a "stop"); done by a listed bot (a merge queue, a stale-issue bot) it
-/// reaches the worker as information and ends nothing: a bot never stops a
-/// ticket.
-fn plan_lifecycle(d: &TriggerDecision, ticket: &TicketId) -> Intent {
-    if d.admission.human().is_some() {
+/// A lifecycle trigger that joined live work. A close or merge done by a
+/// person ends the work, requested by that close or merge (the core's end
+/// rules apply, as to a "stop"); done by a listed bot (a merge queue, a
+/// stale-issue bot) it reaches the worker as information and ends nothing:
+/// a bot never stops a ticket. A recalled message is information whoever
+/// recalled it.
+fn plan_lifecycle(d: &TriggerDecision, kind: TriggerKind, ticket: &TicketId) -> Intent {
+    if kind.ends_work() && d.admission.human().is_some() {
         Intent::Step(Step::Close {
             ticket: ticket.clone(),
             trigger: d.trigger.clone(),

@@ -237,6 +237,22 @@ impl Reader<'_> {
             .is_some())
     }
 
+    /// The delivery from `platform` stored with this meaning, if any.
+    pub fn delivery_by_meaning(
+        &self,
+        platform: &str,
+        meaning: &str,
+    ) -> Result<Option<StoredDelivery>> {
+        let sql = format!(
+            "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE platform = ?1 AND meaning = ?2"
+        );
+        Ok(self
+            .conn
+            .prepare_cached(&sql)?
+            .query_row([platform, meaning], delivery_from_row)
+            .optional()?)
+    }
+
     /// Every stored delivery, oldest first.
     pub fn deliveries(&self) -> Result<Vec<StoredDelivery>> {
         let sql = format!("SELECT {DELIVERY_COLUMNS} FROM deliveries ORDER BY seq");

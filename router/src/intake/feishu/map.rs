@@ -93,12 +93,97 @@ fn chat_kind(chat_type: &str) -> Result<ChatKind, MapError> {
     }
 }
 
-/// Maps a stored event; `bot` is the bot's open_id.
-pub fn map(body: &[u8], bot: Option<&str>) -> Result<Mapped, MapError> {
-    let e: Envelope = serde_json::from_slice(body).map_err(|e| MapError::Payload(e.to_string()))?;
-    if e.header.event_type != super::MESSAGE_RECEIVE {
-        return Ok(Mapped::Skip(Skip::NotMapped));
+/// The header alone: what every stored event has.
+#[derive(Debug, Deserialize)]
+struct HeaderOnly {
+    header: Header,
+}
+
+/// `im.message.recalled_v1`'s event (oapi-sdk-go `P2MessageRecalledV1Data`:
+/// `message_id`, `chat_id`, `recall_time`, `recall_type`). It names no
+/// operator: `recall_type` says whether the sender (`message_owner`) or a
+/// chat or tenant manager recalled it.
+#[derive(Debug, Deserialize)]
+struct RecallEnvelope {
+    event: Recall,
+}
+
+#[derive(Debug, Deserialize)]
+struct Recall {
+    message_id: String,
+    #[serde(default)]
+    recall_type: String,
+}
+
+/// The id of the message a stored event recalls, when it is a recall: the
+/// processor looks up that message's own event for [`map_recall`].
+pub fn recalled_message(body: &[u8]) -> Option<String> {
+    let head: HeaderOnly = serde_json::from_slice(body).ok()?;
+    if head.header.event_type != super::MESSAGE_RECALLED {
+        return None;
     }
+    let e: RecallEnvelope = serde_json::from_slice(body).ok()?;
+    Some(e.event.message_id)
+}
+
+/// Maps a stored recall, given the stored event of the message it recalls
+/// (`None`: the bot never received it, so nothing of ours refers to it).
+///
+/// The recall becomes a lifecycle trigger ([`TriggerKind::MessageRecalled`])
+/// on the recalled message's thread, sent by that message's sender (Feishu
+/// names no operator; `recall_type` goes into the text). Live work there
+/// hears of it; nothing is opened, resumed, evaluated or ended by it: a
+/// stop is said in words, and a manager's recall is not the sender's.
+pub fn map_recall(
+    body: &[u8],
+    original: Option<&[u8]>,
+    bot: Option<&str>,
+) -> Result<Mapped, MapError> {
+    let e: RecallEnvelope =
+        serde_json::from_slice(body).map_err(|e| MapError::Payload(e.to_string()))?;
+    let head: HeaderOnly =
+        serde_json::from_slice(body).map_err(|e| MapError::Payload(e.to_string()))?;
+    let Some(original) = original else {
+        return Ok(Mapped::Skip(Skip::NeverReceived));
+    };
+    let mut input = match map(original, bot)? {
+        Mapped::Trigger(input) if input.message_id == e.event.message_id => input,
+        Mapped::Trigger(_) => {
+            return Err(MapError::Payload(
+                "the recalled message's event names another message".into(),
+            ))
+        }
+        Mapped::Skip(_) => return Ok(Mapped::Skip(Skip::NeverReceived)),
+    };
+    let by = match e.event.recall_type.as_str() {
+        "" | "message_owner" => "its sender".to_owned(),
+        other => other.chars().take(32).collect::<String>().replace('_', " "),
+    };
+    input.kind = TriggerKind::MessageRecalled;
+    // The mention was the recalled message's; the recall addresses no one.
+    input.addressed = Vec::new();
+    input.text = format!("(message {} was recalled by {by})", e.event.message_id);
+    input.raw =
+        Some(json!({ "feishu_event": head.header.event_id, "event": head.header.event_type }));
+    Ok(Mapped::Trigger(input))
+}
+
+/// Maps a stored event; `bot` is the bot's open_id. A recall needs the
+/// recalled message: see [`map_recall`].
+pub fn map(body: &[u8], bot: Option<&str>) -> Result<Mapped, MapError> {
+    let head: HeaderOnly =
+        serde_json::from_slice(body).map_err(|e| MapError::Payload(e.to_string()))?;
+    match head.header.event_type.as_str() {
+        super::MESSAGE_RECEIVE => {}
+        // Recorded with the delivery (chat, operator, time); they ask
+        // nothing, and a reply into a chat the bot left is refused by Feishu
+        // (230002), which ends that reply (the outbox).
+        super::BOT_ADDED => return Ok(Mapped::Skip(Skip::BotAdded)),
+        super::BOT_REMOVED => return Ok(Mapped::Skip(Skip::BotRemoved)),
+        super::MESSAGE_RECALLED => return Ok(Mapped::Skip(Skip::NeverReceived)),
+        _ => return Ok(Mapped::Skip(Skip::NotMapped)),
+    }
+    let e: Envelope = serde_json::from_slice(body).map_err(|e| MapError::Payload(e.to_string()))?;
     let m = e.event.message;
     let sender_id = e.event.sender.sender_id.open_id;
     if sender_id.is_empty() {
@@ -457,5 +542,91 @@ mod tests {
             Err(MapError::NoSender)
         );
         assert!(matches!(map(b"{}", Some(BOT)), Err(MapError::Payload(_))));
+    }
+
+    fn other_event(event_type: &str, event: Value) -> Vec<u8> {
+        json!({"schema": "2.0",
+               "header": {"event_id": "e9", "event_type": event_type,
+                          "create_time": "2", "token": "t", "app_id": "cli_a", "tenant_key": "tk"},
+               "event": event})
+        .to_string()
+        .into_bytes()
+    }
+
+    fn recall(message_id: &str, recall_type: &str) -> Vec<u8> {
+        other_event(
+            "im.message.recalled_v1",
+            json!({"message_id": message_id, "chat_id": "oc_1", "recall_time": "3",
+                   "recall_type": recall_type}),
+        )
+    }
+
+    /// A recall lands on the recalled message's thread, from its sender,
+    /// addressing no one, as a lifecycle trigger; without the message (the
+    /// bot never got it) it is skipped; the bot's chat changes are skipped
+    /// with their own reasons.
+    #[test]
+    fn recalls_join_the_recalled_messages_thread_and_membership_is_recorded() {
+        let at_bot = json!([mention("@_user_1", BOT, "G")]);
+        let mut threaded = message("group", text("@_user_1 fix it"), at_bot.clone());
+        threaded["root_id"] = json!("om_root");
+        let original = event("user", threaded);
+        let asked = trigger(&original);
+        for (recall_type, by) in [
+            ("message_owner", "its sender"),
+            ("group_manager", "group manager"),
+            ("", "its sender"),
+        ] {
+            let got = match map_recall(&recall("om_3", recall_type), Some(&original), Some(BOT)) {
+                Ok(Mapped::Trigger(t)) => *t,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(got.kind, TriggerKind::MessageRecalled);
+            assert!(got.kind.is_lifecycle() && !got.kind.ends_work());
+            assert_eq!(
+                got.thread, "fs:oc_1:om_root",
+                "the recalled message's thread"
+            );
+            assert_eq!(got.thread, asked.thread);
+            assert_eq!(got.sender, asked.sender);
+            assert_eq!(got.message_id, "om_3");
+            assert!(got.addressed.is_empty(), "a recall addresses no one");
+            assert_eq!(got.text, format!("(message om_3 was recalled by {by})"));
+        }
+        assert_eq!(
+            map_recall(&recall("om_3", "message_owner"), None, Some(BOT)),
+            Ok(Mapped::Skip(Skip::NeverReceived))
+        );
+        // The looked-up event must be the recalled message's own.
+        assert!(matches!(
+            map_recall(
+                &recall("om_other", "message_owner"),
+                Some(&original),
+                Some(BOT)
+            ),
+            Err(MapError::Payload(_))
+        ));
+        assert_eq!(recalled_message(&recall("om_3", "")), Some("om_3".into()));
+        assert_eq!(recalled_message(&original), None);
+        // Mapped alone (no lookup), a recall opens nothing.
+        assert_eq!(
+            map(&recall("om_3", ""), Some(BOT)),
+            Ok(Mapped::Skip(Skip::NeverReceived))
+        );
+        for (event_type, skip) in [
+            ("im.chat.member.bot.added_v1", Skip::BotAdded),
+            ("im.chat.member.bot.deleted_v1", Skip::BotRemoved),
+            ("im.message.reaction.created_v1", Skip::NotMapped),
+        ] {
+            let body = other_event(
+                event_type,
+                json!({"chat_id": "oc_1", "operator_id": {"open_id": "ou_alice"}}),
+            );
+            assert_eq!(
+                map(&body, Some(BOT)),
+                Ok(Mapped::Skip(skip)),
+                "{event_type}"
+            );
+        }
     }
 }

@@ -350,3 +350,57 @@ fn delivered_events_are_checked_like_pushed_ones() {
         Some(Refused::UnknownEvent(_))
     ));
 }
+
+/// A recall and the bot's joining or leaving a chat are stored, each with a
+/// meaning of its own (a message is recalled once, whatever the event ids);
+/// one without the fields its meaning needs is refused, stored nowhere.
+#[test]
+fn recalls_and_membership_changes_are_stored_by_meaning() {
+    let keys = token_only();
+    let with_event = |event_type: &str, body: Value| {
+        let mut v = event(event_type, "cli_a", "v-token");
+        v["event"] = body;
+        v.to_string().into_bytes()
+    };
+    let cases: Vec<(&str, Value, Result<&str, Refused>)> = vec![
+        (
+            MESSAGE_RECALLED,
+            json!({"message_id": "om_9", "chat_id": "oc_1", "recall_time": "1", "recall_type": "message_owner"}),
+            Ok("feishu:recall:om_9"),
+        ),
+        (
+            MESSAGE_RECALLED,
+            json!({"chat_id": "oc_1"}),
+            Err(Refused::Envelope("no `event.message_id`")),
+        ),
+        (
+            BOT_ADDED,
+            json!({"chat_id": "oc_7", "operator_id": {"open_id": "ou_a"}, "name": "team"}),
+            Ok("feishu:bot:added:oc_7:1700000000000"),
+        ),
+        (
+            BOT_REMOVED,
+            json!({"chat_id": "oc_7", "operator_id": {"open_id": "ou_a"}}),
+            Ok("feishu:bot:removed:oc_7:1700000000000"),
+        ),
+        (
+            BOT_REMOVED,
+            json!({"operator_id": {"open_id": "ou_a"}}),
+            Err(Refused::Envelope("no `event.chat_id`")),
+        ),
+    ];
+    for (event_type, body, want) in cases {
+        let bytes = with_event(event_type, body.clone());
+        let got = open(&keys, Signed::default(), &bytes, NOW).map(|o| match o {
+            Opened::Store { meaning, .. } => meaning,
+            other => panic!("{other:?}"),
+        });
+        assert_eq!(got, want.clone().map(str::to_owned), "{event_type} {body}");
+        // The long connection's path checks the same.
+        let handed = open_delivered(&keys, &bytes).map(|o| match o {
+            Opened::Store { meaning, .. } => meaning,
+            other => panic!("{other:?}"),
+        });
+        assert_eq!(handed, want.map(str::to_owned), "{event_type} handed over");
+    }
+}

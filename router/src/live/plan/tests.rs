@@ -457,6 +457,14 @@ fn closes_and_merges_of_live_work_plan_ends_only_as_the_rules_say() {
         (TriggerKind::PullRequestMerged, explicit(), close.clone()),
         // A bot never stops a ticket, by merging no more than by closing.
         (TriggerKind::PullRequestMerged, bot.clone(), forward.clone()),
+        // A recall informs the worker, whoever recalled: it stops nothing.
+        (
+            TriggerKind::MessageRecalled,
+            person.clone(),
+            forward.clone(),
+        ),
+        (TriggerKind::MessageRecalled, explicit(), forward.clone()),
+        (TriggerKind::MessageRecalled, bot.clone(), forward.clone()),
     ];
     for (kind, admission, expected) in cases {
         // Whatever the text says: a close has none of its own, and a "stop"

@@ -508,6 +508,7 @@ fn a_part_killed_with_sigkill_is_restarted_and_serves_again() {
         Part::Proxy => std::os::unix::net::UnixStream::connect(&l.admin_socket).is_ok(),
         Part::Supervisor => std::os::unix::net::UnixStream::connect(&l.jobs_socket).is_ok(),
         Part::Router => std::net::TcpStream::connect(listen).is_ok(),
+        Part::FeishuConnect => unreachable!("not configured here"),
     };
     for part in [Part::Proxy, Part::Supervisor, Part::Router] {
         let before = running.pid(part).unwrap();

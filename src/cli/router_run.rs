@@ -28,7 +28,10 @@ pub(super) fn run(
     // Before any thread exists (Landlock binds the threads started after).
     let ports: Vec<u16> = [
         config.github.as_ref().map(|g| g.listen.port()),
-        config.feishu.as_ref().map(|f| f.listen.port()),
+        config
+            .feishu
+            .as_ref()
+            .and_then(|f| f.listen.map(|l| l.port())),
         config.metrics.map(|m| m.port()),
     ]
     .into_iter()
@@ -49,13 +52,17 @@ pub(super) fn run(
         ));
         names.push(("github", source.name()));
     }
-    if let Some(f) = &config.feishu {
+    if let Some((f, listen)) = config
+        .feishu
+        .as_ref()
+        .and_then(|f| f.listen.map(|l| (f, l)))
+    {
         let source = Source::Feishu {
             app_id: f.app_id.clone(),
             encrypt_key_file: f.encrypt_key_file.clone(),
             token_file: f.verification_token_file.clone(),
         };
-        listeners.push((source.verifier().context("[feishu]")?, f.listen));
+        listeners.push((source.verifier().context("[feishu]")?, listen));
         names.push(("feishu", source.name()));
     }
     let durability = sync.durability();

@@ -75,7 +75,7 @@ fn run_up(config: PathBuf, log_format: LogFormat) -> anyhow::Result<ExitCode> {
     let prepared = up::prepare(&config)?;
     if !prepared.users.separated() {
         tracing::warn!(
-            "not root: the three parts run as this user, so the router could read the \
+            "not root: every part runs as this user, so the router could read the \
              credential files (see README, rootless)"
         );
     }
@@ -204,6 +204,16 @@ pub fn describe(p: &Prepared) -> String {
         if let Some(addr) = addr {
             let _ = writeln!(out, "{key}: http://{addr}/metrics");
         }
+    }
+    if let (Some(socket), Some(f)) = (l.handoff_socket(), &p.file.feishu) {
+        let _ = writeln!(
+            out,
+            "feishu long connection: `gatehouse intake feishu-connect` for {} as uid {}, \
+             handing events to {}",
+            f.app_id,
+            users.proxy().uid,
+            socket.display()
+        );
     }
     let _ = writeln!(out, "CA certificate: {}", l.ca_cert.display());
     let _ = writeln!(out, "logs: {}", l.logs_dir.display());

@@ -114,6 +114,9 @@ pub fn prepare(path: &Path) -> Result<Prepared, UpError> {
     {
         layout = layout.with_github_app();
     }
+    if file.feishu.as_ref().is_some_and(|f| f.long_connection) {
+        layout = layout.with_long_connection();
+    }
     if let Some(socket) = layout.overlong_socket() {
         return Err(invalid(
             "run_dir",
@@ -126,7 +129,7 @@ pub fn prepare(path: &Path) -> Result<Prepared, UpError> {
     }
     check_secrets(&file, &users).map_err(|(key, m)| invalid(&key, m))?;
     readable(&file.policy, users.router(), "the router's").map_err(|m| invalid("policy", m))?;
-    let generated = generate::all(&file, &layout, users.router_group(), users.router().uid)?;
+    let generated = generate::all(&file, &layout, &users)?;
     load_generated(&layout, &generated, &policy)?;
     Ok(Prepared {
         config_path: path,

@@ -142,12 +142,27 @@ pub struct GithubPoll {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FeishuSource {
-    pub listen: SocketAddr,
+    /// The event subscription's HTTP listener (a public URL's backend).
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
+    /// Also (or instead) take events over Feishu's long connection, for an
+    /// app without a public URL: `up` runs `gatehouse intake
+    /// feishu-connect` as the proxy's user with the app's `feishu_app`
+    /// credential, handing events to the router.
+    #[serde(default)]
+    pub long_connection: bool,
     pub app_id: String,
     #[serde(default)]
     pub encrypt_key_file: Option<PathBuf>,
     #[serde(default)]
     pub verification_token_file: Option<PathBuf>,
+}
+
+/// A `feishu_app` credential's parts the long connection needs.
+#[derive(Debug, Clone, Copy)]
+pub struct FeishuApp<'a> {
+    pub app_secret_file: &'a Path,
+    pub base_url: &'a str,
 }
 
 /// `[jobs]`: what the supervisor runs.
@@ -202,6 +217,50 @@ impl UpFile {
             files.extend(feishu.verification_token_file.as_deref());
         }
         files
+    }
+
+    /// The `feishu_app` credential of `app_id`, if one is configured.
+    pub fn feishu_app(&self, app_id: &str) -> Option<FeishuApp<'_>> {
+        self.credentials.values().find_map(|c| match c {
+            CredentialFile::FeishuApp {
+                app_id: id,
+                app_secret_file,
+                base_url,
+            } if id == app_id => Some(FeishuApp {
+                app_secret_file,
+                base_url,
+            }),
+            _ => None,
+        })
+    }
+
+    /// Where the long connection goes for Feishu at `base_url`: the
+    /// address and CA of its `[upstream."<host>"]` override (an emulator,
+    /// a test), if any. The connect process names an address, not a host:
+    /// an override must give an IP address and port.
+    pub fn long_connection_target(
+        &self,
+        base_url: &str,
+    ) -> Result<Option<(SocketAddr, Option<&Path>)>, String> {
+        let host = base_url
+            .strip_prefix("https://")
+            .map(|rest| rest.split(['/', ':']).next().unwrap_or(""))
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| format!("the feishu_app base_url `{base_url}` is not https://host"))?;
+        let Some(upstream) = self.upstream.get(host) else {
+            return Ok(None);
+        };
+        let addr = upstream
+            .url
+            .strip_prefix("https://")
+            .and_then(|rest| rest.trim_end_matches('/').parse::<SocketAddr>().ok())
+            .ok_or_else(|| {
+                format!(
+                    "[upstream.\"{host}\"] url `{}`: the long connection needs https://IP:PORT",
+                    upstream.url
+                )
+            })?;
+        Ok(Some((addr, upstream.ca_file.as_deref())))
     }
 
     /// Parses `text` (the contents of `file`) and resolves every path
@@ -267,6 +326,26 @@ impl UpFile {
             }
             if !feishu.app_id.starts_with("cli_") {
                 return Err(invalid("feishu.app_id", "expected the app id (cli_…)"));
+            }
+            if feishu.listen.is_none() && !feishu.long_connection {
+                return Err(invalid(
+                    "feishu",
+                    "expected `listen`, `long_connection = true` or both: events must arrive somehow",
+                ));
+            }
+            if feishu.long_connection {
+                let app = self.feishu_app(&feishu.app_id).ok_or_else(|| {
+                    invalid(
+                        "feishu.long_connection",
+                        &format!(
+                            "needs a [credentials.<name>] of kind \"feishu_app\" with app_id = \"{}\": \
+                             the long connection opens with the app secret",
+                            feishu.app_id
+                        ),
+                    )
+                })?;
+                self.long_connection_target(app.base_url)
+                    .map_err(|m| invalid("feishu.long_connection", &m))?;
             }
         }
         if self.proxy_user == self.router_user {
@@ -436,6 +515,39 @@ webhook_secret_files = ["secrets/webhook"]
         );
     }
 
+    const FEISHU_APP: &str = "[credentials.feishu]\nkind = \"feishu_app\"\napp_id = \"cli_x\"\n\
+                              app_secret_file = \"s/app\"\nbase_url = \"https://open.feishu.cn\"\n";
+
+    /// The long connection takes the app's credential and, where Feishu is
+    /// overridden (an emulator), the override's address and CA.
+    #[test]
+    fn the_long_connection_finds_its_credential_and_target() {
+        let text = format!(
+            "{MINIMAL}\n{FEISHU_APP}[upstream.\"open.feishu.cn\"]\nurl = \"https://127.0.0.1:8443\"\n\
+             ca_file = \"ca.pem\"\n[feishu]\nlong_connection = true\napp_id = \"cli_x\"\n\
+             verification_token_file = \"t\"\n"
+        );
+        let f = parse(&text).unwrap();
+        let feishu = f.feishu.as_ref().unwrap();
+        assert!(feishu.long_connection && feishu.listen.is_none());
+        let app = f.feishu_app("cli_x").unwrap();
+        assert_eq!(app.app_secret_file, Path::new("/etc/gatehouse/s/app"));
+        assert!(f.feishu_app("cli_other").is_none());
+        assert_eq!(
+            f.long_connection_target(app.base_url).unwrap(),
+            Some((
+                "127.0.0.1:8443".parse().unwrap(),
+                Some(Path::new("/etc/gatehouse/ca.pem"))
+            ))
+        );
+        // Not overridden: Feishu itself, by name.
+        assert_eq!(
+            f.long_connection_target("https://open.larksuite.com"),
+            Ok(None)
+        );
+        assert!(f.long_connection_target("http://open.feishu.cn").is_err());
+    }
+
     #[test]
     fn refusals_name_the_file_and_the_key() {
         let cases = [
@@ -455,6 +567,18 @@ webhook_secret_files = ["secrets/webhook"]
             (
                 format!("{MINIMAL}\n[feishu]\nlisten = \"127.0.0.1:1\"\napp_id = \"x\"\nverification_token_file = \"t\"\n"),
                 "feishu.app_id",
+            ),
+            (
+                format!("{MINIMAL}\n[feishu]\napp_id = \"cli_x\"\nverification_token_file = \"t\"\n"),
+                "`feishu`: expected `listen`, `long_connection = true` or both",
+            ),
+            (
+                format!("{MINIMAL}\n[feishu]\nlong_connection = true\napp_id = \"cli_x\"\nverification_token_file = \"t\"\n"),
+                "`feishu.long_connection`: needs a [credentials.<name>] of kind \"feishu_app\" with app_id = \"cli_x\"",
+            ),
+            (
+                format!("{MINIMAL}\n{FEISHU_APP}[upstream.\"open.feishu.cn\"]\nurl = \"https://feishu.test:8443\"\n[feishu]\nlong_connection = true\napp_id = \"cli_x\"\nverification_token_file = \"t\"\n"),
+                "the long connection needs https://IP:PORT",
             ),
             (
                 format!("proxy_user = \"same\"\nrouter_user = \"same\"\n{MINIMAL}"),

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use toml::{Table, Value};
 
+use super::check::Users;
 use super::config::UpFile;
 use super::layout::{Layout, ROUTER_GITHUB_APP_RULES};
 use super::UpError;
@@ -41,16 +42,14 @@ fn serialize(what: &str, t: &Table) -> Result<String, UpError> {
 
 /// `api_socket_group`: the router's group when the router runs as its own
 /// user; rootless, none (the socket is 0600, the same user's).
-pub fn all(
-    file: &UpFile,
-    layout: &Layout,
-    router_group: Option<&str>,
-    router_uid: u32,
-) -> Result<Generated, UpError> {
+pub fn all(file: &UpFile, layout: &Layout, users: &Users) -> Result<Generated, UpError> {
     Ok(Generated {
-        proxy: serialize("proxy.toml", &proxy(file, layout, router_uid)?)?,
-        supervisor: serialize("supervisor.toml", &supervisor(file, layout, router_group))?,
-        router: serialize("router.toml", &router(file, layout))?,
+        proxy: serialize("proxy.toml", &proxy(file, layout, users.router().uid)?)?,
+        supervisor: serialize(
+            "supervisor.toml",
+            &supervisor(file, layout, users.router_group()),
+        )?,
+        router: serialize("router.toml", &router(file, layout, users.proxy().uid))?,
     })
 }
 
@@ -202,7 +201,9 @@ fn metrics(t: &mut Table, addr: Option<std::net::SocketAddr>) {
 /// router.toml: the policy, its database, the job API, its proxy
 /// identities and CA, and the sources. It names no credential: only the
 /// verification secrets of the sources, which the router checks itself.
-pub fn router(file: &UpFile, layout: &Layout) -> Table {
+/// `connect_uid` is the long-connection client's (the proxy's user): the
+/// only peer its hand-off socket serves.
+pub fn router(file: &UpFile, layout: &Layout, connect_uid: u32) -> Table {
     let mut t = Table::new();
     t.insert("policy".into(), path(&file.policy));
     t.insert("state".into(), path(&layout.router_db));
@@ -267,10 +268,19 @@ pub fn router(file: &UpFile, layout: &Layout) -> Table {
         t.insert("github_poll".into(), table(entries));
     }
     if let Some(feishu) = &file.feishu {
-        let mut entries = vec![
-            ("listen", Value::String(feishu.listen.to_string())),
-            ("app_id", Value::String(feishu.app_id.clone())),
-        ];
+        let mut entries = vec![("app_id", Value::String(feishu.app_id.clone()))];
+        if let Some(listen) = feishu.listen {
+            entries.push(("listen", Value::String(listen.to_string())));
+        }
+        if let Some(socket) = layout.handoff_socket() {
+            entries.push((
+                "long_connection",
+                table([
+                    ("socket", path(socket)),
+                    ("peer_uid", Value::Integer(i64::from(connect_uid))),
+                ]),
+            ));
+        }
         if let Some(p) = &feishu.encrypt_key_file {
             entries.push(("encrypt_key_file", path(p)));
         }
@@ -286,6 +296,7 @@ pub fn router(file: &UpFile, layout: &Layout) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::up::access::Who;
 
     const FILE: &str = r#"
 policy = "policy.toml"
@@ -322,6 +333,50 @@ keep_files = 7
 proxy = "127.0.0.1:9464"
 router = "[::1]:9466"
 "#;
+
+    /// The router is uid 990 either way; separated, the proxy is 991.
+    fn users(router_group: Option<&str>) -> Users {
+        let router = Who { uid: 990, gid: 990 };
+        match router_group {
+            None => Users::Rootless(router),
+            Some(group) => Users::Separated {
+                proxy: Who { uid: 991, gid: 991 },
+                router,
+                router_group: group.to_owned(),
+            },
+        }
+    }
+
+    /// With the long connection, the router serves a hand-off socket to the
+    /// proxy's uid alone, and `[feishu]` may have no HTTP listener.
+    #[test]
+    fn the_long_connection_gives_the_router_a_handoff_for_the_proxys_uid() {
+        let (mut file, layout) = fixture();
+        let without = all(&file, &layout, &users(Some("g"))).unwrap();
+        let t: Table = toml::from_str(&without.router).unwrap();
+        assert!(t["feishu"].get("long_connection").is_none());
+        let feishu = file.feishu.as_mut().unwrap();
+        feishu.long_connection = true;
+        feishu.listen = None;
+        let layout = layout.with_long_connection();
+        let all = all(&file, &layout, &users(Some("g"))).unwrap();
+        let config = gatehouse_router::live::RouterConfig::from_toml(
+            "router.toml",
+            &all.router,
+            std::path::Path::new("/"),
+        )
+        .unwrap();
+        let feishu = config.feishu.unwrap();
+        assert_eq!(feishu.listen, None);
+        assert_eq!(
+            feishu.long_connection,
+            Some(gatehouse_router::intake::HandoffConfig {
+                socket: "/run/gatehouse/feishu/handoff.sock".into(),
+                peer_uid: 991,
+            })
+        );
+        assert!(!all.router.contains("secrets/feishu\""), "no app secret");
+    }
 
     fn fixture() -> (UpFile, Layout) {
         let file = UpFile::parse(Path::new("/etc/g/gatehouse.toml"), FILE).unwrap();
@@ -405,7 +460,7 @@ router = "[::1]:9466"
     #[test]
     fn each_part_gets_its_metrics_address_or_none() {
         let (file, layout) = fixture();
-        let all = all(&file, &layout, None, 990).unwrap();
+        let all = all(&file, &layout, &users(None)).unwrap();
         let listen = |text: &str| {
             let t: Table = toml::from_str(text).unwrap();
             t.get("metrics")
@@ -419,7 +474,7 @@ router = "[::1]:9466"
     #[test]
     fn the_router_gets_no_credential() {
         let (file, layout) = fixture();
-        let all = all(&file, &layout, Some("gatehouse-router"), 990).unwrap();
+        let all = all(&file, &layout, &users(Some("gatehouse-router"))).unwrap();
         for secret in [
             "github-token",
             "secrets/feishu\"",
@@ -473,7 +528,7 @@ router = "[::1]:9466"
             enabled: None,
             interval_secs: Some(30),
         });
-        let all = all(&file, &layout, Some("gatehouse-router"), 990).unwrap();
+        let all = all(&file, &layout, &users(Some("gatehouse-router"))).unwrap();
         let t: Table = toml::from_str(&all.router).unwrap();
         assert_eq!(t["github_poll"]["interval_secs"].as_integer(), Some(30));
         assert!(t["github_poll"].get("enabled").is_none());
@@ -491,12 +546,12 @@ router = "[::1]:9466"
     #[test]
     fn a_github_app_gives_the_router_webhook_recovery() {
         let (file, layout) = fixture();
-        let without = all(&file, &layout, Some("gatehouse-router"), 990).unwrap();
+        let without = all(&file, &layout, &users(Some("gatehouse-router"))).unwrap();
         let t: Table = toml::from_str(&without.router).unwrap();
         assert!(t.get("github_recovery").is_none());
         assert!(t["proxy"].get("github_app_socket").is_none());
         let layout = layout.with_github_app();
-        let all = all(&file, &layout, Some("gatehouse-router"), 990).unwrap();
+        let all = all(&file, &layout, &users(Some("gatehouse-router"))).unwrap();
         let config = gatehouse_router::live::RouterConfig::from_toml(
             "router.toml",
             &all.router,

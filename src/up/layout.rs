@@ -13,6 +13,8 @@
 //! <run>/proxy            proxy 0700  admin.sock (0600; root reaches it), identities/<ticket>/proxy.sock
 //! <run>/router-proxy     proxy:router 0750  the router's identity sockets
 //! <run>/jobs             root:router 0750   jobs.sock (0660, group router)
+//! <run>/feishu           router:proxy 2750  handoff.sock (0660, the proxy's group through
+//!                                           the setgid bit): the long connection's events
 //! ```
 //!
 //! Rootless, every owner is the invoking user and the modes stay.
@@ -81,6 +83,9 @@ pub struct Layout {
     pub router_identities: Vec<RouterIdentity>,
     pub jobs_run: PathBuf,
     pub jobs_socket: PathBuf,
+    /// The router's hand-off socket for the Feishu long connection, in its
+    /// directory (see [`Layout::with_long_connection`]).
+    pub feishu_handoff: Option<(PathBuf, PathBuf)>,
 }
 
 /// The longest path a unix socket may have (`sun_path` holds 108 bytes
@@ -141,7 +146,21 @@ impl Layout {
             router_identities,
             jobs_socket: jobs_run.join("jobs.sock"),
             jobs_run,
+            feishu_handoff: None,
         }
+    }
+
+    /// Adds the hand-off socket where the router takes over the events the
+    /// long-connection client (the proxy's user) receives.
+    pub fn with_long_connection(mut self) -> Layout {
+        let dir = self.run_dir.join("feishu");
+        self.feishu_handoff = Some((dir.join("handoff.sock"), dir));
+        self
+    }
+
+    /// The hand-off socket, when the long connection is on.
+    pub fn handoff_socket(&self) -> Option<&Path> {
+        self.feishu_handoff.as_ref().map(|(s, _)| s.as_path())
     }
 
     /// The directories to create, parents first.
@@ -153,7 +172,7 @@ impl Layout {
             group,
             mode,
         };
-        vec![
+        let mut dirs = vec![
             d(&self.state_dir, Up, Up, 0o755),
             d(&self.config_dir, Up, Up, 0o755),
             d(&self.logs_dir, Up, Up, 0o700),
@@ -165,7 +184,12 @@ impl Layout {
             d(&self.proxy_run, Proxy, Proxy, 0o700),
             d(&self.router_proxy_run, Proxy, Router, 0o750),
             d(&self.jobs_run, Up, Router, 0o750),
-        ]
+        ];
+        if let Some((_, dir)) = &self.feishu_handoff {
+            // setgid: the router's socket in it gets the proxy's group.
+            dirs.push(d(dir, Router, Proxy, 0o2750));
+        }
+        dirs
     }
 
     /// Every unix socket path the parts will bind, with what it is.
@@ -179,6 +203,7 @@ impl Layout {
                 .iter()
                 .map(|i| ("router identity", i.socket.as_path())),
         );
+        all.extend(self.handoff_socket().map(|s| ("Feishu hand-off", s)));
         all
     }
 
@@ -292,6 +317,20 @@ mod tests {
             .map(|(p, o, g, m)| (p.to_string(), *o, *g, *m))
             .collect();
         assert_eq!(table, want);
+        let with = l.clone().with_long_connection();
+        let last = with.dirs().pop().unwrap();
+        assert_eq!(
+            (last.path.as_path(), last.owner, last.group, last.mode),
+            (Path::new("/run/gatehouse/feishu"), Router, Proxy, 0o2750)
+        );
+        assert_eq!(
+            with.handoff_socket(),
+            Some(Path::new("/run/gatehouse/feishu/handoff.sock"))
+        );
+        assert!(with
+            .sockets()
+            .contains(&("Feishu hand-off", with.handoff_socket().unwrap())));
+        assert_eq!(with.dirs().len(), l.dirs().len() + 1);
         // No directory with a socket or a secret lets others in.
         for d in l.dirs() {
             let private = [

@@ -43,7 +43,8 @@ pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 /// How `up` runs.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Which parts to start (all three normally).
+    /// Which parts to start (normally all: the long-connection client only
+    /// where it is configured).
     pub parts: Vec<Part>,
     /// `gatehouse-services`; defaults to the one next to the running
     /// executable.
@@ -61,7 +62,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            parts: Part::START_ORDER.to_vec(),
+            parts: Part::ALL.to_vec(),
             services: None,
             backoff: Backoff::default(),
             ready_timeout: Duration::from_secs(30),
@@ -217,7 +218,14 @@ pub fn start(prepared: &Prepared, options: Options) -> Result<Running, UpError> 
         stopped: false,
         _lock: lock,
     };
-    for part in start_order(&options.parts) {
+    // The long-connection client runs only where it is configured.
+    let configured: Vec<Part> = options
+        .parts
+        .iter()
+        .copied()
+        .filter(|p| *p != Part::FeishuConnect || prepared.layout.handoff_socket().is_some())
+        .collect();
+    for part in start_order(&configured) {
         let spec = child_spec(prepared, part, &services, options.log_format);
         // On failure `running` is dropped, which stops what started.
         let mut child = shared.spawner.spawn(&spec)?;
@@ -376,9 +384,16 @@ fn child_spec(
 ) -> ChildSpec {
     let layout = &prepared.layout;
     let users = &prepared.users;
-    let (args, user, ready): (Vec<&str>, Option<Who>, Vec<Ready>) = match part {
+    let with_config = |command: &[&str], config: &Path| -> Vec<OsString> {
+        command
+            .iter()
+            .map(OsString::from)
+            .chain(["--config".into(), config.as_os_str().to_owned()])
+            .collect()
+    };
+    let (mut args, user, ready): (Vec<OsString>, Option<Who>, Vec<Ready>) = match part {
         Part::Proxy => (
-            vec!["proxy", "--config"],
+            with_config(&["proxy"], &layout.proxy_toml),
             users.separated().then(|| users.proxy()),
             std::iter::once(Ready::Unix(layout.admin_socket.clone()))
                 .chain(
@@ -390,27 +405,37 @@ fn child_spec(
                 .collect(),
         ),
         Part::Supervisor => (
-            vec!["supervisor", "--config"],
+            with_config(&["supervisor"], &layout.supervisor_toml),
             None,
             vec![Ready::Unix(layout.jobs_socket.clone())],
         ),
         Part::Router => (
-            vec!["router", "run", "--config"],
+            with_config(&["router", "run"], &layout.router_toml),
             users.separated().then(|| users.router()),
             prepared
                 .file
                 .github
                 .iter()
                 .map(|g| Ready::Tcp(g.listen))
-                .chain(prepared.file.feishu.iter().map(|f| Ready::Tcp(f.listen)))
+                .chain(
+                    prepared
+                        .file
+                        .feishu
+                        .iter()
+                        .filter_map(|f| f.listen.map(Ready::Tcp)),
+                )
+                .chain(layout.handoff_socket().map(|s| Ready::Unix(s.to_owned())))
                 .collect(),
         ),
+        // It serves nothing: it is up once it runs (it logs its
+        // connection; a refused app secret ends it, and the watcher says so).
+        Part::FeishuConnect => (
+            connect_args(prepared),
+            users.separated().then(|| users.proxy()),
+            Vec::new(),
+        ),
     };
-    let config = match part {
-        Part::Proxy => &layout.proxy_toml,
-        Part::Supervisor => &layout.supervisor_toml,
-        Part::Router => &layout.router_toml,
-    };
+    args.extend(["--log-format".into(), log_format.as_arg().into()]);
     let mut env: Vec<(OsString, OsString)> = vec![("PATH".into(), CHILD_PATH.into())];
     if let Some(filter) = std::env::var_os("RUST_LOG") {
         env.push(("RUST_LOG".into(), filter));
@@ -418,17 +443,44 @@ fn child_spec(
     ChildSpec {
         part,
         program: services.to_owned(),
-        args: args
-            .into_iter()
-            .map(OsString::from)
-            .chain([config.as_os_str().to_owned()])
-            .chain(["--log-format".into(), log_format.as_arg().into()])
-            .collect(),
+        args,
         user,
         env,
         ready,
         log: layout.logs_dir.join(format!("{}.log", part.name())),
     }
+}
+
+/// `intake feishu-connect`'s arguments: the app's `feishu_app` credential
+/// (its secret as a file name, never the secret), the router's hand-off
+/// socket, and an `[upstream]` override's address and CA when Feishu is
+/// emulated. [`super::check::prepare`] refused a config without them, so
+/// their absence here only leaves the flags out.
+fn connect_args(prepared: &Prepared) -> Vec<OsString> {
+    let file = &prepared.file;
+    let mut args: Vec<OsString> = vec!["intake".into(), "feishu-connect".into()];
+    let Some(feishu) = &file.feishu else {
+        return args;
+    };
+    args.extend(["--app-id".into(), feishu.app_id.clone().into()]);
+    if let Some(app) = file.feishu_app(&feishu.app_id) {
+        args.extend([
+            "--app-secret-file".into(),
+            app.app_secret_file.as_os_str().to_owned(),
+            "--base-url".into(),
+            app.base_url.into(),
+        ]);
+        if let Ok(Some((addr, ca))) = file.long_connection_target(app.base_url) {
+            args.extend(["--connect-to".into(), addr.to_string().into()]);
+            if let Some(ca) = ca {
+                args.extend(["--ca-file".into(), ca.as_os_str().to_owned()]);
+            }
+        }
+    }
+    if let Some(socket) = prepared.layout.handoff_socket() {
+        args.extend(["--handoff".into(), socket.as_os_str().to_owned()]);
+    }
+    args
 }
 
 fn spawn(spec: &ChildSpec) -> Result<Child, UpError> {

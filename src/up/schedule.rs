@@ -3,32 +3,44 @@
 
 use std::time::Duration;
 
-/// One of the three processes.
+/// One of the processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Part {
     Proxy,
     Supervisor,
     Router,
+    /// `gatehouse intake feishu-connect`, when `[feishu] long_connection`.
+    FeishuConnect,
 }
 
 impl Part {
-    /// Every part, in start order: each needs the sockets of the one before
-    /// (the supervisor the proxy's admin socket, the router the job API
-    /// and its proxy identities).
+    /// The three parts every deployment runs, in start order: each needs
+    /// the sockets of the one before (the supervisor the proxy's admin
+    /// socket, the router the job API and its proxy identities).
     pub const START_ORDER: [Part; 3] = [Part::Proxy, Part::Supervisor, Part::Router];
+
+    /// Every part in start order: the long-connection client last, as it
+    /// hands events to the router's socket.
+    pub const ALL: [Part; 4] = [
+        Part::Proxy,
+        Part::Supervisor,
+        Part::Router,
+        Part::FeishuConnect,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Part::Proxy => "proxy",
             Part::Supervisor => "supervisor",
             Part::Router => "router",
+            Part::FeishuConnect => "feishu-connect",
         }
     }
 }
 
 /// The parts of `parts` in start order.
 pub fn start_order(parts: &[Part]) -> Vec<Part> {
-    Part::START_ORDER
+    Part::ALL
         .into_iter()
         .filter(|p| parts.contains(p))
         .collect()
@@ -91,7 +103,12 @@ mod tests {
     #[test]
     fn orders() {
         use Part::*;
-        let cases: [(&[Part], &[Part], &[Part]); 4] = [
+        let cases: [(&[Part], &[Part], &[Part]); 5] = [
+            (
+                &[FeishuConnect, Router, Proxy, Supervisor],
+                &[Proxy, Supervisor, Router, FeishuConnect],
+                &[FeishuConnect, Router, Supervisor, Proxy],
+            ),
             (
                 &[Router, Proxy, Supervisor],
                 &[Proxy, Supervisor, Router],

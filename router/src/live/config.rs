@@ -103,7 +103,7 @@ struct GithubFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FeishuFile {
-    listen: SocketAddr,
+    listen: Option<SocketAddr>,
     app_id: String,
     encrypt_key_file: Option<PathBuf>,
     verification_token_file: Option<PathBuf>,
@@ -192,10 +192,11 @@ pub const DEFAULT_POLL_INTERVAL_SECS: u64 = 60;
 /// The bounds of `github_poll.interval_secs`.
 const POLL_INTERVAL_SECS: std::ops::RangeInclusive<u64> = 1..=3600;
 
-/// The Feishu event listener.
+/// Where Feishu's events arrive: an HTTP listener, the long connection's
+/// hand-off socket, or both (at least one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeishuConfig {
-    pub listen: SocketAddr,
+    pub listen: Option<SocketAddr>,
     pub app_id: String,
     pub encrypt_key_file: Option<PathBuf>,
     pub verification_token_file: Option<PathBuf>,
@@ -334,6 +335,12 @@ fn validate(raw: File, file: &str, base: &Path) -> Result<RouterConfig, ConfigEr
             if !f.app_id.starts_with("cli_") {
                 return Err(invalid("feishu.app_id", "a Feishu app id (cli_…)"));
             }
+            if f.listen.is_none() && f.long_connection.is_none() {
+                return Err(invalid(
+                    "feishu",
+                    "listen, [feishu.long_connection] or both: events must arrive somehow",
+                ));
+            }
             Some(FeishuConfig {
                 listen: f.listen,
                 app_id: f.app_id,
@@ -358,7 +365,7 @@ fn validate(raw: File, file: &str, base: &Path) -> Result<RouterConfig, ConfigEr
         }
     };
     if let (Some(g), Some(f)) = (&github, &feishu) {
-        if g.listen == f.listen && g.listen.port() != 0 {
+        if Some(g.listen) == f.listen && g.listen.port() != 0 {
             return Err(invalid(
                 "feishu.listen",
                 "an address other than github.listen (one source per listener)",

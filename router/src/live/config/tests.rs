@@ -88,6 +88,10 @@ fn mistakes_are_refused_naming_the_file_and_key() {
             "[github]\nlisten = \"127.0.0.1:9\"\nwebhook_secret_files = [\"s\"]\n[feishu]\nlisten = \"127.0.0.1:9\"\napp_id = \"cli_x\"\nencrypt_key_file = \"k\"\n",
             "`feishu.listen`",
         ),
+        (
+            "[feishu]\napp_id = \"cli_x\"\nencrypt_key_file = \"k\"\n",
+            "`feishu`: expected listen, [feishu.long_connection] or both",
+        ),
         ("[github_poll]\nevery = 5\n", "unknown field `every`"),
         (
             "[github_poll]\ninterval_secs = 0\n[proxy.github_sockets]\n\"a/b\" = \"s\"\n",
@@ -217,6 +221,16 @@ fn the_long_connection_hand_off_is_read_and_checked() {
         .unwrap()
         .long_connection
         .is_none());
+    // The long connection alone: no HTTP listener.
+    let alone = load(&format!(
+        "{MINIMAL}[feishu]\napp_id = \"cli_x\"\nverification_token_file = \"t\"\n\
+         [feishu.long_connection]\nsocket = \"h.sock\"\npeer_uid = 998\n"
+    ))
+    .unwrap()
+    .feishu
+    .unwrap();
+    assert_eq!(alone.listen, None);
+    assert!(alone.long_connection.is_some());
     for (extra, expected) in [
         (
             "socket = \"s\"\npeer_uid = 1\napp_secret_file = \"x\"\n",

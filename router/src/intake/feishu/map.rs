@@ -112,6 +112,8 @@ struct RecallEnvelope {
 struct Recall {
     message_id: String,
     #[serde(default)]
+    chat_id: String,
+    #[serde(default)]
     recall_type: String,
 }
 
@@ -147,10 +149,15 @@ pub fn map_recall(
         return Ok(Mapped::Skip(Skip::NeverReceived));
     };
     let mut input = match map(original, bot)? {
-        Mapped::Trigger(input) if input.message_id == e.event.message_id => input,
+        Mapped::Trigger(input)
+            if input.message_id == e.event.message_id
+                && input.chat.as_ref().is_some_and(|c| c.id == e.event.chat_id) =>
+        {
+            input
+        }
         Mapped::Trigger(_) => {
             return Err(MapError::Payload(
-                "the recalled message's event names another message".into(),
+                "the recalled message's event names another message or chat".into(),
             ))
         }
         Mapped::Skip(_) => return Ok(Mapped::Skip(Skip::NeverReceived)),
@@ -604,6 +611,14 @@ mod tests {
                 Some(&original),
                 Some(BOT)
             ),
+            Err(MapError::Payload(_))
+        ));
+        let elsewhere = other_event(
+            "im.message.recalled_v1",
+            json!({"message_id": "om_3", "chat_id": "oc_2", "recall_type": "message_owner"}),
+        );
+        assert!(matches!(
+            map_recall(&elsewhere, Some(&original), Some(BOT)),
             Err(MapError::Payload(_))
         ));
         assert_eq!(recalled_message(&recall("om_3", "")), Some("om_3".into()));

@@ -482,6 +482,14 @@ fn need<'a>(route: &'a Route, method: &Method) -> Need<'a> {
         | Route::PullRequestedReviewers(r, _)
         | Route::PullMerge(r, _) => on(r, &["pull_requests"], level),
         Route::CommitCheckRuns(r, _) => on(r, &["checks"], level),
+        Route::Readme(r)
+        | Route::Contents(r, _)
+        | Route::Branches(r)
+        | Route::Branch(r, _)
+        | Route::Commits(r)
+        | Route::Commit(r, _)
+        | Route::Compare(r, _) => on(r, &["contents"], level),
+        Route::PullFiles(r, _) | Route::PullCommits(r, _) => on(r, &["pull_requests"], level),
         Route::ActionsRuns(r)
         | Route::ActionsRun(r, _)
         | Route::ActionsRunJobs(r, _)

@@ -9,6 +9,7 @@
 //! scoped to its repositories and permissions (`app.rs`).
 
 mod app;
+mod contents;
 mod deliveries;
 mod encoding;
 mod git;
@@ -1136,6 +1137,9 @@ impl GithubState {
             };
         }
         let query = parse_query(parts.uri.query().unwrap_or(""));
+        if route.reads_git() {
+            return self.git_read(&parts.method, &route, &query);
+        }
         // Opening a pull request needs both branches' commits from disk.
         let branches = match (&route, &parts.method) {
             (rest::Route::Pulls(repo), &Method::POST) => {
@@ -1180,6 +1184,78 @@ impl GithubState {
         );
         *changes = model.changes(&before, login);
         reply
+    }
+
+    /// A read of the repository's git data: what the route names is read
+    /// from the bare repository (a pull request's commits from the model
+    /// first), then paged like any listing.
+    fn git_read(
+        &self,
+        method: &Method,
+        route: &rest::Route,
+        query: &[(String, String)],
+    ) -> rest::Reply {
+        use contents::GitRead;
+        use rest::Route;
+        if method != Method::GET {
+            return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
+        }
+        let param = |name: &str| {
+            query
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        let (repo, what) = match route {
+            Route::Readme(r) => (
+                r,
+                GitRead::Readme {
+                    reference: param("ref"),
+                },
+            ),
+            Route::Contents(r, path) => (
+                r,
+                GitRead::Contents {
+                    path: path.clone(),
+                    reference: param("ref"),
+                },
+            ),
+            Route::Branches(r) => (r, GitRead::Branches),
+            Route::Branch(r, name) => (r, GitRead::Branch(name.clone())),
+            Route::Commits(r) => (r, GitRead::Commits { from: param("sha") }),
+            Route::Commit(r, sha) => (r, GitRead::Commit(sha.clone())),
+            Route::Compare(r, spec) => (r, GitRead::Compare(spec.clone())),
+            Route::PullFiles(r, n) | Route::PullCommits(r, n) => {
+                let model = lock(&self.model);
+                let pull = model
+                    .repo(&r.owner, &r.name)
+                    .and_then(|repo| model.issue(repo.id, *n))
+                    .and_then(|i| i.pull.as_ref())
+                    .map(|p| (p.base_sha.clone(), p.head_sha.clone()));
+                drop(model);
+                let Some((base, head)) = pull else {
+                    return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
+                };
+                let what = if matches!(route, Route::PullFiles(..)) {
+                    GitRead::PullFiles { base, head }
+                } else {
+                    GitRead::PullCommits { base, head }
+                };
+                (r, what)
+            }
+            _ => return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found"),
+        };
+        let full_name = format!("{}/{}", repo.owner, repo.name);
+        let Ok((owner, name)) = self.repo_names(&full_name) else {
+            return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
+        };
+        let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
+        let canonical = format!("{owner}/{name}");
+        match tokio::task::block_in_place(|| contents::read(&git_dir, &canonical, &what)) {
+            Ok(contents::Read::One(v)) => rest::Reply::ok(v),
+            Ok(contents::Read::List(items)) => rest::paginated(items, query),
+            Err(reply) => reply,
+        }
     }
 
     fn job_logs(&self, record: &RecordedRequest) -> Response<Body> {

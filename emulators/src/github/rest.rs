@@ -38,6 +38,36 @@ pub(crate) enum Route {
     ActionsJob(RepoPath, u64),
     ActionsJobLogs(RepoPath, u64),
     Graphql,
+    /// Reads of the repository's git data (`super::contents`).
+    Readme(RepoPath),
+    /// The path inside the tree (empty: the root).
+    Contents(RepoPath, String),
+    Branches(RepoPath),
+    Branch(RepoPath, String),
+    Commits(RepoPath),
+    Commit(RepoPath, String),
+    /// `{base}...{head}`.
+    Compare(RepoPath, String),
+    PullFiles(RepoPath, u64),
+    PullCommits(RepoPath, u64),
+}
+
+impl Route {
+    /// Whether the route reads git data (answered from the bare repository).
+    pub(crate) fn reads_git(&self) -> bool {
+        matches!(
+            self,
+            Route::Readme(_)
+                | Route::Contents(..)
+                | Route::Branches(_)
+                | Route::Branch(..)
+                | Route::Commits(_)
+                | Route::Commit(..)
+                | Route::Compare(..)
+                | Route::PullFiles(..)
+                | Route::PullCommits(..)
+        )
+    }
 }
 
 /// `{owner}/{repo}` as written in the path (case preserved).
@@ -84,6 +114,16 @@ pub(crate) fn route(path: &str) -> Option<Route> {
                     Route::PullRequestedReviewers(repo, number(n)?)
                 }
                 ["pulls", n, "merge"] => Route::PullMerge(repo, number(n)?),
+                ["pulls", n, "files"] => Route::PullFiles(repo, number(n)?),
+                ["pulls", n, "commits"] => Route::PullCommits(repo, number(n)?),
+                ["readme"] => Route::Readme(repo),
+                ["contents"] => Route::Contents(repo, String::new()),
+                ["contents", path @ ..] => Route::Contents(repo, path.join("/")),
+                ["branches"] => Route::Branches(repo),
+                ["branches", name @ ..] if !name.is_empty() => Route::Branch(repo, name.join("/")),
+                ["commits"] => Route::Commits(repo),
+                ["commits", sha] if !sha.is_empty() => Route::Commit(repo, (*sha).to_owned()),
+                ["compare", spec @ ..] if !spec.is_empty() => Route::Compare(repo, spec.join("/")),
                 ["commits", git_ref, "check-runs"] if !git_ref.is_empty() => {
                     Route::CommitCheckRuns(repo, (*git_ref).to_owned())
                 }
@@ -143,7 +183,7 @@ pub(crate) struct Pages {
 }
 
 impl Reply {
-    fn ok(body: Value) -> Self {
+    pub(crate) fn ok(body: Value) -> Self {
         Self {
             status: StatusCode::OK,
             body,
@@ -262,7 +302,7 @@ fn updated_since(items: Vec<Value>, query: &[(String, String)]) -> Vec<Value> {
 
 /// Apply `per_page` (default 30, at most 100) and `page` (from 1); say
 /// where the page sits, for GitHub's `Link` header.
-fn paginated(items: Vec<Value>, query: &[(String, String)]) -> Reply {
+pub(crate) fn paginated(items: Vec<Value>, query: &[(String, String)]) -> Reply {
     let per_page = query_param(query, "per_page")
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(30)

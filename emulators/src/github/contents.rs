@@ -1,0 +1,607 @@
+//! The REST reads a repository's git data answers: contents and readme,
+//! branches, commits, a comparison, a pull request's files and commits.
+//! Read from the bare repository with `git` (blocking), in the shapes of
+//! GitHub's REST description (github/rest-api-description:
+//! `content-file`, `content-directory`, `short-branch`, `branch-with-protection`,
+//! `commit`, `comparison`, `diff-entry`); fields gatehouse and `gh` read are
+//! all there, the rest (`node_id`s, signatures) kept to GitHub's types.
+
+use std::path::Path;
+
+use base64::Engine as _;
+use http::StatusCode;
+use serde_json::{json, Value};
+
+use super::model::API_BASE;
+use super::rest::Reply;
+
+/// What to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GitRead {
+    /// `GET …/readme`: the README at the root of `reference`.
+    Readme {
+        reference: Option<String>,
+    },
+    /// `GET …/contents[/{path}]`: a file, or a directory's entries.
+    Contents {
+        path: String,
+        reference: Option<String>,
+    },
+    Branches,
+    Branch(String),
+    /// `GET …/commits[?sha=]`: newest first.
+    Commits {
+        from: Option<String>,
+    },
+    Commit(String),
+    /// `GET …/compare/{base}...{head}`.
+    Compare(String),
+    /// A pull request's files and commits, between its base and head.
+    PullFiles {
+        base: String,
+        head: String,
+    },
+    PullCommits {
+        base: String,
+        head: String,
+    },
+}
+
+/// What a read gives: one object, or a list for the caller to page.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Read {
+    One(Value),
+    List(Vec<Value>),
+}
+
+/// A ref, branch or commit id as a URL gives it: what git takes as a
+/// revision and nothing else (no option, no range, no reflog syntax).
+fn revision(s: &str) -> Option<&str> {
+    let ok = !s.is_empty()
+        && s.len() <= 255
+        && !s.starts_with(['-', '/', '.'])
+        && !s.ends_with(['/', '.'])
+        && !s.contains("..")
+        && !s.contains("@{")
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b));
+    ok.then_some(s)
+}
+
+/// A path inside the tree: segments without `.`/`..`, no NUL.
+fn tree_path(s: &str) -> Option<&str> {
+    let s = s.trim_matches('/');
+    let ok = s.len() <= 4096
+        && !s.contains('\0')
+        && s.split('/')
+            .all(|seg| s.is_empty() || !(seg.is_empty() || seg == "." || seg == ".."));
+    ok.then_some(s)
+}
+
+fn git(git_dir: &Path, args: &[&str]) -> Option<Vec<u8>> {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args(args)
+        .output()
+        .ok()?;
+    out.status.success().then_some(out.stdout)
+}
+
+fn git_text(git_dir: &Path, args: &[&str]) -> Option<String> {
+    String::from_utf8(git(git_dir, args)?).ok()
+}
+
+/// The commit `rev` names, as a full id.
+fn commit_id(git_dir: &Path, rev: &str) -> Option<String> {
+    let rev = revision(rev)?;
+    let out = git_text(
+        git_dir,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{rev}^{{commit}}"),
+        ],
+    )?;
+    Some(out.trim().to_owned())
+}
+
+fn not_found() -> Reply {
+    Reply::error(StatusCode::NOT_FOUND, "Not Found")
+}
+
+/// GitHub's answer to a ref it cannot resolve in a listing or a commit.
+fn no_commit(rev: &str) -> Reply {
+    Reply::error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        &format!("No commit found for SHA: {rev}"),
+    )
+}
+
+/// Reads `what` from the bare repository `git_dir` of `full_name`.
+pub(crate) fn read(git_dir: &Path, full_name: &str, what: &GitRead) -> Result<Read, Reply> {
+    let repo_url = format!("{API_BASE}/repos/{full_name}");
+    let html = format!("https://github.com/{full_name}");
+    let urls = Urls {
+        repo: &repo_url,
+        html: &html,
+        full_name,
+    };
+    match what {
+        GitRead::Readme { reference } => {
+            let rev = reference.as_deref().unwrap_or("HEAD");
+            let commit = commit_id(git_dir, rev).ok_or_else(not_found)?;
+            let entries = tree_entries(git_dir, &commit, "").ok_or_else(not_found)?;
+            // GitHub's preferred README: the first README* at the root.
+            let readme = entries
+                .iter()
+                .filter(|e| e.kind == "blob")
+                .find(|e| e.name.to_ascii_lowercase().starts_with("readme"))
+                .ok_or_else(not_found)?;
+            Ok(Read::One(file_json(git_dir, &urls, rev, readme)?))
+        }
+        GitRead::Contents { path, reference } => {
+            let rev = reference.as_deref().unwrap_or("HEAD");
+            let path = tree_path(path).ok_or_else(not_found)?;
+            let commit = commit_id(git_dir, rev).ok_or_else(not_found)?;
+            if path.is_empty() {
+                let entries = tree_entries(git_dir, &commit, "").ok_or_else(not_found)?;
+                return Ok(Read::One(Value::Array(
+                    entries.iter().map(|e| entry_json(&urls, rev, e)).collect(),
+                )));
+            }
+            let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+            let entries = tree_entries(git_dir, &commit, parent).ok_or_else(not_found)?;
+            let entry = entries
+                .into_iter()
+                .find(|e| e.name == name)
+                .ok_or_else(not_found)?;
+            if entry.kind == "tree" {
+                let inner = tree_entries(git_dir, &commit, path).ok_or_else(not_found)?;
+                Ok(Read::One(Value::Array(
+                    inner.iter().map(|e| entry_json(&urls, rev, e)).collect(),
+                )))
+            } else {
+                Ok(Read::One(file_json(git_dir, &urls, rev, &entry)?))
+            }
+        }
+        GitRead::Branches => {
+            let out = git_text(
+                git_dir,
+                &[
+                    "for-each-ref",
+                    "--sort=refname",
+                    "--format=%(refname:strip=2) %(objectname)",
+                    "refs/heads/",
+                ],
+            )
+            .unwrap_or_default();
+            Ok(Read::List(
+                out.lines()
+                    .filter_map(|l| l.split_once(' '))
+                    .map(|(name, sha)| {
+                        json!({"name": name,
+                               "commit": {"sha": sha, "url": format!("{repo_url}/commits/{sha}")},
+                               "protected": false})
+                    })
+                    .collect(),
+            ))
+        }
+        GitRead::Branch(name) => {
+            let name = revision(name).ok_or_else(branch_not_found)?;
+            let sha = git_text(
+                git_dir,
+                &[
+                    "rev-parse",
+                    "--verify",
+                    "--quiet",
+                    &format!("refs/heads/{name}^{{commit}}"),
+                ],
+            )
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(branch_not_found)?;
+            let commit = commits(git_dir, &urls, &["-n", "1", &sha])
+                .and_then(|mut c| c.pop())
+                .ok_or_else(branch_not_found)?;
+            Ok(Read::One(json!({
+                "name": name,
+                "commit": commit,
+                "_links": {"self": format!("{repo_url}/branches/{name}"),
+                           "html": format!("{html}/tree/{name}")},
+                "protected": false,
+                "protection": {"enabled": false,
+                               "required_status_checks": {"enforcement_level": "off",
+                                                          "contexts": [], "checks": []}},
+                "protection_url": format!("{repo_url}/branches/{name}/protection"),
+            })))
+        }
+        GitRead::Commits { from } => {
+            let rev = from.as_deref().unwrap_or("HEAD");
+            let sha = commit_id(git_dir, rev).ok_or_else(|| no_commit(rev))?;
+            // An empty repository has no HEAD: GitHub answers 409 there.
+            let list = commits(git_dir, &urls, &["-n", "1000", &sha]).unwrap_or_default();
+            Ok(Read::List(list))
+        }
+        GitRead::Commit(rev) => {
+            let sha = commit_id(git_dir, rev).ok_or_else(|| no_commit(rev))?;
+            let mut commit = commits(git_dir, &urls, &["-n", "1", &sha])
+                .and_then(|mut c| c.pop())
+                .ok_or_else(|| no_commit(rev))?;
+            let parent = git_text(
+                git_dir,
+                &["rev-parse", "--verify", "--quiet", &format!("{sha}^")],
+            )
+            .map(|s| s.trim().to_owned());
+            let files = match &parent {
+                Some(p) if !p.is_empty() => diff_files(git_dir, &urls, p, &sha),
+                _ => diff_files(git_dir, &urls, EMPTY_TREE, &sha),
+            };
+            let (additions, deletions) = files.iter().fold((0, 0), |(a, d), f| {
+                (
+                    a + f["additions"].as_u64().unwrap_or(0),
+                    d + f["deletions"].as_u64().unwrap_or(0),
+                )
+            });
+            commit["stats"] = json!({"total": additions + deletions, "additions": additions, "deletions": deletions});
+            commit["files"] = Value::Array(files);
+            Ok(Read::One(commit))
+        }
+        GitRead::Compare(spec) => {
+            let (base, head) = spec.split_once("...").ok_or_else(not_found)?;
+            let (base, head) = (
+                commit_id(git_dir, base).ok_or_else(not_found)?,
+                commit_id(git_dir, head).ok_or_else(not_found)?,
+            );
+            let counts = git_text(
+                git_dir,
+                &[
+                    "rev-list",
+                    "--left-right",
+                    "--count",
+                    &format!("{base}...{head}"),
+                ],
+            )
+            .ok_or_else(not_found)?;
+            let mut n = counts
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u64>().ok());
+            let (behind, ahead) = (n.next().unwrap_or(0), n.next().unwrap_or(0));
+            let status = match (ahead, behind) {
+                (0, 0) => "identical",
+                (_, 0) => "ahead",
+                (0, _) => "behind",
+                _ => "diverged",
+            };
+            let merge_base = git_text(git_dir, &["merge-base", &base, &head])
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_else(|| base.clone());
+            let one = |sha: &str| {
+                commits(git_dir, &urls, &["-n", "1", sha])
+                    .and_then(|mut c| c.pop())
+                    .unwrap_or(Value::Null)
+            };
+            let list = commits(
+                git_dir,
+                &urls,
+                &["--reverse", "-n", "250", &format!("{merge_base}..{head}")],
+            )
+            .unwrap_or_default();
+            Ok(Read::One(json!({
+                "url": format!("{repo_url}/compare/{spec}"),
+                "html_url": format!("{html}/compare/{spec}"),
+                "permalink_url": format!("{html}/compare/{full_name}:{base}...{full_name}:{head}"),
+                "diff_url": format!("{html}/compare/{spec}.diff"),
+                "patch_url": format!("{html}/compare/{spec}.patch"),
+                "base_commit": one(&base),
+                "merge_base_commit": one(&merge_base),
+                "status": status,
+                "ahead_by": ahead,
+                "behind_by": behind,
+                "total_commits": ahead,
+                "commits": list,
+                "files": diff_files(git_dir, &urls, &merge_base, &head),
+            })))
+        }
+        GitRead::PullFiles { base, head } => {
+            let merge_base = git_text(git_dir, &["merge-base", base, head])
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_else(|| base.clone());
+            Ok(Read::List(diff_files(git_dir, &urls, &merge_base, head)))
+        }
+        GitRead::PullCommits { base, head } => Ok(Read::List(
+            commits(
+                git_dir,
+                &urls,
+                &["--reverse", "-n", "250", &format!("{base}..{head}")],
+            )
+            .unwrap_or_default(),
+        )),
+    }
+}
+
+fn branch_not_found() -> Reply {
+    Reply::error(StatusCode::NOT_FOUND, "Branch not found")
+}
+
+/// git's empty tree: what a root commit is compared with.
+const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+
+struct Urls<'a> {
+    repo: &'a str,
+    html: &'a str,
+    full_name: &'a str,
+}
+
+struct Entry {
+    kind: String,
+    sha: String,
+    size: u64,
+    name: String,
+    path: String,
+    mode: String,
+}
+
+/// The entries of the directory `dir` (empty: the root) in `commit`.
+fn tree_entries(git_dir: &Path, commit: &str, dir: &str) -> Option<Vec<Entry>> {
+    let tree = if dir.is_empty() {
+        format!("{commit}^{{tree}}")
+    } else {
+        format!("{commit}:{dir}")
+    };
+    let out = git(git_dir, &["ls-tree", "-l", "-z", &tree])?;
+    Some(
+        out.split(|b| *b == 0)
+            .filter(|l| !l.is_empty())
+            .filter_map(|line| {
+                let line = std::str::from_utf8(line).ok()?;
+                let (meta, name) = line.split_once('\t')?;
+                let mut meta = meta.split_whitespace();
+                let mode = meta.next()?.to_owned();
+                let kind = meta.next()?.to_owned();
+                let sha = meta.next()?.to_owned();
+                let size = meta.next()?.parse().unwrap_or(0);
+                let path = if dir.is_empty() {
+                    name.to_owned()
+                } else {
+                    format!("{dir}/{name}")
+                };
+                Some(Entry {
+                    kind,
+                    sha,
+                    size,
+                    name: name.to_owned(),
+                    path,
+                    mode,
+                })
+            })
+            .collect(),
+    )
+}
+
+fn entry_type(e: &Entry) -> &'static str {
+    match (e.kind.as_str(), e.mode.as_str()) {
+        ("tree", _) => "dir",
+        ("commit", _) => "submodule",
+        (_, "120000") => "symlink",
+        _ => "file",
+    }
+}
+
+fn entry_json(u: &Urls<'_>, rev: &str, e: &Entry) -> Value {
+    let kind = entry_type(e);
+    let url = format!("{}/contents/{}?ref={rev}", u.repo, e.path);
+    let git_url = match kind {
+        "dir" => format!("{}/git/trees/{}", u.repo, e.sha),
+        _ => format!("{}/git/blobs/{}", u.repo, e.sha),
+    };
+    let html_url = format!(
+        "{}/{}/{rev}/{}",
+        u.html,
+        if kind == "dir" { "tree" } else { "blob" },
+        e.path
+    );
+    let download = (kind == "file").then(|| {
+        format!(
+            "https://raw.githubusercontent.com/{}/{rev}/{}",
+            u.full_name, e.path
+        )
+    });
+    json!({"type": kind, "size": if kind == "dir" { 0 } else { e.size },
+           "name": e.name, "path": e.path, "sha": e.sha,
+           "url": url, "git_url": git_url, "html_url": html_url, "download_url": download,
+           "_links": {"self": url, "git": git_url, "html": html_url}})
+}
+
+/// A file's content object: base64 in lines of 60, as GitHub sends it.
+fn file_json(git_dir: &Path, u: &Urls<'_>, rev: &str, e: &Entry) -> Result<Value, Reply> {
+    let bytes = git(git_dir, &["cat-file", "blob", &e.sha]).ok_or_else(not_found)?;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    let lines: Vec<&str> = encoded
+        .as_bytes()
+        .chunks(60)
+        .filter_map(|c| std::str::from_utf8(c).ok())
+        .collect();
+    let mut content = lines.join("\n");
+    content.push('\n');
+    let mut v = entry_json(u, rev, e);
+    v["encoding"] = json!("base64");
+    v["content"] = json!(content);
+    Ok(v)
+}
+
+/// Commits as `git log` lists them with `args`, in GitHub's commit shape.
+fn commits(git_dir: &Path, u: &Urls<'_>, args: &[&str]) -> Option<Vec<Value>> {
+    let format = "--format=%H%x00%T%x00%P%x00%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%B%x1e";
+    let mut all = vec!["log", format];
+    all.extend_from_slice(args);
+    let out = git_text(git_dir, &all)?;
+    Some(
+        out.split('\x1e')
+            .map(|r| r.trim_start_matches('\n'))
+            .filter(|r| !r.is_empty())
+            .filter_map(|record| {
+                let f: Vec<&str> = record.splitn(10, '\0').collect();
+                let [sha, tree, parents, an, ae, ad, cn, ce, cd, message] = f.as_slice() else {
+                    return None;
+                };
+                let parents: Vec<Value> = parents
+                    .split_whitespace()
+                    .map(|p| {
+                        json!({"sha": p, "url": format!("{}/commits/{p}", u.repo),
+                               "html_url": format!("{}/commit/{p}", u.html)})
+                    })
+                    .collect();
+                Some(json!({
+                    "sha": sha,
+                    "node_id": format!("C_{sha}"),
+                    "commit": {
+                        "author": {"name": an, "email": ae, "date": utc(ad)},
+                        "committer": {"name": cn, "email": ce, "date": utc(cd)},
+                        "message": message.trim_end_matches('\n'),
+                        "tree": {"sha": tree, "url": format!("{}/git/trees/{tree}", u.repo)},
+                        "url": format!("{}/git/commits/{sha}", u.repo),
+                        "comment_count": 0,
+                        "verification": {"verified": false, "reason": "unsigned",
+                                         "signature": null, "payload": null},
+                    },
+                    "url": format!("{}/commits/{sha}", u.repo),
+                    "html_url": format!("{}/commit/{sha}", u.html),
+                    "comments_url": format!("{}/commits/{sha}/comments", u.repo),
+                    "author": null,
+                    "committer": null,
+                    "parents": parents,
+                }))
+            })
+            .collect(),
+    )
+}
+
+/// git's ISO date (`2026-12-03T06:00:00+00:00`) as GitHub writes it (`…Z`).
+fn utc(date: &str) -> String {
+    date.strip_suffix("+00:00")
+        .map(|d| format!("{d}Z"))
+        .unwrap_or_else(|| date.to_owned())
+}
+
+/// The files changed from `from` to `to` (`diff-entry`): status, counts,
+/// and the patch of text files.
+fn diff_files(git_dir: &Path, u: &Urls<'_>, from: &str, to: &str) -> Vec<Value> {
+    let statuses = git_text(
+        git_dir,
+        &["diff", "--name-status", "-z", "--no-renames", from, to],
+    )
+    .unwrap_or_default();
+    let numstat = git_text(
+        git_dir,
+        &["diff", "--numstat", "-z", "--no-renames", from, to],
+    )
+    .unwrap_or_default();
+    let counts: Vec<(u64, u64, String)> = numstat
+        .split('\0')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| {
+            let mut p = l.splitn(3, '\t');
+            let a = p.next()?.parse().unwrap_or(0);
+            let d = p.next()?.parse().unwrap_or(0);
+            Some((a, d, p.next()?.to_owned()))
+        })
+        .collect();
+    let mut fields = statuses.split('\0').filter(|s| !s.is_empty());
+    let mut out = Vec::new();
+    while let (Some(code), Some(name)) = (fields.next(), fields.next()) {
+        let status = match code {
+            "A" => "added",
+            "D" => "removed",
+            "M" => "modified",
+            "T" => "changed",
+            _ => "modified",
+        };
+        let (additions, deletions) = counts
+            .iter()
+            .find(|(_, _, n)| n == name)
+            .map_or((0, 0), |(a, d, _)| (*a, *d));
+        let patch = git_text(
+            git_dir,
+            &[
+                "diff",
+                "--no-renames",
+                "--format=",
+                "-U3",
+                from,
+                to,
+                "--",
+                name,
+            ],
+        )
+        .and_then(|d| d.split_once("\n@@").map(|(_, rest)| format!("@@{rest}")));
+        let blob = git_text(
+            git_dir,
+            &["rev-parse", "--verify", "--quiet", &format!("{to}:{name}")],
+        )
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+        let mut entry = json!({
+            "sha": blob, "filename": name, "status": status,
+            "additions": additions, "deletions": deletions, "changes": additions + deletions,
+            "blob_url": format!("{}/blob/{to}/{name}", u.html),
+            "raw_url": format!("{}/raw/{to}/{name}", u.html),
+            "contents_url": format!("{}/contents/{name}?ref={to}", u.repo),
+        });
+        if let Some(patch) = patch {
+            entry["patch"] = json!(patch.trim_end_matches('\n'));
+        }
+        out.push(entry);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revisions_and_paths_are_what_git_takes_as_such_only() {
+        for (s, ok) in [
+            ("main", true),
+            ("feature/x-1", true),
+            ("a1b2c3", true),
+            ("v1.2", true),
+            ("", false),
+            ("-c", false),
+            ("--output=/tmp/x", false),
+            ("main..evil", false),
+            ("main@{1}", false),
+            ("/etc", false),
+            ("main/", false),
+            ("a b", false),
+            ("HEAD^", false),
+            ("HEAD~1", false),
+            ("x:y", false),
+        ] {
+            assert_eq!(revision(s).is_some(), ok, "{s:?}");
+        }
+        for (s, ok) in [
+            ("", true),
+            ("src/lib.rs", true),
+            ("/src/", true),
+            ("a/../b", false),
+            ("./a", false),
+            ("a//b", false),
+            ("a\0b", false),
+        ] {
+            assert_eq!(tree_path(s).is_some(), ok, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn dates_are_written_as_github_writes_them() {
+        assert_eq!(utc("2026-12-03T06:00:00+00:00"), "2026-12-03T06:00:00Z");
+        assert_eq!(
+            utc("2026-12-03T06:00:00+08:00"),
+            "2026-12-03T06:00:00+08:00"
+        );
+    }
+}

@@ -11,6 +11,7 @@
 //! `{code, msg, data}` shape.
 //! The token rules are plain functions over data with `now` passed in.
 //! Messages people send are pushed to configured event targets ([`events`]).
+//! Chats, the bot's membership, threads and size limits: [`chats`].
 
 pub mod chats;
 pub mod events;

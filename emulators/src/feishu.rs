@@ -560,6 +560,36 @@ impl FeishuHandle {
         message_id
     }
 
+    /// The app replies to `parent_id` with its own credential, outside any
+    /// gatehouse, in a thread when `in_thread` (as `reply_in_thread` does);
+    /// the new message's id, or Feishu's refusal (code, msg).
+    pub fn add_app_reply(
+        &self,
+        parent_id: &str,
+        app_id: &str,
+        text: &str,
+        in_thread: bool,
+    ) -> Result<String, (i64, String)> {
+        let body = json!({
+            "msg_type": "text",
+            "content": json!({ "text": text }).to_string(),
+            "reply_in_thread": in_thread,
+        })
+        .to_string();
+        let answer = reply_message(
+            &mut lock(&self.state.model),
+            app_id,
+            parent_id,
+            body.as_bytes(),
+        );
+        answer.created_id.ok_or_else(|| {
+            (
+                answer.body["code"].as_i64().unwrap_or_default(),
+                answer.body["msg"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+    }
+
     /// Faults for the next pushed events.
     pub fn set_event_faults(&self, faults: events::EventFaults) {
         self.state.events.set_faults(faults);

@@ -1131,8 +1131,16 @@ fn reply_message(model: &mut FeishuModel, app_id: &str, parent_id: &str, body: &
     if let Some(refused) = chats::require_member(&model.chats, &parent.chat_id, "message_id") {
         return refused;
     }
+    // In a topic-mode chat every reply is in the topic (oapi-sdk-go: "若群聊
+    // 已经是话题模式，则自动回复该条消息所在的话题").
+    let topic_chat = model
+        .chats
+        .iter()
+        .any(|c| c.chat_id == parent.chat_id && c.chat_mode == "topic");
     let (thread_id, starts_thread) =
-        chats::reply_thread(&parent, reply_in_thread, || model.fresh("omt"));
+        chats::reply_thread(&parent, reply_in_thread || topic_chat, || {
+            model.fresh("omt")
+        });
     if starts_thread {
         // The message replied to becomes the thread's first message.
         if let Some(p) = model

@@ -254,6 +254,22 @@ fn a_reply_in_thread_starts_a_thread_that_later_replies_carry() {
         None,
     );
     assert_eq!(code(&unknown), (400, Some(230_001)), "{}", unknown.1);
+
+    // In a topic-mode chat a reply is in a topic unasked.
+    let mut topics = FeishuChat::group("oc_topics", "Topics");
+    topics.chat_mode = "topic".into();
+    w.emulator.add_chat(topics);
+    let post = w
+        .emulator
+        .add_user_message("oc_topics", "ou_alice", "topic");
+    let (_, answer) = w.reply(&post, json!({}));
+    assert!(
+        answer["data"]["thread_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("omt_"),
+        "{answer}"
+    );
 }
 
 #[test]

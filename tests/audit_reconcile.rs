@@ -310,6 +310,33 @@ fn a_live_run_reconciles_and_each_seeded_mismatch_is_reported() {
         "{direct:?}"
     );
 
+    // One hidden in a thread: a chat's history shows a thread by its first
+    // message only, so the audit lists the thread's messages too.
+    let asked = w
+        .feishu
+        .messages()
+        .into_iter()
+        .find(|m| m.sender_type == "user")
+        .unwrap()
+        .message_id;
+    let in_thread = w
+        .feishu
+        .add_app_reply(&asked, FEISHU_APP, "Quietly", true)
+        .unwrap();
+    let (code, findings, _) = audit(&live);
+    assert_eq!(code, 1);
+    let direct: Vec<&Value> = findings
+        .iter()
+        .filter(|f| f["kind"] == "platform_unexplained")
+        .collect();
+    assert_eq!(direct.len(), 3, "{findings:#?}");
+    assert!(
+        direct
+            .iter()
+            .any(|d| d["why"].as_str().unwrap().contains(&in_thread)),
+        "{direct:?}"
+    );
+
     // Seeded into copies: the logs of a stopped router.
     w.kill_router();
     let seeded = tempfile::tempdir().unwrap();

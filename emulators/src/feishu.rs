@@ -11,7 +11,9 @@
 //! `{code, msg, data}` shape.
 //! The token rules are plain functions over data with `now` passed in.
 //! Messages people send are pushed to configured event targets ([`events`]).
+//! Chats, the bot's membership, threads and size limits: [`chats`].
 
+pub mod chats;
 pub mod events;
 pub mod limits;
 pub mod ws;
@@ -176,6 +178,8 @@ pub struct FeishuMessage {
     pub root_id: String,
     /// The message replied to, empty otherwise.
     pub parent_id: String,
+    /// The thread (`omt_…`) it is in, empty otherwise.
+    pub thread_id: String,
     /// `text`, `post`, …
     pub msg_type: String,
     /// The content JSON string exactly as sent, e.g. `{"text":"hi"}`.
@@ -293,6 +297,7 @@ pub(crate) fn authenticate(
 struct FeishuModel {
     issued: Vec<IssuedToken>,
     messages: Vec<FeishuMessage>,
+    chats: Vec<chats::FeishuChat>,
     next: u64,
     /// The next this many requests with a live token find it invalidated.
     revoke_on_use: u32,
@@ -302,6 +307,20 @@ impl FeishuModel {
     fn fresh(&mut self, prefix: &str) -> String {
         self.next += 1;
         format!("{prefix}_{:032x}", 0x6a7e_0000_0000u64 + self.next)
+    }
+
+    /// The chat `chat_id`, made (with the bot in it) if unknown.
+    fn chat(&mut self, chat_id: &str, chat_mode: &str) -> &mut chats::FeishuChat {
+        let index = match self.chats.iter().position(|c| c.chat_id == chat_id) {
+            Some(index) => index,
+            None => {
+                let mut chat = chats::FeishuChat::group(chat_id, chat_id);
+                chat.chat_mode = chat_mode.to_owned();
+                self.chats.push(chat);
+                self.chats.len() - 1
+            }
+        };
+        &mut self.chats[index]
     }
 }
 
@@ -446,6 +465,31 @@ impl FeishuHandle {
         lock(&self.state.model).revoke_on_use = requests;
     }
 
+    /// Add (or replace) a chat. Chats are also made, with the bot in them,
+    /// by a person's message into an unknown chat, by `add_app_message` and
+    /// by a direct message the bot sends (its p2p chat).
+    pub fn add_chat(&self, chat: chats::FeishuChat) {
+        let mut model = lock(&self.state.model);
+        model.chats.retain(|c| c.chat_id != chat.chat_id);
+        model.chats.push(chat);
+    }
+
+    /// The bot joins `chat_id` (a group chat named by its id if unknown).
+    pub fn add_bot_to_chat(&self, chat_id: &str) {
+        lock(&self.state.model).chat(chat_id, "group").bot_in = true;
+    }
+
+    /// The bot leaves `chat_id` (or was never in it): sending, replying and
+    /// reading there answer 230002 (`GET /chats/{id}`: 232011).
+    pub fn remove_bot_from_chat(&self, chat_id: &str) {
+        lock(&self.state.model).chat(chat_id, "group").bot_in = false;
+    }
+
+    /// Every chat known, in the order they were made.
+    pub fn chats(&self) -> Vec<chats::FeishuChat> {
+        lock(&self.state.model).chats.clone()
+    }
+
     /// Seed a text message from a person in `chat_id`; returns its `om_…` id
     /// (a target for replies).
     pub fn add_user_message(&self, chat_id: &str, sender_open_id: &str, text: &str) -> String {
@@ -464,12 +508,18 @@ impl FeishuHandle {
         mentions: &[events::Mention<'_>],
     ) -> String {
         let mut model = lock(&self.state.model);
+        // Feishu pushes a chat's messages to a bot in it: the chat has the bot.
+        let chat = model.chat(chat_id, if chat_type == "p2p" { "p2p" } else { "group" });
+        if chat.owner_id.is_empty() {
+            chat.owner_id = sender_open_id.to_owned();
+        }
         let message_id = model.fresh("om");
         let message = FeishuMessage {
             message_id: message_id.clone(),
             chat_id: chat_id.to_owned(),
             root_id: String::new(),
             parent_id: String::new(),
+            thread_id: String::new(),
             msg_type: "text".to_owned(),
             content: json!({ "text": text }).to_string(),
             sender_id: sender_open_id.to_owned(),
@@ -491,12 +541,14 @@ impl FeishuHandle {
     /// outside any gatehouse (what an audit must notice); returns its id.
     pub fn add_app_message(&self, chat_id: &str, app_id: &str, text: &str) -> String {
         let mut model = lock(&self.state.model);
+        model.chat(chat_id, "group");
         let message_id = model.fresh("om");
         model.messages.push(FeishuMessage {
             message_id: message_id.clone(),
             chat_id: chat_id.to_owned(),
             root_id: String::new(),
             parent_id: String::new(),
+            thread_id: String::new(),
             msg_type: "text".to_owned(),
             content: json!({ "text": text }).to_string(),
             sender_id: app_id.to_owned(),
@@ -506,6 +558,36 @@ impl FeishuHandle {
             create_time_ms: crate::time::unix_now() * 1000,
         });
         message_id
+    }
+
+    /// The app replies to `parent_id` with its own credential, outside any
+    /// gatehouse, in a thread when `in_thread` (as `reply_in_thread` does);
+    /// the new message's id, or Feishu's refusal (code, msg).
+    pub fn add_app_reply(
+        &self,
+        parent_id: &str,
+        app_id: &str,
+        text: &str,
+        in_thread: bool,
+    ) -> Result<String, (i64, String)> {
+        let body = json!({
+            "msg_type": "text",
+            "content": json!({ "text": text }).to_string(),
+            "reply_in_thread": in_thread,
+        })
+        .to_string();
+        let answer = reply_message(
+            &mut lock(&self.state.model),
+            app_id,
+            parent_id,
+            body.as_bytes(),
+        );
+        answer.created_id.ok_or_else(|| {
+            (
+                answer.body["code"].as_i64().unwrap_or_default(),
+                answer.body["msg"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
     }
 
     /// Faults for the next pushed events.
@@ -791,6 +873,12 @@ impl FeishuState {
             }
             (&Method::GET, ["open-apis", "im", "v1", "messages", id]) => {
                 match model.messages.iter().find(|m| m.message_id == *id) {
+                    Some(message)
+                        if chats::access(&model.chats, &message.chat_id)
+                            != chats::Access::Member =>
+                    {
+                        chats::bot_not_in_chat()
+                    }
                     Some(message) => Answer::ok(json!({
                         "code": 0,
                         "msg": "success",
@@ -800,45 +888,36 @@ impl FeishuState {
                 }
             }
             (&Method::GET, ["open-apis", "im", "v1", "messages"]) => {
-                if query_param("container_id_type") != Some("chat") {
-                    return Answer::validation("container_id_type must be chat");
-                }
-                let chat = query_param("container_id").unwrap_or("");
-                // start_time and end_time are seconds, both inclusive.
-                let secs = |name: &str| query_param(name).and_then(|v| v.parse::<u64>().ok());
-                let (start, end) = (secs("start_time"), secs("end_time"));
-                let items: Vec<Value> = model
-                    .messages
-                    .iter()
-                    .filter(|m| m.chat_id == chat)
-                    .filter(|m| start.is_none_or(|s| m.create_time_ms / 1000 >= s))
-                    .filter(|m| end.is_none_or(|e| m.create_time_ms / 1000 <= e))
-                    .map(message_json)
-                    .collect();
-                page(items, query_param("page_size"), query_param("page_token"))
+                list_messages(&model, &query_param)
+            }
+            (&Method::GET, ["open-apis", "im", "v1", "chats", chat_id]) => {
+                chats::chat_info(&model.chats, chat_id)
             }
             (&Method::GET, ["open-apis", "im", "v1", "chats"]) => {
-                // The chats the bot is in: here, every chat with a message.
-                let mut chats: Vec<&str> =
-                    model.messages.iter().map(|m| m.chat_id.as_str()).collect();
-                chats.sort_unstable();
-                chats.dedup();
-                let items: Vec<Value> = chats
-                    .into_iter()
-                    .map(|chat| {
+                // The chats the bot is in (p2p ones too, here).
+                let items: Vec<Value> = model
+                    .chats
+                    .iter()
+                    .filter(|c| c.bot_in)
+                    .map(|c| {
                         json!({
-                            "chat_id": chat,
+                            "chat_id": c.chat_id,
                             "avatar": "",
-                            "name": chat,
+                            "name": c.name,
                             "description": "",
-                            "owner_id": "",
+                            "owner_id": c.owner_id,
                             "owner_id_type": "open_id",
                             "external": false,
                             "tenant_key": "gatehouse-tenant",
                         })
                     })
                     .collect();
-                page(items, query_param("page_size"), query_param("page_token"))
+                page(
+                    items,
+                    CHATS_PAGE_MAX,
+                    query_param("page_size"),
+                    query_param("page_token"),
+                )
             }
             _ => Answer::error(StatusCode::NOT_FOUND, 404, "404 page not found"),
         }
@@ -966,6 +1045,9 @@ fn send_message(
         Ok(pair) => pair,
         Err(answer) => return answer,
     };
+    if let Some(refused) = chats::too_long(&msg_type, body.len()) {
+        return refused;
+    }
     let Some(receive_id) = request
         .get("receive_id")
         .and_then(Value::as_str)
@@ -981,16 +1063,28 @@ fn send_message(
         return created(&existing);
     }
     let chat_id = if receive_id_type == "chat_id" {
+        if let Some(refused) = chats::require_member(&model.chats, receive_id, "receive_id") {
+            return refused;
+        }
         receive_id.to_owned()
     } else {
         // A direct message lands in the p2p chat with that person.
-        format!("oc_p2p_{}", hex::encode(receive_id.as_bytes()))
+        let chat_id = format!("oc_p2p_{}", hex::encode(receive_id.as_bytes()));
+        let chat = model.chat(&chat_id, "p2p");
+        if chat.owner_id.is_empty() && receive_id_type == "open_id" {
+            chat.owner_id = receive_id.to_owned();
+        }
+        if !chat.bot_in {
+            return chats::bot_not_in_chat();
+        }
+        chat_id
     };
     let message = FeishuMessage {
         message_id: model.fresh("om"),
         chat_id,
         root_id: String::new(),
         parent_id: String::new(),
+        thread_id: String::new(),
         msg_type,
         content,
         sender_id: app_id.to_owned(),
@@ -1011,6 +1105,14 @@ fn reply_message(model: &mut FeishuModel, app_id: &str, parent_id: &str, body: &
         Ok(pair) => pair,
         Err(answer) => return answer,
     };
+    if let Some(refused) = chats::too_long(&msg_type, body.len()) {
+        return refused;
+    }
+    let reply_in_thread = match request.get("reply_in_thread") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Answer::validation("reply_in_thread must be a boolean"),
+    };
     let Some(parent) = model
         .messages
         .iter()
@@ -1026,6 +1128,29 @@ fn reply_message(model: &mut FeishuModel, app_id: &str, parent_id: &str, body: &
     if let Some(existing) = dedupe(model, uuid.as_deref()) {
         return created(&existing);
     }
+    if let Some(refused) = chats::require_member(&model.chats, &parent.chat_id, "message_id") {
+        return refused;
+    }
+    // In a topic-mode chat every reply is in the topic (oapi-sdk-go: "若群聊
+    // 已经是话题模式，则自动回复该条消息所在的话题").
+    let topic_chat = model
+        .chats
+        .iter()
+        .any(|c| c.chat_id == parent.chat_id && c.chat_mode == "topic");
+    let (thread_id, starts_thread) =
+        chats::reply_thread(&parent, reply_in_thread || topic_chat, || {
+            model.fresh("omt")
+        });
+    if starts_thread {
+        // The message replied to becomes the thread's first message.
+        if let Some(p) = model
+            .messages
+            .iter_mut()
+            .find(|m| m.message_id == parent_id)
+        {
+            p.thread_id = thread_id.clone();
+        }
+    }
     let root_id = if parent.root_id.is_empty() {
         parent.message_id.clone()
     } else {
@@ -1036,6 +1161,7 @@ fn reply_message(model: &mut FeishuModel, app_id: &str, parent_id: &str, body: &
         chat_id: parent.chat_id.clone(),
         root_id,
         parent_id: parent.message_id.clone(),
+        thread_id,
         msg_type,
         content,
         sender_id: app_id.to_owned(),
@@ -1068,18 +1194,84 @@ fn created(message: &FeishuMessage) -> Answer {
     }
 }
 
-/// One page of a listing: `page_size` items (default 20, at most 50) from
-/// the offset `page_token` names, with `has_more` and the next token.
-fn page(items: Vec<Value>, page_size: Option<&str>, page_token: Option<&str>) -> Answer {
-    let size = page_size
-        .and_then(|s| s.parse::<usize>().ok())
-        .unwrap_or(20)
-        .clamp(1, 50);
+/// `GET /im/v1/messages`: a chat's messages (a thread by its first one)
+/// or a thread's, oldest first unless `sort_type=ByCreateTimeDesc`,
+/// between `start_time` and `end_time` (seconds, inclusive; chats only).
+/// The bot must be in the chat (230002), which must exist (230001).
+fn list_messages<'q>(model: &FeishuModel, query_param: &dyn Fn(&str) -> Option<&'q str>) -> Answer {
+    let container = query_param("container_id").unwrap_or("");
+    let (chat_id, thread) = match query_param("container_id_type") {
+        Some("chat") => (container.to_owned(), None),
+        Some("thread") => match model.messages.iter().find(|m| m.thread_id == container) {
+            Some(m) if !container.is_empty() => (m.chat_id.clone(), Some(container)),
+            _ => return chats::invalid_param("container_id"),
+        },
+        _ => return Answer::validation("container_id_type must be chat or thread"),
+    };
+    if let Some(refused) = chats::require_member(&model.chats, &chat_id, "container_id") {
+        return refused;
+    }
+    let descending = match query_param("sort_type") {
+        None | Some("ByCreateTimeAsc") => false,
+        Some("ByCreateTimeDesc") => true,
+        Some(_) => return Answer::validation("sort_type is invalid"),
+    };
+    let secs = |name: &str| query_param(name).and_then(|v| v.parse::<u64>().ok());
+    let (start, end) = match thread {
+        None => (secs("start_time"), secs("end_time")),
+        Some(_) => (None, None),
+    };
+    let mut items: Vec<Value> = model
+        .messages
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| match thread {
+            None => m.chat_id == chat_id && chats::listed_in_chat(&model.messages, *i),
+            Some(t) => m.thread_id == t,
+        })
+        .map(|(_, m)| m)
+        .filter(|m| start.is_none_or(|s| m.create_time_ms / 1000 >= s))
+        .filter(|m| end.is_none_or(|e| m.create_time_ms / 1000 <= e))
+        .map(message_json)
+        .collect();
+    if descending {
+        items.reverse();
+    }
+    page(
+        items,
+        MESSAGES_PAGE_MAX,
+        query_param("page_size"),
+        query_param("page_token"),
+    )
+}
+
+/// Feishu's `page_size` bounds: messages 1..=50, chats 1..=100; 20 unset.
+const MESSAGES_PAGE_MAX: usize = 50;
+const CHATS_PAGE_MAX: usize = 100;
+const PAGE_SIZE_DEFAULT: usize = 20;
+
+/// One page of a listing: `page_size` items (default 20, at most `max`;
+/// outside `1..=max` refused as Feishu refuses it) from where `page_token`
+/// says, with `has_more` and the next token. Tokens are opaque to clients
+/// (Feishu's are too): a made-up one is refused.
+fn page(
+    items: Vec<Value>,
+    max: usize,
+    page_size: Option<&str>,
+    page_token: Option<&str>,
+) -> Answer {
+    let size = match page_size {
+        None => PAGE_SIZE_DEFAULT,
+        Some(s) => match s.parse::<usize>() {
+            Ok(n) if (1..=max).contains(&n) => n,
+            _ => return Answer::validation(&format!("page_size must be 1 to {max}")),
+        },
+    };
     let from = match page_token.filter(|t| !t.is_empty()) {
         None => 0,
-        Some(t) => match t.parse::<usize>() {
-            Ok(n) => n,
-            Err(_) => return Answer::validation("page_token is invalid"),
+        Some(t) => match decode_page_token(t) {
+            Some(n) => n,
+            None => return Answer::validation("page_token is invalid"),
         },
     };
     let has_more = items.len() > from.saturating_add(size);
@@ -1089,10 +1281,29 @@ fn page(items: Vec<Value>, page_size: Option<&str>, page_token: Option<&str>) ->
         "msg": "success",
         "data": {
             "has_more": has_more,
-            "page_token": if has_more { (from + size).to_string() } else { String::new() },
+            "page_token": if has_more { encode_page_token(from + size) } else { String::new() },
             "items": items,
         },
     }))
+}
+
+const PAGE_TOKEN_PREFIX: &str = "fs-page:";
+
+fn encode_page_token(offset: usize) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{PAGE_TOKEN_PREFIX}{offset}"))
+}
+
+fn decode_page_token(token: &str) -> Option<usize> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()?;
+    String::from_utf8(bytes)
+        .ok()?
+        .strip_prefix(PAGE_TOKEN_PREFIX)?
+        .parse()
+        .ok()
 }
 
 fn message_json(message: &FeishuMessage) -> Value {
@@ -1105,7 +1316,7 @@ fn message_json(message: &FeishuMessage) -> Value {
         "message_id": message.message_id,
         "root_id": message.root_id,
         "parent_id": message.parent_id,
-        "thread_id": "",
+        "thread_id": message.thread_id,
         "msg_type": message.msg_type,
         "create_time": message.create_time_ms.to_string(),
         "update_time": message.create_time_ms.to_string(),
@@ -1131,19 +1342,47 @@ mod tests {
     #[test]
     fn listings_page_by_token() {
         let items: Vec<Value> = (0..45).map(|i| json!(i)).collect();
-        let first = page(items.clone(), Some("20"), None);
+        let first = page(items.clone(), 50, Some("20"), None);
         assert_eq!(first.body["data"]["items"].as_array().unwrap().len(), 20);
         assert_eq!(first.body["data"]["has_more"], true);
-        assert_eq!(first.body["data"]["page_token"], "20");
-        let last = page(items.clone(), Some("20"), Some("40"));
+        let next = first.body["data"]["page_token"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let second = page(items.clone(), 50, Some("20"), Some(&next));
+        assert_eq!(second.body["data"]["items"][0], 20);
+        let next = second.body["data"]["page_token"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let last = page(items.clone(), 50, Some("20"), Some(&next));
         assert_eq!(last.body["data"]["items"][0], 40);
         assert_eq!(last.body["data"]["items"].as_array().unwrap().len(), 5);
         assert_eq!(last.body["data"]["has_more"], false);
         assert_eq!(last.body["data"]["page_token"], "");
         // At most 50 a page; a token that is not one is refused.
-        let all = page(items.clone(), Some("500"), None);
+        let all = page(items.clone(), 50, Some("50"), None);
         assert_eq!(all.body["data"]["items"].as_array().unwrap().len(), 45);
-        assert_eq!(page(items, None, Some("x")).status, StatusCode::BAD_REQUEST);
+        // Unset: 20.
+        let default = page(items.clone(), 50, None, None);
+        assert_eq!(default.body["data"]["items"].as_array().unwrap().len(), 20);
+        // Outside 1..=max, or a token it did not hand out: refused.
+        for (size, token) in [
+            (Some("51"), None),
+            (Some("0"), None),
+            (Some("x"), None),
+            (None, Some("20")),
+            (None, Some("x")),
+        ] {
+            let refused = page(items.clone(), 50, size, token);
+            assert_eq!(
+                refused.status,
+                StatusCode::BAD_REQUEST,
+                "{size:?} {token:?}"
+            );
+            assert_eq!(refused.body["code"], 99_992_402);
+        }
+        assert_eq!(page(items, 100, Some("100"), None).status, StatusCode::OK);
     }
 
     fn apps() -> Vec<FeishuApp> {

@@ -29,6 +29,7 @@ mod util;
 
 pub use ca::{CaError, TestCa};
 pub use feishu::{
+    chats::FeishuChat,
     events::{EventDelivery, EventFaults, EventTarget},
     limits::ChatLimit,
     FeishuApp, FeishuEmulator, FeishuError, FeishuHandle, FeishuMessage, FeishuOptions,

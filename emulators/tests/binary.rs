@@ -130,6 +130,8 @@ fn feishu_binary_issues_tokens_for_secret_from_file() {
         "cli_bin",
         "--app-secret-file",
         secret_file.to_str().unwrap(),
+        "--chat",
+        "oc_bin",
     ]);
     assert_eq!(ready["emulator"], "feishu");
     let port = ready["addr"]
@@ -151,6 +153,25 @@ fn feishu_binary_issues_tokens_for_secret_from_file() {
     assert_eq!(answer["code"], 0, "{answer}");
     let tenant_token = answer["tenant_access_token"].as_str().unwrap();
     assert!(tenant_token.starts_with("t-"));
+    // The chat given is one the bot is in; another is refused.
+    let send = |chat: &str| -> Value {
+        let body = serde_json::json!({
+            "receive_id": chat,
+            "msg_type": "text",
+            "content": "{\"text\":\"hi\"}",
+        });
+        let answer = curl(
+            ca.to_str().unwrap(),
+            "open.feishu.cn",
+            &port,
+            &format!("Authorization: Bearer {tenant_token}"),
+            "/open-apis/im/v1/messages?receive_id_type=chat_id",
+            Some(&body.to_string()),
+        );
+        serde_json::from_str(&answer).unwrap()
+    };
+    assert_eq!(send("oc_bin")["code"], 0);
+    assert_eq!(send("oc_elsewhere")["code"], 230_001);
     let log = stop(child);
     assert!(log.contains("tenant_access_token/internal"), "{log}");
     for secret in ["generated-secret-for-test", tenant_token] {

@@ -54,6 +54,9 @@ fn call(
 fn start() -> (tempfile::TempDir, FeishuHandle, std::path::PathBuf, String) {
     let dir = tempfile::tempdir().unwrap();
     let emulator = FeishuEmulator::start(FeishuOptions::default().app(APP_ID, APP_SECRET)).unwrap();
+    for chat in ["oc_team", "oc_other"] {
+        emulator.add_bot_to_chat(chat);
+    }
     let ca = dir.path().join("ca.pem");
     emulator.write_ca_pem(&ca).unwrap();
     let (status, _, body) = call(

@@ -2,8 +2,8 @@
 //! through the proxy with the router's own identities (rule set
 //! `router-github`: the repository's issue and PR comments, review
 //! comments, pull requests and their reviews; `router-feishu`: the chats
-//! the bot is in and their messages). Parsing a page is pure; fetching is
-//! at the edge.
+//! the bot is in, their messages and their threads' messages). Parsing a
+//! page is pure; fetching is at the edge.
 
 use std::time::Duration;
 
@@ -215,6 +215,31 @@ pub fn feishu_messages_page(
     Ok((out, next_token(&v)))
 }
 
+/// The threads (`omt_…`) of the messages on a Feishu history page. A chat's
+/// history shows a thread by its first message only; the thread's replies
+/// are listed with `container_id_type=thread` (Feishu's "List messages").
+/// Ids that are not one path segment of id characters are left out.
+pub fn feishu_threads(page: &[u8]) -> Vec<String> {
+    let Ok(v) = serde_json::from_slice::<Value>(page) else {
+        return Vec::new();
+    };
+    let mut threads: Vec<String> = v["data"]["items"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|m| m["thread_id"].as_str())
+        .filter(|t| {
+            !t.is_empty()
+                && t.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+        .map(str::to_owned)
+        .collect();
+    threads.dedup();
+    threads
+}
+
 /// The chat ids on one page of `GET /open-apis/im/v1/chats`, and the next
 /// page's token.
 pub fn feishu_chats_page(page: &[u8]) -> anyhow::Result<(Vec<String>, Option<String>)> {
@@ -288,6 +313,7 @@ pub fn fetch_feishu(config: &RouterConfig, since_ms: u64) -> anyhow::Result<Vec<
         })
         .await?;
         let mut out = Vec::new();
+        let mut threads = Vec::new();
         for chat in chats {
             let path = format!(
                 "/open-apis/im/v1/messages?container_id_type=chat&container_id={chat}&start_time={}&page_size=50",
@@ -296,10 +322,28 @@ pub fn fetch_feishu(config: &RouterConfig, since_ms: u64) -> anyhow::Result<Vec<
             feishu_pages(&client, socket, &path, |page| {
                 let (more, next) = feishu_messages_page(page, &feishu.app_id, since_ms)?;
                 out.extend(more);
+                threads.extend(feishu_threads(page));
                 Ok(next)
             })
             .await?;
         }
+        // A thread's replies (the bot's among them) are not in its chat's history.
+        threads.sort_unstable();
+        threads.dedup();
+        for thread in threads {
+            let path = format!(
+                "/open-apis/im/v1/messages?container_id_type=thread&container_id={thread}&page_size=50"
+            );
+            feishu_pages(&client, socket, &path, |page| {
+                let (more, next) = feishu_messages_page(page, &feishu.app_id, since_ms)?;
+                out.extend(more);
+                Ok(next)
+            })
+            .await?;
+        }
+        // A thread's first message is listed in its chat and in the thread.
+        let mut seen = std::collections::HashSet::new();
+        out.retain(|m| seen.insert(m.key.clone()));
         Ok(out)
     })
 }
@@ -355,5 +399,18 @@ mod tests {
         );
         let refused = br#"{"code": 99991663, "msg": "invalid token"}"#;
         assert!(feishu_messages_page(refused, "cli_app", 0).is_err());
+    }
+
+    #[test]
+    fn feishu_threads_are_found_on_a_history_page() {
+        let page = br#"{"code": 0, "data": {"has_more": false, "page_token": "", "items": [
+          {"message_id": "om_1", "thread_id": ""},
+          {"message_id": "om_2", "thread_id": "omt_a"},
+          {"message_id": "om_3"},
+          {"message_id": "om_4", "thread_id": "omt_b"},
+          {"message_id": "om_5", "thread_id": "omt_x&container_id_type=chat"}
+        ]}}"#;
+        assert_eq!(feishu_threads(page), ["omt_a", "omt_b"]);
+        assert!(feishu_threads(b"not json").is_empty());
     }
 }

@@ -88,6 +88,8 @@ impl Emulators {
         let feishu =
             FeishuEmulator::start(FeishuOptions::default().app(FEISHU_APP, &feishu_secret))
                 .unwrap();
+        // The team chat the tests send into, with the bot in it.
+        feishu.add_bot_to_chat("oc_team");
         let feishu_ca = dir.join("feishu-ca.pem");
         feishu.write_ca_pem(&feishu_ca).unwrap();
         let feishu_secret_file = dir.join("feishu.secret");

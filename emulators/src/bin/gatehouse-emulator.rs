@@ -70,6 +70,10 @@ enum Emulator {
         /// Tenant token lifetime in seconds.
         #[arg(long, default_value_t = 7200)]
         token_ttl: u64,
+        /// A group chat with the bot in it, `oc_…` (repeatable); sending into
+        /// a chat not made is refused, as on Feishu.
+        #[arg(long = "chat")]
+        chats: Vec<String>,
         /// Server threads.
         #[arg(long, default_value_t = 2)]
         threads: usize,
@@ -144,6 +148,7 @@ fn main() -> anyhow::Result<ExitCode> {
             app_id,
             app_secret_file,
             token_ttl,
+            chats,
             threads,
         } => {
             let mut options = FeishuOptions {
@@ -156,6 +161,9 @@ fn main() -> anyhow::Result<ExitCode> {
                 options = options.app(&app_id, &read_secret(file)?);
             }
             let handle = FeishuEmulator::start(options)?;
+            for chat in &chats {
+                handle.add_bot_to_chat(chat);
+            }
             handle.write_ca_pem(&ca_out)?;
             let ready = serde_json::json!({
                 "emulator": "feishu",

@@ -9,6 +9,11 @@
 //!    └────────────────────────┘ └──Refused (4xx: the proxy's rules, the platform)──► failed
 //! ```
 //!
+//! Feishu's answers are judged by their `code` first: a rate code is a
+//! limit, any other non-zero code on a 2xx or 4xx a refusal recorded with
+//! its meaning ([`FEISHU_REFUSALS`]: 230002, the bot is not in the chat;
+//! 230025, the reply is too long; …), never retried.
+//!
 //! A rate limit (GitHub: 429, or 403 with `Retry-After` or
 //! `X-RateLimit-Remaining: 0`; Feishu: 429 or the codes 99991400 and
 //! 230020) is answered before the platform acts, so the reply stays pending
@@ -77,6 +82,37 @@ const LIMIT_BACKOFF_MAX_MS: u64 = 2 * 3_600 * 1_000;
 /// chat's message rate (on HTTP 400), per Feishu's error code list.
 pub const FEISHU_RATE_CODES: [i64; 3] = [99_991_400, 11_232, 230_020];
 
+/// Feishu codes that refuse a reply for good, and what they mean for it
+/// (HTTP 400 each, per the error table of Feishu's "Reply to a message").
+/// Any other non-zero code on a 2xx or 4xx is a refusal too.
+pub const FEISHU_REFUSALS: [(i64, &str); 7] = [
+    (
+        230_001,
+        "an invalid parameter (the message replied to may be gone)",
+    ),
+    (230_002, "the bot is not in the chat"),
+    (230_006, "the app's bot ability is not activated"),
+    (230_011, "the message replied to was recalled"),
+    (230_025, "the reply is over Feishu's size limit"),
+    (230_027, "the app lacks a permission"),
+    (230_028, "the reply did not pass Feishu's content audit"),
+];
+
+/// The `code` of a Feishu answer, if its body has one.
+pub fn feishu_code(body: &[u8]) -> Option<i64> {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v["code"].as_i64())
+}
+
+/// Why Feishu refused a reply, by its code.
+pub fn feishu_refusal(code: i64) -> String {
+    match FEISHU_REFUSALS.iter().find(|(c, _)| *c == code) {
+        Some((_, meaning)) => format!("Feishu refused it: {meaning} (code {code})"),
+        None => format!("Feishu refused it (code {code})"),
+    }
+}
+
 /// Feishu's `x-ogw-ratelimit-reset`: seconds until its window resets.
 const FEISHU_RESET: &str = "x-ogw-ratelimit-reset";
 
@@ -106,11 +142,7 @@ pub fn is_rate_limit(platform: Source, status: u16, h: &LimitHeaders, body: &[u8
     match platform {
         Source::Github => poll::is_limit(status, &h.rate),
         Source::Feishu => {
-            status == 429
-                || serde_json::from_slice::<Value>(body)
-                    .ok()
-                    .and_then(|v| v["code"].as_i64())
-                    .is_some_and(|c| FEISHU_RATE_CODES.contains(&c))
+            status == 429 || feishu_code(body).is_some_and(|c| FEISHU_RATE_CODES.contains(&c))
         }
     }
 }
@@ -312,6 +344,15 @@ pub fn classify(
             until: limited_until(h, now, attempts),
             in_doubt: false,
         };
+    }
+    // Feishu's code says what it did, whatever the status short of a 5xx
+    // (where it may have acted before failing).
+    if platform == Source::Feishu && status < 500 {
+        if let Some(code) = feishu_code(body).filter(|c| *c != 0) {
+            return SendOutcome::Refused {
+                why: format!("{}; {why}", feishu_refusal(code)),
+            };
+        }
     }
     match status {
         200..=299 => SendOutcome::Unknown {

@@ -176,7 +176,13 @@ fn statuses_are_classified() {
         (Source::Feishu, 400, none, fs(11_232), "limited"),
         (Source::Feishu, 200, none, fs(230_020), "limited"),
         (Source::Feishu, 400, none, fs(230_002), "refused"),
+        (Source::Feishu, 400, none, fs(230_025), "refused"),
         (Source::Feishu, 400, none, fs(99_991_663), "refused"),
+        // A code on a 2xx is a refusal too, not an answer to look into.
+        (Source::Feishu, 200, none, fs(230_002), "refused"),
+        (Source::Feishu, 200, none, b"{}".to_vec(), "unknown"),
+        (Source::Feishu, 200, none, fs(0), "unknown"),
+        (Source::Feishu, 500, none, fs(1_500), "unknown"),
         // GitHub's headers on a Feishu answer mean nothing to Feishu.
         (Source::Feishu, 403, spent, vec![], "refused"),
         (Source::Feishu, 500, none, vec![], "unknown"),
@@ -184,6 +190,41 @@ fn statuses_are_classified() {
     for (platform, status, h, body, expected) in cases {
         let got = classify(platform, status, &h, &body, "x".into(), NOW_MS, 1);
         assert_eq!(label(&got), expected, "{platform:?} {status} {h:?}");
+    }
+}
+
+#[test]
+fn a_feishu_refusal_fails_the_reply_for_good_with_its_reason() {
+    let none = LimitHeaders::default();
+    let body = |code: i64| format!(r#"{{"code":{code},"msg":"m"}}"#).into_bytes();
+    // (code, the reason recorded)
+    let cases = [
+        (
+            230_002,
+            "Feishu refused it: the bot is not in the chat (code 230002)",
+        ),
+        (
+            230_025,
+            "Feishu refused it: the reply is over Feishu's size limit (code 230025)",
+        ),
+        (
+            230_011,
+            "Feishu refused it: the message replied to was recalled (code 230011)",
+        ),
+        (12_345, "Feishu refused it (code 12345)"),
+    ];
+    for (code, reason) in cases {
+        let why = "Feishu answered 400".to_owned();
+        let got = classify(Source::Feishu, 400, &none, &body(code), why, NOW_MS, 1);
+        let SendOutcome::Refused { why } = got.clone() else {
+            panic!("{code}: {got:?}");
+        };
+        assert!(why.starts_with(reason), "{code}: {why}");
+        assert!(why.ends_with("Feishu answered 400"), "{code}: {why}");
+        // Failed at once: not retried, not waiting on a limit.
+        let u = after_send(1, got, NOW_MS);
+        assert_eq!(u.state, OutboxState::Failed, "{code}");
+        assert_eq!(u.error.as_deref(), Some(why.as_str()));
     }
 }
 

@@ -393,3 +393,70 @@ fn faults_in_delivery_change_no_decision() {
     });
     assert!(refused.is_empty(), "{refused:#?}");
 }
+
+/// A recall and the bot's removal from a chat, pushed (encrypted, signed)
+/// as Feishu pushes them: the sender's recall of the message that opened a
+/// ticket is decided on its thread as the request withdrawn (the live loop,
+/// not run here, ends the ticket: `tests/up_feishu_connect.rs`); the
+/// removal is stored and recorded, and opens nothing; a recall pushed twice
+/// (Feishu's retry) is decided once.
+#[test]
+fn a_recall_joins_its_messages_thread_and_the_bots_removal_is_recorded() {
+    let w = world();
+    let asked = w.feishu.send_user_message(
+        "oc_core",
+        "group",
+        "ou_alice",
+        "@_user_1 the export button does nothing",
+        &[(BOT, "gatehouse")],
+    );
+    settle(&w.state);
+    w.feishu.set_event_faults(EventFaults {
+        duplicate: true,
+        ..EventFaults::default()
+    });
+    w.feishu.recall_message(&asked, "message_owner").unwrap();
+    w.feishu.set_event_faults(EventFaults::default());
+    w.feishu
+        .bot_membership_changed_by("oc_core", "ou_alice", false);
+    assert!(statuses(&w.feishu).iter().flatten().all(|s| *s == Ok(200)));
+    settle(&w.state);
+    let decisions = trigger_decisions(&w.state);
+    assert_eq!(
+        decisions.len(),
+        2,
+        "one for the message, one for the recall: {decisions:?}"
+    );
+    let store = Store::open(&w.state, Durability::Normal).unwrap();
+    let tickets = store.read().tickets().unwrap();
+    assert_eq!(tickets.len(), 1, "the recall opened nothing");
+    let log = DeliveryLog::open(&w.state, Durability::Normal).unwrap();
+    let outcomes: Vec<(String, String)> = log
+        .read()
+        .deliveries()
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.event, d.processed.unwrap().outcome))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("im.message.receive_v1".into(), "trigger".into()),
+            ("im.message.recalled_v1".into(), "trigger".into()),
+            (
+                "im.chat.member.bot.deleted_v1".into(),
+                "skipped: bot_removed".into()
+            ),
+        ]
+    );
+    let recall = log.read().deliveries().unwrap()[1]
+        .processed
+        .clone()
+        .unwrap();
+    let trigger = store.read().trigger(&recall.trigger.unwrap()).unwrap();
+    assert_eq!(
+        trigger.trigger.input.kind,
+        gatehouse_router::trigger::TriggerKind::RequestRecalled
+    );
+    assert_eq!(trigger.trigger.input.thread, format!("fs:oc_core:{asked}"));
+}

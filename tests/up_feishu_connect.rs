@@ -3,8 +3,8 @@
 //! feishu-connect` as a fourth part under the proxy's user, the only
 //! holder of the app secret besides the proxy; it hands each event to the
 //! router's socket, which only the proxy's group can reach; one person's
-//! message becomes one trigger and one ack in the chat; the part stops
-//! first.
+//! message becomes one trigger and one ack in the chat, and her recall of
+//! it ends the ticket; the part stops first.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use gatehouse::up::{self, Part};
 use gatehouse_emulators::feishu::ws::LongConnection;
 use gatehouse_emulators::{FeishuEmulator, FeishuOptions};
-use gatehouse_router::store::{DeliveryLog, Durability};
+use gatehouse_router::store::{DeliveryLog, Durability, Store};
+use gatehouse_router::ticket::Outcome;
 use gatehouse_testkit::machine::{user_gid, user_uid, TEST_USER};
 use gatehouse_testkit::rules::TEST_RULES;
 use gatehouse_testkit::{require, Need};
@@ -40,7 +41,7 @@ feishu = "ou_alice"
 default_repo = "acme/widgets"
 
 [teams.core.repos."acme/widgets"]
-sandbox_profile = "default"
+sandbox_profile = "held"
 rule_sets = ["test-worker"]
 
 [[chats]]
@@ -150,6 +151,14 @@ fn up_runs_the_long_connection_as_the_proxys_user_and_its_events_become_triggers
         );
         write(&p(&format!("profiles/{name}.toml")), &text, 0o644, None);
     }
+    // A worker that waits: the ticket is live when the recall comes.
+    write(
+        &p("profiles/held.toml"),
+        "extends = \"default\"\n[network]\nrule_sets = [\"test-worker\"]\n\
+         [worker]\ncommand = [\"sleep\", \"300\"]\n",
+        0o644,
+        None,
+    );
     write(&p("policy.toml"), POLICY, 0o644, None);
     let proxy = ids(PROXY_USER);
     let router = ids(ROUTER_USER);
@@ -291,6 +300,16 @@ verification_token_file = "secrets/feishu-token"
     });
     let log = DeliveryLog::open(&db, Durability::Normal).unwrap();
     assert_eq!(log.read().deliveries().unwrap().len(), 1, "stored once");
+
+    // Alice recalls her request: the ticket it opened ends, cancelled.
+    feishu.recall_message(&asked, "message_owner").unwrap();
+    wait_for("the ticket cancelled", || {
+        let Ok(store) = Store::open(&db, Durability::Normal) else {
+            return false;
+        };
+        let tickets = store.read().tickets().unwrap_or_default();
+        tickets.len() == 1 && tickets[0].outcome == Some(Outcome::Cancelled)
+    });
 
     // The connect part stops first, then the three in reverse order.
     let stopped = running.stop();

@@ -485,6 +485,30 @@ impl FeishuHandle {
         lock(&self.state.model).chat(chat_id, "group").bot_in = false;
     }
 
+    /// A person (`operator`) adds the bot to `chat_id`, or removes it: the
+    /// membership changes and `im.chat.member.bot.added_v1` / `.deleted_v1`
+    /// is pushed to every event target, as Feishu does.
+    pub fn bot_membership_changed_by(&self, chat_id: &str, operator: &str, added: bool) {
+        lock(&self.state.model).chat(chat_id, "group").bot_in = added;
+        self.state.events.bot_membership(chat_id, operator, added);
+    }
+
+    /// The sender (`recall_type` `message_owner`) or a chat manager
+    /// (`group_owner`, `group_manager`) recalls `message_id`: pushed as
+    /// `im.message.recalled_v1`. `None` for a message never sent.
+    pub fn recall_message(&self, message_id: &str, recall_type: &str) -> Option<()> {
+        let chat_id = lock(&self.state.model)
+            .messages
+            .iter()
+            .find(|m| m.message_id == message_id)?
+            .chat_id
+            .clone();
+        self.state
+            .events
+            .message_recalled(message_id, &chat_id, recall_type);
+        Some(())
+    }
+
     /// Every chat known, in the order they were made.
     pub fn chats(&self) -> Vec<chats::FeishuChat> {
         lock(&self.state.model).chats.clone()

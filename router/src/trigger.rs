@@ -46,6 +46,10 @@ pub enum TriggerKind {
     /// A chat message was recalled: lifecycle, and information only (it
     /// never ends work: [`TriggerKind::ends_work`]).
     MessageRecalled,
+    /// Its sender recalled the message that opened the thread's live
+    /// ticket: the request is withdrawn, which ends the work as a close
+    /// does.
+    RequestRecalled,
     /// An issue or pull request was reopened: a resume signal
     /// ([`TriggerKind::is_resume_signal`]).
     Reopened,
@@ -62,17 +66,19 @@ impl TriggerKind {
                 | TriggerKind::PullRequestClosed
                 | TriggerKind::PullRequestMerged
                 | TriggerKind::MessageRecalled
+                | TriggerKind::RequestRecalled
         )
     }
 
     /// A lifecycle kind that, done by a person, ends the live work it joins
-    /// (a close, a merge); the others only inform it.
+    /// (a close, a merge, the request recalled); the others only inform it.
     pub fn ends_work(self) -> bool {
         matches!(
             self,
             TriggerKind::IssueClosed
                 | TriggerKind::PullRequestClosed
                 | TriggerKind::PullRequestMerged
+                | TriggerKind::RequestRecalled
         )
     }
 

@@ -156,6 +156,52 @@ impl Events {
         chat_type: &str,
         mentions: &[Mention<'_>],
     ) {
+        self.push(|target, event_id| message_event(target, event_id, m, chat_type, mentions));
+    }
+
+    /// Pushes `im.message.recalled_v1` for `message_id` in `chat_id`
+    /// (oapi-sdk-go `P2MessageRecalledV1Data`: `message_id`, `chat_id`,
+    /// `recall_time`, `recall_type`; no operator).
+    pub(crate) fn message_recalled(&self, message_id: &str, chat_id: &str, recall_type: &str) {
+        let now_ms = (unix_now() * 1000).to_string();
+        self.push(|target, event_id| {
+            envelope(
+                target,
+                event_id,
+                "im.message.recalled_v1",
+                &now_ms,
+                json!({"message_id": message_id, "chat_id": chat_id,
+                       "recall_time": now_ms, "recall_type": recall_type}),
+            )
+        });
+    }
+
+    /// Pushes `im.chat.member.bot.added_v1` or `.deleted_v1` for `chat_id`
+    /// (`P2ChatMemberBotAddedV1Data`: `chat_id`, `operator_id`, `external`,
+    /// `operator_tenant_key`, `name`).
+    pub(crate) fn bot_membership(&self, chat_id: &str, operator: &str, added: bool) {
+        let now_ms = (unix_now() * 1000).to_string();
+        let event_type = if added {
+            "im.chat.member.bot.added_v1"
+        } else {
+            "im.chat.member.bot.deleted_v1"
+        };
+        self.push(|target, event_id| {
+            envelope(
+                target,
+                event_id,
+                event_type,
+                &now_ms,
+                json!({"chat_id": chat_id, "operator_id": {"open_id": operator},
+                       "external": false, "operator_tenant_key": "tenant_emulator",
+                       "name": chat_id}),
+            )
+        });
+    }
+
+    /// Pushes one event, built per target (a fresh event id each), to the
+    /// long connection and every HTTP target, with the faults in force.
+    fn push(&self, build: impl Fn(&EventTarget, &str) -> Value) {
         let faults = *lock(&self.faults);
         if let Some(hub) = &self.long {
             let target = EventTarget {
@@ -164,17 +210,11 @@ impl Events {
                 encrypt_key: None,
                 verification_token: hub.config.verification_token.clone(),
             };
-            hub.push(&message_event(
-                &target,
-                &random_hex(16),
-                m,
-                chat_type,
-                mentions,
-            ));
+            hub.push(&build(&target, &random_hex(16)));
         }
         for target in &self.targets {
             let event_id = random_hex(16);
-            let event = message_event(target, &event_id, m, chat_type, mentions);
+            let event = build(target, &event_id);
             let key = match (&target.encrypt_key, faults.bad_signature) {
                 (Some(_), true) => Some("not-the-configured-key".to_owned()),
                 (key, _) => key.clone(),
@@ -204,6 +244,21 @@ impl Events {
             }
         }
     }
+}
+
+/// A 2.0 envelope around `event`.
+fn envelope(
+    target: &EventTarget,
+    event_id: &str,
+    event_type: &str,
+    create_time_ms: &str,
+    event: Value,
+) -> Value {
+    json!({"schema": "2.0",
+           "header": {"event_id": event_id, "event_type": event_type,
+                      "create_time": create_time_ms, "token": target.verification_token,
+                      "app_id": target.app_id, "tenant_key": "tenant_emulator"},
+           "event": event})
 }
 
 fn message_event(

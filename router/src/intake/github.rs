@@ -184,6 +184,8 @@ pub enum Skip {
     NotMapped,
     /// A recall of a message the bot never received.
     NeverReceived,
+    /// A message recalled before it was decided (its recall is stored).
+    Recalled,
     /// The bot was added to a chat.
     BotAdded,
     /// The bot was removed from a chat.
@@ -197,6 +199,7 @@ impl Skip {
             Skip::NoPlace => "no_place",
             Skip::NotMapped => "not_mapped",
             Skip::NeverReceived => "never_received",
+            Skip::Recalled => "recalled",
             Skip::BotAdded => "bot_added",
             Skip::BotRemoved => "bot_removed",
         }

@@ -17,7 +17,7 @@ use crate::store::{StoreError, StoredDelivery};
 use crate::trigger::TriggerInput;
 
 use super::feishu;
-use super::github::{self, BotAccount, Mapped};
+use super::github::{self, BotAccount, Mapped, Skip};
 
 /// What processing a batch did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -180,26 +180,69 @@ fn map<J: Judge>(router: &Router<J>, d: &StoredDelivery) -> Result<Mapped, Strin
         "github" => {
             github::map(&d.event, &d.delivery_id, &d.body, bot.as_ref()).map_err(|e| e.to_string())
         }
-        "feishu" => {
-            let bot = router.policy().identity.feishu.clone();
-            match feishu::recalled_message(&d.body) {
-                // The recalled message's own event says where it was and who
-                // sent it (stored earlier: deliveries are processed in order).
-                Some(id) => {
-                    let original = router
-                        .store
-                        .read()
-                        .delivery_by_meaning("feishu", &format!("feishu:message:{id}"))
-                        .map_err(|e| format!("looking up the recalled message: {e}"))?;
-                    let original = original.as_ref().map(|o| o.body.as_slice());
-                    feishu::map_recall(&d.body, original, bot.as_deref())
-                }
-                None => feishu::map(&d.body, bot.as_deref()),
-            }
-            .map_err(|e| e.to_string())
-        }
+        "feishu" => map_feishu(router, d),
         other => Err(format!("no source maps `{other}` deliveries")),
     }
+}
+
+/// A Feishu delivery, with what the store knows of a recall: the recalled
+/// message's own event (where it was, who sent it) and whether it opened
+/// the thread's live ticket; and, for a message, whether it was recalled
+/// already (Feishu may deliver a retried message after its recall): a
+/// recalled message opens nothing, whatever order the two arrive in.
+fn map_feishu<J: Judge>(router: &Router<J>, d: &StoredDelivery) -> Result<Mapped, String> {
+    let bot = router.policy().identity.feishu.clone();
+    let read = router.store.read();
+    let lookup = |meaning: String| {
+        read.delivery_by_meaning("feishu", &meaning)
+            .map_err(|e| format!("looking up {meaning}: {e}"))
+    };
+    if let Some(id) = feishu::recalled_message(&d.body) {
+        let original = lookup(format!("feishu:message:{id}"))?;
+        let opened_live_ticket = match original.as_ref().and_then(|o| o.processed.as_ref()) {
+            Some(done) => match (
+                &done.trigger,
+                feishu::map(&original_body(&original), bot.as_deref()),
+            ) {
+                (Some(trigger), Ok(Mapped::Trigger(input))) => {
+                    opened_live(router, &input.thread, trigger)?
+                }
+                _ => false,
+            },
+            None => false,
+        };
+        let original = original.as_ref().map(|o| o.body.as_slice());
+        return feishu::map_recall(&d.body, original, opened_live_ticket, bot.as_deref())
+            .map_err(|e| e.to_string());
+    }
+    let mapped = feishu::map(&d.body, bot.as_deref()).map_err(|e| e.to_string())?;
+    if let Mapped::Trigger(input) = &mapped {
+        if lookup(format!("feishu:recall:{}", input.message_id))?.is_some() {
+            return Ok(Mapped::Skip(Skip::Recalled));
+        }
+    }
+    Ok(mapped)
+}
+
+fn original_body(original: &Option<StoredDelivery>) -> Vec<u8> {
+    original
+        .as_ref()
+        .map(|o| o.body.clone())
+        .unwrap_or_default()
+}
+
+/// Whether `trigger` opened the live ticket of `thread` (its mandate's).
+fn opened_live<J: Judge>(
+    router: &Router<J>,
+    thread: &str,
+    trigger: &crate::id::TriggerId,
+) -> Result<bool, String> {
+    let read = router.store.read();
+    let Some(record) = read.thread_by_key(thread).map_err(|e| e.to_string())? else {
+        return Ok(false);
+    };
+    let latest = read.latest_ticket(&record.id).map_err(|e| e.to_string())?;
+    Ok(latest.is_some_and(|t| t.is_live() && &t.mandate.trigger == trigger))
 }
 
 fn process_one<J: Judge>(
@@ -425,10 +468,11 @@ mod tests {
         assert_eq!(inserted, Inserted::New);
     }
 
-    /// A recall is decided on the recalled message's thread, where it joins
-    /// the live ticket that message opened as information (it ends nothing);
-    /// a recall of a message never received and the bot's membership
-    /// changes are marked skipped, each with its reason.
+    /// A recall is decided on the recalled message's thread: its sender's
+    /// recall of the message that opened the live ticket withdraws the
+    /// request (the loop then ends the ticket); a recall of a message never
+    /// received and the bot's membership changes are marked skipped, each
+    /// with its reason.
     #[test]
     fn a_recall_joins_the_recalled_messages_live_ticket_and_membership_is_recorded() {
         let (_dir, mut log, mut router) = setup();
@@ -441,6 +485,8 @@ mod tests {
                    "message": {"message_id": "om_1", "chat_id": "oc_1", "chat_type": "p2p",
                                "message_type": "text", "content": "{\"text\":\"fix the build\"}"}}),
         );
+        // Decided (a ticket opens) before its recall arrives.
+        assert_eq!(process_pending(&mut router, || 9).unwrap().triggers, 1);
         feishu(
             &mut log,
             "ev_2",
@@ -473,7 +519,7 @@ mod tests {
         assert_eq!(
             done,
             Processed {
-                triggers: 2,
+                triggers: 1,
                 skipped: 3,
                 failed: 0
             }
@@ -492,7 +538,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             recalled.trigger.input.kind,
-            crate::trigger::TriggerKind::MessageRecalled
+            crate::trigger::TriggerKind::RequestRecalled
         );
         assert_eq!(recalled.trigger.input.thread, asked.trigger.input.thread);
         assert_eq!(recalled.trigger.input.sender, asked.trigger.input.sender);
@@ -504,11 +550,104 @@ mod tests {
             .unwrap();
         assert!(last_trigger.contains("pass_through"), "{last_trigger}");
         let tickets = router.store().read().tickets().unwrap();
-        assert_eq!(tickets.len(), 1);
-        assert!(tickets[0].is_live(), "the recall ended nothing");
+        assert_eq!(tickets.len(), 1, "the recall opened nothing");
         assert_eq!(outcome(2).outcome, "skipped: never_received");
         assert_eq!(outcome(3).outcome, "skipped: bot_added");
         assert_eq!(outcome(4).outcome, "skipped: bot_removed");
+    }
+
+    /// Feishu may deliver a retried message after its recall: the message
+    /// then opens nothing, in one pass or two, and a recall of a later
+    /// message (not the ticket's) only informs.
+    #[test]
+    fn a_message_recalled_before_it_was_decided_opens_nothing() {
+        let message = |id: &str, text: &str| {
+            json!({"sender": {"sender_id": {"open_id": "ou_alice"}, "sender_type": "user"},
+                   "message": {"message_id": id, "chat_id": "oc_1", "chat_type": "p2p",
+                               "message_type": "text", "content": json!({"text": text}).to_string()}})
+        };
+        let recall =
+            |id: &str| json!({"message_id": id, "chat_id": "oc_1", "recall_type": "message_owner"});
+        for passes in [1, 2] {
+            let (_dir, mut log, mut router) = setup();
+            feishu(
+                &mut log,
+                "ev_r",
+                "im.message.recalled_v1",
+                "feishu:recall:om_1",
+                recall("om_1"),
+            );
+            if passes == 2 {
+                process_pending(&mut router, || 10).unwrap();
+            }
+            feishu(
+                &mut log,
+                "ev_m",
+                "im.message.receive_v1",
+                "feishu:message:om_1",
+                message("om_1", "fix it"),
+            );
+            process_pending(&mut router, || 11).unwrap();
+            let outcomes: Vec<String> = log
+                .read()
+                .deliveries()
+                .unwrap()
+                .into_iter()
+                .map(|d| d.processed.unwrap().outcome)
+                .collect();
+            let recall_outcome = if passes == 1 {
+                "trigger"
+            } else {
+                "skipped: never_received"
+            };
+            assert_eq!(
+                outcomes,
+                [recall_outcome, "skipped: recalled"],
+                "{passes} passes"
+            );
+            assert!(
+                router.store().read().tickets().unwrap().is_empty(),
+                "{passes} passes"
+            );
+        }
+        // A later message of the thread recalled: information, not a withdrawal.
+        let (_dir, mut log, mut router) = setup();
+        feishu(
+            &mut log,
+            "ev_1",
+            "im.message.receive_v1",
+            "feishu:message:om_1",
+            message("om_1", "fix it"),
+        );
+        process_pending(&mut router, || 10).unwrap();
+        let mut later = message("om_2", "also the docs");
+        later["message"]["root_id"] = json!("om_1");
+        feishu(
+            &mut log,
+            "ev_2",
+            "im.message.receive_v1",
+            "feishu:message:om_2",
+            later,
+        );
+        feishu(
+            &mut log,
+            "ev_3",
+            "im.message.recalled_v1",
+            "feishu:recall:om_2",
+            recall("om_2"),
+        );
+        process_pending(&mut router, || 11).unwrap();
+        let deliveries = log.read().deliveries().unwrap();
+        let trigger = deliveries[2].processed.clone().unwrap().trigger.unwrap();
+        let kind = router
+            .store()
+            .read()
+            .trigger(&trigger)
+            .unwrap()
+            .trigger
+            .input
+            .kind;
+        assert_eq!(kind, crate::trigger::TriggerKind::MessageRecalled);
     }
 
     /// A round's deliveries and the polling state are stored together; an

@@ -129,16 +129,21 @@ pub fn recalled_message(body: &[u8]) -> Option<String> {
 }
 
 /// Maps a stored recall, given the stored event of the message it recalls
-/// (`None`: the bot never received it, so nothing of ours refers to it).
+/// (`None`: the bot never received it, so nothing of ours refers to it)
+/// and whether that message opened the thread's live ticket.
 ///
-/// The recall becomes a lifecycle trigger ([`TriggerKind::MessageRecalled`])
-/// on the recalled message's thread, sent by that message's sender (Feishu
-/// names no operator; `recall_type` goes into the text). Live work there
-/// hears of it; nothing is opened, resumed, evaluated or ended by it: a
-/// stop is said in words, and a manager's recall is not the sender's.
+/// The recall becomes a lifecycle trigger on the recalled message's thread,
+/// sent by that message's sender (Feishu names no operator; `recall_type`
+/// goes into the text). Its sender recalling the message that opened the
+/// live ticket withdraws the request ([`TriggerKind::RequestRecalled`]: the
+/// work ends, as a close ends it); any other recall (a later message, or a
+/// chat manager's) is information for the live work
+/// ([`TriggerKind::MessageRecalled`]). Neither opens, resumes or is
+/// evaluated.
 pub fn map_recall(
     body: &[u8],
     original: Option<&[u8]>,
+    opened_live_ticket: bool,
     bot: Option<&str>,
 ) -> Result<Mapped, MapError> {
     let e: RecallEnvelope =
@@ -162,11 +167,22 @@ pub fn map_recall(
         }
         Mapped::Skip(_) => return Ok(Mapped::Skip(Skip::NeverReceived)),
     };
-    let by = match e.event.recall_type.as_str() {
-        "" | "message_owner" => "its sender".to_owned(),
-        other => other.chars().take(32).collect::<String>().replace('_', " "),
+    let by_sender = matches!(e.event.recall_type.as_str(), "" | "message_owner");
+    let by = if by_sender {
+        "its sender".to_owned()
+    } else {
+        e.event
+            .recall_type
+            .chars()
+            .take(32)
+            .collect::<String>()
+            .replace('_', " ")
     };
-    input.kind = TriggerKind::MessageRecalled;
+    input.kind = if by_sender && opened_live_ticket {
+        TriggerKind::RequestRecalled
+    } else {
+        TriggerKind::MessageRecalled
+    };
     // The mention was the recalled message's; the recall addresses no one.
     input.addressed = Vec::new();
     input.text = format!("(message {} was recalled by {by})", e.event.message_id);
@@ -579,17 +595,48 @@ mod tests {
         threaded["root_id"] = json!("om_root");
         let original = event("user", threaded);
         let asked = trigger(&original);
-        for (recall_type, by) in [
-            ("message_owner", "its sender"),
-            ("group_manager", "group manager"),
-            ("", "its sender"),
+        // (recall type, whether the message opened the live ticket, by, kind)
+        for (recall_type, opened, by, kind) in [
+            (
+                "message_owner",
+                false,
+                "its sender",
+                TriggerKind::MessageRecalled,
+            ),
+            (
+                "message_owner",
+                true,
+                "its sender",
+                TriggerKind::RequestRecalled,
+            ),
+            ("", true, "its sender", TriggerKind::RequestRecalled),
+            (
+                "group_manager",
+                false,
+                "group manager",
+                TriggerKind::MessageRecalled,
+            ),
+            // A manager's recall is not the sender's withdrawal.
+            (
+                "group_manager",
+                true,
+                "group manager",
+                TriggerKind::MessageRecalled,
+            ),
+            ("", false, "its sender", TriggerKind::MessageRecalled),
         ] {
-            let got = match map_recall(&recall("om_3", recall_type), Some(&original), Some(BOT)) {
+            let got = match map_recall(
+                &recall("om_3", recall_type),
+                Some(&original),
+                opened,
+                Some(BOT),
+            ) {
                 Ok(Mapped::Trigger(t)) => *t,
                 other => panic!("{other:?}"),
             };
-            assert_eq!(got.kind, TriggerKind::MessageRecalled);
-            assert!(got.kind.is_lifecycle() && !got.kind.ends_work());
+            assert_eq!(got.kind, kind, "{recall_type} {opened}");
+            assert!(got.kind.is_lifecycle());
+            assert_eq!(got.kind.ends_work(), kind == TriggerKind::RequestRecalled);
             assert_eq!(
                 got.thread, "fs:oc_1:om_root",
                 "the recalled message's thread"
@@ -601,7 +648,7 @@ mod tests {
             assert_eq!(got.text, format!("(message om_3 was recalled by {by})"));
         }
         assert_eq!(
-            map_recall(&recall("om_3", "message_owner"), None, Some(BOT)),
+            map_recall(&recall("om_3", "message_owner"), None, false, Some(BOT)),
             Ok(Mapped::Skip(Skip::NeverReceived))
         );
         // The looked-up event must be the recalled message's own.
@@ -609,6 +656,7 @@ mod tests {
             map_recall(
                 &recall("om_other", "message_owner"),
                 Some(&original),
+                false,
                 Some(BOT)
             ),
             Err(MapError::Payload(_))
@@ -618,7 +666,7 @@ mod tests {
             json!({"message_id": "om_3", "chat_id": "oc_2", "recall_type": "message_owner"}),
         );
         assert!(matches!(
-            map_recall(&elsewhere, Some(&original), Some(BOT)),
+            map_recall(&elsewhere, Some(&original), false, Some(BOT)),
             Err(MapError::Payload(_))
         ));
         assert_eq!(recalled_message(&recall("om_3", "")), Some("om_3".into()));

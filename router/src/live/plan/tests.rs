@@ -465,6 +465,9 @@ fn closes_and_merges_of_live_work_plan_ends_only_as_the_rules_say() {
         ),
         (TriggerKind::MessageRecalled, explicit(), forward.clone()),
         (TriggerKind::MessageRecalled, bot.clone(), forward.clone()),
+        // The request itself recalled by its sender ends the work.
+        (TriggerKind::RequestRecalled, person.clone(), close.clone()),
+        (TriggerKind::RequestRecalled, explicit(), close.clone()),
     ];
     for (kind, admission, expected) in cases {
         // Whatever the text says: a close has none of its own, and a "stop"
@@ -544,6 +547,8 @@ fn a_close_ends_ready_issue_work_completed_and_anything_else_cancelled() {
     use TriggerKind as K;
     for state in [S::Open, S::Working, S::Ready, S::Blocked] {
         assert_eq!(close_outcome(K::PullRequestMerged, state), Outcome::Merged);
+        // A withdrawn request is cancelled, however far the work got.
+        assert_eq!(close_outcome(K::RequestRecalled, state), Outcome::Cancelled);
         assert_eq!(
             close_outcome(K::IssueClosed, state),
             if state == S::Ready {

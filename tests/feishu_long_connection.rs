@@ -299,13 +299,14 @@ fn own_uid() -> u32 {
 }
 
 /// A wrong app secret is refused by the endpoint: the client stops with
-/// exit 1 instead of retrying for ever; the right one connects (above).
+/// exit 78 (a configuration error) instead of retrying for ever; the right
+/// one connects (above).
 #[test]
 fn a_refused_app_secret_stops_the_client() {
     let w = World::new();
     std::fs::write(w.dir.path().join("secrets/app-secret"), "not-the-secret\n").unwrap();
     let mut connect = w.connect();
     let status = connect.wait().unwrap();
-    assert_eq!(status.code(), Some(1), "{status:?}");
+    assert_eq!(status.code(), Some(78), "{status:?}");
     assert_eq!(w.feishu.long_connected(), 0);
 }

@@ -104,14 +104,22 @@ fn holds(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
-#[test]
-fn up_runs_the_long_connection_as_the_proxys_user_and_its_events_become_triggers() {
-    require!(
-        Need::Root,
-        Need::User(PROXY_USER),
-        Need::User(ROUTER_USER),
-        Need::User(TEST_USER)
-    );
+/// A deployment with the long connection on, the emulator's app secret
+/// `secret` and, in the proxy's file, `secret_in_file`.
+struct World {
+    dir: tempfile::TempDir,
+    _run: tempfile::TempDir,
+    feishu: gatehouse_emulators::FeishuHandle,
+    secret: String,
+}
+
+impl World {
+    fn path(&self, rel: &str) -> std::path::PathBuf {
+        self.dir.path().join(rel)
+    }
+}
+
+fn world(wrong_secret: bool) -> World {
     let dir = gatehouse_testkit::sandbox::reachable_dir("gh-upf-");
     let run = gatehouse_testkit::sandbox::reachable_dir("uf");
     let p = |rel: &str| dir.path().join(rel);
@@ -162,7 +170,12 @@ fn up_runs_the_long_connection_as_the_proxys_user_and_its_events_become_triggers
     write(&p("policy.toml"), POLICY, 0o644, None);
     let proxy = ids(PROXY_USER);
     let router = ids(ROUTER_USER);
-    write(&p("secrets/feishu-app"), &secret, 0o400, Some(proxy));
+    let in_file = if wrong_secret {
+        "not-the-app-secret".to_owned()
+    } else {
+        secret.clone()
+    };
+    write(&p("secrets/feishu-app"), &in_file, 0o400, Some(proxy));
     write(&p("secrets/github-token"), "ghs_unused", 0o400, Some(proxy));
     write(
         &p("secrets/feishu-token"),
@@ -206,6 +219,41 @@ verification_token_file = "secrets/feishu-token"
         emulator = feishu.addr(),
     );
     write(&p("gatehouse.toml"), &config, 0o644, None);
+    World {
+        dir,
+        _run: run,
+        feishu,
+        secret,
+    }
+}
+
+#[test]
+fn up_runs_the_long_connection_as_the_proxys_user_and_its_events_become_triggers() {
+    require!(
+        Need::Root,
+        Need::User(PROXY_USER),
+        Need::User(ROUTER_USER),
+        Need::User(TEST_USER)
+    );
+    let w = world(false);
+    let (feishu, secret) = (&w.feishu, &w.secret);
+    let p = |rel: &str| w.path(rel);
+    let proxy = ids(PROXY_USER);
+    let router = ids(ROUTER_USER);
+
+    // The systemd units cannot run it: `config write` says so, writes nothing.
+    let write = Command::new(p("bin/gatehouse"))
+        .args(["config", "write", "--config"])
+        .arg(p("gatehouse.toml"))
+        .output()
+        .unwrap();
+    assert!(!write.status.success());
+    assert!(
+        String::from_utf8_lossy(&write.stderr).contains("systemd units do not have yet"),
+        "{}",
+        String::from_utf8_lossy(&write.stderr)
+    );
+    assert!(!p("state").exists(), "config write made its directories");
 
     let prepared = up::prepare(&p("gatehouse.toml")).unwrap();
     let socket = prepared.layout.handoff_socket().unwrap().to_owned();
@@ -237,7 +285,7 @@ verification_token_file = "secrets/feishu-token"
     for pid in [connect, router_pid] {
         for what in ["cmdline", "environ"] {
             assert!(
-                !holds(&proc_text(pid, what), &secret),
+                !holds(&proc_text(pid, what), secret),
                 "the secret in {pid}'s {what}"
             );
         }
@@ -326,7 +374,51 @@ verification_token_file = "secrets/feishu-token"
     assert!(stopped.iter().all(|s| !s.killed), "{stopped:?}");
     let logs = std::fs::read_to_string(p("state/logs/feishu-connect.log")).unwrap();
     assert!(
-        !logs.contains(&secret),
+        !logs.contains(secret.as_str()),
         "the secret in the connect part's log"
     );
+}
+
+/// Feishu refuses the app secret: the connect part ends with exit 78 and
+/// is not restarted (restarting cannot mend it, and each try sends the
+/// secret again); the other parts run on.
+#[test]
+fn a_refused_app_secret_stops_the_connect_part_for_good() {
+    require!(Need::Root, Need::User(PROXY_USER), Need::User(ROUTER_USER));
+    let w = world(true);
+    let prepared = up::prepare(&w.path("gatehouse.toml")).unwrap();
+    let running = up::start(
+        &prepared,
+        up::Options {
+            services: Some(w.path("bin/gatehouse-services")),
+            ..up::Options::default()
+        },
+    )
+    .unwrap();
+    let log = w.path("state/logs/feishu-connect.log");
+    wait_for("the connect part to end", || {
+        running.pid(Part::FeishuConnect).is_none()
+    });
+    let endpoint_asks = || {
+        w.feishu
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/callback/ws/endpoint")
+            .count()
+    };
+    let asked = endpoint_asks();
+    assert!(asked >= 1, "the endpoint was never asked");
+    // Longer than the first restart delays (0.5 s, 1 s) would take.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(running.pid(Part::FeishuConnect), None, "restarted");
+    assert_eq!(running.restarts(Part::FeishuConnect), 0);
+    assert_eq!(endpoint_asks(), asked, "the secret was sent again");
+    assert!(running.pid(Part::Router).is_some() && running.pid(Part::Proxy).is_some());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("check the app id and the app secret file"),
+        "{text}"
+    );
+    assert!(!text.contains(w.secret.as_str()));
+    running.stop();
 }

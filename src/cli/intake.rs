@@ -33,7 +33,7 @@ pub enum IntakeCommand {
     /// or [feishu.long_connection] in router.toml). An event is
     /// acknowledged to Feishu only once the router confirms it stored it;
     /// otherwise Feishu delivers it again. Stops on SIGTERM or Ctrl-C, and
-    /// with exit 1 when Feishu refuses the app id or secret.
+    /// with exit 78 when Feishu refuses the app id or secret.
     FeishuConnect {
         /// The Feishu app (cli_…)
         #[arg(long)]
@@ -44,6 +44,10 @@ pub enum IntakeCommand {
         /// The router's hand-off socket
         #[arg(long)]
         handoff: PathBuf,
+        /// The router's uid: the hand-off socket must be served by it (else
+        /// nothing is handed over)
+        #[arg(long)]
+        router_uid: Option<u32>,
         /// Feishu's open platform (Lark: https://open.larksuite.com)
         #[arg(long, default_value = "https://open.feishu.cn")]
         base_url: String,
@@ -68,6 +72,7 @@ impl Commands {
                     app_id,
                     app_secret_file,
                     handoff,
+                    router_uid,
                     base_url,
                     connect_to,
                     ca_file,
@@ -85,6 +90,7 @@ impl Commands {
             connect_to,
             ca_file,
             handoff,
+            router_uid,
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -101,8 +107,16 @@ impl Commands {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
                 ended = client => {
-                    ended.context("the long-connection client")??;
-                    return Ok(ExitCode::SUCCESS);
+                    return match ended.context("the long-connection client")? {
+                        Ok(()) => Ok(ExitCode::SUCCESS),
+                        // Trying again cannot help: say so to whoever restarts it.
+                        Err(e @ connect::ConnectError::Refused(_)) => {
+                            tracing::error!(error = %e, "Feishu refused the app");
+                            eprintln!("gatehouse intake feishu-connect: {e}");
+                            Ok(ExitCode::from(EXIT_REFUSED))
+                        }
+                        Err(e) => Err(e.into()),
+                    };
                 }
             }
             tracing::info!("shutting down");
@@ -111,6 +125,11 @@ impl Commands {
         })
     }
 }
+
+/// The exit status when Feishu refuses the app id or secret: a
+/// configuration error (sysexits' `EX_CONFIG`), which `gatehouse up` does
+/// not restart.
+pub const EXIT_REFUSED: u8 = 78;
 
 /// The secret without a final line break; empty is an error. The path is
 /// named in errors, the content never.

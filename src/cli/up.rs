@@ -62,6 +62,16 @@ impl Commands {
                 command: ConfigCommand::Write { config },
             } => {
                 let prepared = up::prepare(&config)?;
+                if prepared.layout.handoff_socket().is_some() {
+                    // The units run three parts and keep /run read-only to
+                    // the router: the hand-off could not be bound.
+                    anyhow::bail!(
+                        "{}: `[feishu] long_connection = true` runs a fourth part the systemd \
+                         units do not have yet: run `gatehouse up`, or take Feishu's events \
+                         over HTTP (`[feishu] listen`)",
+                        config.display()
+                    );
+                }
                 up::install(&prepared)?;
                 print!("{}", describe(&prepared));
                 Ok(ExitCode::SUCCESS)

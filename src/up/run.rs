@@ -90,6 +90,9 @@ struct ChildSpec {
 enum Ready {
     Unix(PathBuf),
     Tcp(SocketAddr),
+    /// A socket that serves one peer only (the Feishu hand-off): that it
+    /// is bound is the sign; a probe would be refused and logged.
+    Bound(PathBuf),
 }
 
 struct Slot {
@@ -343,6 +346,16 @@ fn watch(shared: &Shared, backoff: Backoff) {
             if let Some(child) = &mut slot.child {
                 if let Ok(Some(status)) = child.try_wait() {
                     slot.child = None;
+                    if gives_up(slot.spec.part, status) {
+                        tracing::error!(
+                            part = slot.spec.part.name(),
+                            %status,
+                            log = %slot.spec.log.display(),
+                            "refused its configuration; not restarted (fix it, then restart gatehouse up)"
+                        );
+                        slot.restart_at = None;
+                        continue;
+                    }
                     slot.failures = backoff.failures_after(slot.failures, now - slot.started);
                     let delay = backoff.delay(slot.failures);
                     tracing::warn!(
@@ -374,6 +387,13 @@ fn watch(shared: &Shared, backoff: Backoff) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Whether a part's end is one restarting cannot mend: the long-connection
+/// client whose app id or secret Feishu refused.
+fn gives_up(part: Part, status: ExitStatus) -> bool {
+    part == Part::FeishuConnect
+        && status.code() == Some(i32::from(crate::cli::intake::EXIT_REFUSED))
 }
 
 fn child_spec(
@@ -424,11 +444,12 @@ fn child_spec(
                         .iter()
                         .filter_map(|f| f.listen.map(Ready::Tcp)),
                 )
-                .chain(layout.handoff_socket().map(|s| Ready::Unix(s.to_owned())))
+                .chain(layout.handoff_socket().map(|s| Ready::Bound(s.to_owned())))
                 .collect(),
         ),
         // It serves nothing: it is up once it runs (it logs its
-        // connection; a refused app secret ends it, and the watcher says so).
+        // connection; a refused app secret ends it with EXIT_REFUSED, which
+        // the watcher reports and does not restart).
         Part::FeishuConnect => (
             connect_args(prepared),
             users.separated().then(|| users.proxy()),
@@ -478,7 +499,12 @@ fn connect_args(prepared: &Prepared) -> Vec<OsString> {
         }
     }
     if let Some(socket) = prepared.layout.handoff_socket() {
-        args.extend(["--handoff".into(), socket.as_os_str().to_owned()]);
+        args.extend([
+            "--handoff".into(),
+            socket.as_os_str().to_owned(),
+            "--router-uid".into(),
+            prepared.users.router().uid.to_string().into(),
+        ]);
     }
     args
 }
@@ -604,6 +630,10 @@ fn serves(ready: &Ready) -> bool {
         Ready::Unix(path) => std::os::unix::net::UnixStream::connect(path).is_ok(),
         Ready::Tcp(addr) => {
             std::net::TcpStream::connect_timeout(addr, Duration::from_millis(200)).is_ok()
+        }
+        Ready::Bound(path) => {
+            use std::os::unix::fs::FileTypeExt;
+            std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
         }
     }
 }

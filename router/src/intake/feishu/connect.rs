@@ -54,6 +54,10 @@ pub struct ConnectConfig {
     pub ca_file: Option<PathBuf>,
     /// The router's hand-off socket.
     pub handoff: PathBuf,
+    /// The router's uid, when known: the socket's server must be it
+    /// (`SO_PEERCRED`), so the secret's holder hands events to nothing else
+    /// a path could be made to lead to.
+    pub router_uid: Option<u32>,
 }
 
 impl std::fmt::Debug for ConnectConfig {
@@ -64,6 +68,7 @@ impl std::fmt::Debug for ConnectConfig {
             .field("base_url", &self.base_url)
             .field("connect_to", &self.connect_to)
             .field("handoff", &self.handoff)
+            .field("router_uid", &self.router_uid)
             .finish_non_exhaustive()
     }
 }
@@ -314,7 +319,13 @@ impl Client {
                     payload,
                 } => {
                     let begun = Instant::now();
-                    let status = match hand_over(&self.config.handoff, &mut handoff, &payload).await
+                    let status = match hand_over(
+                        &self.config.handoff,
+                        self.config.router_uid,
+                        &mut handoff,
+                        &payload,
+                    )
+                    .await
                     {
                         Ok(c) if c.status.acknowledge() => Some(200),
                         Ok(c) => {
@@ -359,12 +370,13 @@ async fn send(
 /// same [`CONFIRM_TIMEOUT`].
 async fn hand_over(
     socket: &Path,
+    router_uid: Option<u32>,
     held: &mut Option<UnixStream>,
     payload: &[u8],
 ) -> Result<Confirm, String> {
     let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
     if held.is_some() {
-        match exchange(socket, held, payload, deadline).await {
+        match exchange(socket, router_uid, held, payload, deadline).await {
             Ok(confirm) => return Ok(confirm),
             Err(error) => {
                 tracing::debug!(%error, "the kept hand-off connection failed; reconnecting");
@@ -372,22 +384,35 @@ async fn hand_over(
             }
         }
     }
-    exchange(socket, held, payload, deadline).await
+    exchange(socket, router_uid, held, payload, deadline).await
+}
+
+/// Whether the server of a hand-off connection is the router: its uid as
+/// the kernel reports it is the expected one (none expected: any).
+pub fn served_by_router(server_uid: Option<u32>, router_uid: Option<u32>) -> bool {
+    router_uid.is_none_or(|want| server_uid == Some(want))
 }
 
 async fn exchange(
     socket: &Path,
+    router_uid: Option<u32>,
     held: &mut Option<UnixStream>,
     payload: &[u8],
     deadline: tokio::time::Instant,
 ) -> Result<Confirm, String> {
     let exchange = async {
         if held.is_none() {
-            *held = Some(
-                UnixStream::connect(socket)
-                    .await
-                    .map_err(|e| format!("cannot reach {}: {e}", socket.display()))?,
-            );
+            let stream = UnixStream::connect(socket)
+                .await
+                .map_err(|e| format!("cannot reach {}: {e}", socket.display()))?;
+            let server = stream.peer_cred().ok().map(|c| c.uid());
+            if !served_by_router(server, router_uid) {
+                return Err(format!(
+                    "{} is served by uid {server:?}, not the router's {router_uid:?}: nothing handed over",
+                    socket.display()
+                ));
+            }
+            *held = Some(stream);
         }
         let stream = held.as_mut().ok_or("no hand-off connection")?;
         handoff::write_frame(stream, payload)
@@ -413,6 +438,19 @@ async fn timeout<F: std::future::Future>(f: F) -> Result<F::Output, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_routers_uid_is_handed_events_when_it_is_known() {
+        for (server, want, ok) in [
+            (Some(990), Some(990), true),
+            (Some(0), Some(990), false),
+            (None, Some(990), false),
+            (Some(5), None, true),
+            (None, None, true),
+        ] {
+            assert_eq!(served_by_router(server, want), ok, "{server:?} {want:?}");
+        }
+    }
 
     #[test]
     fn host_and_port_of_urls() {
@@ -457,6 +495,7 @@ mod tests {
             connect_to: None,
             ca_file: None,
             handoff: PathBuf::from("h.sock"),
+            router_uid: None,
         };
         assert!(!format!("{config:?}").contains("s3cr3t"));
     }

@@ -286,3 +286,63 @@ fn grant_of(allowed: Allowed) -> Grant {
         own: allowed.own,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_graphql_body_that_posts_passes_with_its_message_spec() {
+        let summary = |learn: Vec<graphql::Learn>, message: Option<graphql::MessageField>| {
+            graphql::GraphQlSummary {
+                operations: vec![("mutation", None)],
+                root_fields: vec!["mutation.addComment".into()],
+                learn,
+                message,
+            }
+        };
+        let field = graphql::MessageField {
+            kind: "github_issue_comment",
+            target: "PR_1".into(),
+            key: "said".into(),
+            id_pointer: "/data/said/commentEdge/node/url".into(),
+        };
+        let learn = graphql::Learn {
+            kind: graphql::PULL_REQUEST_NODE,
+            pointer: "/data/createPullRequest/pullRequest/id".into(),
+        };
+        let spec = MessageSpec {
+            kind: "github_issue_comment".into(),
+            target: "PR_1".into(),
+            target_body_pointer: None,
+            id_pointer: "/data/said/commentEdge/node/url".into(),
+        };
+        let cases = [
+            (summary(vec![], None), BodyVerdict::Allow),
+            (
+                summary(vec![learn.clone()], None),
+                BodyVerdict::Pass(Passed {
+                    learn: vec![learn.clone()],
+                    message: None,
+                }),
+            ),
+            (
+                summary(vec![], Some(field.clone())),
+                BodyVerdict::Pass(Passed {
+                    learn: vec![],
+                    message: Some(spec.clone()),
+                }),
+            ),
+            (
+                summary(vec![learn.clone()], Some(field)),
+                BodyVerdict::Pass(Passed {
+                    learn: vec![learn],
+                    message: Some(spec),
+                }),
+            ),
+        ];
+        for (i, (summary, verdict)) in cases.into_iter().enumerate() {
+            assert_eq!(passed(summary), verdict, "case {i}");
+        }
+    }
+}

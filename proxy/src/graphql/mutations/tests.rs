@@ -459,3 +459,73 @@ fn a_mutation_that_posts_without_a_certain_created_id_or_beside_another_is_refus
         assert!(reason.contains(needle), "{query}: {reason}");
     }
 }
+
+/// A root selection of the generated documents: (field text, whether it posts).
+const PIECES: [(&str, bool); 7] = [
+    ("addComment(input: {subjectId: \"PR_mine\", body: \"b\"}) { commentEdge { node { url } } }", true),
+    ("addComment(input: {subjectId: \"PR_mine\", body: \"b\"}) { commentEdge { node { databaseId } } }", true),
+    ("addComment(input: {subjectId: \"PR_mine\", body: \"b\"}) { clientMutationId }", true),
+    ("createPullRequest(input: {repositoryId: \"R_mine\"}) { pullRequest { id url } }", true),
+    ("createPullRequest(input: {repositoryId: \"R_mine\"}) { pullRequest { id } }", true),
+    ("requestReviews(input: {pullRequestId: \"PR_mine\"}) { clientMutationId }", false),
+    ("rateLimit { remaining }", false),
+];
+const ALIASES: [&str; 5] = ["", "a: ", "b: ", "addComment: ", "rateLimit: "];
+
+proptest::proptest! {
+    // Most generated documents are refused (a mutation in a query, two that
+    // post): enough cases for a hundred and more allowed ones.
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+    /// Documents assembled from aliases, fragments and operations: an
+    /// allowed one that reaches a mutation that posts has exactly one such
+    /// selection, and it is the summary's message, under its answer key.
+    #[test]
+    fn every_allowed_field_that_posts_is_the_one_message(
+        operations in proptest::collection::vec(
+            (
+                proptest::bool::ANY,
+                proptest::collection::vec((0..PIECES.len(), 0..ALIASES.len(), 0..3usize), 1..4),
+            ),
+            1..3,
+        ),
+    ) {
+        let (mut document, mut fragments, mut posting) = (String::new(), String::new(), 0);
+        for (i, (mutation, selections)) in operations.iter().enumerate() {
+            let kind = if *mutation { "mutation" } else { "query" };
+            let mut body = String::new();
+            for (j, (piece, alias, wrap)) in selections.iter().enumerate() {
+                let (text, posts) = PIECES[*piece];
+                posting += usize::from(posts && *mutation);
+                let field = format!("{}{text}", ALIASES[*alias]);
+                match wrap {
+                    0 => body.push_str(&field),
+                    1 => body.push_str(&format!("... on Root {{ {field} }}")),
+                    _ => {
+                        body.push_str(&format!("...F{i}_{j}"));
+                        fragments.push_str(&format!(" fragment F{i}_{j} on Root {{ {field} }}"));
+                    }
+                }
+                body.push(' ');
+            }
+            document.push_str(&format!("{kind} O{i} {{ {body}}} "));
+        }
+        document.push_str(&fragments);
+        let body = json!({"query": document});
+        let Ok(summary) = check(body.to_string().as_bytes(), &allow(), &known()) else {
+            return Ok(());
+        };
+        let posts = summary
+            .root_fields
+            .iter()
+            .any(|f| f == "mutation.addComment" || f == "mutation.createPullRequest");
+        proptest::prop_assert_eq!(posts, summary.message.is_some(), "{}", document);
+        proptest::prop_assert_eq!(posting, usize::from(posts), "{}", document);
+        if let Some(m) = summary.message {
+            let prefix = format!("/data/{}/", m.key);
+            proptest::prop_assert!(m.id_pointer.starts_with(&prefix), "{:?}", m);
+            let aliased = document.contains(&format!("{}: {}", m.key, if m.kind == "github_issue_comment" { "addComment" } else { "createPullRequest" }));
+            let named = m.key == "addComment" || m.key == "createPullRequest";
+            proptest::prop_assert!(aliased || named, "{:?} {}", m, document);
+        }
+    }
+}

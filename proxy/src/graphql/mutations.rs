@@ -296,7 +296,7 @@ pub(super) fn message<'d>(
             ["databaseId", "url"],
             "commentEdge { node { url } }",
         ),
-        _ => (
+        "createPullRequest" => (
             repository
                 .ok_or("`createPullRequest` needs the identity's repository")?
                 .to_owned(),
@@ -304,6 +304,11 @@ pub(super) fn message<'d>(
             ["number", "url"],
             "pullRequest { url }",
         ),
+        other => {
+            return Err(format!(
+                "the mutation `{other}` posts but has no message record"
+            ))
+        }
     };
     let unreadable = || {
         format!(

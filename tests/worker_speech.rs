@@ -4,7 +4,11 @@
 //! on the issue the ticket is about) is refused, and so are a comment, a
 //! review-comment reply and a reviewer request on a person's pull request
 //! (403, audited, nothing reaches GitHub). Beside them, the control: on the
-//! pull request the identity opened, all three are forwarded.
+//! pull request the identity opened, all three are forwarded. GraphQL's
+//! `createPullRequest` and `addComment` (what `gh pr create` and `gh pr
+//! comment` send) are message records with the created object's id, the
+//! log verifies and the reconciler ties them to what GitHub lists; a
+//! refused mutation is a refusal record, with no message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -290,6 +294,239 @@ fn graphql_mutations_reach_only_the_identitys_repository_and_pull_requests() {
     );
 }
 
+/// The request lines of the audit log with the completion of each.
+fn requests_with_completions(audit: &[Value]) -> Vec<(Value, Option<Value>)> {
+    audit
+        .iter()
+        .filter(|l| l["event"] == "request")
+        .map(|r| {
+            let done = audit
+                .iter()
+                .find(|c| c["event"] == "completion" && c["request_id"] == r["request_id"]);
+            (r.clone(), done.cloned())
+        })
+        .collect()
+}
+
+#[test]
+fn graphql_comments_and_pull_requests_are_message_records_that_reconcile() {
+    use gatehouse::audit::model::Kind;
+    use gatehouse::audit::platform::{github_page, GithubList};
+    use gatehouse::audit::reconcile::{Reconciler, Window};
+    use gatehouse::audit::sources::{ProxyLog, Step};
+    use sha2::{Digest, Sha256};
+
+    let w = World::start();
+    branches(&w.github, REPO, &["feature", "gatehouse/gql"]);
+    let person = w
+        .github
+        .add_pull(REPO, "Alice's work", "feature", "main", "alice")
+        .unwrap();
+    let (status, alices) = w.call("GET", &format!("/repos/{REPO}/pulls/{person}"), "");
+    assert_eq!(status, 200, "{alices}");
+    let alices = alices["node_id"].as_str().unwrap().to_owned();
+    let vars = serde_json::json!({"owner": "acme", "name": "widgets"});
+    let (status, answer) = graphql(&w, REPO_ID, vars);
+    assert_eq!(status, 200, "{answer}");
+    let repo_id = answer["data"]["repository"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // gh's pull request, then two comments on it: gh's own document, and
+    // one under an alias through a fragment, under another operation name.
+    let create = serde_json::json!({"input": {"repositoryId": repo_id, "title": "From GraphQL",
+        "body": "b", "baseRefName": "main", "headRefName": "gatehouse/gql"}});
+    let (status, created) = graphql(&w, CREATE, create.clone());
+    assert_eq!(status, 200, "{created}");
+    let pull_url = created["data"]["createPullRequest"]["pullRequest"]["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    let own = created["data"]["createPullRequest"]["pullRequest"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let on = |id: &str, body: &str| serde_json::json!({"input": {"subjectId": id, "body": body}});
+    let (status, answer) = graphql(&w, COMMENT, on(&own, "Ready for review"));
+    assert_eq!(status, 200, "{answer}");
+    let comment_url = answer["data"]["addComment"]["commentEdge"]["node"]["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned();
+    const ALIASED: &str = "mutation Anything($input: AddCommentInput!) { ...Say } fragment Say on Mutation { said: addComment(input: $input) { commentEdge { node { databaseId url } } } }";
+    let (status, answer) = graphql(&w, ALIASED, on(&own, "Second thought"));
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["errors"].is_null(), "{answer}");
+    // Refused, and so no message record: on a person's pull request, and
+    // on its own without the created comment selected.
+    w.github.clear_requests();
+    assert_denied(
+        &w,
+        graphql(&w, COMMENT, on(&alices, "Not mine")),
+        "not one",
+        "addComment on a person's PR",
+    );
+    const BLIND: &str = "mutation CommentCreate($input: AddCommentInput!) { addComment(input: $input) { clientMutationId } }";
+    assert_denied(
+        &w,
+        graphql(&w, BLIND, on(&own, "Unseen")),
+        "select `commentEdge { node { url } }`",
+        "addComment without its created comment",
+    );
+    let comments = w.github.comments();
+    let made = |body: &str| {
+        comments
+            .iter()
+            .find(|c| c.body == body)
+            .unwrap_or_else(|| panic!("{body}: {comments:?}"))
+            .id
+    };
+    let (first, second) = (made("Ready for review"), made("Second thought"));
+    assert!(comments
+        .iter()
+        .all(|c| c.body != "Not mine" && c.body != "Unseen"));
+    assert!(
+        comment_url.ends_with(&format!("#issuecomment-{first}")),
+        "{comment_url}"
+    );
+
+    // The message records: kind, target, the hash of the body as sent, and
+    // the created object's id from the answer.
+    let sha = |query: &str, variables: Value| {
+        let body = serde_json::json!({ "query": query, "variables": variables }).to_string();
+        hex::encode(Sha256::digest(body.as_bytes()))
+    };
+    let audit = w.audit();
+    let lines = requests_with_completions(&audit);
+    let messages: Vec<(Value, String)> = lines
+        .iter()
+        .filter(|(r, _)| r["path"] == "/graphql" && !r["message"].is_null())
+        .map(|(r, c)| {
+            let c = c.as_ref().unwrap_or_else(|| panic!("no completion: {r}"));
+            (
+                r["message"].clone(),
+                c["message_id"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let record = |kind: &str, target: &str, body_sha256: String| serde_json::json!({"kind": kind, "target": target, "body_sha256": body_sha256});
+    assert_eq!(
+        messages,
+        [
+            (
+                record("github_pull_request", REPO, sha(CREATE, create)),
+                pull_url.clone()
+            ),
+            (
+                record(
+                    "github_issue_comment",
+                    &own,
+                    sha(COMMENT, on(&own, "Ready for review"))
+                ),
+                comment_url.clone()
+            ),
+            (
+                record(
+                    "github_issue_comment",
+                    &own,
+                    sha(ALIASED, on(&own, "Second thought"))
+                ),
+                second.to_string()
+            ),
+        ],
+        "{audit:#?}"
+    );
+    // Each refusal is a refusal record, with no message.
+    let refused: Vec<&Value> = lines
+        .iter()
+        .map(|(r, _)| r)
+        .filter(|r| r["path"] == "/graphql" && r["outcome"]["decision"] == "deny")
+        .collect();
+    assert_eq!(refused.len(), 2, "{audit:#?}");
+    assert!(
+        refused.iter().all(|r| r["message"].is_null()),
+        "{refused:#?}"
+    );
+    // What the worker made through GraphQL is its own for REST as well:
+    // its own comment may be edited, its pull request commented on.
+    let (status, answer) = w.call(
+        "PATCH",
+        &format!("/repos/{REPO}/issues/comments/{first}"),
+        r#"{"body":"Ready for review (edited)"}"#,
+    );
+    assert_eq!(status, 200, "{answer}");
+
+    // The chain verifies.
+    let log = w.dir.path().join("audit.jsonl");
+    let out = bin::command()
+        .args(["audit", "verify"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The reconciler ties each record to what GitHub lists as the bot's:
+    // the two comments and the pull request, nothing unexplained. A comment
+    // the bot's token posts on GitHub directly is the control: unexplained.
+    w.github
+        .add_issue_comment(
+            REPO,
+            person,
+            "Posted around the proxy",
+            "gatehouse-test[bot]",
+        )
+        .unwrap();
+    let listed = |path: &str, list: GithubList| {
+        let (status, page) = w.call("GET", path, "");
+        assert_eq!(status, 200, "{page}");
+        let page = serde_json::to_vec(&page).unwrap();
+        github_page(list, REPO, &page, "gatehouse-test[bot]", 0).unwrap()
+    };
+    let mut platform = listed(
+        &format!("/repos/{REPO}/issues/comments"),
+        GithubList::IssueComments,
+    );
+    platform.extend(listed(
+        &format!("/repos/{REPO}/pulls?state=all"),
+        GithubList::Pulls,
+    ));
+    assert_eq!(platform.len(), 4, "{platform:#?}");
+    let mut reconciler = Reconciler::new(Window::default(), 86_400_000);
+    reconciler.platform(platform);
+    let mut calls = 0;
+    for step in ProxyLog::open(&log).unwrap() {
+        if let Step::Message(mut m) = step.unwrap() {
+            // The router's state would know the ticket; here it is the world's.
+            m.ticket_known = true;
+            calls += 1;
+            reconciler.message(m);
+        }
+    }
+    // The three GraphQL calls, and the REST edit (which creates nothing).
+    assert_eq!(calls, 4);
+    let (findings, _) = reconciler.finish();
+    let count = |kind: Kind| findings.iter().filter(|f| f.kind == kind).count();
+    assert_eq!(count(Kind::WorkerDirect), 4, "{findings:#?}");
+    assert_eq!(count(Kind::PlatformExplained), 3, "{findings:#?}");
+    let unexplained: Vec<_> = findings.iter().filter(|f| !f.explained).collect();
+    assert_eq!(unexplained.len(), 1, "{findings:#?}");
+    assert_eq!(
+        unexplained[0].kind,
+        Kind::PlatformUnexplained,
+        "{findings:#?}"
+    );
+    assert!(
+        unexplained[0].target.contains(&format!("/pull/{person}")),
+        "{findings:#?}"
+    );
+}
+
 // === the real `gh` in a real sandbox ===
 
 /// Runs `script` in a sandbox on the world's identity socket.
@@ -409,6 +646,35 @@ fn gh_pr_create_and_comment_work_in_a_sandbox_only_on_its_own_pull_request() {
         denied.iter().filter(|r| r.contains("not one")).count(),
         2,
         "{denied:?}\n{all}"
+    );
+    // gh's pull request and its comment are message records, each with
+    // what it created, as the answer named it.
+    let ready = comments
+        .iter()
+        .find(|c| c.body == "Ready for review")
+        .unwrap()
+        .id;
+    let made: Vec<(String, String)> = requests_with_completions(&w.audit())
+        .into_iter()
+        .filter(|(r, _)| r["path"] == "/graphql" && !r["message"].is_null())
+        .map(|(r, c)| {
+            let id = c.map(|c| c["message_id"].clone()).unwrap_or_default();
+            (
+                r["message"]["kind"].as_str().unwrap().to_owned(),
+                id.as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(made.len(), 2, "{made:?}\n{all}");
+    assert_eq!(made[0].0, "github_pull_request", "{made:?}");
+    assert!(
+        all.contains(&format!("URL={}", made[0].1)),
+        "{made:?}\n{all}"
+    );
+    assert_eq!(made[1].0, "github_issue_comment", "{made:?}");
+    assert!(
+        made[1].1.ends_with(&format!("#issuecomment-{ready}")),
+        "{made:?}"
     );
     println!("{all}");
 }

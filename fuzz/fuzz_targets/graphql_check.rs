@@ -2,9 +2,13 @@
 //! what it allows names only listed root fields, of a listed kind; a
 //! document it allows that selects the root `repository` is pinned to the
 //! identity's repository: the same document is refused for another one.
+//! With the worker's mutations allowed, on objects it owns: a document
+//! allowed that reaches a mutation that posts (`addComment`,
+//! `createPullRequest`) has it as its one message, the created id read
+//! under its answer key; one that reaches none has no message.
 #![no_main]
 
-use gatehouse_proxy::graphql::{check, GraphQlAllow, KnownIds};
+use gatehouse_proxy::graphql::{check, GraphQlAllow, KnownIds, MESSAGES};
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -21,7 +25,43 @@ fn allow(repository: &str) -> GraphQlAllow {
     }
 }
 
+/// The worker's GraphQL allowlist (`graphql-worker`), with ids it owns.
+fn worker() -> (GraphQlAllow, KnownIds) {
+    let allow = GraphQlAllow {
+        query: BTreeSet::from(["repository".to_owned(), "rateLimit".to_owned()]),
+        mutation: ["createPullRequest", "addComment", "requestReviews"]
+            .map(str::to_owned)
+            .into(),
+        repository: Some("octo/hello".to_owned()),
+    };
+    let known = KnownIds {
+        repositories: BTreeSet::from(["R_1".to_owned()]),
+        own_pulls: BTreeSet::from(["PR_1".to_owned()]),
+    };
+    (allow, known)
+}
+
+fn message_properties(body: &[u8]) {
+    let (allow, known) = worker();
+    let Ok(summary) = check(body, &allow, &known) else {
+        return;
+    };
+    let posts = summary.root_fields.iter().any(|f| {
+        MESSAGES
+            .iter()
+            .any(|(m, _)| f.strip_prefix("mutation.") == Some(*m))
+    });
+    assert_eq!(posts, summary.message.is_some(), "{summary:?}");
+    if let Some(m) = &summary.message {
+        assert!(
+            m.id_pointer.starts_with(&format!("/data/{}/", m.key)),
+            "{m:?}"
+        );
+    }
+}
+
 fn properties(body: &[u8]) {
+    message_properties(body);
     let started = Instant::now();
     let verdict = check(body, &allow("octo/hello"), &KnownIds::default());
     assert!(

@@ -81,6 +81,25 @@ pub struct MessageRecord {
     pub body_sha256: String,
 }
 
+/// The platform's id of a created message of `kind`, from its id as
+/// answered: a GitHub url (what a GraphQL mutation answers, as gh selects
+/// it) names the object by the number it ends in, `…#issuecomment-<id>`
+/// for a comment and `…/pull/<number>` for a pull request; any other id
+/// is itself.
+pub fn platform_id<'a>(kind: &str, message_id: &'a str) -> &'a str {
+    let suffix = match kind {
+        "github_issue_comment" => "#issuecomment-",
+        "github_pull_request" => "/pull/",
+        _ => return message_id,
+    };
+    let number = message_id
+        .strip_prefix("https://")
+        .and_then(|rest| rest.rsplit_once(suffix))
+        .map(|(_, n)| n)
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    number.unwrap_or(message_id)
+}
+
 /// Written before a request is forwarded (or when it is denied).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

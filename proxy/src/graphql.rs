@@ -18,6 +18,9 @@
 //! Mutations are pinned ([`mutations`]): each allowed one must name, by node
 //! id, the identity's repository or a pull request the identity created,
 //! ids the proxy learnt from earlier answers ([`GraphQlSummary::learn`]).
+//! A mutation that posts (a comment, a pull request) is the body's message
+//! record ([`GraphQlSummary::message`]); a document may hold one, whatever
+//! its operations, aliases and fragments, as a REST call posts one.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,7 +34,9 @@ use crate::rules::Denial;
 
 mod mutations;
 
-pub use mutations::{pinned_key, KnownIds, Learn, PINNED, PULL_REQUEST_NODE, REPOSITORY_NODE};
+pub use mutations::{
+    pinned_key, KnownIds, Learn, MessageField, MESSAGES, PINNED, PULL_REQUEST_NODE, REPOSITORY_NODE,
+};
 
 /// Work limits of one document's check. They count over the whole document,
 /// not per operation, so no arrangement of operations and fragments spreads
@@ -155,6 +160,9 @@ pub struct GraphQlSummary {
     /// Ids to take from the answer into the identity's own set (only for a
     /// document of one operation, where the answer's keys are certain).
     pub learn: Vec<Learn>,
+    /// The one mutation root field that posts, if any, for the audit's
+    /// message record.
+    pub message: Option<MessageField>,
 }
 
 #[derive(Deserialize)]
@@ -201,6 +209,7 @@ pub fn check(
         inline_pins: BTreeMap::new(),
         learn: Vec::new(),
         root_keys: BTreeMap::new(),
+        messages: Vec::new(),
     };
     let mut operations = Vec::new();
     for definition in &document.definitions {
@@ -251,6 +260,7 @@ pub fn check(
             )));
         }
     }
+    let message = one_message(walk.messages, &walk.root_keys).map_err(deny)?;
     let learn = if operations.len() == 1 {
         let keys = &walk.root_keys;
         let unique = |l: &Learn| {
@@ -263,6 +273,7 @@ pub fn check(
     };
     Ok(GraphQlSummary {
         learn,
+        message,
         operations,
         // The set is ordered by (kind, field), which is the order of `kind.field`.
         root_fields: walk
@@ -271,6 +282,35 @@ pub fn check(
             .map(|(kind, field)| format!("{kind}.{field}"))
             .collect(),
     })
+}
+
+/// The document's one message field. Each request line of the audit log
+/// carries one message record and its completion one created id, so a
+/// document with two fields that post is refused (in any operations: which
+/// one runs is the upstream's reading of `operationName`), and so is one
+/// whose field's answer key is selected again (the created id would not be
+/// certain).
+fn one_message(
+    messages: Vec<MessageField>,
+    root_keys: &BTreeMap<&str, usize>,
+) -> Result<Option<MessageField>, String> {
+    let mut messages = messages.into_iter();
+    let (first, second) = (messages.next(), messages.next());
+    if let (Some(a), Some(b)) = (&first, &second) {
+        return Err(format!(
+            "the GraphQL document has more than one mutation that posts (`{}`, `{}`, …); send one comment or pull request per request, so that each is one message record",
+            a.key, b.key
+        ));
+    }
+    if let Some(m) = &first {
+        if root_keys.get(m.key.as_str()) != Some(&1) {
+            return Err(format!(
+                "the GraphQL document selects the root key `{}` more than once; a mutation that posts must have its own key, so that what it creates can be read from the answer",
+                m.key
+            ));
+        }
+    }
+    Ok(first)
 }
 
 /// Counts the lexical tokens of a GraphQL document up to `limit`, in one
@@ -383,6 +423,8 @@ struct Walk<'d, 'r> {
     learn: Vec<Learn>,
     /// Root response keys (alias or name) and how often each was selected.
     root_keys: BTreeMap<&'d str, usize>,
+    /// The mutation fields that post, in the order reached.
+    messages: Vec<MessageField>,
 }
 
 impl<'d> Walk<'d, '_> {
@@ -462,6 +504,9 @@ impl<'d> Walk<'d, '_> {
             if inline {
                 *self.inline_pins.entry(key).or_default() += 1;
             }
+            let repository = self.allowed.repository.as_deref();
+            self.messages
+                .extend(mutations::message(field, &id, repository, self.fragments)?);
         }
         *self
             .root_keys

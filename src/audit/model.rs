@@ -64,7 +64,8 @@ impl ProxyMessage {
     /// The platform's key of what it created (see [`PlatformMessage::key`]);
     /// edits create nothing.
     pub fn platform_key(&self) -> Option<String> {
-        let id = self.message_id.as_deref()?;
+        // A GraphQL answer names the object by its url.
+        let id = gatehouse_proxy::audit::platform_id(&self.kind, self.message_id.as_deref()?);
         let key = match self.kind.as_str() {
             "github_issue_comment" => format!("github:comment:{id}"),
             "github_review_comment_reply" => format!("github:review_comment:{id}"),

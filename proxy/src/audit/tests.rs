@@ -523,3 +523,67 @@ fn a_line_is_read_alike_in_order_or_not() {
         assert!(Line::parse(bad.as_bytes()).is_err(), "read {bad}");
     }
 }
+
+#[test]
+fn platform_ids_of_created_messages_table() {
+    let (comment, pull) = ("github_issue_comment", "github_pull_request");
+    let cases = [
+        // REST answers' ids, as they are
+        (comment, "1234", "1234"),
+        (pull, "7", "7"),
+        ("feishu_message", "om_1", "om_1"),
+        // GraphQL answers' urls, by the number they end in
+        (
+            comment,
+            "https://github.com/acme/widgets/pull/2#issuecomment-7001",
+            "7001",
+        ),
+        (
+            comment,
+            "https://github.com/acme/widgets/issues/3#issuecomment-12",
+            "12",
+        ),
+        (pull, "https://github.com/acme/widgets/pull/2", "2"),
+        // anything else is itself (and names nothing on the platform)
+        (
+            comment,
+            "https://github.com/acme/widgets/pull/2",
+            "https://github.com/acme/widgets/pull/2",
+        ),
+        (
+            pull,
+            "https://github.com/a/b/pull/2#issuecomment-5",
+            "https://github.com/a/b/pull/2#issuecomment-5",
+        ),
+        (
+            pull,
+            "https://github.com/a/b/pull/2/files",
+            "https://github.com/a/b/pull/2/files",
+        ),
+        (
+            pull,
+            "https://github.com/a/b/pull/",
+            "https://github.com/a/b/pull/",
+        ),
+        (
+            comment,
+            "https://github.com/a/b/pull/2#issuecomment-",
+            "https://github.com/a/b/pull/2#issuecomment-",
+        ),
+        (
+            comment,
+            "https://github.com/a/b/pull/2#issuecomment-7x",
+            "https://github.com/a/b/pull/2#issuecomment-7x",
+        ),
+        (pull, "x/pull/2", "x/pull/2"),
+        (comment, "x#issuecomment-5", "x#issuecomment-5"),
+        (
+            "github_review",
+            "https://github.com/a/b/pull/2",
+            "https://github.com/a/b/pull/2",
+        ),
+    ];
+    for (kind, id, want) in cases {
+        assert_eq!(platform_id(kind, id), want, "{kind} {id}");
+    }
+}

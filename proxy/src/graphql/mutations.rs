@@ -19,6 +19,20 @@
 //! literals drop a repeated key when parsed, so the document's own tokens
 //! are counted too: each pinned key must occur as often as the parsed
 //! document shows it (`{subjectId: "mine", subjectId: "theirs"}` is refused).
+//!
+//! Two of them put text in front of people, so each is a message record in
+//! the audit log like a REST comment or pull request ([`message`]):
+//!
+//! | mutation            | message kind           | target             | created id in the answer                          |
+//! |---------------------|------------------------|--------------------|---------------------------------------------------|
+//! | `addComment`        | `github_issue_comment` | the `subjectId`    | `commentEdge { node { databaseId } }`, or `url`   |
+//! | `createPullRequest` | `github_pull_request`  | `owner/name`       | `pullRequest { number }`, or `url`                |
+//!
+//! gh 2.23 selects `commentEdge { node { url } }` and `pullRequest { id url }`
+//! (api/queries_pr.go, api/queries_comments.go); a comment's url ends in
+//! `#issuecomment-<id>`, a pull request's in `/pull/<number>`. The created id
+//! must be selected, directly and for certain, or the mutation is refused:
+//! a message the audit cannot tie to what the platform shows is not sent.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,6 +53,27 @@ pub const PINNED: [(&str, &str); 3] = [
     ("addComment", "subjectId"),
     ("requestReviews", "pullRequestId"),
 ];
+
+/// The mutations that post, and the message kind each is recorded as (the
+/// REST kinds: the platform objects are the same).
+pub const MESSAGES: [(&str, &str); 2] = [
+    ("addComment", "github_issue_comment"),
+    ("createPullRequest", "github_pull_request"),
+];
+
+/// A mutation root field that posts, as the audit records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageField {
+    /// [`MESSAGES`]' kind.
+    pub kind: &'static str,
+    /// What it posts to: a comment's `subjectId`, a pull request's
+    /// repository (`owner/name`), as the check pinned them.
+    pub target: String,
+    /// The answer's key of the field: its alias, else its name.
+    pub key: String,
+    /// JSON pointer to the created object's id (or url) in the answer.
+    pub id_pointer: String,
+}
 
 /// What the proxy knows as an identity's own, by node id.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -217,6 +252,88 @@ pub(super) fn learn<'d>(
         }
         _ => None,
     }
+}
+
+/// The one field of `set` that answers as `name`, selected directly
+/// (unaliased or aliased to its name, without arguments or directives): the
+/// answer then holds it at `name` for certain ([`answers_as_itself`]).
+fn direct_field<'d>(
+    set: &'d SelectionSet<'d, String>,
+    fragments: &Fragments<'d>,
+    name: &str,
+) -> Option<&'d Field<'d>> {
+    if answers_as_itself(set, fragments, name, 0) != Some(true) {
+        return None;
+    }
+    let mut direct = set.items.iter().filter_map(|s| match s {
+        Selection::Field(f) if f.alias.as_deref().unwrap_or(&f.name) == name => Some(f),
+        _ => None,
+    });
+    match (direct.next(), direct.next()) {
+        (Some(f), None) if f.directives.is_empty() => Some(f),
+        _ => None,
+    }
+}
+
+/// The message record of a mutation root field that posts ([`MESSAGES`]),
+/// `None` for one that does not; refused when the answer's created id is
+/// not selected for certain. `pinned` is the value of its pinned input,
+/// `repository` the identity's `owner/name`.
+pub(super) fn message<'d>(
+    field: &'d Field<'d>,
+    pinned: &str,
+    repository: Option<&str>,
+    fragments: &Fragments<'d>,
+) -> Result<Option<MessageField>, String> {
+    let name = field.name.as_str();
+    let Some((_, kind)) = MESSAGES.iter().find(|(m, _)| *m == name) else {
+        return Ok(None);
+    };
+    let (target, path, ids, selection): (String, &[&str], [&str; 2], &str) = match name {
+        "addComment" => (
+            pinned.to_owned(),
+            &["commentEdge", "node"],
+            ["databaseId", "url"],
+            "commentEdge { node { url } }",
+        ),
+        "createPullRequest" => (
+            repository
+                .ok_or("`createPullRequest` needs the identity's repository")?
+                .to_owned(),
+            &["pullRequest"],
+            ["number", "url"],
+            "pullRequest { url }",
+        ),
+        other => {
+            return Err(format!(
+                "the mutation `{other}` posts but has no message record"
+            ))
+        }
+    };
+    let unreadable = || {
+        format!(
+            "`{name}` posts, so the audit records what it creates: select `{selection}` (once, directly, unaliased, without directives)"
+        )
+    };
+    let key = field.alias.as_deref().unwrap_or(name);
+    let mut pointer = format!("/data/{key}");
+    let mut set = &field.selection_set;
+    for step in path {
+        set = &direct_field(set, fragments, step)
+            .ok_or_else(unreadable)?
+            .selection_set;
+        pointer = format!("{pointer}/{step}");
+    }
+    let id = ids
+        .iter()
+        .find(|id| direct_field(set, fragments, id).is_some())
+        .ok_or_else(unreadable)?;
+    Ok(Some(MessageField {
+        kind,
+        target,
+        key: key.to_owned(),
+        id_pointer: format!("{pointer}/{id}"),
+    }))
 }
 
 /// How often `name` occurs in `document` as a name token not after `$`

@@ -27,12 +27,12 @@ fn allowed_documents_pass() {
         serde_json::json!({"query": "query Q($o: String = \"octo\") { repository(owner: $o, name: \"hello\") { id } }"}),
         serde_json::json!({"query": "query { rateLimit { remaining } __typename }"}),
         serde_json::json!({"query": "query { ...F } fragment F on Query { rateLimit { remaining } }"}),
-        serde_json::json!({"query": "mutation { addComment(input: {subjectId: \"PR_own\", body: \"b\"}) { clientMutationId } }"}),
+        serde_json::json!({"query": "mutation { addComment(input: {subjectId: \"PR_own\", body: \"b\"}) { commentEdge { node { url } } } }"}),
     ];
     for body in ok {
         assert!(run(body.clone()).is_ok(), "{body} {:?}", run(body.clone()));
     }
-    let summary = run(serde_json::json!({"query": "query A { rateLimit { remaining } } mutation B { x: addComment(input: {subjectId: \"PR_own\", body: \"b\"}) { clientMutationId } }"})).unwrap();
+    let summary = run(serde_json::json!({"query": "query A { rateLimit { remaining } } mutation B { x: addComment(input: {subjectId: \"PR_own\", body: \"b\"}) { commentEdge { node { url } } } }"})).unwrap();
     assert_eq!(
         summary.operations,
         [
@@ -51,17 +51,17 @@ fn smuggled_and_malformed_documents_are_denied() {
     let denied = [
         // a comment mutation next to an allowed query; the client picks operationName
         (
-            serde_json::json!({"query": "query A { rateLimit { remaining } } mutation B { addComment(input: {subjectId: \"x\", body: \"hi\"}) { clientMutationId } }", "operationName": "A"}),
+            serde_json::json!({"query": "query A { rateLimit { remaining } } mutation B { addComment(input: {subjectId: \"x\", body: \"hi\"}) { commentEdge { node { url } } } }", "operationName": "A"}),
             "addComment",
         ),
         // hidden behind an alias
         (
-            serde_json::json!({"query": "mutation { addReaction: addComment(input: {}) { clientMutationId } }"}),
+            serde_json::json!({"query": "mutation { addReaction: addComment(input: {}) { commentEdge { node { url } } } }"}),
             "addComment",
         ),
         // hidden in a fragment
         (
-            serde_json::json!({"query": "mutation { ...M } fragment M on Mutation { addComment(input: {}) { clientMutationId } }"}),
+            serde_json::json!({"query": "mutation { ...M } fragment M on Mutation { addComment(input: {}) { commentEdge { node { url } } } }"}),
             "addComment",
         ),
         // in an inline fragment
@@ -343,14 +343,14 @@ fn a_document_over_the_token_limit_is_refused_before_parsing() {
     // A long string literal is one token: a long comment body still passes.
     let body = "words ".repeat(100_000);
     let query =
-        format!("mutation {{ addComment(input: {{subjectId: \"PR_own\", body: \"{body}\"}}) {{ clientMutationId }} }}");
+        format!("mutation {{ addComment(input: {{subjectId: \"PR_own\", body: \"{body}\"}}) {{ commentEdge {{ node {{ url }} }} }} }}");
     assert!(run(serde_json::json!({ "query": query })).is_ok());
 }
 
 #[test]
 fn a_second_query_key_in_any_spelling_is_denied() {
     let allowed = r#"{ rateLimit { remaining } }"#;
-    let smuggled = r#"mutation { addComment(input: {}) { clientMutationId } }"#;
+    let smuggled = r#"mutation { addComment(input: {}) { commentEdge { node { url } } } }"#;
     let ok = format!(r#"{{"query":"{allowed}"}}"#);
     assert!(check(ok.as_bytes(), &allow(), &known()).is_ok(), "control");
     for body in [

@@ -224,6 +224,12 @@ fn validate_rule(raw: RuleFile, variables: &BTreeSet<String>) -> Result<Rule, (S
     if raw.credential.is_empty() {
         return Err(err("credential", "expected a credential name".into()));
     }
+    if raw.graphql.is_some() && raw.message.is_some() {
+        return Err(err(
+            "message",
+            "a rule with a `graphql` check records its messages from the mutations it allows (addComment, createPullRequest); it takes no `message`".into(),
+        ));
+    }
     let body = validate_body(
         raw.graphql,
         raw.receive_pack,

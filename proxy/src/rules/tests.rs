@@ -415,6 +415,12 @@ fn bad_rule_sets_are_refused_with_the_key() {
     )
     .contains("rule[5].graphql"));
     assert!(swap(", repository = \"{repo}\"", "").contains("pin"));
+    // A GraphQL rule's messages are its mutations', never a fixed one.
+    assert!(swap(
+        "graphql = { query = [\"repository\"], repository = \"{repo}\" }",
+        "graphql = { query = [\"repository\"], repository = \"{repo}\" }\nmessage = { kind = \"github_issue_comment\", target = \"{repo}\", created_id_pointer = \"/id\" }"
+    )
+    .contains("rule[5].message"));
     assert!(swap(
         "allow = \"GET api.github.com/repos/octo/hello/issues/1\"",
         "allow = \"GET api.github.com/repos/octo/other/issues/1\""

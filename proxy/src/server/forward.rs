@@ -147,7 +147,7 @@ pub(super) async fn handle(
         Some(_) => identity.created.known_ids(),
         None => Default::default(),
     };
-    let inspected = match inspect_body(
+    let mut inspected = match inspect_body(
         &parts.headers,
         incoming,
         &grant,
@@ -159,7 +159,17 @@ pub(super) async fn handle(
         Ok(inspected) => inspected,
         Err(refusal) => return Ok(refuse_body(&proxy, &identity, record, refusal)),
     };
-    if let (Some(message), Some(hash)) = (&grant.message, &inspected.sha256) {
+    // A GraphQL mutation that posts is a message from here on, as a REST
+    // rule's call (a rule with a GraphQL check has no `message` of its own).
+    let mut grant = grant;
+    if let Some(message) = inspected.message.take() {
+        grant.message = Some(message);
+    }
+    if let Some(message) = &grant.message {
+        let Some(hash) = &inspected.sha256 else {
+            let refusal = BodyRefusal::from("the message body was not read whole to hash it");
+            return Ok(refuse_body(&proxy, &identity, record, refusal));
+        };
         match checked_message(
             (&proxy.heavy, &identity.name),
             message,

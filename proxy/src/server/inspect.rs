@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::heavy::{HeavyPool, NotRun, INLINE_BYTES};
 use super::message::message_record;
-use super::policy::{BodyCheckFn, BodyVerdict, Grant, MessageSpec};
+use super::policy::{BodyCheckFn, BodyVerdict, Grant, MessageSpec, Passed};
 use crate::audit::MessageRecord;
 use crate::body::{self, PrefixedBody, ProxyBody};
 use crate::graphql::{KnownIds, Learn};
@@ -28,6 +28,9 @@ pub(super) struct Inspected {
     pub(super) whole: Option<Bytes>,
     /// Ids the check asks to learn from the answer.
     pub(super) learn: Vec<Learn>,
+    /// The message the check found the body to post (a GraphQL mutation);
+    /// `sha256` and `whole` are then set, as for a rule's message.
+    pub(super) message: Option<MessageSpec>,
     /// The whole body when it was read to its end (or there is none): the
     /// request can be sent again.
     pub(super) replay: Option<Bytes>,
@@ -106,18 +109,18 @@ fn identity_encoded(headers: &HeaderMap) -> bool {
         })
 }
 
-/// A body check's decision on the bytes read so far: `Ok(Some(learn))` to
-/// let the body pass (and what to learn from the answer), `Ok(None)` to
-/// read more. `name` is the check's.
+/// A body check's decision on the bytes read so far: `Ok(Some(passed))` to
+/// let the body pass (with what to learn from the answer, or the message it
+/// posts), `Ok(None)` to read more. `name` is the check's.
 fn judge(
     name: &str,
     check: &mut BodyCheckFn,
     prefix: &[u8],
     complete: bool,
-) -> Result<Option<Vec<Learn>>, BodyRefusal> {
+) -> Result<Option<Passed>, BodyRefusal> {
     match check(prefix, complete) {
-        BodyVerdict::Allow => Ok(Some(Vec::new())),
-        BodyVerdict::Learn(learn) => Ok(Some(learn)),
+        BodyVerdict::Allow => Ok(Some(Passed::default())),
+        BodyVerdict::Pass(passed) => Ok(Some(passed)),
         BodyVerdict::Deny(reason) => Err(BodyRefusal {
             reason,
             git_report: (name == "receive_pack")
@@ -149,7 +152,7 @@ async fn judge_in_turn(
     (name, incremental, mut check): Running,
     prefix: BytesMut,
     complete: bool,
-) -> Result<(Running, BytesMut, Option<Vec<Learn>>), BodyRefusal> {
+) -> Result<(Running, BytesMut, Option<Passed>), BodyRefusal> {
     if !on_pool(incremental, prefix.len(), complete) {
         let verdict = judge(name, check.as_mut(), &prefix, complete)?;
         return Ok(((name, incremental, check), prefix, verdict));
@@ -200,6 +203,7 @@ pub(super) async fn inspect_body(
             sha256: None,
             whole: None,
             learn: Vec::new(),
+            message: None,
             replay,
         });
     }
@@ -212,7 +216,7 @@ pub(super) async fn inspect_body(
     let mut prefix = BytesMut::new();
     let mut complete = incoming.is_end_stream();
     let mut verdict_ok = grant.body.is_none();
-    let mut learn = Vec::new();
+    let mut passed = Passed::default();
     // One check per request: it may keep what it parsed between reads.
     let mut checker: Option<Running> = grant
         .body
@@ -228,9 +232,9 @@ pub(super) async fn inspect_body(
             };
             let (running, back, verdict) = judge_in_turn(pool, running, prefix, complete).await?;
             (checker, prefix) = (Some(running), back);
-            if let Some(learnt) = verdict {
+            if let Some(verdict) = verdict {
                 verdict_ok = true;
-                learn = learnt;
+                passed = verdict;
             }
         }
         if complete || (verdict_ok && !need_all) {
@@ -249,6 +253,12 @@ pub(super) async fn inspect_body(
             Some(Err(e)) => return Err(format!("reading the request body failed: {e}").into()),
         }
     }
+    // A message the check found is hashed as a rule's is: the whole body.
+    // Checks that find one decide on the whole body only.
+    let need_all = need_all || passed.message.is_some();
+    if need_all && !complete {
+        return Err("a message body must be read whole before it is forwarded".into());
+    }
     let sha256 = need_all.then(|| hex::encode(Sha256::digest(&prefix)));
     let prefix = prefix.freeze();
     let whole = need_all.then(|| prefix.clone());
@@ -262,7 +272,8 @@ pub(super) async fn inspect_body(
         body,
         sha256,
         whole,
-        learn,
+        learn: passed.learn,
+        message: passed.message,
         replay,
     })
 }
@@ -407,9 +418,17 @@ mod tests {
             p
         };
         let deny = || BodyVerdict::Deny("no".into());
-        let learnt = || Learn {
-            kind: crate::graphql::REPOSITORY_NODE,
-            pointer: "/data/repository/id".into(),
+        let learnt = || Passed {
+            learn: vec![Learn {
+                kind: crate::graphql::REPOSITORY_NODE,
+                pointer: "/data/createPullRequest/pullRequest/id".into(),
+            }],
+            message: Some(MessageSpec {
+                kind: "github_pull_request".into(),
+                target: "o/r".into(),
+                target_body_pointer: None,
+                id_pointer: "/data/createPullRequest/pullRequest/url".into(),
+            }),
         };
         let refused = |git_report| BodyRefusal {
             reason: "no".into(),
@@ -425,13 +444,13 @@ mod tests {
                 checker("graphql", 9, BodyVerdict::Allow),
                 &b"{}"[..],
                 true,
-                Ok(Some(vec![])),
+                Ok(Some(Passed::default())),
             ),
             (
-                checker("graphql", 9, BodyVerdict::Learn(vec![learnt()])),
+                checker("graphql", 9, BodyVerdict::Pass(learnt())),
                 &b"{}"[..],
                 true,
-                Ok(Some(vec![learnt()])),
+                Ok(Some(learnt())),
             ),
             (
                 checker("graphql", 9, BodyVerdict::NeedMore),

@@ -47,13 +47,23 @@ pub struct MessageSpec {
     pub id_pointer: String,
 }
 
+/// What a body check that lets a body pass found in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Passed {
+    /// Ids to learn from the answer.
+    pub learn: Vec<graphql::Learn>,
+    /// The message the body posts (a GraphQL mutation that comments or
+    /// opens a pull request), recorded as a rule's `message` is.
+    pub message: Option<MessageSpec>,
+}
+
 /// The verdict of a body check on the bytes read so far.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BodyVerdict {
     /// The body may pass.
     Allow,
-    /// The body may pass, and these ids are to be learnt from the answer.
-    Learn(Vec<graphql::Learn>),
+    /// The body may pass, with ids to learn from the answer or a message.
+    Pass(Passed),
     /// More bytes are needed to decide.
     NeedMore,
     /// The body is refused.
@@ -193,6 +203,23 @@ impl Policy for RuleBook {
     }
 }
 
+/// The verdict on an allowed GraphQL body: its message field is recorded
+/// as a REST rule's message (no part of the target read from the body).
+fn passed(summary: graphql::GraphQlSummary) -> BodyVerdict {
+    if summary.learn.is_empty() && summary.message.is_none() {
+        return BodyVerdict::Allow;
+    }
+    BodyVerdict::Pass(Passed {
+        learn: summary.learn,
+        message: summary.message.map(|m| MessageSpec {
+            kind: m.kind.to_owned(),
+            target: m.target,
+            target_body_pointer: None,
+            id_pointer: m.id_pointer,
+        }),
+    })
+}
+
 fn grant_of(allowed: Allowed) -> Grant {
     let body = match allowed.body {
         rules::BodyCheck::None => None,
@@ -208,8 +235,7 @@ fn grant_of(allowed: Allowed) -> Grant {
                         return BodyVerdict::NeedMore;
                     }
                     match graphql::check(body, &allow, &known) {
-                        Ok(summary) if summary.learn.is_empty() => BodyVerdict::Allow,
-                        Ok(summary) => BodyVerdict::Learn(summary.learn),
+                        Ok(summary) => passed(summary),
                         Err(denial) => BodyVerdict::Deny(denial.reason),
                     }
                 })
@@ -258,5 +284,65 @@ fn grant_of(allowed: Allowed) -> Grant {
         body,
         permissions: BTreeMap::new(),
         own: allowed.own,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_graphql_body_that_posts_passes_with_its_message_spec() {
+        let summary = |learn: Vec<graphql::Learn>, message: Option<graphql::MessageField>| {
+            graphql::GraphQlSummary {
+                operations: vec![("mutation", None)],
+                root_fields: vec!["mutation.addComment".into()],
+                learn,
+                message,
+            }
+        };
+        let field = graphql::MessageField {
+            kind: "github_issue_comment",
+            target: "PR_1".into(),
+            key: "said".into(),
+            id_pointer: "/data/said/commentEdge/node/url".into(),
+        };
+        let learn = graphql::Learn {
+            kind: graphql::PULL_REQUEST_NODE,
+            pointer: "/data/createPullRequest/pullRequest/id".into(),
+        };
+        let spec = MessageSpec {
+            kind: "github_issue_comment".into(),
+            target: "PR_1".into(),
+            target_body_pointer: None,
+            id_pointer: "/data/said/commentEdge/node/url".into(),
+        };
+        let cases = [
+            (summary(vec![], None), BodyVerdict::Allow),
+            (
+                summary(vec![learn.clone()], None),
+                BodyVerdict::Pass(Passed {
+                    learn: vec![learn.clone()],
+                    message: None,
+                }),
+            ),
+            (
+                summary(vec![], Some(field.clone())),
+                BodyVerdict::Pass(Passed {
+                    learn: vec![],
+                    message: Some(spec.clone()),
+                }),
+            ),
+            (
+                summary(vec![learn.clone()], Some(field)),
+                BodyVerdict::Pass(Passed {
+                    learn: vec![learn],
+                    message: Some(spec),
+                }),
+            ),
+        ];
+        for (i, (summary, verdict)) in cases.into_iter().enumerate() {
+            assert_eq!(passed(summary), verdict, "case {i}");
+        }
     }
 }

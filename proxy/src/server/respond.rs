@@ -13,6 +13,7 @@ use super::inspect::MESSAGE_BODY_LIMIT;
 use super::message::created_message_id;
 use super::owned;
 use super::policy::MessageSpec;
+use crate::audit::platform_id;
 use crate::body::{self, BoxError, ProxyBody, RedactingBody};
 use crate::graphql::Learn;
 use crate::redact::{redact_body, Redactor};
@@ -62,9 +63,10 @@ where
     let secrets = completion.proxy.credentials.held_secrets();
     strip_response_headers(&mut parts.headers, &secrets);
 
-    if let Some(message) = message {
-        // Message answers are small JSON: read them whole to log the id of
-        // the created message, then pass them on.
+    if message.is_some() || !learn.is_empty() {
+        // Message answers are small JSON, as are those that name ids to
+        // learn: read them whole (bounded) to log the created message's id
+        // and learn the ids, then pass them on.
         let Ok(collected) = http_body_util::Limited::new(resp_body, MESSAGE_BODY_LIMIT)
             .collect()
             .await
@@ -72,42 +74,29 @@ where
             return completion.unreadable();
         };
         let bytes = collected.to_bytes();
-        let id = created_message_id(&bytes, &message.id_pointer);
-        if let Some(id) = id.as_deref().filter(|_| owned::created(status)) {
-            // A failed save is logged: the object stays the identity's
-            // while this process runs.
-            let node = owned::node_of_created(&message.kind, &bytes);
-            let new_node = node.is_some_and(|(kind, node)| created.record(kind, &node));
-            if created.record(&message.kind, id) || new_node {
-                let _ = completion.proxy.save_identities().done().await;
+        let id = message.and_then(|m| created_message_id(&bytes, &m.id_pointer));
+        let mut new = false;
+        if owned::created(status) {
+            if let (Some(message), Some(id)) = (message, id.as_deref()) {
+                // The object is the identity's by the platform's id (a
+                // GraphQL answer's url names it), and a REST pull request
+                // by its node id too.
+                new |= created.record(&message.kind, platform_id(&message.kind, id));
+                if let Some((kind, node)) = owned::node_of_created(&message.kind, &bytes) {
+                    new |= created.record(kind, &node);
+                }
+            }
+            for (kind, id) in owned::learnt(learn, &bytes) {
+                new |= created.record(kind, &id);
             }
         }
-        let redacted = redact_body(&secrets, bytes);
-        completion.record(status.as_u16(), redacted.len() as u64, id, None);
-        let mut resp = Response::from_parts(parts, body::full(redacted));
-        resp.headers_mut().remove(header::CONTENT_LENGTH);
-        return resp;
-    }
-
-    if !learn.is_empty() {
-        // The answer names ids to learn: read it whole (bounded), as a message's.
-        let Ok(collected) = http_body_util::Limited::new(resp_body, MESSAGE_BODY_LIMIT)
-            .collect()
-            .await
-        else {
-            return completion.unreadable();
-        };
-        let bytes = collected.to_bytes();
-        let learnt = owned::learnt(learn, &bytes);
-        let mut new = false;
-        for (kind, id) in learnt.iter().filter(|_| owned::created(status)) {
-            new |= created.record(kind, id);
-        }
         if new {
+            // A failed save is logged: the object stays the identity's
+            // while this process runs.
             let _ = completion.proxy.save_identities().done().await;
         }
         let redacted = redact_body(&secrets, bytes);
-        completion.record(status.as_u16(), redacted.len() as u64, None, None);
+        completion.record(status.as_u16(), redacted.len() as u64, id, None);
         let mut resp = Response::from_parts(parts, body::full(redacted));
         resp.headers_mut().remove(header::CONTENT_LENGTH);
         return resp;

@@ -271,6 +271,35 @@ fn platform_keys_of_calls() {
         c.kind = kind.into();
         assert_eq!(c.platform_key().as_deref(), key, "{kind}");
     }
+    // A GraphQL mutation's answer names what it created by its url (gh
+    // selects only the url): the same key as the REST call's id.
+    for (kind, id, key) in [
+        (
+            "github_issue_comment",
+            "https://github.com/acme/widgets/pull/2#issuecomment-5",
+            "github:comment:5",
+        ),
+        (
+            "github_pull_request",
+            "https://github.com/acme/widgets/pull/5",
+            "github:pull:acme/widgets#5",
+        ),
+        // a url that names no comment is kept whole: it matches nothing
+        (
+            "github_issue_comment",
+            "https://github.com/acme/widgets/pull/2",
+            "github:comment:https://github.com/acme/widgets/pull/2",
+        ),
+        (
+            "github_issue_comment",
+            "https://github.com/acme/widgets/pull/2#discussion_r5",
+            "github:comment:https://github.com/acme/widgets/pull/2#discussion_r5",
+        ),
+    ] {
+        c.kind = kind.into();
+        c.message_id = Some(id.into());
+        assert_eq!(c.platform_key().as_deref(), Some(key), "{kind} {id}");
+    }
     c.message_id = None;
     c.kind = "github_issue_comment".into();
     assert_eq!(c.platform_key(), None);

@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 
 use serde_json::json;
 
-use crate::graphql::{check, GraphQlAllow, KnownIds, Learn, PULL_REQUEST_NODE, REPOSITORY_NODE};
+use crate::graphql::{
+    check, GraphQlAllow, KnownIds, Learn, MessageField, PULL_REQUEST_NODE, REPOSITORY_NODE,
+};
 
 fn allow() -> GraphQlAllow {
     GraphQlAllow {
@@ -56,20 +58,20 @@ fn the_mutations_gh_makes_pass_on_the_identitys_objects() {
         ),
         // inline, with a variable inside, with a default
         (
-            json!({"query": "mutation { createPullRequest(input: {repositoryId: \"R_mine\", title: \"t\"}) { pullRequest { id } } }"}),
+            json!({"query": "mutation { createPullRequest(input: {repositoryId: \"R_mine\", title: \"t\"}) { pullRequest { id url } } }"}),
             vec![created.clone()],
         ),
         (
-            json!({"query": "mutation($s: ID!) { addComment(input: {subjectId: $s, body: \"b\"}) { clientMutationId } }", "variables": {"s": "PR_mine"}}),
+            json!({"query": "mutation($s: ID!) { addComment(input: {subjectId: $s, body: \"b\"}) { commentEdge { node { url } } } }", "variables": {"s": "PR_mine"}}),
             vec![],
         ),
         (
-            json!({"query": "mutation($i: AddCommentInput = {subjectId: \"PR_mine\", body: \"b\"}) { addComment(input: $i) { clientMutationId } }"}),
+            json!({"query": "mutation($i: AddCommentInput = {subjectId: \"PR_mine\", body: \"b\"}) { addComment(input: $i) { commentEdge { node { url } } } }"}),
             vec![],
         ),
         // an alias renames the answer's key, which is what is learnt
         (
-            json!({"query": "mutation { made: createPullRequest(input: {repositoryId: \"R_mine\"}) { pullRequest { id } } }"}),
+            json!({"query": "mutation { made: createPullRequest(input: {repositoryId: \"R_mine\"}) { pullRequest { id url } } }"}),
             vec![Learn {
                 kind: PULL_REQUEST_NODE,
                 pointer: "/data/made/pullRequest/id".into(),
@@ -77,12 +79,12 @@ fn the_mutations_gh_makes_pass_on_the_identitys_objects() {
         ),
         // several pinned mutations in one document, each checked
         (
-            json!({"query": "mutation { a: addComment(input: {subjectId: \"PR_mine\", body: \"1\"}) { clientMutationId } b: requestReviews(input: {pullRequestId: \"PR_mine\"}) { clientMutationId } }"}),
+            json!({"query": "mutation { a: addComment(input: {subjectId: \"PR_mine\", body: \"1\"}) { commentEdge { node { url } } } b: requestReviews(input: {pullRequestId: \"PR_mine\"}) { clientMutationId } }"}),
             vec![],
         ),
         // through a fragment
         (
-            json!({"query": "mutation { ...M } fragment M on Mutation { addComment(input: {subjectId: \"PR_mine\", body: \"b\"}) { clientMutationId } }"}),
+            json!({"query": "mutation { ...M } fragment M on Mutation { addComment(input: {subjectId: \"PR_mine\", body: \"b\"}) { commentEdge { node { url } } } }"}),
             vec![],
         ),
     ];
@@ -131,16 +133,16 @@ fn a_mutation_not_provably_pinned_is_refused() {
         ),
         (json!({"query": GH_COMMENT}), "string literal"),
         (
-            json!({"query": "mutation { addComment(input: {subjectId: 7, body: \"b\"}) { clientMutationId } }"}),
+            json!({"query": "mutation { addComment(input: {subjectId: 7, body: \"b\"}) { commentEdge { node { url } } } }"}),
             "string literal",
         ),
         (
-            json!({"query": "mutation($s: ID) { addComment(input: {subjectId: $s, body: \"b\"}) { clientMutationId } }"}),
+            json!({"query": "mutation($s: ID) { addComment(input: {subjectId: $s, body: \"b\"}) { commentEdge { node { url } } } }"}),
             "string literal",
         ),
         // a second argument, or another name for it
         (
-            json!({"query": "mutation { addComment(input: {subjectId: \"PR_mine\"}, input: {subjectId: \"PR_alice\"}) { clientMutationId } }"}),
+            json!({"query": "mutation { addComment(input: {subjectId: \"PR_mine\"}, input: {subjectId: \"PR_alice\"}) { commentEdge { node { url } } } }"}),
             "exactly one argument",
         ),
         (
@@ -150,21 +152,21 @@ fn a_mutation_not_provably_pinned_is_refused() {
         // a repeated key in an object literal: the parser keeps the last,
         // which is refused as it is, or caught by the token count
         (
-            json!({"query": "mutation { addComment(input: {subjectId: \"PR_mine\", subjectId: \"PR_alice\", body: \"b\"}) { clientMutationId } }"}),
+            json!({"query": "mutation { addComment(input: {subjectId: \"PR_mine\", subjectId: \"PR_alice\", body: \"b\"}) { commentEdge { node { url } } } }"}),
             "PR_alice is not one",
         ),
         (
-            json!({"query": "mutation { addComment(input: {subjectId: \"PR_alice\", subjectId: \"PR_mine\", body: \"b\"}) { clientMutationId } }"}),
+            json!({"query": "mutation { addComment(input: {subjectId: \"PR_alice\", subjectId: \"PR_mine\", body: \"b\"}) { commentEdge { node { url } } } }"}),
             "written 2 times",
         ),
         // the same key in the document outside the mutation's input
         (
-            json!({"query": "mutation($i: AddCommentInput = {subjectId: \"PR_alice\"}) { addComment(input: $i) { clientMutationId } }", "variables": {"i": {"subjectId": "PR_mine", "body": "b"}}}),
+            json!({"query": "mutation($i: AddCommentInput = {subjectId: \"PR_alice\"}) { addComment(input: $i) { commentEdge { node { url } } } }", "variables": {"i": {"subjectId": "PR_mine", "body": "b"}}}),
             "written 1 times",
         ),
         // an extra mutation beside an allowed one, or hidden by an alias
         (
-            json!({"query": "mutation { addComment(input: {subjectId: \"PR_mine\", body: \"b\"}) { clientMutationId } mergePullRequest(input: {pullRequestId: \"PR_mine\"}) { clientMutationId } }"}),
+            json!({"query": "mutation { addComment(input: {subjectId: \"PR_mine\", body: \"b\"}) { commentEdge { node { url } } } mergePullRequest(input: {pullRequestId: \"PR_mine\"}) { clientMutationId } }"}),
             "mergePullRequest",
         ),
         (
@@ -173,7 +175,7 @@ fn a_mutation_not_provably_pinned_is_refused() {
         ),
         // the second of two operations, whatever operationName says
         (
-            json!({"query": "mutation A { addComment(input: {subjectId: \"PR_mine\", body: \"b\"}) { clientMutationId } } mutation B { addComment(input: {subjectId: \"PR_alice\", body: \"b\"}) { clientMutationId } }", "operationName": "A"}),
+            json!({"query": "mutation A { addComment(input: {subjectId: \"PR_mine\", body: \"b\"}) { commentEdge { node { url } } } } mutation B { addComment(input: {subjectId: \"PR_alice\", body: \"b\"}) { commentEdge { node { url } } } }", "operationName": "A"}),
             "PR_alice",
         ),
     ];
@@ -185,7 +187,7 @@ fn a_mutation_not_provably_pinned_is_refused() {
         assert!(reason.contains(needle), "{body}: {reason}");
     }
     // A JSON key twice never reaches the pin (one meaning per document).
-    let twice = br#"{"query":"mutation($i: AddCommentInput!) { addComment(input: $i) { clientMutationId } }","variables":{"i":{"subjectId":"PR_mine","subjectId":"PR_alice"}}}"#;
+    let twice = br#"{"query":"mutation($i: AddCommentInput!) { addComment(input: $i) { commentEdge { node { url } } } }","variables":{"i":{"subjectId":"PR_mine","subjectId":"PR_alice"}}}"#;
     assert!(check(twice, &allow(), &known()).is_err());
 }
 
@@ -261,11 +263,11 @@ fn ids_are_learnt_only_where_the_answer_is_certain() {
         ),
         // a created pull request's id, not its aliased one
         (
-            "mutation { createPullRequest(input: {repositoryId: \"R_mine\"}) { pullRequest { id: url } } }",
+            "mutation { createPullRequest(input: {repositoryId: \"R_mine\"}) { pullRequest { id: url number } } }",
             vec![],
         ),
         (
-            "mutation { createPullRequest(input: {repositoryId: \"R_mine\"}) { pr: pullRequest { id } } }",
+            "mutation { createPullRequest(input: {repositoryId: \"R_mine\"}) { pr: pullRequest { id } pullRequest { url } } }",
             vec![],
         ),
     ];
@@ -304,4 +306,226 @@ fn rules_allow_only_pinnable_mutations_and_only_with_a_pinned_repository() {
     assert!(err.contains("cannot be pinned"), "{err}");
     let err = parse("mutation = [\"addComment\"]").unwrap_err();
     assert!(err.contains("repository = "), "{err}");
+}
+
+/// The message field of an allowed body, or the refusal.
+fn message_of(query: &str, variables: serde_json::Value) -> Result<Option<MessageField>, String> {
+    let body = json!({"query": query, "variables": variables});
+    check(body.to_string().as_bytes(), &allow(), &known())
+        .map(|s| s.message)
+        .map_err(|d| d.reason)
+}
+
+#[test]
+fn a_mutation_that_posts_is_the_bodys_message_whatever_its_spelling() {
+    let comment = |key: &str, id: &str| MessageField {
+        kind: "github_issue_comment",
+        target: "PR_mine".into(),
+        key: key.into(),
+        id_pointer: format!("/data/{key}/commentEdge/node/{id}"),
+    };
+    let pull = |key: &str, id: &str| MessageField {
+        kind: "github_pull_request",
+        target: "acme/widgets".into(),
+        key: key.into(),
+        id_pointer: format!("/data/{key}/pullRequest/{id}"),
+    };
+    let on_mine = json!({"input": {"subjectId": "PR_mine", "body": "b"}});
+    let in_mine = json!({"input": {"repositoryId": "R_mine", "title": "t"}});
+    // (query, variables, message)
+    let cases = [
+        // gh 2.23's own
+        (GH_COMMENT, on_mine.clone(), Some(comment("addComment", "url"))),
+        (GH_CREATE, in_mine.clone(), Some(pull("createPullRequest", "url"))),
+        // the numeric id where selected
+        (
+            "mutation($input: AddCommentInput!) { addComment(input: $input) { commentEdge { node { url databaseId } } } }",
+            on_mine.clone(),
+            Some(comment("addComment", "databaseId")),
+        ),
+        (
+            "mutation($input: CreatePullRequestInput!) { createPullRequest(input: $input) { pullRequest { number url } } }",
+            in_mine.clone(),
+            Some(pull("createPullRequest", "number")),
+        ),
+        // an alias is the answer's key
+        (
+            "mutation($input: AddCommentInput!) { said: addComment(input: $input) { commentEdge { node { url } } } }",
+            on_mine.clone(),
+            Some(comment("said", "url")),
+        ),
+        (
+            "mutation($input: AddCommentInput!) { addComment: addComment(input: $input) { commentEdge { node { url } } } }",
+            on_mine.clone(),
+            Some(comment("addComment", "url")),
+        ),
+        // through a named fragment, an inline fragment, a fragment in the payload
+        (
+            "mutation($input: AddCommentInput!) { ...M } fragment M on Mutation { c: addComment(input: $input) { commentEdge { node { url } } } }",
+            on_mine.clone(),
+            Some(comment("c", "url")),
+        ),
+        (
+            "mutation($input: AddCommentInput!) { ... on Mutation { addComment(input: $input) { commentEdge { node { url } } } } }",
+            on_mine.clone(),
+            Some(comment("addComment", "url")),
+        ),
+        (
+            "mutation($input: AddCommentInput!) { addComment(input: $input) { commentEdge { node { url ...N } } } } fragment N on IssueComment { body }",
+            on_mine.clone(),
+            Some(comment("addComment", "url")),
+        ),
+        // under any operation name, beside a query in a second operation
+        (
+            "query Q { rateLimit { remaining } } mutation Whatever($input: AddCommentInput!) { addComment(input: $input) { commentEdge { node { url } } } }",
+            on_mine.clone(),
+            Some(comment("addComment", "url")),
+        ),
+        // beside a mutation that does not post
+        (
+            "mutation($input: AddCommentInput!) { addComment(input: $input) { commentEdge { node { url } } } requestReviews(input: {pullRequestId: \"PR_mine\"}) { clientMutationId } }",
+            on_mine.clone(),
+            Some(comment("addComment", "url")),
+        ),
+        // nothing posts
+        (GH_REVIEWS, json!({"input": {"pullRequestId": "PR_mine"}}), None),
+        ("{ rateLimit { remaining } }", json!({}), None),
+    ];
+    for (query, variables, want) in cases {
+        assert_eq!(message_of(query, variables), Ok(want), "{query}");
+    }
+}
+
+#[test]
+fn a_mutation_that_posts_without_a_certain_created_id_or_beside_another_is_refused() {
+    // One input for either mutation: each reads its own pinned key.
+    let on_mine = json!({"input": {"subjectId": "PR_mine", "repositoryId": "R_mine", "body": "b"}});
+    let comment = |selection: &str| {
+        format!("mutation($input: AddCommentInput!) {{ addComment(input: $input) {selection} }}")
+    };
+    // (query, words the refusal must hold)
+    let cases = [
+        // no created id selected, or not for certain
+        (comment("{ clientMutationId }"), "select `commentEdge { node { url } }`"),
+        (comment("{ commentEdge { cursor } }"), "select"),
+        (comment("{ commentEdge { node { body } } }"), "select"),
+        (comment("{ e: commentEdge { node { url } } }"), "select"),
+        (comment("{ commentEdge { n: node { url } } }"), "select"),
+        (comment("{ commentEdge { node { u: url } } }"), "select"),
+        (comment("{ commentEdge { node { url: body } } }"), "select"),
+        (comment("{ commentEdge { node { url @skip(if: true) } } }"), "directives"),
+        (comment("{ commentEdge @include(if: false) { node { url } } }"), "select"),
+        (comment("{ ...P } fragment P on AddCommentPayload { commentEdge { node { url } } }"), "select"),
+        (
+            "mutation($input: CreatePullRequestInput!) { createPullRequest(input: $input) { pullRequest { id } } }".into(),
+            "select `pullRequest { url }`",
+        ),
+        (
+            "mutation($input: CreatePullRequestInput!) { createPullRequest(input: $input) { pullRequest { number: id } } }".into(),
+            "select",
+        ),
+        // two that post, in one operation, aliased, or in two operations
+        (
+            "mutation($input: AddCommentInput!) { a: addComment(input: $input) { commentEdge { node { url } } } b: addComment(input: $input) { commentEdge { node { url } } } }".into(),
+            "more than one mutation that posts",
+        ),
+        (
+            "mutation A($input: AddCommentInput!) { addComment(input: $input) { commentEdge { node { url } } } } mutation B($input: AddCommentInput!) { addComment(input: $input) { commentEdge { node { url } } } }".into(),
+            "more than one mutation that posts",
+        ),
+        (
+            "mutation($input: AddCommentInput!) { ...M ...M } fragment M on Mutation { addComment(input: $input) { commentEdge { node { url } } } }".into(),
+            "more than one mutation that posts",
+        ),
+        (
+            "mutation($input: AddCommentInput!, $pr: CreatePullRequestInput = {repositoryId: \"R_mine\"}) { addComment(input: $input) { commentEdge { node { url } } } createPullRequest(input: $pr) { pullRequest { url } } }".into(),
+            "more than one mutation that posts",
+        ),
+        // its answer key selected again, by another field or operation
+        (
+            "mutation($input: AddCommentInput!) { x: addComment(input: $input) { commentEdge { node { url } } } x: requestReviews(input: {pullRequestId: \"PR_mine\"}) { clientMutationId } }".into(),
+            "more than once",
+        ),
+        (
+            "query Q { addComment: rateLimit { remaining } } mutation M($input: AddCommentInput!) { addComment(input: $input) { commentEdge { node { url } } } }".into(),
+            "more than once",
+        ),
+    ];
+    for (query, needle) in cases {
+        let got = message_of(&query, on_mine.clone());
+        let Err(reason) = &got else {
+            panic!("{query} allowed: {got:?}")
+        };
+        assert!(reason.contains(needle), "{query}: {reason}");
+    }
+}
+
+/// A root selection of the generated documents: (field text, whether it posts).
+const PIECES: [(&str, bool); 7] = [
+    ("addComment(input: {subjectId: \"PR_mine\", body: \"b\"}) { commentEdge { node { url } } }", true),
+    ("addComment(input: {subjectId: \"PR_mine\", body: \"b\"}) { commentEdge { node { databaseId } } }", true),
+    ("addComment(input: {subjectId: \"PR_mine\", body: \"b\"}) { clientMutationId }", true),
+    ("createPullRequest(input: {repositoryId: \"R_mine\"}) { pullRequest { id url } }", true),
+    ("createPullRequest(input: {repositoryId: \"R_mine\"}) { pullRequest { id } }", true),
+    ("requestReviews(input: {pullRequestId: \"PR_mine\"}) { clientMutationId }", false),
+    ("rateLimit { remaining }", false),
+];
+const ALIASES: [&str; 5] = ["", "a: ", "b: ", "addComment: ", "rateLimit: "];
+
+proptest::proptest! {
+    // Most generated documents are refused (a mutation in a query, two that
+    // post): enough cases for a hundred and more allowed ones.
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+    /// Documents assembled from aliases, fragments and operations: an
+    /// allowed one that reaches a mutation that posts has exactly one such
+    /// selection, and it is the summary's message, under its answer key.
+    #[test]
+    fn every_allowed_field_that_posts_is_the_one_message(
+        operations in proptest::collection::vec(
+            (
+                proptest::bool::ANY,
+                proptest::collection::vec((0..PIECES.len(), 0..ALIASES.len(), 0..3usize), 1..4),
+            ),
+            1..3,
+        ),
+    ) {
+        let (mut document, mut fragments, mut posting) = (String::new(), String::new(), 0);
+        for (i, (mutation, selections)) in operations.iter().enumerate() {
+            let kind = if *mutation { "mutation" } else { "query" };
+            let mut body = String::new();
+            for (j, (piece, alias, wrap)) in selections.iter().enumerate() {
+                let (text, posts) = PIECES[*piece];
+                posting += usize::from(posts && *mutation);
+                let field = format!("{}{text}", ALIASES[*alias]);
+                match wrap {
+                    0 => body.push_str(&field),
+                    1 => body.push_str(&format!("... on Root {{ {field} }}")),
+                    _ => {
+                        body.push_str(&format!("...F{i}_{j}"));
+                        fragments.push_str(&format!(" fragment F{i}_{j} on Root {{ {field} }}"));
+                    }
+                }
+                body.push(' ');
+            }
+            document.push_str(&format!("{kind} O{i} {{ {body}}} "));
+        }
+        document.push_str(&fragments);
+        let body = json!({"query": document});
+        let Ok(summary) = check(body.to_string().as_bytes(), &allow(), &known()) else {
+            return Ok(());
+        };
+        let posts = summary
+            .root_fields
+            .iter()
+            .any(|f| f == "mutation.addComment" || f == "mutation.createPullRequest");
+        proptest::prop_assert_eq!(posts, summary.message.is_some(), "{}", document);
+        proptest::prop_assert_eq!(posting, usize::from(posts), "{}", document);
+        if let Some(m) = summary.message {
+            let prefix = format!("/data/{}/", m.key);
+            proptest::prop_assert!(m.id_pointer.starts_with(&prefix), "{:?}", m);
+            let aliased = document.contains(&format!("{}: {}", m.key, if m.kind == "github_issue_comment" { "addComment" } else { "createPullRequest" }));
+            let named = m.key == "addComment" || m.key == "createPullRequest";
+            proptest::prop_assert!(aliased || named, "{:?} {}", m, document);
+        }
+    }
 }

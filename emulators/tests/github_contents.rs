@@ -233,7 +233,56 @@ fn repository_reads_come_from_the_repository_in_githubs_shapes() {
     );
     assert_eq!(pull_commits[0]["sha"], head.as_str());
 
+    // The git database.
+    let tree_sha = commit["commit"]["tree"]["sha"].as_str().unwrap().to_owned();
+    let tree = api(
+        &emulator,
+        dir.path(),
+        &format!("repos/acme/widgets/git/trees/{tree_sha}"),
+    );
+    let paths: Vec<&str> = tree["tree"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["NOTES.txt", "README.md", "src"]);
+    let blob_sha = tree["tree"][1]["sha"].as_str().unwrap().to_owned();
+    let blob = api(
+        &emulator,
+        dir.path(),
+        &format!("repos/acme/widgets/git/blobs/{blob_sha}"),
+    );
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(blob["content"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(
+        decoded,
+        b"# widgets
+"
+    );
+    let git_commit = api(
+        &emulator,
+        dir.path(),
+        &format!("repos/acme/widgets/git/commits/{head}"),
+    );
+    assert_eq!(git_commit["sha"], head.as_str());
+    assert_eq!(git_commit["tree"]["sha"], tree_sha.as_str());
+    let git_ref = api(
+        &emulator,
+        dir.path(),
+        "repos/acme/widgets/git/ref/heads/fix/two",
+    );
+    assert_eq!(git_ref["object"]["sha"], head.as_str());
+    let matching = api(
+        &emulator,
+        dir.path(),
+        "repos/acme/widgets/git/matching-refs/heads/",
+    );
+    assert_eq!(matching.as_array().unwrap().len(), 2);
+
     // Refusals: GitHub's status for each, and nothing read outside the tree.
+    let tree_as_blob = format!("repos/acme/widgets/git/blobs/{tree_sha}");
     for (path, status) in [
         ("repos/acme/widgets/contents/nope.txt", "404"),
         ("repos/acme/widgets/contents/src/../README.md", "404"),
@@ -250,6 +299,10 @@ fn repository_reads_come_from_the_repository_in_githubs_shapes() {
         ("repos/acme/widgets/compare/main...nope", "404"),
         ("repos/acme/widgets/pulls/99/files", "404"),
         ("repos/acme/nothing/readme", "404"),
+        // A tree id asked for as a blob, a short id, a ref that is a prefix only.
+        (tree_as_blob.as_str(), "404"),
+        ("repos/acme/widgets/git/commits/abc123", "404"),
+        ("repos/acme/widgets/git/ref/heads/fix", "404"),
     ] {
         let said = refused(&emulator, dir.path(), path);
         assert!(said.contains(&format!("HTTP {status}")), "{path}: {said}");

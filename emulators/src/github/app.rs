@@ -489,7 +489,13 @@ fn need<'a>(route: &'a Route, method: &Method) -> Need<'a> {
         | Route::Commits(r)
         | Route::Commit(r, _)
         | Route::Compare(r, _) => on(r, &["contents"], level),
-        Route::PullFiles(r, _) | Route::PullCommits(r, _) => on(r, &["pull_requests"], level),
+        Route::GitObject(r, _, _) => on(r, &["contents"], level),
+        Route::PullFiles(r, _)
+        | Route::PullCommits(r, _)
+        | Route::RepoPullComment(r, _)
+        | Route::PullReview(r, _, _) => on(r, &["pull_requests"], level),
+        Route::CheckRun(r, _) => on(r, &["checks"], level),
+        Route::ActionsRunAttemptJobs(r, _, _) => on(r, &["actions"], level),
         Route::ActionsRuns(r)
         | Route::ActionsRun(r, _)
         | Route::ActionsRunJobs(r, _)

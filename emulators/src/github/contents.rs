@@ -45,6 +45,9 @@ pub(crate) enum GitRead {
         base: String,
         head: String,
     },
+    /// The git database: `trees`, `blobs`, `commits` (by id), `ref`,
+    /// `matching-refs` (by name under `refs/`).
+    Object(&'static str, String),
 }
 
 /// What a read gives: one object, or a list for the caller to page.
@@ -311,6 +314,7 @@ pub(crate) fn read(git_dir: &Path, full_name: &str, what: &GitRead) -> Result<Re
                 .unwrap_or_else(|| base.clone());
             Ok(Read::List(diff_files(git_dir, &urls, &merge_base, head)))
         }
+        GitRead::Object(kind, name) => git_object(git_dir, &urls, kind, name),
         GitRead::PullCommits { base, head } => Ok(Read::List(
             commits(
                 git_dir,
@@ -319,6 +323,109 @@ pub(crate) fn read(git_dir: &Path, full_name: &str, what: &GitRead) -> Result<Re
             )
             .unwrap_or_default(),
         )),
+    }
+}
+
+/// A full object id: 40 hex digits (what the git database routes take).
+fn object_id(s: &str) -> Option<&str> {
+    (s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())).then_some(s)
+}
+
+/// `GET …/git/{trees,blobs,commits}/{sha}`, `…/git/ref/{ref}`,
+/// `…/git/matching-refs/{prefix}` (`git-tree`, `blob`, `git-commit`,
+/// `git-ref` in the REST description).
+fn git_object(git_dir: &Path, u: &Urls<'_>, kind: &str, name: &str) -> Result<Read, Reply> {
+    let typed = |want: &str| -> Result<&str, Reply> {
+        let sha = object_id(name).ok_or_else(not_found)?;
+        let found = git_text(git_dir, &["cat-file", "-t", sha]).ok_or_else(not_found)?;
+        if found.trim() == want {
+            Ok(sha)
+        } else {
+            Err(not_found())
+        }
+    };
+    match kind {
+        "blobs" => {
+            let sha = typed("blob")?;
+            let bytes = git(git_dir, &["cat-file", "blob", sha]).ok_or_else(not_found)?;
+            let content = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            Ok(Read::One(
+                json!({"sha": sha, "node_id": format!("B_{sha}"), "size": bytes.len(),
+                                "url": format!("{}/git/blobs/{sha}", u.repo),
+                                "content": content, "encoding": "base64"}),
+            ))
+        }
+        "trees" => {
+            let sha = typed("tree")?;
+            let entries = tree_entries(git_dir, sha, "").ok_or_else(not_found)?;
+            let tree: Vec<Value> = entries
+                .iter()
+                .map(|e| {
+                    let mut v = json!({"path": e.name, "mode": e.mode, "type": e.kind, "sha": e.sha,
+                                       "url": format!("{}/git/{}s/{}", u.repo, e.kind, e.sha)});
+                    if e.kind == "blob" {
+                        v["size"] = json!(e.size);
+                    }
+                    v
+                })
+                .collect();
+            Ok(Read::One(
+                json!({"sha": sha, "url": format!("{}/git/trees/{sha}", u.repo),
+                                "tree": tree, "truncated": false}),
+            ))
+        }
+        "commits" => {
+            let sha = typed("commit")?;
+            let mut c = commits(git_dir, u, &["-n", "1", sha])
+                .and_then(|mut c| c.pop())
+                .ok_or_else(not_found)?;
+            let mut inner = c["commit"].take();
+            inner["sha"] = json!(sha);
+            inner["html_url"] = json!(format!("{}/commit/{sha}", u.html));
+            inner["parents"] = c["parents"].take();
+            Ok(Read::One(inner))
+        }
+        "ref" | "matching-refs" => {
+            // A prefix may end in `/` (`heads/`); the name itself is plain.
+            revision(name.trim_end_matches('/')).ok_or_else(not_found)?;
+            let out = git_text(
+                git_dir,
+                &[
+                    "for-each-ref",
+                    "--format=%(refname) %(objectname) %(objecttype)",
+                    "refs/",
+                ],
+            )
+            .unwrap_or_default();
+            let exact = format!("refs/{name}");
+            let refs: Vec<Value> = out
+                .lines()
+                .filter_map(|l| {
+                    let mut f = l.split(' ');
+                    Some((f.next()?, f.next()?, f.next()?))
+                })
+                // `ref` names one ref exactly; `matching-refs` is a prefix.
+                .filter(|(r, _, _)| {
+                    if kind == "ref" {
+                        *r == exact
+                    } else {
+                        r.starts_with(&exact)
+                    }
+                })
+                .map(|(r, sha, t)| {
+                    json!({"ref": r, "node_id": format!("REF_{sha}"),
+                           "url": format!("{}/git/{r}", u.repo),
+                           "object": {"sha": sha, "type": t,
+                                      "url": format!("{}/git/{t}s/{sha}", u.repo)}})
+                })
+                .collect();
+            if kind == "ref" {
+                refs.into_iter().next().map(Read::One).ok_or_else(not_found)
+            } else {
+                Ok(Read::One(Value::Array(refs)))
+            }
+        }
+        _ => Err(not_found()),
     }
 }
 

@@ -1225,6 +1225,7 @@ impl GithubState {
             Route::Commits(r) => (r, GitRead::Commits { from: param("sha") }),
             Route::Commit(r, sha) => (r, GitRead::Commit(sha.clone())),
             Route::Compare(r, spec) => (r, GitRead::Compare(spec.clone())),
+            Route::GitObject(r, kind, name) => (r, GitRead::Object(kind, name.clone())),
             Route::PullFiles(r, n) | Route::PullCommits(r, n) => {
                 let model = lock(&self.model);
                 let pull = model

@@ -50,6 +50,13 @@ pub(crate) enum Route {
     Compare(RepoPath, String),
     PullFiles(RepoPath, u64),
     PullCommits(RepoPath, u64),
+    /// `git/trees/{sha}`, `git/blobs/{sha}`, `git/commits/{sha}`,
+    /// `git/ref/{ref}`, `git/matching-refs/{ref}`: (kind, the rest).
+    GitObject(RepoPath, &'static str, String),
+    RepoPullComment(RepoPath, u64),
+    PullReview(RepoPath, u64, u64),
+    CheckRun(RepoPath, u64),
+    ActionsRunAttemptJobs(RepoPath, u64, u64),
 }
 
 impl Route {
@@ -66,6 +73,7 @@ impl Route {
                 | Route::Compare(..)
                 | Route::PullFiles(..)
                 | Route::PullCommits(..)
+                | Route::GitObject(..)
         )
     }
 }
@@ -124,6 +132,21 @@ pub(crate) fn route(path: &str) -> Option<Route> {
                 ["commits"] => Route::Commits(repo),
                 ["commits", sha] if !sha.is_empty() => Route::Commit(repo, (*sha).to_owned()),
                 ["compare", spec @ ..] if !spec.is_empty() => Route::Compare(repo, spec.join("/")),
+                ["git", "trees", sha] => Route::GitObject(repo, "trees", (*sha).to_owned()),
+                ["git", "blobs", sha] => Route::GitObject(repo, "blobs", (*sha).to_owned()),
+                ["git", "commits", sha] => Route::GitObject(repo, "commits", (*sha).to_owned()),
+                ["git", "ref", name @ ..] if !name.is_empty() => {
+                    Route::GitObject(repo, "ref", name.join("/"))
+                }
+                ["git", "matching-refs", name @ ..] if !name.is_empty() => {
+                    Route::GitObject(repo, "matching-refs", name.join("/"))
+                }
+                ["pulls", "comments", id] => Route::RepoPullComment(repo, number(id)?),
+                ["pulls", n, "reviews", id] => Route::PullReview(repo, number(n)?, number(id)?),
+                ["check-runs", id] => Route::CheckRun(repo, number(id)?),
+                ["actions", "runs", id, "attempts", attempt, "jobs"] => {
+                    Route::ActionsRunAttemptJobs(repo, number(id)?, number(attempt)?)
+                }
                 ["commits", git_ref, "check-runs"] if !git_ref.is_empty() => {
                     Route::CommitCheckRuns(repo, (*git_ref).to_owned())
                 }
@@ -499,6 +522,59 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .comment(CommentKind::Issue, id, *comment_id)
                 .ok_or_else(Reply::not_found)?;
             Ok(Reply::ok(model.comment_json(stored)))
+        }
+        Route::RepoPullComment(path, comment_id) if get => {
+            let id = repo_id(model, path)?;
+            let stored = model
+                .comment(CommentKind::Review, id, *comment_id)
+                .ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(model.comment_json(stored)))
+        }
+        Route::PullReview(path, number, review_id) if get => {
+            let id = repo_id(model, path)?;
+            let review = model
+                .reviews
+                .iter()
+                .find(|r| r.repo_id == id && r.number == *number && r.id == *review_id)
+                .ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(model.review_json(review)))
+        }
+        Route::PullRequestedReviewers(path, number) if get => {
+            let id = repo_id(model, path)?;
+            let issue = model
+                .issue(id, *number)
+                .filter(|i| i.pull.is_some())
+                .ok_or_else(Reply::not_found)?;
+            let users: Vec<Value> = issue
+                .pull
+                .iter()
+                .flat_map(|p| p.requested_reviewers.iter())
+                .map(|login| super::model::Model::user_json(login))
+                .collect();
+            Ok(Reply::ok(json!({"users": users, "teams": []})))
+        }
+        Route::CheckRun(path, run_id) if get => {
+            let id = repo_id(model, path)?;
+            let job = model
+                .jobs
+                .iter()
+                .find(|j| j.repo_id == id && j.id == *run_id)
+                .ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(model.check_run_json(job)))
+        }
+        Route::ActionsRunAttemptJobs(path, run_id, attempt) if get => {
+            let id = repo_id(model, path)?;
+            // Each emulated run ran once: attempt 1 is all there is.
+            let jobs: Vec<Value> = model
+                .jobs
+                .iter()
+                .filter(|j| j.repo_id == id && j.run_id == *run_id && *attempt == 1)
+                .map(|j| model.job_json(j))
+                .collect();
+            if jobs.is_empty() {
+                return Err(Reply::not_found());
+            }
+            Ok(Reply::ok(json!({"total_count": jobs.len(), "jobs": jobs})))
         }
         Route::IssueComment(path, comment_id) if patch => {
             let id = repo_id(model, path)?;

@@ -1,0 +1,302 @@
+//! Every rule of the shipped `github-read` set, one real round trip each:
+//! through the `gatehouse proxy` process, with an identity bound to the
+//! repository, to the GitHub emulator and back with GitHub's status. A
+//! rule's `[[example]]` shows the proxy allows it; this shows the call then
+//! works, so a worker reading contents, commits or check runs is not
+//! refused upstream by an emulator kinder or poorer than GitHub. Rules the
+//! emulator does not serve yet are listed, by name, with why: a new rule
+//! fails this test until it is given a round trip or a reason.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gatehouse_emulators::{GithubEmulator, GithubOptions, RepoSpec};
+use gatehouse_testkit::proxy::api_call;
+use gatehouse_testkit::proxy::process::{admin_call, start_proxy_process_with};
+use gatehouse_testkit::{bin, random};
+
+const REPO: &str = "acme/widgets";
+
+/// Rules not given a round trip here, and why.
+const NOT_HERE: &[(&str, &str)] = &[
+    (
+        "git-fetch-refs-git",
+        "git's smart HTTP: real git clones through the proxy in proxy_sandbox",
+    ),
+    (
+        "git-fetch-refs",
+        "git's smart HTTP: real git clones through the proxy in proxy_sandbox",
+    ),
+    (
+        "git-fetch-git",
+        "git's smart HTTP: real git clones through the proxy in proxy_sandbox",
+    ),
+    (
+        "git-fetch",
+        "git's smart HTTP: real git clones through the proxy in proxy_sandbox",
+    ),
+    (
+        "graphql-read",
+        "GraphQL documents: worker_speech and proxy_scope",
+    ),
+    ("labels", "not emulated yet: the emulator has no labels"),
+    (
+        "issue-labels",
+        "not emulated yet: the emulator has no labels",
+    ),
+    (
+        "issue-events",
+        "not emulated yet: the emulator keeps no issue events",
+    ),
+    (
+        "issue-timeline",
+        "not emulated yet: the emulator keeps no issue events",
+    ),
+    (
+        "pull-review-its-comments",
+        "not emulated yet: review comments are not tied to reviews",
+    ),
+    (
+        "check-run-annotations",
+        "not emulated yet: check runs have no annotations",
+    ),
+    ("check-suite", "not emulated yet: no check suites"),
+    ("check-suite-runs", "not emulated yet: no check suites"),
+    (
+        "actions-workflows",
+        "not emulated yet: no workflow files are read",
+    ),
+    (
+        "actions-workflow-runs",
+        "not emulated yet: no workflow files are read",
+    ),
+    (
+        "actions-run-logs",
+        "not emulated yet: run logs are a zip archive",
+    ),
+];
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Alice",
+            "-c",
+            "user.email=alice@example.com",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = random::token("ghs_");
+    let mut spec = RepoSpec::new("acme", "widgets");
+    spec.files = vec![
+        ("README.md".into(), "# widgets\n".into()),
+        (
+            "src/lib.rs".into(),
+            "pub fn one() -> u32 {\n    1\n}\n".into(),
+        ),
+    ];
+    let github = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git"))
+            .token(&token, "gatehouse-test[bot]")
+            .repo(spec),
+    )
+    .unwrap();
+    // The world the reads look at: a branch with a change and its pull
+    // request, an issue with a comment, a review and a review comment, a CI job.
+    let bare = github.repo_git_dir(REPO).unwrap();
+    git(dir.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
+    let work = dir.path().join("work");
+    git(&work, &["checkout", "-q", "-b", "fix"]);
+    std::fs::write(work.join("src/lib.rs"), "pub fn one() -> u32 {\n    2\n}\n").unwrap();
+    git(&work, &["commit", "-q", "-am", "Return two"]);
+    git(&work, &["push", "-q", "origin", "fix"]);
+    let head = git(&work, &["rev-parse", "HEAD"]);
+    let tree = git(&work, &["rev-parse", "HEAD^{tree}"]);
+    let blob = git(&work, &["rev-parse", "HEAD:README.md"]);
+    let issue = github
+        .add_issue(REPO, "Crash", "It crashes.", "alice")
+        .unwrap();
+    let comment = github
+        .add_issue_comment(REPO, issue, "Seen it.", "bob")
+        .unwrap();
+    let pull = github
+        .add_pull(REPO, "Return two", "fix", "main", "alice")
+        .unwrap();
+    let review = github
+        .add_review(REPO, pull, "COMMENTED", "Looks fine", "bob")
+        .unwrap();
+    let review_comment = github
+        .add_review_comment(REPO, pull, "src/lib.rs", 2, "Why two?", "bob")
+        .unwrap();
+    let (run, job) = github
+        .add_job(REPO, "test", &head, "success", "ok\n")
+        .unwrap();
+
+    let rules = bin::repo_path("sandbox-profiles/rules");
+    let proxy = start_proxy_process_with(dir.path(), &github, &token, bin::command(), |d| {
+        let config = std::fs::read_to_string(d.join("proxy.toml")).unwrap();
+        let files = format!("rule_set_files = [{:?}]", rules.join("github-read.toml"));
+        let config = config.replace("rule_set_files = [\"rules.toml\"]", &files);
+        // Job logs redirect to GitHub's storage host: the emulator serves it too.
+        let logs = format!(
+            "\n[upstream.\"pipelines.actions.githubusercontent.com\"]\nurl = \"https://{}\"\n\
+             ca_file = \"upstream-ca.pem\"\n",
+            github.addr()
+        );
+        std::fs::write(d.join("proxy.toml"), config + &logs).unwrap();
+    });
+    let (status, body) = admin_call(
+        &proxy.admin,
+        "POST",
+        "/identities",
+        Some(
+            r#"{"name":"tkt_read","rule_sets":["github-read"],"variables":{"repo":"acme/widgets"}}"#,
+        ),
+    );
+    assert_eq!(status, 201, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let socket = PathBuf::from(answer["socket"].as_str().unwrap());
+
+    let r = |tail: &str| format!("/repos/{REPO}{tail}");
+    // (rule, request path, status)
+    let trips: Vec<(&str, String, u16)> = vec![
+        ("repo", r(""), 200),
+        ("api-root", "/".into(), 200),
+        ("readme", r("/readme"), 200),
+        ("contents-root", r("/contents"), 200),
+        ("contents", r("/contents/src/lib.rs?ref=fix"), 200),
+        ("branches", r("/branches"), 200),
+        ("branch", r("/branches/fix"), 200),
+        ("commits", r("/commits?sha=fix"), 200),
+        ("commit-and-its-checks", r(&format!("/commits/{head}")), 200),
+        (
+            "commit-and-its-checks",
+            r(&format!("/commits/{head}/check-runs")),
+            200,
+        ),
+        ("compare", r("/compare/main...fix"), 200),
+        ("git-tree", r(&format!("/git/trees/{tree}")), 200),
+        ("git-blob", r(&format!("/git/blobs/{blob}")), 200),
+        ("git-commit", r(&format!("/git/commits/{head}")), 200),
+        ("git-ref", r("/git/ref/heads/fix"), 200),
+        ("git-matching-refs", r("/git/matching-refs/heads"), 200),
+        ("issues", r("/issues"), 200),
+        ("issue", r(&format!("/issues/{issue}")), 200),
+        (
+            "issue-comments",
+            r(&format!("/issues/{issue}/comments")),
+            200,
+        ),
+        ("repo-issue-comments", r("/issues/comments"), 200),
+        (
+            "repo-issue-comment",
+            r(&format!("/issues/comments/{comment}")),
+            200,
+        ),
+        ("pulls", r("/pulls"), 200),
+        ("pull", r(&format!("/pulls/{pull}")), 200),
+        ("pull-files", r(&format!("/pulls/{pull}/files")), 200),
+        ("pull-commits", r(&format!("/pulls/{pull}/commits")), 200),
+        (
+            "pull-review-comments",
+            r(&format!("/pulls/{pull}/comments")),
+            200,
+        ),
+        ("repo-review-comments", r("/pulls/comments"), 200),
+        (
+            "repo-review-comment",
+            r(&format!("/pulls/comments/{review_comment}")),
+            200,
+        ),
+        ("pull-reviews", r(&format!("/pulls/{pull}/reviews")), 200),
+        (
+            "pull-review",
+            r(&format!("/pulls/{pull}/reviews/{review}")),
+            200,
+        ),
+        (
+            "pull-requested-reviewers",
+            r(&format!("/pulls/{pull}/requested_reviewers")),
+            200,
+        ),
+        ("check-run", r(&format!("/check-runs/{job}")), 200),
+        ("actions-runs", r("/actions/runs"), 200),
+        ("actions-run", r(&format!("/actions/runs/{run}")), 200),
+        (
+            "actions-run-jobs",
+            r(&format!("/actions/runs/{run}/jobs")),
+            200,
+        ),
+        (
+            "actions-run-attempt-jobs",
+            r(&format!("/actions/runs/{run}/attempts/1/jobs")),
+            200,
+        ),
+        ("actions-job", r(&format!("/actions/jobs/{job}")), 200),
+        // GitHub redirects to the log's storage; the proxy follows (no token).
+        (
+            "actions-job-logs",
+            r(&format!("/actions/jobs/{job}/logs")),
+            200,
+        ),
+    ];
+
+    // Every rule of the set is here or in NOT_HERE, and nothing else is.
+    let text = std::fs::read_to_string(rules.join("github-read.toml")).unwrap();
+    let set: toml::Table = toml::from_str(&text).unwrap();
+    let in_file: BTreeSet<String> = set["rule"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_owned())
+        .collect();
+    let covered: BTreeSet<String> = trips
+        .iter()
+        .map(|(rule, _, _)| (*rule).to_owned())
+        .chain(NOT_HERE.iter().map(|(rule, _)| (*rule).to_owned()))
+        .collect();
+    let missing: Vec<&String> = in_file.difference(&covered).collect();
+    assert!(
+        missing.is_empty(),
+        "rules with neither a round trip nor a reason: {missing:?}"
+    );
+    let unknown: Vec<&String> = covered.difference(&in_file).collect();
+    assert!(unknown.is_empty(), "not rules of github-read: {unknown:?}");
+
+    let ca = dir.path().join("ca.pem");
+    let mut failed = Vec::new();
+    for (rule, path, want) in &trips {
+        github.clear_requests();
+        let (status, _) = api_call(&socket, &ca, "GET", path, "");
+        let bare = path.split('?').next().unwrap_or(path);
+        let reached = github
+            .requests()
+            .iter()
+            .any(|q| q.path == bare && q.method == "GET");
+        if status != *want || !reached {
+            failed.push(format!(
+                "{rule} GET {path}: {status} (want {want}), upstream reached: {reached}"
+            ));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "round trips that failed:\n{}",
+        failed.join("\n")
+    );
+}

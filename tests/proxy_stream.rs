@@ -145,8 +145,11 @@ fn a_200_mb_push_streams_through_without_being_held_in_memory() {
     eprintln!(
         "proxy peak RSS: {before} KiB before the push, {peak} KiB after a {PUSH_MIB} MiB push"
     );
+    // What the push added, not the process's size at rest (a debug build
+    // maps more of its larger binary): holding the push would add its size.
+    let grew = peak.saturating_sub(before);
     assert!(
-        peak < (PUSH_MIB << 10) / 4,
-        "the proxy's peak RSS reached {peak} KiB during a {PUSH_MIB} MiB push"
+        grew < (PUSH_MIB << 10) / 8,
+        "the proxy's peak RSS grew by {grew} KiB (to {peak}) during a {PUSH_MIB} MiB push"
     );
 }

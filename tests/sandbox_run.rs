@@ -76,6 +76,83 @@ fn curl_reaches_the_proxy_socket_through_the_relay() {
     }
 }
 
+/// A sandbox that idles past its start has both its sides give back the
+/// pages building touched (`sys::idle`); afterwards the relay still takes
+/// connections, the control socket still answers, and the exit status still
+/// comes through. The host side's and pid 1's resident binary pages are
+/// then a fraction of what they were at the start.
+#[test]
+fn an_idle_sandbox_sheds_its_start_up_pages_and_keeps_working() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let proxy = FakeProxy::start(s.path("proxy.sock"));
+        let sock = proxy.path.to_str().unwrap().to_string();
+        let r = s.sh_with(
+            "default",
+            &["--proxy-socket", &sock],
+            "sleep 1; curl -sS -m 10 http://example.test/after/idle; exit 7",
+        );
+        assert_eq!(r.code, Some(7), "{mode:?}: {r:#?}");
+        assert!(
+            r.stdout
+                .contains("fake proxy saw: GET http://example.test/after/idle HTTP/1.1"),
+            "{mode:?}: {r:#?}"
+        );
+        // While one idles: each side's resident memory falls to well under
+        // its peak (building the sandbox), the pages given back.
+        let work = s.work.to_str().unwrap().to_string();
+        let mut child = s
+            .command(&[
+                "sandbox",
+                "run",
+                "--profile",
+                "default",
+                "--workdir",
+                &work,
+                "--",
+                "sleep",
+                "15",
+            ])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let host = child.id();
+        let kib = |pid: u32, field: &str| -> Option<u64> {
+            std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .ok()?
+                .lines()
+                .find_map(|l| l.strip_prefix(field))?
+                .trim()
+                .trim_end_matches(" kB")
+                .trim()
+                .parse()
+                .ok()
+        };
+        let shed = |pid: u32| kib(pid, "VmRSS:").zip(kib(pid, "VmHWM:"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut seen = Vec::new();
+        let done = loop {
+            let init = gatehouse_testkit::procs::children(host).first().copied();
+            seen = [Some(host), init]
+                .into_iter()
+                .flatten()
+                .filter_map(|p| shed(p).map(|m| (p, m)))
+                .collect();
+            let both = seen.len() == 2 && seen.iter().all(|(_, (rss, hwm))| rss * 2 < *hwm);
+            if both || std::time::Instant::now() > deadline {
+                break both;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            done,
+            "{mode:?}: (pid, (VmRSS, VmHWM)) of the host side and pid 1: {seen:?}"
+        );
+    }
+}
+
 #[test]
 fn exit_status_is_the_commands_and_signals_are_128_plus_n() {
     for mode in modes() {

@@ -92,6 +92,10 @@ pub(crate) fn main(setup: Setup<'_>) -> ! {
     reap_until(worker_pid, relays)
 }
 
+/// How long pid 1 waits before it counts as idle and gives back what
+/// building touched (a sandbox that ends sooner never pays for it).
+const IDLE_AFTER_MS: u16 = 200;
+
 /// Takes the worker's ids, builds the new root, brings up the network and
 /// the relay's listener, and scrubs what the caller left in this process.
 fn build(
@@ -255,11 +259,6 @@ pub(crate) fn drop_privileges<K: Kernel>(k: &mut K) -> Result<(), String> {
 /// runs in the PID namespace. With a relay, the same thread also accepts the
 /// relay's connections.
 fn reap_until(worker: i32, relays: Vec<Relay>) -> ! {
-    if relays.is_empty() {
-        loop {
-            reap(worker, None);
-        }
-    }
     // SIGCHLD has been blocked since before the clone (the host side blocks
     // it and the mask is inherited), so no exit is missed between the fork
     // and here: it stays pending until this descriptor reads it.
@@ -267,6 +266,7 @@ fn reap_until(worker: i32, relays: Vec<Relay>) -> ! {
         Ok(fd) => fd,
         Err(_) => sys::exit_now(i32::from(EXIT_SANDBOX_FAILED)),
     };
+    let mut busy = true;
     loop {
         while let Ok(Some(_)) = chld.read_signal() {}
         while reap(worker, Some(WaitPidFlag::WNOHANG)) {}
@@ -276,7 +276,17 @@ fn reap_until(worker: i32, relays: Vec<Relay>) -> ! {
                 .iter()
                 .map(|(listener, _)| PollFd::new(listener.as_fd(), PollFlags::POLLIN)),
         );
-        match poll(&mut fds, PollTimeout::NONE) {
+        let timeout = if busy {
+            PollTimeout::from(IDLE_AFTER_MS)
+        } else {
+            PollTimeout::NONE
+        };
+        match poll(&mut fds, timeout) {
+            // Nothing for a while: from here pid 1 only waits.
+            Ok(0) if busy => {
+                busy = false;
+                sys::idle::shed();
+            }
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(_) => sys::exit_now(i32::from(EXIT_SANDBOX_FAILED)),
         }

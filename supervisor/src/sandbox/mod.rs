@@ -483,6 +483,10 @@ fn read_setup_error(err_r: OwnedFd) -> Option<String> {
 /// fire when the *thread* that spawned us exits, which in a threaded caller
 /// (a tokio blocking pool) happens while the caller lives on.
 fn wait(child: i32, wall_time: Option<Duration>, started: Instant, parent: i32) -> Outcome {
+    // A sandbox still running after the first nap is past its start: from
+    // then on this process only waits, and what building touched goes back
+    // (a short-lived one never pays for it).
+    let mut shed = false;
     loop {
         let remaining = wall_time.map(|w| w.saturating_sub(started.elapsed()));
         if remaining == Some(Duration::ZERO) {
@@ -491,9 +495,13 @@ fn wait(child: i32, wall_time: Option<Duration>, started: Instant, parent: i32) 
         }
         let nap = remaining.map_or(PARENT_CHECK, |r| r.min(PARENT_CHECK));
         match sys::wait_signal(Some(nap)) {
-            sys::Woken::Child | sys::Woken::Timeout => {
+            woken @ (sys::Woken::Child | sys::Woken::Timeout) => {
                 if let Some(status) = sys::try_reap(child) {
                     return Outcome::Exited(status);
+                }
+                if !shed && matches!(woken, sys::Woken::Timeout) {
+                    sys::idle::shed();
+                    shed = true;
                 }
                 if nix::unistd::getppid().as_raw() != parent {
                     sys::kill_and_reap(child);

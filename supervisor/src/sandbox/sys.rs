@@ -12,11 +12,14 @@
 //! - [`exec`]: the worker between its start and `execve`, which allocates
 //!   nothing;
 //! - [`host`]: the real [`Kernel`](super::kernel::Kernel) the init's steps
-//!   call.
+//!   call;
+//! - [`idle`]: giving back the pages start-up touched before a process
+//!   only waits.
 
 pub mod exec;
 pub mod fork;
 pub mod host;
+pub mod idle;
 pub mod idmap;
 pub mod inside;
 

@@ -130,17 +130,16 @@ fn an_idle_sandbox_sheds_its_start_up_pages_and_keeps_working() {
         };
         let shed = |pid: u32| kib(pid, "VmRSS:").zip(kib(pid, "VmHWM:"));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut seen = Vec::new();
-        let done = loop {
+        let (done, seen) = loop {
             let init = gatehouse_testkit::procs::children(host).first().copied();
-            seen = [Some(host), init]
+            let seen: Vec<(u32, (u64, u64))> = [Some(host), init]
                 .into_iter()
                 .flatten()
                 .filter_map(|p| shed(p).map(|m| (p, m)))
                 .collect();
             let both = seen.len() == 2 && seen.iter().all(|(_, (rss, hwm))| rss * 2 < *hwm);
             if both || std::time::Instant::now() > deadline {
-                break both;
+                break (both, seen);
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         };

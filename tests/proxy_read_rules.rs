@@ -9,12 +9,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use gatehouse_emulators::{GithubEmulator, GithubOptions, RepoSpec};
-use gatehouse_testkit::proxy::api_call;
 use gatehouse_testkit::proxy::process::{admin_call, start_proxy_process_with};
+use gatehouse_testkit::proxy::{api_call, git_in, push_change};
 use gatehouse_testkit::{bin, random};
 
 const REPO: &str = "acme/widgets";
@@ -78,26 +77,6 @@ const NOT_HERE: &[(&str, &str)] = &[
     ),
 ];
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Alice",
-            "-c",
-            "user.email=alice@example.com",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 #[test]
 fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
     let dir = tempfile::tempdir().unwrap();
@@ -118,16 +97,16 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
     .unwrap();
     // The world the reads look at: a branch with a change and its pull
     // request, an issue with a comment, a review and a review comment, a CI job.
-    let bare = github.repo_git_dir(REPO).unwrap();
-    git(dir.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
-    let work = dir.path().join("work");
-    git(&work, &["checkout", "-q", "-b", "fix"]);
-    std::fs::write(work.join("src/lib.rs"), "pub fn one() -> u32 {\n    2\n}\n").unwrap();
-    git(&work, &["commit", "-q", "-am", "Return two"]);
-    git(&work, &["push", "-q", "origin", "fix"]);
-    let head = git(&work, &["rev-parse", "HEAD"]);
-    let tree = git(&work, &["rev-parse", "HEAD^{tree}"]);
-    let blob = git(&work, &["rev-parse", "HEAD:README.md"]);
+    let (work, head) = push_change(
+        &github,
+        REPO,
+        dir.path(),
+        "fix",
+        &[("src/lib.rs", "pub fn one() -> u32 {\n    2\n}\n")],
+        "Return two",
+    );
+    let tree = git_in(&work, &["rev-parse", "HEAD^{tree}"]);
+    let blob = git_in(&work, &["rev-parse", "HEAD:README.md"]);
     let issue = github
         .add_issue(REPO, "Crash", "It crashes.", "alice")
         .unwrap();

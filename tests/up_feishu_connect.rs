@@ -9,7 +9,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -19,7 +18,7 @@ use gatehouse_emulators::feishu::ws::LongConnection;
 use gatehouse_emulators::{FeishuEmulator, FeishuOptions};
 use gatehouse_router::store::{DeliveryLog, Durability, Store};
 use gatehouse_router::ticket::Outcome;
-use gatehouse_testkit::machine::{user_gid, user_uid, TEST_USER};
+use gatehouse_testkit::machine::{connect_errno_as, user_gid, user_uid, TEST_USER};
 use gatehouse_testkit::rules::TEST_RULES;
 use gatehouse_testkit::{require, Need};
 
@@ -68,30 +67,6 @@ fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// The errno a process running as `who` gets connecting to `socket`
-/// (`None`: it connected).
-fn connect_errno_as(who: (u32, u32), socket: &Path) -> Option<i32> {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1])\n print('connected')\nexcept OSError as e:\n print(e.errno)",
-        ])
-        .arg(socket)
-        .uid(who.0)
-        .gid(who.1)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    (said != "connected").then(|| {
-        said.parse().unwrap_or_else(|_| {
-            panic!(
-                "python3 said {said:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
-    })
 }
 
 fn proc_text(pid: u32, what: &str) -> Vec<u8> {

@@ -11,6 +11,7 @@ use std::process::{Command, Output};
 
 use base64::Engine as _;
 use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec};
+use gatehouse_testkit::proxy::{git_in, push_change};
 use serde_json::Value;
 
 const TOKEN: &str = "ghs_contents_test_token";
@@ -50,27 +51,6 @@ fn refused(emulator: &GithubHandle, dir: &Path, path: &str) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Alice",
-            "-c",
-            "user.email=alice@example.com",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 #[test]
 fn repository_reads_come_from_the_repository_in_githubs_shapes() {
     let dir = tempfile::tempdir().unwrap();
@@ -91,20 +71,18 @@ fn repository_reads_come_from_the_repository_in_githubs_shapes() {
     .unwrap();
     emulator.write_ca_pem(&dir.path().join("ca.pem")).unwrap();
     // A branch with one change, pushed straight into the bare repository.
-    let bare = emulator.repo_git_dir("acme/widgets").unwrap();
-    let work = dir.path().join("work");
-    git(dir.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
-    git(&work, &["checkout", "-q", "-b", "fix/two"]);
-    std::fs::write(work.join("src/lib.rs"), "pub fn one() -> u32 {\n    2\n}\n").unwrap();
-    std::fs::write(work.join("NOTES.txt"), "new\n").unwrap();
-    git(&work, &["add", "-A"]);
-    git(
-        &work,
-        &["commit", "-q", "-m", "Return two\n\nAnd add notes."],
+    let (work, head) = push_change(
+        &emulator,
+        "acme/widgets",
+        dir.path(),
+        "fix/two",
+        &[
+            ("src/lib.rs", "pub fn one() -> u32 {\n    2\n}\n"),
+            ("NOTES.txt", "new\n"),
+        ],
+        "Return two\n\nAnd add notes.",
     );
-    git(&work, &["push", "-q", "origin", "fix/two"]);
-    let head = git(&work, &["rev-parse", "HEAD"]);
-    let main = git(&work, &["rev-parse", "main"]);
+    let main = git_in(&work, &["rev-parse", "main"]);
 
     let readme = api(&emulator, dir.path(), "repos/acme/widgets/readme");
     assert_eq!(

@@ -166,6 +166,30 @@ pub fn ipv6_loopback_missing() -> Option<String> {
 
 /// What a `GET path` over `socket` came to, as `who`: the status line, or
 /// `closed` when the connection ended unanswered.
+/// The errno a process running as `who` (uid, gid) gets connecting to the
+/// unix socket `socket` (`None`: it connected).
+pub fn connect_errno_as(who: (u32, u32), socket: &Path) -> Option<i32> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1])\n print('connected')\nexcept OSError as e:\n print(e.errno)",
+        ])
+        .arg(socket)
+        .uid(who.0)
+        .gid(who.1)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (said != "connected").then(|| {
+        said.parse().unwrap_or_else(|_| {
+            panic!(
+                "python3 said {said:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    })
+}
+
 pub fn http_status_as(who: Option<(u32, u32)>, socket: &Path, path: &str) -> String {
     let mut cmd = Command::new("python3");
     cmd.args([

@@ -344,6 +344,59 @@ pub async fn relay(socket: PathBuf) -> u16 {
     port
 }
 
+/// `git` with `args` in `dir` (as Alice, no system config); its trimmed
+/// output, or a panic with git's error.
+pub fn git_in(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=Alice",
+            "-c",
+            "user.email=alice@example.com",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Branch `branch` off `main` with `files` (path, content) written and
+/// committed as `message`, pushed straight into the emulator's bare
+/// repository of `repo` from a clone at `scratch/work`. Returns the clone
+/// and the new head commit.
+pub fn push_change(
+    github: &GithubHandle,
+    repo: &str,
+    scratch: &Path,
+    branch: &str,
+    files: &[(&str, &str)],
+    message: &str,
+) -> (PathBuf, String) {
+    let bare = github.repo_git_dir(repo).unwrap();
+    git_in(scratch, &["clone", "-q", bare.to_str().unwrap(), "work"]);
+    let work = scratch.join("work");
+    git_in(&work, &["checkout", "-q", "-b", branch]);
+    for (path, content) in files {
+        let file = work.join(path);
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(file, content).unwrap();
+    }
+    git_in(&work, &["add", "-A"]);
+    git_in(&work, &["commit", "-q", "-m", message]);
+    git_in(&work, &["push", "-q", "origin", branch]);
+    let head = git_in(&work, &["rev-parse", "HEAD"]);
+    (work, head)
+}
+
 /// A branch per name on `main` (made first, an empty tree, if the
 /// repository has none), written straight into the emulator's bare
 /// repository of `repo`: the heads a pull request needs.

@@ -40,11 +40,6 @@ const NOT_HERE: &[(&str, &str)] = &[
         "graphql-read",
         "GraphQL documents: worker_speech and proxy_scope",
     ),
-    ("labels", "not emulated yet: the emulator has no labels"),
-    (
-        "issue-labels",
-        "not emulated yet: the emulator has no labels",
-    ),
     (
         "issue-events",
         "not emulated yet: the emulator keeps no issue events",
@@ -113,6 +108,7 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
     let comment = github
         .add_issue_comment(REPO, issue, "Seen it.", "bob")
         .unwrap();
+    github.add_label(REPO, issue, "bug").unwrap();
     let pull = github
         .add_pull(REPO, "Return two", "fix", "main", "alice")
         .unwrap();
@@ -174,6 +170,8 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
         ("git-commit", r(&format!("/git/commits/{head}")), 200),
         ("git-ref", r("/git/ref/heads/fix"), 200),
         ("git-matching-refs", r("/git/matching-refs/heads"), 200),
+        ("labels", r("/labels"), 200),
+        ("issue-labels", r(&format!("/issues/{issue}/labels")), 200),
         ("issues", r("/issues"), 200),
         ("issue", r(&format!("/issues/{issue}")), 200),
         (

@@ -152,6 +152,52 @@ fn an_idle_sandbox_sheds_its_start_up_pages_and_keeps_working() {
     }
 }
 
+/// A caller that ignores SIGCHLD (an ignore survives execve) would have
+/// the kernel reap the sandbox's processes unreported; `sandbox run` sets
+/// the default back, so the worker's exit status still comes through and
+/// an idle sandbox still ends.
+#[test]
+fn a_caller_ignoring_sigchld_still_gets_the_workers_exit() {
+    for mode in modes() {
+        let s = Scratch::new(mode);
+        let work = s.work.to_str().unwrap().to_string();
+        let bin = s.bin().to_str().unwrap().to_string();
+        let wrapper = "import signal, os, sys\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\nos.execv(sys.argv[1], sys.argv[1:])";
+        for script in ["exit 7", "sleep 0.6; exit 7"] {
+            let out = s
+                .command_as_caller("/usr/bin/python3")
+                .args([
+                    "-c",
+                    wrapper,
+                    &bin,
+                    "sandbox",
+                    "run",
+                    "--profile",
+                    "default",
+                ])
+                .args([
+                    "--workdir",
+                    &work,
+                    "--wall-time",
+                    "30",
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                ])
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(7),
+                "{mode:?} {script}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
 #[test]
 fn exit_status_is_the_commands_and_signals_are_128_plus_n() {
     for mode in modes() {

@@ -261,6 +261,11 @@ fn repository_reads_come_from_the_repository_in_githubs_shapes() {
 
     // Refusals: GitHub's status for each, and nothing read outside the tree.
     let tree_as_blob = format!("repos/acme/widgets/git/blobs/{tree_sha}");
+    let describe_branch = format!("repos/acme/widgets/branches/nope-g{}", &head[..8]);
+    let describe_ref = format!(
+        "repos/acme/widgets/contents/README.md?ref=zzz-g{}",
+        &head[..8]
+    );
     for (path, status) in [
         ("repos/acme/widgets/contents/nope.txt", "404"),
         ("repos/acme/widgets/contents/src/../README.md", "404"),
@@ -281,6 +286,9 @@ fn repository_reads_come_from_the_repository_in_githubs_shapes() {
         (tree_as_blob.as_str(), "404"),
         ("repos/acme/widgets/git/commits/abc123", "404"),
         ("repos/acme/widgets/git/ref/heads/fix", "404"),
+        // A name git would read as `git describe` output names no branch.
+        (describe_branch.as_str(), "404"),
+        (describe_ref.as_str(), "404"),
     ] {
         let said = refused(&emulator, dir.path(), path);
         assert!(said.contains(&format!("HTTP {status}")), "{path}: {said}");

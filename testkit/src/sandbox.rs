@@ -130,6 +130,22 @@ impl Scratch {
         p
     }
 
+    /// The `gatehouse` binary this scratch runs.
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
+    /// `program` (found on PATH or a path), run as this mode's caller, in
+    /// the scratch's base dir.
+    pub fn command_as_caller(&self, program: &str) -> Command {
+        let mut c = match (self.mode, is_root()) {
+            (Mode::Rootless, true) => as_test_user(Path::new(program)),
+            _ => Command::new(program),
+        };
+        c.current_dir(self.base.path());
+        c
+    }
+
     /// `gatehouse` with `args`, as this mode's caller.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut c = match (self.mode, is_root()) {

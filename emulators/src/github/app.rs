@@ -470,7 +470,9 @@ fn need<'a>(route: &'a Route, method: &Method) -> Need<'a> {
         | Route::Issue(r, _)
         | Route::IssueComments(r, _)
         | Route::RepoIssueComments(r)
-        | Route::IssueComment(r, _) => on(r, ISSUES, level),
+        | Route::IssueComment(r, _)
+        | Route::IssueLabels(r, _) => on(r, ISSUES, level),
+        Route::Labels(r) => on(r, &["metadata"], "read"),
         // Merging writes the base branch: `contents: write`.
         Route::PullMerge(r, _) if level == "write" => on(r, &["contents"], "write"),
         Route::Pulls(r)

@@ -81,34 +81,67 @@ fn tree_path(s: &str) -> Option<&str> {
     ok.then_some(s)
 }
 
+/// git on the bare repository and nothing else: no configuration but its
+/// own, no replace objects, pathspecs taken literally, none of the
+/// caller's `GIT_*` variables.
 fn git(git_dir: &Path, args: &[&str]) -> Option<Vec<u8>> {
     let out = std::process::Command::new("git")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_NO_REPLACE_OBJECTS", "1")
+        .env("GIT_LITERAL_PATHSPECS", "1")
         .arg("--git-dir")
         .arg(git_dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
         .args(args)
         .output()
         .ok()?;
     out.status.success().then_some(out.stdout)
 }
 
+/// git's output as text; bytes that are not UTF-8 are replaced, not fatal.
 fn git_text(git_dir: &Path, args: &[&str]) -> Option<String> {
-    String::from_utf8(git(git_dir, args)?).ok()
+    git(git_dir, args).map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
-/// The commit `rev` names, as a full id.
-fn commit_id(git_dir: &Path, rev: &str) -> Option<String> {
-    let rev = revision(rev)?;
+/// The commit an existing ref points at (exactly that ref: no revision
+/// syntax is read in its name, such as `name-g<hex>` as a describe).
+fn ref_commit(git_dir: &Path, full_ref: &str) -> Option<String> {
+    let sha = git_text(git_dir, &["show-ref", "--verify", "--hash", full_ref])?;
+    peel(git_dir, sha.trim())
+}
+
+/// A full or abbreviated object id's commit.
+fn peel(git_dir: &Path, hex: &str) -> Option<String> {
+    let hex = object_prefix(hex)?;
     let out = git_text(
         git_dir,
         &[
             "rev-parse",
             "--verify",
             "--quiet",
-            &format!("{rev}^{{commit}}"),
+            &format!("{hex}^{{commit}}"),
         ],
     )?;
-    Some(out.trim().to_owned())
+    Some(out.trim().to_owned()).filter(|s| !s.is_empty())
+}
+
+fn object_prefix(s: &str) -> Option<&str> {
+    (s.len() >= 4 && s.len() <= 40 && s.bytes().all(|b| b.is_ascii_hexdigit())).then_some(s)
+}
+
+/// The commit `rev` names, as GitHub reads a `ref`, `sha` or branch in a
+/// URL: a branch, then a tag, then a commit id (`HEAD`: the default branch).
+fn commit_id(git_dir: &Path, rev: &str) -> Option<String> {
+    let rev = revision(rev)?;
+    if rev == "HEAD" {
+        let head = git_text(git_dir, &["symbolic-ref", "-q", "HEAD"])?;
+        return ref_commit(git_dir, head.trim());
+    }
+    ref_commit(git_dir, &format!("refs/heads/{rev}"))
+        .or_else(|| ref_commit(git_dir, &format!("refs/tags/{rev}")))
+        .or_else(|| peel(git_dir, rev))
 }
 
 fn not_found() -> Reply {
@@ -194,18 +227,8 @@ pub(crate) fn read(git_dir: &Path, full_name: &str, what: &GitRead) -> Result<Re
         }
         GitRead::Branch(name) => {
             let name = revision(name).ok_or_else(branch_not_found)?;
-            let sha = git_text(
-                git_dir,
-                &[
-                    "rev-parse",
-                    "--verify",
-                    "--quiet",
-                    &format!("refs/heads/{name}^{{commit}}"),
-                ],
-            )
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .ok_or_else(branch_not_found)?;
+            let sha =
+                ref_commit(git_dir, &format!("refs/heads/{name}")).ok_or_else(branch_not_found)?;
             let commit = commits(git_dir, &urls, &["-n", "1", &sha])
                 .and_then(|mut c| c.pop())
                 .ok_or_else(branch_not_found)?;
@@ -312,7 +335,13 @@ pub(crate) fn read(git_dir: &Path, full_name: &str, what: &GitRead) -> Result<Re
             let merge_base = git_text(git_dir, &["merge-base", base, head])
                 .map(|s| s.trim().to_owned())
                 .unwrap_or_else(|| base.clone());
-            Ok(Read::List(diff_files(git_dir, &urls, &merge_base, head)))
+            Ok(Read::List(diff_files_up_to(
+                git_dir,
+                &urls,
+                &merge_base,
+                head,
+                MAX_PULL_FILES,
+            )))
         }
         GitRead::Object(kind, name) => git_object(git_dir, &urls, kind, name),
         GitRead::PullCommits { base, head } => Ok(Read::List(
@@ -541,17 +570,19 @@ fn file_json(git_dir: &Path, u: &Urls<'_>, rev: &str, e: &Entry) -> Result<Value
 
 /// Commits as `git log` lists them with `args`, in GitHub's commit shape.
 fn commits(git_dir: &Path, u: &Urls<'_>, args: &[&str]) -> Option<Vec<Value>> {
-    let format = "--format=%H%x00%T%x00%P%x00%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%B%x1e";
-    let mut all = vec!["log", format];
+    // Ten NUL-separated fields a commit, and `-z` puts a NUL between
+    // commits: git allows no NUL in a commit's headers or message, so the
+    // tokens group by ten whatever the names and messages hold.
+    let format = "--format=%H%x00%T%x00%P%x00%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%B";
+    let mut all = vec!["log", "-z", format];
     all.extend_from_slice(args);
     let out = git_text(git_dir, &all)?;
+    let tokens: Vec<&str> = out.split('\0').collect();
     Some(
-        out.split('\x1e')
-            .map(|r| r.trim_start_matches('\n'))
-            .filter(|r| !r.is_empty())
-            .filter_map(|record| {
-                let f: Vec<&str> = record.splitn(10, '\0').collect();
-                let [sha, tree, parents, an, ae, ad, cn, ce, cd, message] = f.as_slice() else {
+        tokens
+            .chunks_exact(10)
+            .filter_map(|f| {
+                let [sha, tree, parents, an, ae, ad, cn, ce, cd, message] = f else {
                     return None;
                 };
                 let parents: Vec<Value> = parents
@@ -595,7 +626,16 @@ fn utc(date: &str) -> String {
 
 /// The files changed from `from` to `to` (`diff-entry`): status, counts,
 /// and the patch of text files.
+/// The most files GitHub lists for a commit or a comparison (a pull
+/// request's list pages up to 3 000).
+const MAX_FILES: usize = 300;
+const MAX_PULL_FILES: usize = 3000;
+
 fn diff_files(git_dir: &Path, u: &Urls<'_>, from: &str, to: &str) -> Vec<Value> {
+    diff_files_up_to(git_dir, u, from, to, MAX_FILES)
+}
+
+fn diff_files_up_to(git_dir: &Path, u: &Urls<'_>, from: &str, to: &str, max: usize) -> Vec<Value> {
     let statuses = git_text(
         git_dir,
         &["diff", "--name-status", "-z", "--no-renames", from, to],
@@ -619,6 +659,9 @@ fn diff_files(git_dir: &Path, u: &Urls<'_>, from: &str, to: &str) -> Vec<Value> 
     let mut fields = statuses.split('\0').filter(|s| !s.is_empty());
     let mut out = Vec::new();
     while let (Some(code), Some(name)) = (fields.next(), fields.next()) {
+        if out.len() == max {
+            break;
+        }
         let status = match code {
             "A" => "added",
             "D" => "removed",

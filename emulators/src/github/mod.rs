@@ -447,6 +447,20 @@ impl GithubHandle {
         Ok(number)
     }
 
+    /// Label issue (or pull request) `number` of `full_name` with `name`,
+    /// as a person labelling it would (no event is sent).
+    pub fn add_label(&self, full_name: &str, number: u64, name: &str) -> Result<(), GithubError> {
+        let mut model = lock(&self.state.model);
+        let repo_id = repo_id_of(&model, full_name)?;
+        let issue = model
+            .issue_mut(repo_id, number)
+            .ok_or_else(|| GithubError::NotFound(format!("issue {number} of {full_name}")))?;
+        if !issue.labels.iter().any(|l| l == name) {
+            issue.labels.push(name.to_owned());
+        }
+        Ok(())
+    }
+
     /// Create `branch` in `owner/name`'s bare repository with one commit on
     /// top of `from` (same tree, so nothing changes on disk), as a pushed
     /// work branch would be: a pull request from it has a commit to bring.
@@ -1438,15 +1452,17 @@ fn rev_parse_blocking(git_dir: &Path, branch: &str) -> Option<String> {
     if branch.starts_with('-') {
         return None;
     }
+    // Exactly the ref: `rev-parse` would read a name like `x-g<hex>` as
+    // `git describe` output and answer with that commit.
     let output = std::process::Command::new("git")
         .arg("--git-dir")
         .arg(git_dir)
-        .args(["rev-parse", "--verify", "--quiet"])
-        .arg(format!("refs/heads/{branch}^{{commit}}"))
+        .args(["show-ref", "--verify", "--hash"])
+        .arg(format!("refs/heads/{branch}"))
         .output()
         .ok()?;
     let sha = String::from_utf8(output.stdout).ok()?.trim().to_owned();
-    (output.status.success() && !sha.is_empty()).then_some(sha)
+    (output.status.success() && sha.len() == 40).then_some(sha)
 }
 
 /// The number of commits reachable from `head` but not `base` (two

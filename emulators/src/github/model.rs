@@ -78,7 +78,30 @@ pub(crate) struct Issue {
     pub updated_at: u64,
     pub closed_at: Option<u64>,
     pub pull: Option<PullInfo>,
+    /// Label names, as added (GitHub's default set: [`DEFAULT_LABELS`]).
+    pub labels: Vec<String>,
 }
+
+/// The labels GitHub gives a new repository (name, color, description).
+pub(crate) const DEFAULT_LABELS: &[(&str, &str, &str)] = &[
+    ("bug", "d73a4a", "Something isn't working"),
+    (
+        "documentation",
+        "0075ca",
+        "Improvements or additions to documentation",
+    ),
+    (
+        "duplicate",
+        "cfd3d7",
+        "This issue or pull request already exists",
+    ),
+    ("enhancement", "a2eeef", "New feature or request"),
+    ("good first issue", "7057ff", "Good for newcomers"),
+    ("help wanted", "008672", "Extra attention is needed"),
+    ("invalid", "e4e669", "This doesn't seem right"),
+    ("question", "d876e3", "Further information is requested"),
+    ("wontfix", "ffffff", "This will not be worked on"),
+];
 
 impl Issue {
     /// Close (GitHub keeps the time as `closed_at`).
@@ -260,6 +283,7 @@ impl Model {
             id,
             repo_id,
             number,
+            labels: Vec::new(),
             title: title.to_owned(),
             body: body.to_owned(),
             author: author.to_owned(),
@@ -416,7 +440,7 @@ impl Model {
             "user": Self::user_json(&issue.author),
             "state": if issue.open { "open" } else { "closed" },
             "locked": false,
-            "labels": [],
+            "labels": self.labels_json(repo, &issue.labels),
             "assignees": [],
             "comments": comments,
             "created_at": iso8601(issue.created_at),
@@ -504,7 +528,7 @@ impl Model {
             "title": issue.title,
             "body": issue.body,
             "user": Self::user_json(&issue.author),
-            "labels": [],
+            "labels": self.labels_json(repo, &issue.labels),
             "assignees": [],
             "draft": pull.draft,
             "head": branch(&pull.head, &pull.head_sha),
@@ -583,6 +607,11 @@ impl Model {
                 value
             }
         }
+    }
+
+    /// Labels by name, in the `label` shape (the default set's colors).
+    pub fn labels_json(&self, repo: &Repo, names: &[String]) -> Value {
+        Value::Array(names.iter().map(|n| label_json(repo, n)).collect())
     }
 
     pub fn review_json(&self, review: &Review) -> Value {
@@ -708,6 +737,21 @@ pub(crate) fn stable_user_id(login: &str) -> u64 {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     hash % 100_000_000 + 1
+}
+
+/// One label in the REST description's `label` shape.
+pub(crate) fn label_json(repo: &Repo, name: &str) -> Value {
+    let (color, description) = DEFAULT_LABELS
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map_or(("ededed", None), |(_, c, d)| (*c, Some(*d)));
+    let hash = name
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    json!({"id": hash % 1_000_000_000, "node_id": format!("LA_{}", hash % 1_000_000_000),
+           "url": format!("{}/labels/{}", repo.api_url(), name.replace(' ', "%20")),
+           "name": name, "color": color, "default": description.is_some(),
+           "description": description})
 }
 
 #[cfg(test)]

@@ -57,6 +57,8 @@ pub(crate) enum Route {
     PullReview(RepoPath, u64, u64),
     CheckRun(RepoPath, u64),
     ActionsRunAttemptJobs(RepoPath, u64, u64),
+    Labels(RepoPath),
+    IssueLabels(RepoPath, u64),
 }
 
 impl Route {
@@ -144,6 +146,8 @@ pub(crate) fn route(path: &str) -> Option<Route> {
                 ["pulls", "comments", id] => Route::RepoPullComment(repo, number(id)?),
                 ["pulls", n, "reviews", id] => Route::PullReview(repo, number(n)?, number(id)?),
                 ["check-runs", id] => Route::CheckRun(repo, number(id)?),
+                ["labels"] => Route::Labels(repo),
+                ["issues", n, "labels"] => Route::IssueLabels(repo, number(n)?),
                 ["actions", "runs", id, "attempts", attempt, "jobs"] => {
                     Route::ActionsRunAttemptJobs(repo, number(id)?, number(attempt)?)
                 }
@@ -522,6 +526,25 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .comment(CommentKind::Issue, id, *comment_id)
                 .ok_or_else(Reply::not_found)?;
             Ok(Reply::ok(model.comment_json(stored)))
+        }
+        Route::Labels(path) if get => {
+            let id = repo_id(model, path)?;
+            let repo = model.repo_by_id(id).ok_or_else(Reply::not_found)?;
+            let items = super::model::DEFAULT_LABELS
+                .iter()
+                .map(|(name, _, _)| super::model::label_json(repo, name))
+                .collect();
+            Ok(paginated(items, call.query))
+        }
+        Route::IssueLabels(path, number) if get => {
+            let id = repo_id(model, path)?;
+            let issue = model.issue(id, *number).ok_or_else(Reply::not_found)?;
+            let repo = model.repo_by_id(id).ok_or_else(Reply::not_found)?;
+            let items = match model.labels_json(repo, &issue.labels) {
+                Value::Array(items) => items,
+                _ => Vec::new(),
+            };
+            Ok(paginated(items, call.query))
         }
         Route::RepoPullComment(path, comment_id) if get => {
             let id = repo_id(model, path)?;

@@ -374,6 +374,7 @@ pub fn run(plan: &Plan) -> Result<(Outcome, LimitReport), SandboxError> {
     let (cg_host, cg_init) =
         std::os::unix::net::UnixStream::pair().map_err(SandboxError::sys("socketpair"))?;
     let (cg_host, cg_init) = (OwnedFd::from(cg_host), OwnedFd::from(cg_init));
+    sys::default_sigchld().map_err(SandboxError::sys("sigaction SIGCHLD"))?;
     let old_mask = sys::block_signals().map_err(SandboxError::sys("sigprocmask"))?;
 
     let child = match sys::fork::clone_into_namespaces() {

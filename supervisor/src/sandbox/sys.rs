@@ -172,6 +172,24 @@ pub fn block_signals() -> io::Result<SigSet> {
     Ok(old)
 }
 
+/// Sets SIGCHLD to its default disposition: a caller that ignores it (an
+/// ignore survives execve, `SA_NOCLDWAIT` with it) would have the kernel
+/// reap the sandbox's processes unreported, and its pid 1, a copy of this
+/// process, would wait for an exit that never comes. Not restored: the
+/// default is what a process is born with.
+pub fn default_sigchld() -> io::Result<()> {
+    let default = nix::sys::signal::SigAction::new(
+        nix::sys::signal::SigHandler::SigDfl,
+        nix::sys::signal::SaFlags::empty(),
+        SigSet::empty(),
+    );
+    // SAFETY: installing the default disposition runs no handler code, so
+    // nothing can run in signal context from it.
+    unsafe { nix::sys::signal::sigaction(Signal::SIGCHLD, &default) }
+        .map(drop)
+        .map_err(io)
+}
+
 pub fn restore_signals(old: &SigSet) -> io::Result<()> {
     nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(old), None).map_err(io)
 }

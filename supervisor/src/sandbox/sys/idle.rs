@@ -9,7 +9,10 @@
 //! never written, so a later use reads them back from the page cache), and
 //! returns the allocator's free memory to the kernel. Nothing that holds
 //! state is dropped: a writable segment, or a read-only one that
-//! relocation wrote (RELRO lies in a writable `PT_LOAD`), is left alone.
+//! relocation wrote (RELRO lies in a writable `PT_LOAD`), is left alone, and
+//! a binary with text relocations gives nothing back. A debugger's or
+//! uprobe's breakpoints set before the shed (private copies of code pages)
+//! are dropped with them.
 
 /// Page-aligned `[start, end)` ranges of the main program's segments that
 /// are mapped read-only (`PF_R`, or `PF_R | PF_X`): never written.
@@ -17,7 +20,19 @@ fn read_only_segments() -> Vec<(usize, usize)> {
     struct Found {
         ranges: Vec<(usize, usize)>,
         page: usize,
+        /// Text relocations wrote into a read-only segment: give nothing back.
+        textrel: bool,
     }
+    /// `Elf64_Dyn`.
+    #[repr(C)]
+    struct Dyn {
+        tag: i64,
+        val: u64,
+    }
+    const DT_NULL: i64 = 0;
+    const DT_TEXTREL: i64 = 22;
+    const DT_FLAGS: i64 = 30;
+    const DF_TEXTREL: u64 = 0x4;
     extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
         _size: libc::size_t,
@@ -34,6 +49,21 @@ fn read_only_segments() -> Vec<(usize, usize)> {
             // SAFETY: as above: `dlpi_phnum` headers at `dlpi_phdr`.
             unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
         };
+        for h in headers.iter().filter(|h| h.p_type == libc::PT_DYNAMIC) {
+            let mut at = (info.dlpi_addr as usize).wrapping_add(h.p_vaddr as usize) as *const Dyn;
+            // SAFETY: PT_DYNAMIC is mapped for the loader, an array of
+            // entries that ends with DT_NULL; read in place, never written.
+            while let Some(d) = unsafe { at.as_ref() } {
+                match d.tag {
+                    DT_NULL => break,
+                    DT_TEXTREL => found.textrel = true,
+                    DT_FLAGS if d.val & DF_TEXTREL != 0 => found.textrel = true,
+                    _ => {}
+                }
+                // SAFETY: the next entry of the same array (DT_NULL ends it).
+                at = unsafe { at.add(1) };
+            }
+        }
         for h in headers {
             let writable = h.p_flags & libc::PF_W != 0;
             if h.p_type != libc::PT_LOAD || writable || h.p_flags & libc::PF_R == 0 {
@@ -61,10 +91,14 @@ fn read_only_segments() -> Vec<(usize, usize)> {
     let mut found = Found {
         ranges: Vec::new(),
         page: page.max(1),
+        textrel: false,
     };
     // SAFETY: `visit` matches the callback type and only reads what the
     // loader hands it; `found` outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(visit), (&mut found as *mut Found).cast()) };
+    if found.textrel {
+        return Vec::new();
+    }
     found.ranges
 }
 

@@ -199,16 +199,13 @@ fn map_feishu<J: Judge>(router: &Router<J>, d: &StoredDelivery) -> Result<Mapped
     };
     if let Some(id) = feishu::recalled_message(&d.body) {
         let original = lookup(format!("feishu:message:{id}"))?;
-        let opened_live_ticket = match original.as_ref().and_then(|o| o.processed.as_ref()) {
-            Some(done) => match (
-                &done.trigger,
-                feishu::map(&original_body(&original), bot.as_deref()),
-            ) {
-                (Some(trigger), Ok(Mapped::Trigger(input))) => {
-                    opened_live(router, &input.thread, trigger)?
-                }
-                _ => false,
-            },
+        // Its decision's trigger, when it was decided into one.
+        let decided = original
+            .as_ref()
+            .and_then(|o| o.processed.as_ref())
+            .and_then(|p| p.trigger.as_ref());
+        let opened_live_ticket = match decided {
+            Some(trigger) => opened_live(router, trigger)?,
             None => false,
         };
         let original = original.as_ref().map(|o| o.body.as_slice());
@@ -224,24 +221,20 @@ fn map_feishu<J: Judge>(router: &Router<J>, d: &StoredDelivery) -> Result<Mapped
     Ok(mapped)
 }
 
-fn original_body(original: &Option<StoredDelivery>) -> Vec<u8> {
-    original
-        .as_ref()
-        .map(|o| o.body.clone())
-        .unwrap_or_default()
-}
-
-/// Whether `trigger` opened the live ticket of `thread` (its mandate's).
+/// Whether `trigger` opened the live ticket of its thread (its mandate's).
 fn opened_live<J: Judge>(
     router: &Router<J>,
-    thread: &str,
     trigger: &crate::id::TriggerId,
 ) -> Result<bool, String> {
     let read = router.store.read();
-    let Some(record) = read.thread_by_key(thread).map_err(|e| e.to_string())? else {
+    let record = read.trigger(trigger).map_err(|e| e.to_string())?;
+    let Some(thread) = read
+        .thread_by_key(&record.trigger.input.thread)
+        .map_err(|e| e.to_string())?
+    else {
         return Ok(false);
     };
-    let latest = read.latest_ticket(&record.id).map_err(|e| e.to_string())?;
+    let latest = read.latest_ticket(&thread.id).map_err(|e| e.to_string())?;
     Ok(latest.is_some_and(|t| t.is_live() && &t.mandate.trigger == trigger))
 }
 

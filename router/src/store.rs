@@ -36,6 +36,7 @@ mod cache;
 mod checkpoint;
 mod codec;
 mod deliveries;
+mod gate;
 mod live;
 mod reads;
 mod records;
@@ -54,6 +55,7 @@ pub use audit::LoggedReply;
 use cache::Cache;
 use checkpoint::Checkpointer;
 pub use deliveries::{DeliveryLog, Inserted, NewDelivery, Processed, StoredDelivery};
+use gate::WriteGate;
 pub use live::{JobStage, LiveJob, OutboxItem, OutboxState, OutboxUpdate};
 pub use reads::{ExportError, Reader};
 pub use records::{InboxItem, Page, ReplyRecord, ReplyTarget, ThreadRecord, TriggerSummary};
@@ -86,6 +88,9 @@ pub enum StoreError {
     /// The background checkpoint thread could not start.
     #[error("cannot start the WAL checkpoint thread: {0}")]
     Thread(std::io::Error),
+    /// The database file, just opened, could not be looked at again.
+    #[error("cannot identify the database file: {0}")]
+    File(std::io::Error),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -108,6 +113,9 @@ pub struct Store {
     // Declared first so that it stops before the main connection closes.
     checkpointer: Option<Checkpointer>,
     conn: Connection,
+    /// Shared with this process's other connections on the file; none for
+    /// a private in-memory database.
+    gate: Option<std::sync::Arc<WriteGate>>,
     clock: IdClock,
     /// `PRAGMA data_version` when the clock was last loaded; it changes when
     /// another connection commits, and then the clock is reloaded.
@@ -126,6 +134,7 @@ impl Store {
     pub fn open(path: &Path, durability: Durability) -> Result<Self> {
         let mut store = Self::init(Connection::open(path)?, durability)?;
         store.checkpointer = Some(Checkpointer::start(path)?);
+        store.gate = Some(WriteGate::for_file(path).map_err(StoreError::File)?);
         Ok(store)
     }
 
@@ -165,21 +174,16 @@ impl Store {
     }
 
     fn init(mut conn: Connection, durability: Durability) -> Result<Self> {
-        // The background checkpointer copies most of the WAL off the
-        // decision path. A WAL only restarts after a checkpoint that no
-        // writer overlapped, so under sustained load this autocheckpoint
-        // (every 16 384 frames, 64 MiB) finishes the copy and the database
-        // fsync in the writer: about one decision in 3 000 waits for it.
         // The page cache stays at SQLite's default (2 MiB): every commit
         // scans the cache's hash table (pcache1 truncate), and a 16 MiB cache
         // cost about 10% more CPU per decision in the benchmark.
-        conn.pragma_update(None, "wal_autocheckpoint", 16384)?;
         schema::prepare(&mut conn, durability)?;
         let clock = IdClock::from_rows(clock_rows(&conn)?);
         let data_version = conn.query_row("PRAGMA data_version", [], |r| r.get(0))?;
         Ok(Self {
             checkpointer: None,
             conn,
+            gate: None,
             clock,
             data_version,
             cache: Cache::default(),
@@ -193,6 +197,7 @@ impl Store {
     ) -> std::result::Result<T, E> {
         let Self {
             conn,
+            gate,
             clock,
             data_version,
             cache,
@@ -204,6 +209,12 @@ impl Store {
                 // The last transaction unwound; what it cached was rolled back.
                 cache.clear();
             }
+            // In line behind this process's other writers (fair, unlike
+            // SQLite's lock), and held until the commit or rollback.
+            let _turn = match gate {
+                Some(g) => Some(g.enter().ok_or_else(|| StoreError::from(gate::busy()))?),
+                None => None,
+            };
             // BEGIN and COMMIT are prepared once and kept (rusqlite's
             // `Transaction` prepares them again at every decision).
             let tx = Open::begin(conn).map_err(StoreError::from)?;

@@ -2,8 +2,8 @@
 //! processed into decisions.
 //!
 //! The listener writes through its own connection ([`DeliveryLog`]) so that
-//! receiving never waits for the engine's decisions beyond SQLite's write
-//! lock. A delivery is inserted once: a second one with the same platform
+//! receiving never waits for the engine's decisions beyond the write lock,
+//! which every writer of the process takes in turn (`gate`). A delivery is inserted once: a second one with the same platform
 //! delivery id, or with the same meaning (object, action, update time), is
 //! reported as a duplicate and nothing is written. The processor reads the
 //! pending deliveries and marks each processed ([`Tx::mark_delivery`]) in
@@ -11,11 +11,13 @@
 //! or neither: every stored delivery is processed exactly once.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::codec::{from_sql_u64, sql_u64};
+use super::gate::{self, WriteGate};
 use super::reads::Reader;
 use super::schema::prepare;
 use super::writes::Tx;
@@ -76,6 +78,8 @@ pub struct Processed {
 /// The listener's connection: stores deliveries, nothing else.
 pub struct DeliveryLog {
     conn: Connection,
+    /// Shared with this process's other connections on the file.
+    gate: Arc<WriteGate>,
 }
 
 impl std::fmt::Debug for DeliveryLog {
@@ -89,13 +93,17 @@ impl DeliveryLog {
     pub fn open(path: &Path, durability: Durability) -> Result<Self> {
         let mut conn = Connection::open(path)?;
         prepare(&mut conn, durability)?;
-        Ok(Self { conn })
+        let gate = WriteGate::for_file(path).map_err(StoreError::File)?;
+        Ok(Self { conn, gate })
     }
 
     /// Stores `d` unless it duplicates a stored delivery; when this returns
     /// [`Inserted::New`], the delivery is committed (durable at the log's
     /// durability) and may be acknowledged.
     pub fn insert(&mut self, d: &NewDelivery<'_>) -> Result<Inserted> {
+        // In line behind this process's other writers (the processor's
+        // decisions) until the commit.
+        let _turn = self.gate.enter().ok_or_else(gate::busy)?;
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -142,6 +150,9 @@ impl DeliveryLog {
         state: &str,
         now: u64,
     ) -> Result<usize> {
+        // In line behind this process's other writers (the processor's
+        // decisions) until the commit.
+        let _turn = self.gate.enter().ok_or_else(gate::busy)?;
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;

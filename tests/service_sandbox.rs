@@ -271,3 +271,151 @@ async fn sandboxes_die_with_a_killed_supervisor() {
     svc.spawn();
     assert_eq!(svc.job(&id).await["state"], "failed");
 }
+
+/// A sandbox's mount table shows each bind's host path. The binary comes
+/// from the state dir's copy, not from where gatehouse was built or
+/// installed; the control socket from the run dir; nothing else of the
+/// supervisor's state but the job's own work dir is named.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mount_table_names_no_build_dir_and_no_other_state() {
+    require!(Need::Sandbox);
+    let run = tempfile::Builder::new().prefix("gh-run").tempdir().unwrap();
+    let admin = FakeProxyAdmin::start();
+    let svc = Service::start(Options {
+        unsandboxed: false,
+        run_dir: Some(run.path().to_owned()),
+        proxy_admin: Some(admin.socket.clone()),
+        ..Options::default()
+    });
+    let mut body = sh_job(
+        "tkt_sbx_mounts",
+        "cat /proc/self/mountinfo > mounts && \
+         gatehouse report --state ready --summary 'from the copy'",
+    );
+    body["rule_sets"] = json!(["github-repo"]);
+    let id = svc.submit("m", body).await;
+    let end = svc.wait_ended(&id).await;
+    assert_eq!(end["state"], "done", "{end}");
+    // Positive control: the bound binary runs and the socket answers.
+    assert_eq!(end["latest_report"]["summary"], "from the copy");
+    let table = std::fs::read_to_string(svc.work_dir("tkt_sbx_mounts").join("mounts")).unwrap();
+    // (root within its filesystem, mount point) of each mount.
+    let mounts: Vec<(&str, &str)> = table
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[3], f[4])
+        })
+        .collect();
+    let root_of = |at: &str| {
+        mounts
+            .iter()
+            .find(|(_, point)| *point == at)
+            .unwrap_or_else(|| panic!("nothing mounted at {at}:\n{table}"))
+            .0
+    };
+    let build_dir = gatehouse_testkit::bin::gatehouse()
+        .parent()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        !table.contains(&build_dir),
+        "the mount table names the build dir {build_dir}:\n{table}"
+    );
+    let service_dir = svc
+        .dir
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let run_name = run
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let bin = root_of("/run/gatehouse/bin/gatehouse");
+    assert!(
+        bin.ends_with(&format!("{service_dir}/state/bin/gatehouse")),
+        "{bin}"
+    );
+    let control = root_of("/run/gatehouse/control.sock");
+    assert!(
+        control.ends_with(&format!("{run_name}/{id}/control.sock")),
+        "{control}"
+    );
+    // The proxy identity's socket (or its directory) is the proxy's.
+    let proxy_dir = mounts
+        .iter()
+        .find(|(_, point)| point.starts_with("/run/gatehouse/proxy"))
+        .unwrap_or_else(|| panic!("no proxy socket:\n{table}"))
+        .0;
+    assert!(
+        !proxy_dir.contains(&service_dir) && !proxy_dir.contains(&build_dir),
+        "{proxy_dir}"
+    );
+    for (root, point) in &mounts {
+        if root.contains(&service_dir) {
+            assert!(
+                ["/work", "/run/gatehouse/bin/gatehouse"].contains(point),
+                "{point} shows the supervisor's state: {root}"
+            );
+        }
+    }
+}
+
+/// Started by root, each live job's sandbox runs as a host uid of its own,
+/// never 0, so per-uid budgets (processes, inotify, keys) are not shared
+/// between tickets.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_jobs_started_by_root_run_as_distinct_host_uids() {
+    require!(Need::Root, Need::Sandbox);
+    let svc = sandboxed(None);
+    let tag = marker_sleep(6);
+    let mut ids = vec![];
+    for i in 0..3 {
+        let job = sh_job(&format!("tkt_sbx_uid{i}"), &format!("exec sleep {tag}"));
+        ids.push(svc.submit(&format!("u{i}"), job).await);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let pids = loop {
+        let pids = live_with(&format!("sleep {tag}"));
+        // `sh -c` may exec the sleep or keep running beside it.
+        let sleeps: Vec<i32> = pids
+            .into_iter()
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"))
+            })
+            .collect();
+        if sleeps.len() == 3 {
+            break sleeps;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "three sleeps never ran: {sleeps:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let uid_of = |pid: i32| -> u32 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let mut uids: Vec<u32> = pids.iter().map(|p| uid_of(*p)).collect();
+    assert!(
+        uids.iter().all(|u| *u != 0),
+        "a sandbox runs as host root: {uids:?}"
+    );
+    uids.sort();
+    uids.dedup();
+    assert_eq!(uids.len(), 3, "live sandboxes share a host uid: {uids:?}");
+    for id in &ids {
+        svc.call(Method::DELETE, &format!("/jobs/{id}"), None).await;
+    }
+    for id in &ids {
+        svc.wait_ended(id).await;
+    }
+    assert!(live_with(&format!("sleep {tag}")).is_empty());
+}

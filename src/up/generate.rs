@@ -148,6 +148,7 @@ fn audit(file: &UpFile, layout: &Layout) -> Value {
 pub fn supervisor(file: &UpFile, layout: &Layout, router_group: Option<&str>) -> Table {
     let mut t = Table::new();
     t.insert("state_dir".into(), path(&layout.supervisor_state));
+    t.insert("run_dir".into(), path(&layout.supervisor_run));
     t.insert("api_socket".into(), path(&layout.jobs_socket));
     if let Some(group) = router_group {
         t.insert("api_socket_group".into(), Value::String(group.into()));

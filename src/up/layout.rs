@@ -83,6 +83,9 @@ pub struct Layout {
     pub router_identities: Vec<RouterIdentity>,
     pub jobs_run: PathBuf,
     pub jobs_socket: PathBuf,
+    /// The supervisor's runtime dir: each job's control socket, in
+    /// `<job>/control.sock` (a sandbox's mount table shows its path).
+    pub supervisor_run: PathBuf,
     /// The router's hand-off socket for the Feishu long connection, in its
     /// directory (see [`Layout::with_long_connection`]).
     pub feishu_handoff: Option<(PathBuf, PathBuf)>,
@@ -146,6 +149,7 @@ impl Layout {
             router_identities,
             jobs_socket: jobs_run.join("jobs.sock"),
             jobs_run,
+            supervisor_run: run_dir.join("supervisor"),
             feishu_handoff: None,
         }
     }
@@ -184,6 +188,7 @@ impl Layout {
             d(&self.proxy_run, Proxy, Proxy, 0o700),
             d(&self.router_proxy_run, Proxy, Router, 0o750),
             d(&self.jobs_run, Up, Router, 0o750),
+            d(&self.supervisor_run, Up, Up, 0o700),
         ];
         if let Some((_, dir)) = &self.feishu_handoff {
             // setgid: the router's socket in it gets the proxy's group.
@@ -228,10 +233,15 @@ impl Layout {
             .identity_socket_dir
             .join("x".repeat(64))
             .join(gatehouse_types::sandbox::PROXY_SOCKET_NAME);
+        // Job ids are `job_` and 16 hex digits.
+        let control = self
+            .supervisor_run
+            .join("j".repeat(20))
+            .join("control.sock");
         self.sockets()
             .into_iter()
             .map(|(_, p)| p.to_owned())
-            .chain([longest_ticket])
+            .chain([longest_ticket, control])
             .find(|p| p.as_os_str().len() > MAX_SOCKET_PATH)
     }
 }
@@ -311,6 +321,7 @@ mod tests {
             ("/run/gatehouse/proxy", Proxy, Proxy, 0o700),
             ("/run/gatehouse/router-proxy", Proxy, Router, 0o750),
             ("/run/gatehouse/jobs", Up, Router, 0o750),
+            ("/run/gatehouse/supervisor", Up, Up, 0o700),
         ];
         let want: Vec<(String, Owner, Owner, u32)> = want
             .iter()
@@ -338,6 +349,7 @@ mod tests {
                 &l.proxy_run,
                 &l.router_proxy_run,
                 &l.jobs_run,
+                &l.supervisor_run,
                 &l.supervisor_state,
                 &l.router_state,
                 &l.logs_dir,
@@ -350,6 +362,7 @@ mod tests {
         assert!(l.admin_socket.starts_with(&l.proxy_run));
         assert!(l.identity_socket_dir.starts_with(&l.proxy_run));
         assert!(l.jobs_socket.starts_with(&l.jobs_run));
+        assert!(l.supervisor_run.starts_with(&l.run_dir));
         assert!(l.audit_log.starts_with(&l.proxy_state));
         assert!(l.router_db.starts_with(&l.router_state));
         assert!(l

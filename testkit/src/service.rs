@@ -33,6 +33,8 @@ pub struct Options {
     pub nofile: Option<u64>,
     /// `[metrics] listen`.
     pub metrics: Option<std::net::SocketAddr>,
+    /// `run_dir` (the control sockets); `None`: the default, `<state>/run`.
+    pub run_dir: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -49,6 +51,7 @@ impl Default for Options {
             limits: String::new(),
             nofile: None,
             metrics: None,
+            run_dir: None,
         }
     }
 }
@@ -58,6 +61,8 @@ pub struct Service {
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
     pub socket: PathBuf,
+    /// Where the jobs' control sockets are.
+    pub run_dir: PathBuf,
     child: Option<Child>,
     nofile: Option<u64>,
     /// Every line the supervisor logged, across restarts.
@@ -98,6 +103,13 @@ impl Service {
             // A top-level key: insert it before the first table.
             toml.insert_str(0, &format!("api_socket_group = {group:?}\n"));
         }
+        if let Some(run) = &opts.run_dir {
+            toml.insert_str(0, &format!("run_dir = {run:?}\n"));
+        }
+        let run_dir = opts
+            .run_dir
+            .clone()
+            .unwrap_or_else(|| dir.path().join("state").join("run"));
         if let Some(admin) = &opts.proxy_admin {
             toml.push_str(&format!("[proxy]\nadmin_socket = {admin:?}\n"));
             if let Some(ca) = &opts.ca_cert {
@@ -113,6 +125,7 @@ impl Service {
             dir,
             config,
             socket,
+            run_dir,
             child: None,
             nofile: opts.nofile,
             log: Arc::default(),
@@ -264,10 +277,7 @@ impl Service {
     }
 
     pub fn control_socket(&self, job_id: &str) -> PathBuf {
-        self.state_dir()
-            .join("run")
-            .join(job_id)
-            .join("control.sock")
+        self.run_dir.join(job_id).join("control.sock")
     }
 
     pub fn work_dir(&self, ticket: &str) -> PathBuf {

@@ -35,6 +35,8 @@ pub enum ConfigError {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     state_dir: PathBuf,
+    /// The per-job control sockets; default `<state_dir>/run`.
+    run_dir: Option<PathBuf>,
     api_socket: PathBuf,
     api_socket_group: Option<String>,
     prompts_dir: PathBuf,
@@ -134,6 +136,10 @@ pub struct ProxyConfig {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub state_dir: PathBuf,
+    /// Each job's control socket, in `<run_dir>/<job>/` (a runtime
+    /// directory such as `/run/gatehouse/supervisor`: the sandbox's mount
+    /// table shows the socket's path, and names nothing else).
+    pub run_dir: PathBuf,
     pub api_socket: PathBuf,
     /// A group whose members (the router's user) may use the job API: the
     /// socket becomes 0660 and owned by that group. `None`: 0600.
@@ -211,16 +217,20 @@ impl Config {
             None => None,
         };
         let state_dir = abs(raw.state_dir);
-        // A unix socket path is at most 107 bytes; the per-job control
-        // sockets live under the state dir.
-        if state_dir.as_os_str().len() > 60 {
+        let (run_dir, run_key) = match raw.run_dir {
+            Some(dir) => (abs(dir), "run_dir"),
+            None => (state_dir.join("run"), "state_dir"),
+        };
+        // A unix socket path is at most 107 bytes: `<run_dir>/<job>/control.sock`.
+        if run_dir.as_os_str().len() > 64 {
             return Err(invalid(
-                "state_dir",
-                "a path of at most 60 bytes (per-job unix sockets live under it)",
+                run_key,
+                "a path of at most 60 bytes, or a `run_dir` of at most 64 (per-job unix sockets live under it)",
             ));
         }
         Ok(Config {
             state_dir,
+            run_dir,
             api_socket: abs(raw.api_socket),
             api_socket_group: raw.api_socket_group,
             prompts_dir: abs(raw.prompts_dir),
@@ -362,6 +372,33 @@ mod tests {
         assert_eq!(c.launcher, LauncherKind::Sandbox);
         assert_eq!(c.max_running_jobs, 64);
         assert!(c.proxy.is_none());
+    }
+
+    #[test]
+    fn control_sockets_live_in_the_run_dir_or_the_state_dirs_run() {
+        assert_eq!(
+            parse(MINIMAL).unwrap().run_dir,
+            Path::new("/etc/g/state/run")
+        );
+        let c = parse(&format!(
+            "run_dir = \"/run/gatehouse/supervisor\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(c.run_dir, Path::new("/run/gatehouse/supervisor"));
+        assert_eq!(c.state_dir, Path::new("/etc/g/state"));
+        // `<run_dir>/<job>/control.sock` must fit a unix socket's 107 bytes.
+        let long = format!("/{}", "r".repeat(64));
+        let e = parse(&format!("run_dir = {long:?}\n{MINIMAL}")).unwrap_err();
+        assert!(e.to_string().contains("key `run_dir`"), "{e}");
+        let e = parse(&MINIMAL.replace("\"state\"", &format!("{long:?}"))).unwrap_err();
+        assert!(e.to_string().contains("key `state_dir`"), "{e}");
+        // A long state dir is fine when the sockets live elsewhere.
+        let c = parse(&format!(
+            "run_dir = \"/run/g\"\n{}",
+            MINIMAL.replace("\"state\"", &format!("{long:?}"))
+        ))
+        .unwrap();
+        assert_eq!(c.run_dir, Path::new("/run/g"));
     }
 
     #[test]

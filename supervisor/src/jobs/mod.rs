@@ -4,7 +4,7 @@
 //! router ──HTTP/unix──► api ──► service ──► store (SQLite WAL: jobs, keys, reports, inbox, events)
 //!                                  │ runner, one task per job:
 //!                                  ├─ workspace: work dir + prompt (prompts)  tickets/<tkt>/work
-//!                                  ├─ control socket (control)             run/<job>/control.sock ◄── `gatehouse report|inbox`
+//!                                  ├─ control socket (control)             <run_dir>/<job>/control.sock ◄── `gatehouse report|inbox`
 //!                                  ├─ proxy identity (proxy_admin)         POST/DELETE /identities
 //!                                  ├─ worker_env + launcher ─► `gatehouse sandbox run …` child
 //!                                  └─ logs: stdout/stderr capped to        tickets/<tkt>/logs

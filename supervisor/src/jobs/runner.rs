@@ -125,8 +125,7 @@ impl Inner {
                 recovery.identities_revoked.push(name.clone());
             }
         }
-        let run = self.config.state_dir.join("run");
-        if let Ok(entries) = std::fs::read_dir(&run) {
+        if let Ok(entries) = std::fs::read_dir(&self.config.run_dir) {
             for e in entries.flatten() {
                 let _ = std::fs::remove_dir_all(e.path());
             }
@@ -336,7 +335,7 @@ impl Inner {
         job: &JobRecord,
         res: &mut Resources,
     ) -> Result<PathBuf, ServiceError> {
-        let run_dir = self.config.state_dir.join("run").join(&job.id);
+        let run_dir = self.config.run_dir.join(&job.id);
         workspace::mkdir_private(&run_dir)?;
         res.run_dir = Some(run_dir.clone());
         let control_socket = run_dir.join("control.sock");

@@ -103,6 +103,32 @@ pub(super) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Serv
 /// The host user `gatehouse sandbox run` runs workers as when started by root.
 pub const WORKER_USER: &str = "gatehouse-worker";
 
+/// Copies the binary every sandbox binds at `/run/gatehouse/bin/gatehouse`
+/// to `<dir>/gatehouse` and returns the copy, which then launches the
+/// sandboxes: a sandbox's mount table shows a bind's host path, and the
+/// installed binary may sit in a user's home or a build directory. Copied
+/// at every start (an upgrade brings a new one) through a temporary file
+/// and a rename, so no job ever runs a half-written binary; `dir` is the
+/// supervisor's own (0700), so nothing can be planted in it.
+fn neutral_copy(
+    installed: &std::path::Path,
+    dir: &std::path::Path,
+) -> Result<std::path::PathBuf, ServiceError> {
+    use std::os::unix::fs::PermissionsExt;
+    let copy = dir.join("gatehouse");
+    let partial = dir.join(".gatehouse.partial");
+    let _ = std::fs::remove_file(&partial);
+    std::fs::copy(installed, &partial).map_err(io(format!(
+        "copying the gatehouse binary {} to {}",
+        installed.display(),
+        partial.display()
+    )))?;
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))
+        .map_err(io(format!("making {} executable", partial.display())))?;
+    std::fs::rename(&partial, &copy).map_err(io(format!("renaming {}", partial.display())))?;
+    Ok(copy)
+}
+
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -208,7 +234,8 @@ impl Supervisor {
         for dir in [
             config.state_dir.clone(),
             config.state_dir.join("tickets"),
-            config.state_dir.join("run"),
+            config.state_dir.join("bin"),
+            config.run_dir.clone(),
         ] {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -217,10 +244,11 @@ impl Supervisor {
                 .map_err(io(format!("creating {}", dir.display())))?;
         }
         let store = Store::open(&config.state_dir.join("state.db"))?;
-        let gatehouse_bin = match &config.gatehouse_bin {
+        let installed = match &config.gatehouse_bin {
             Some(p) => p.clone(),
             None => std::env::current_exe().map_err(io("finding the gatehouse binary"))?,
         };
+        let gatehouse_bin = neutral_copy(&installed, &config.state_dir.join("bin"))?;
         let launcher: Box<dyn Launcher> = match config.launcher {
             LauncherKind::Sandbox => Box::new(SandboxLauncher {
                 gatehouse_bin,

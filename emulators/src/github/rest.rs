@@ -1484,6 +1484,102 @@ mod tests {
         assert_eq!(nested.status, StatusCode::UNPROCESSABLE_ENTITY);
     }
 
+    /// A review's draft comments become review comments carrying the
+    /// review's id, listed under it; one made on its own is not.
+    #[test]
+    fn a_reviews_comments_carry_its_id() {
+        let mut model = Model::new();
+        let repo_id = model.add_repo("o", "r", "main");
+        let pull = PullInfo::new("x", &"a".repeat(40), "main", &"b".repeat(40), false);
+        model.add_issue(repo_id, "t", "b", "alice", Some(pull), 1);
+        let (post, get) = (Method::POST, Method::GET);
+        let alone = handle(
+            &mut model,
+            call(
+                &post,
+                "/repos/o/r/pulls/1/comments",
+                br#"{"body":"nit","path":"a.rs","line":3}"#,
+            ),
+        );
+        assert!(alone.body["pull_request_review_id"].is_null());
+        let review = handle(
+            &mut model,
+            call(
+                &post,
+                "/repos/o/r/pulls/1/reviews",
+                br#"{"event":"COMMENT","comments":[{"path":"a.rs","line":4,"body":"why?"}]}"#,
+            ),
+        );
+        assert_eq!(review.status, StatusCode::OK, "{}", review.body);
+        let review_id = review.body["id"].as_u64().unwrap();
+        let listed = handle(
+            &mut model,
+            call(
+                &get,
+                &format!("/repos/o/r/pulls/1/reviews/{review_id}/comments"),
+                b"",
+            ),
+        );
+        let items = listed.body.as_array().unwrap();
+        assert_eq!(items.len(), 1, "{}", listed.body);
+        assert_eq!(items[0]["pull_request_review_id"], review_id);
+        assert_eq!(items[0]["line"], 4);
+        assert_eq!(items[0]["body"], "why?");
+        let unknown = handle(
+            &mut model,
+            call(&get, "/repos/o/r/pulls/1/reviews/5/comments", b""),
+        );
+        assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+        // A draft without its line is GitHub's 422, and no review is made.
+        let before = model.reviews.len();
+        let bad = handle(
+            &mut model,
+            call(
+                &post,
+                "/repos/o/r/pulls/1/reviews",
+                br#"{"event":"COMMENT","comments":[{"path":"a.rs","body":"x"}]}"#,
+            ),
+        );
+        assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(model.reviews.len(), before);
+    }
+
+    /// A merge, an edit and a review request are recorded as GitHub's events.
+    #[test]
+    fn api_changes_are_recorded_as_issue_events() {
+        let mut model = Model::new();
+        let repo_id = model.add_repo("o", "r", "main");
+        let pull = PullInfo::new("x", &"a".repeat(40), "main", &"b".repeat(40), false);
+        model.add_issue(repo_id, "t", "b", "alice", Some(pull), 1);
+        let (patch, post, put, get) = (Method::PATCH, Method::POST, Method::PUT, Method::GET);
+        handle(
+            &mut model,
+            call(&patch, "/repos/o/r/pulls/1", br#"{"title":"u"}"#),
+        );
+        handle(
+            &mut model,
+            call(
+                &post,
+                "/repos/o/r/pulls/1/requested_reviewers",
+                br#"{"reviewers":["bob","bob"]}"#,
+            ),
+        );
+        handle(&mut model, call(&put, "/repos/o/r/pulls/1/merge", b""));
+        let events = handle(&mut model, call(&get, "/repos/o/r/issues/1/events", b""));
+        let names: Vec<&str> = events
+            .body
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["event"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["renamed", "review_requested", "merged", "closed"]);
+        assert_eq!(events.body[0]["actor"]["login"], "bot[bot]");
+        assert_eq!(events.body[0]["performed_via_github_app"]["slug"], "bot");
+        let missing = handle(&mut model, call(&get, "/repos/o/r/issues/9/events", b""));
+        assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    }
+
     mod properties {
         use super::super::*;
         use proptest::prelude::*;

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use gatehouse_emulators::{Annotation, GithubEmulator, GithubOptions, RepoSpec};
 use gatehouse_testkit::proxy::process::{admin_call, start_proxy_process_with};
-use gatehouse_testkit::proxy::{api_call_text, git_in, push_change};
+use gatehouse_testkit::proxy::{api_call_text, git_in, push_change, read_all, read_head, tls_over};
 use gatehouse_testkit::{bin, random};
 use serde_json::Value;
 
@@ -394,4 +394,38 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
         "round trips that failed:\n{}",
         failed.join("\n")
     );
+
+    // GitHub refuses a request without a User-Agent, and the proxy adds
+    // none: a client that sends none fails in production as it fails here.
+    github.clear_requests();
+    let (status, text) = without_user_agent(&socket, &ca, &r(""));
+    assert_eq!(status, 403, "{text}");
+    assert!(
+        text.contains("Request forbidden by administrative rules. Please make sure your request has a User-Agent header"),
+        "{text}"
+    );
+    assert!(github.requests().iter().any(|q| q.path == r("")));
+}
+
+/// A GET through the identity's socket with no `User-Agent`: the status
+/// and what came back.
+fn without_user_agent(socket: &std::path::Path, ca: &std::path::Path, path: &str) -> (u16, String) {
+    use std::io::Write;
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\n\r\n"
+    )
+    .unwrap();
+    assert!(read_head(&mut s).starts_with("HTTP/1.1 200"));
+    let mut tls = tls_over(s, "api.github.com", ca, true);
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n");
+    tls.write_all(request.as_bytes()).unwrap();
+    tls.flush().unwrap();
+    let answer = read_all(&mut tls);
+    let status = answer.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, answer)
 }

@@ -164,7 +164,9 @@ pub struct GithubOptions {
     /// api.github.com.
     pub enterprise: bool,
     /// Refuse REST and GraphQL requests without a `User-Agent` as GitHub
-    /// does (403 "Request forbidden by administrative rules…").
+    /// does (403 "Request forbidden by administrative rules…"). On by
+    /// default, as on api.github.com: a client that sends none fails here
+    /// as it would in production.
     pub require_user_agent: bool,
 }
 
@@ -182,7 +184,7 @@ impl GithubOptions {
             webhooks: Vec::new(),
             app: None,
             enterprise: false,
-            require_user_agent: false,
+            require_user_agent: true,
         }
     }
 
@@ -192,7 +194,8 @@ impl GithubOptions {
         self
     }
 
-    /// Refuse API requests that carry no `User-Agent`, as GitHub does.
+    /// Refuse API requests that carry no `User-Agent`, as GitHub does (the
+    /// default); `false` answers them (a kinder GitHub than the real one).
     pub fn require_user_agent(mut self, on: bool) -> Self {
         self.require_user_agent = on;
         self

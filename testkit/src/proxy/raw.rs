@@ -167,7 +167,7 @@ pub fn api_call_text(
     // (then the connection closed) cannot meet a body still being written
     // piece by piece, which `write!` does, and fail it with a broken pipe.
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: api.github.com\r\nContent-Type: application/json\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );

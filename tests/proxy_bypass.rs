@@ -18,7 +18,7 @@ const MUTATION: &str = "mutation%7BaddComment(input:%7B%7D)%7BclientMutationId%7
 fn exchange(h: &Harness, host: &str, head: &str, body: &str) -> (u16, String) {
     let mut tls = h.tunnel(host, host);
     let request = format!(
-        "{head}\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{head}\r\nHost: {host}\r\nUser-Agent: gatehouse-test\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     // In one write: the proxy may refuse on the head alone and close, and a
@@ -156,7 +156,7 @@ fn every_content_encoding_is_checked_not_only_the_first() {
 
 /// A plain-HTTP request with both `Content-Length` and `Transfer-Encoding`,
 /// hiding a second request in its body as the upstream would frame it.
-const SMUGGLING: &str = "POST http://api.github.com/repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 60\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /repos/acme/widgets/issues/1?smuggled=1 HTTP/1.1\r\nHost: api.github.com\r\n\r\n";
+const SMUGGLING: &str = "POST http://api.github.com/repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nContent-Length: 60\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /repos/acme/widgets/issues/1?smuggled=1 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\n\r\n";
 
 #[test]
 fn the_framing_guard_holds_after_a_refused_connect() {
@@ -171,7 +171,7 @@ fn the_framing_guard_holds_after_a_refused_connect() {
     // so a request after the refused CONNECT would be read if the
     // connection stayed open.
     let mut s = h.raw();
-    let get = "GET http://api.github.com/repos/acme/widgets/issues/1 HTTP/1.1\r\nHost: api.github.com\r\n\r\n";
+    let get = "GET http://api.github.com/repos/acme/widgets/issues/1 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\n\r\n";
     s.write_all(get.as_bytes()).unwrap();
     assert!(read_head(&mut s).starts_with("HTTP/1.1 200"));
     h.github.clear_requests();

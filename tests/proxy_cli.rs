@@ -87,7 +87,7 @@ fn proxy_process_admin_api_audit_verify_and_no_secret_in_any_log() {
     let mut tls = tls_over(s, "api.github.com", &d.join("ca.pem"), true);
     write!(
         tls,
-        "GET /repos/acme/widgets/issues/1 HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: Bearer not-the-token\r\nConnection: close\r\n\r\n"
+        "GET /repos/acme/widgets/issues/1 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nAuthorization: Bearer not-the-token\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let (_, answer) = read_until_closed(&mut tls);
@@ -335,7 +335,7 @@ fn with_log_format_json_every_log_line_is_a_json_object_without_the_secret() {
         let mut tls = tls_over(s, "api.github.com", &d.join("ca.pem"), true);
         write!(
             tls,
-            "GET {path} HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nConnection: close\r\n\r\n"
         )
         .unwrap();
         let (_, answer) = read_until_closed(&mut tls);

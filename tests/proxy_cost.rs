@@ -60,7 +60,7 @@ fn exchange(socket: &Path, ca: &Path, head: &str, body: &[u8]) -> (u16, String) 
     let mut tls = tls_over(s, "api.github.com", ca, true);
     write!(
         tls,
-        "{head}\r\nHost: api.github.com\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{head}\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     )
     .unwrap();

@@ -156,7 +156,7 @@ impl World {
         let mut tls = tls_over(s, "api.github.com", &self.dir.join("ca.pem"), true);
         write!(
             tls,
-            "GET {path} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: test\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nConnection: close\r\n\r\n"
         )
         .unwrap();
         let (_, answer) = read_until_closed(&mut tls);

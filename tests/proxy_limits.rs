@@ -68,7 +68,7 @@ fn get_issue(socket: &Path, ca: &Path) -> String {
     let mut tls = tls_over(s, "api.github.com", ca, true);
     write!(
         tls,
-        "GET /repos/acme/widgets/issues/1 HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n"
+        "GET /repos/acme/widgets/issues/1 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let (_, answer) = read_until_closed(&mut tls);

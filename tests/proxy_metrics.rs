@@ -28,7 +28,7 @@ fn get(socket: &Path, ca: &Path, path: &str) -> String {
     let mut tls = tls_over(s, "api.github.com", ca, true);
     write!(
         tls,
-        "GET {path} HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let (_, answer) = read_until_closed(&mut tls);

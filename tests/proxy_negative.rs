@@ -134,7 +134,7 @@ fn tunnel_hosts_are_spliced_without_any_credential() {
     let mut tls = tls_over(s, "api.github.com", &upstream_ca, true);
     write!(
         tls,
-        "GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n"
+        "GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let (_, answer) = read_until_closed(&mut tls);
@@ -195,7 +195,7 @@ fn duplicate_host_headers_are_refused() {
     let h = Harness::start();
     assert_refused_400(
         &h,
-        format!("GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nHost: evil.example\r\n\r\n")
+        format!("GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nHost: evil.example\r\n\r\n")
             .as_bytes(),
     );
 }
@@ -205,7 +205,7 @@ fn absolute_form_inside_the_tunnel_is_refused() {
     let h = Harness::start();
     assert_refused_400(
         &h,
-        format!("GET https://evil.example{ISSUE} HTTP/1.1\r\nHost: api.github.com\r\n\r\n")
+        format!("GET https://evil.example{ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\n\r\n")
             .as_bytes(),
     );
 }
@@ -215,7 +215,7 @@ fn absolute_form_naming_the_same_host_inside_the_tunnel_is_refused_too() {
     let h = Harness::start();
     assert_refused_400(
         &h,
-        format!("GET https://api.github.com{ISSUE} HTTP/1.1\r\nHost: api.github.com\r\n\r\n")
+        format!("GET https://api.github.com{ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\n\r\n")
             .as_bytes(),
     );
 }
@@ -227,7 +227,7 @@ fn differing_duplicate_content_lengths_are_refused() {
     let h = Harness::start();
     assert_refused_400(
         &h,
-        b"POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 2\r\nContent-Length: 12\r\n\r\n{}",
+        b"POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nContent-Length: 2\r\nContent-Length: 12\r\n\r\n{}",
     );
 }
 
@@ -235,14 +235,14 @@ fn differing_duplicate_content_lengths_are_refused() {
 fn content_length_with_transfer_encoding_is_refused_and_nothing_is_smuggled() {
     let h = Harness::start();
     let smuggled =
-        "GET /repos/acme/widgets/issues/1?smuggled=1 HTTP/1.1\r\nHost: api.github.com\r\n\r\n";
+        "GET /repos/acme/widgets/issues/1?smuggled=1 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\n\r\n";
     let raw = format!(
-        "POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
+        "POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
     );
     assert_refused_400(&h, raw.as_bytes());
     // The same with the headers the other way round.
     let raw = format!(
-        "POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n{smuggled}"
+        "POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n{smuggled}"
     );
     assert_refused_400(&h, raw.as_bytes());
 }
@@ -252,7 +252,7 @@ fn equal_duplicate_content_lengths_are_refused() {
     let h = Harness::start();
     assert_refused_400(
         &h,
-        b"POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
     );
 }
 
@@ -269,7 +269,7 @@ fn bare_lf_line_endings_are_refused() {
 fn a_request_pipelined_after_a_framing_attack_is_never_served() {
     let h = Harness::start();
     let raw = format!(
-        "GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\n\r\nPOST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{{}}GET {ISSUE}?third=1 HTTP/1.1\r\nHost: api.github.com\r\n\r\n"
+        "GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\n\r\nPOST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{{}}GET {ISSUE}?third=1 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\n\r\n"
     );
     let (closed, answer) = inside_tunnel(&h, raw.as_bytes());
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -288,7 +288,7 @@ fn invalid_content_length_is_refused() {
     let h = Harness::start();
     for cl in ["2x", "-2", "+2", "0x2", "2, 3"] {
         let raw = format!(
-            "POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: {cl}\r\n\r\n{{}}"
+            "POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nContent-Length: {cl}\r\n\r\n{{}}"
         );
         assert_refused_400(&h, raw.as_bytes());
     }
@@ -299,7 +299,7 @@ fn transfer_encoding_other_than_chunked_is_refused() {
     let h = Harness::start();
     assert_refused_400(
         &h,
-        b"POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nTransfer-Encoding: chunked, identity\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        b"POST /repos/acme/widgets/issues/1/comments HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nTransfer-Encoding: chunked, identity\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
     );
 }
 
@@ -308,7 +308,7 @@ fn obsolete_line_folding_is_refused() {
     let h = Harness::start();
     assert_refused_400(
         &h,
-        format!("GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nX-Folded: a\r\n b\r\n\r\n")
+        format!("GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nX-Folded: a\r\n b\r\n\r\n")
             .as_bytes(),
     );
 }
@@ -318,7 +318,7 @@ fn bare_cr_in_a_header_value_is_refused() {
     let h = Harness::start();
     assert_refused_400(
         &h,
-        format!("GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nX-Note: a\rAuthorization: Bearer forged\r\n\r\n").as_bytes(),
+        format!("GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nX-Note: a\rAuthorization: Bearer forged\r\n\r\n").as_bytes(),
     );
 }
 
@@ -327,14 +327,16 @@ fn header_name_with_space_before_colon_is_refused() {
     let h = Harness::start();
     assert_refused_400(
         &h,
-        format!("GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nContent-Length : 5\r\n\r\n")
+        format!("GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nContent-Length : 5\r\n\r\n")
             .as_bytes(),
     );
 }
 
 /// A request head of exactly `len` bytes.
 fn head_of(len: usize) -> String {
-    let start = format!("GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nX-Pad: ");
+    let start = format!(
+        "GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nX-Pad: "
+    );
     let fill = len - start.len() - "\r\nConnection: close\r\n\r\n".len();
     format!("{start}{}\r\nConnection: close\r\n\r\n", "a".repeat(fill))
 }
@@ -380,7 +382,7 @@ fn oversized_heads_are_refused_at_one_limit_however_they_arrive() {
 #[test]
 fn a_long_chunk_extension_is_refused_however_it_arrives() {
     let h = Harness::start();
-    let head = "POST /graphql HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let head = "POST /graphql HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n";
     // A chunk-size line one byte over the guard's 4096 (the LF not
     // counted), and nothing after it (see the heads' test for why).
     let over = format!("{head}1;{}", "e".repeat(4095));
@@ -500,7 +502,7 @@ fn plain_http_goes_through_the_same_rules() {
     let mut s = h.raw();
     write!(
         s,
-        "GET http://api.github.com/repos/acme/secret-plans/issues/1 HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n"
+        "GET http://api.github.com/repos/acme/secret-plans/issues/1 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let answer = read_all(&mut s);
@@ -535,7 +537,7 @@ fn encoded_path_tricks_reach_the_rules_unchanged_and_are_denied() {
         "/repos/acme/widgets/issues/1%00",
     ] {
         let raw =
-            format!("GET {path} HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n");
+            format!("GET {path} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nConnection: close\r\n\r\n");
         let (_, answer) = inside_tunnel(&h, raw.as_bytes());
         assert!(answer.starts_with("HTTP/1.1 403"), "{path}: {answer}");
     }
@@ -548,7 +550,11 @@ fn encoded_path_tricks_reach_the_rules_unchanged_and_are_denied() {
 fn revoked_identity_refuses_new_connections_and_cuts_open_ones() {
     let h = Harness::start();
     let mut tls = h.tunnel("api.github.com", "api.github.com");
-    write!(tls, "GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\n\r\n").unwrap();
+    write!(
+        tls,
+        "GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\n\r\n"
+    )
+    .unwrap();
     let head = read_head(&mut tls);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let mut idle_outer = h.raw();

@@ -11,10 +11,11 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use gatehouse_emulators::{GithubEmulator, GithubOptions, RepoSpec};
+use gatehouse_emulators::{Annotation, GithubEmulator, GithubOptions, RepoSpec};
 use gatehouse_testkit::proxy::process::{admin_call, start_proxy_process_with};
-use gatehouse_testkit::proxy::{api_call, git_in, push_change};
+use gatehouse_testkit::proxy::{api_call_text, git_in, push_change, read_all, read_head, tls_over};
 use gatehouse_testkit::{bin, random};
+use serde_json::Value;
 
 const REPO: &str = "acme/widgets";
 
@@ -41,34 +42,12 @@ const NOT_HERE: &[(&str, &str)] = &[
         "GraphQL documents: worker_speech and proxy_scope",
     ),
     (
-        "issue-events",
-        "not emulated yet: the emulator keeps no issue events",
+        "check-suite",
+        "not emulated: check suites are not modelled (each emulated job is a check run of its own)",
     ),
     (
-        "issue-timeline",
-        "not emulated yet: the emulator keeps no issue events",
-    ),
-    (
-        "pull-review-its-comments",
-        "not emulated yet: review comments are not tied to reviews",
-    ),
-    (
-        "check-run-annotations",
-        "not emulated yet: check runs have no annotations",
-    ),
-    ("check-suite", "not emulated yet: no check suites"),
-    ("check-suite-runs", "not emulated yet: no check suites"),
-    (
-        "actions-workflows",
-        "not emulated yet: no workflow files are read",
-    ),
-    (
-        "actions-workflow-runs",
-        "not emulated yet: no workflow files are read",
-    ),
-    (
-        "actions-run-logs",
-        "not emulated yet: run logs are a zip archive",
+        "check-suite-runs",
+        "not emulated: check suites are not modelled (each emulated job is a check run of its own)",
     ),
 ];
 
@@ -82,6 +61,10 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
         (
             "src/lib.rs".into(),
             "pub fn one() -> u32 {\n    1\n}\n".into(),
+        ),
+        (
+            ".github/workflows/ci.yml".into(),
+            "name: CI\non: push\njobs:\n  test:\n    runs-on: ubuntu-latest\n".into(),
         ),
     ];
     let github = GithubEmulator::start(
@@ -119,7 +102,36 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
         .add_review_comment(REPO, pull, "src/lib.rs", 2, "Why two?", "bob")
         .unwrap();
     let (run, job) = github
-        .add_job(REPO, "test", &head, "success", "ok\n")
+        .add_workflow_job(
+            REPO,
+            ".github/workflows/ci.yml",
+            "test",
+            &head,
+            "failure",
+            "ok\n",
+        )
+        .unwrap();
+    // What the events, the timeline, a review's comments and a check run's
+    // annotations show.
+    github.close(REPO, issue, "alice").unwrap();
+    github.reopen(REPO, issue, "alice").unwrap();
+    let in_review = github
+        .add_review_comment_in_review(REPO, pull, review, "src/lib.rs", 2, "Two?", "bob")
+        .unwrap();
+    github
+        .add_annotation(
+            REPO,
+            job,
+            Annotation {
+                path: "src/lib.rs".into(),
+                start_line: 2,
+                end_line: 2,
+                level: "failure".into(),
+                title: Some("test".into()),
+                message: "expected 1, got 2".into(),
+                raw_details: None,
+            },
+        )
         .unwrap();
 
     let rules = bin::repo_path("sandbox-profiles/rules");
@@ -231,7 +243,111 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
             r(&format!("/actions/jobs/{job}/logs")),
             200,
         ),
+        ("issue-events", r(&format!("/issues/{issue}/events")), 200),
+        (
+            "issue-timeline",
+            r(&format!("/issues/{issue}/timeline")),
+            200,
+        ),
+        (
+            "pull-review-its-comments",
+            r(&format!("/pulls/{pull}/reviews/{review}/comments")),
+            200,
+        ),
+        (
+            "check-run-annotations",
+            r(&format!("/check-runs/{job}/annotations")),
+            200,
+        ),
+        ("actions-workflows", r("/actions/workflows"), 200),
+        // A workflow is named by file name or by id.
+        (
+            "actions-workflow-runs",
+            r("/actions/workflows/ci.yml/runs"),
+            200,
+        ),
+        // The archive of the run's logs, on the storage host too.
+        (
+            "actions-run-logs",
+            r(&format!("/actions/runs/{run}/logs")),
+            200,
+        ),
     ];
+    // What the answers of the rules given a round trip here for the first
+    // time must hold, in GitHub's shapes (a 200 with the wrong body would
+    // pass a client's status check and fail its parsing).
+    let json = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
+    let shape = |rule: &str, text: &str| -> Result<(), String> {
+        let v = json(text);
+        let ok = match rule {
+            "issue-events" => {
+                let names: Vec<&str> = v
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|e| e["event"].as_str()).collect())
+                    .unwrap_or_default();
+                names == ["labeled", "closed", "reopened"]
+                    && v[0]["label"]["name"] == "bug"
+                    && v[1]["actor"]["login"] == "alice"
+                    && v[1]["url"]
+                        .as_str()
+                        .is_some_and(|u| u.contains("/issues/events/"))
+            }
+            "issue-timeline" => {
+                let names: Vec<&str> = v
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|e| e["event"].as_str()).collect())
+                    .unwrap_or_default();
+                names.contains(&"commented")
+                    && names.contains(&"closed")
+                    && v.as_array().is_some_and(|a| {
+                        a.iter().any(|e| {
+                            e["event"] == "commented"
+                                && e["id"] == comment
+                                && e["body"] == "Seen it."
+                        })
+                    })
+            }
+            "pull-review-its-comments" => {
+                v.as_array().is_some_and(|a| a.len() == 1)
+                    && v[0]["id"] == in_review
+                    && v[0]["pull_request_review_id"] == review
+                    && v[0]["path"] == "src/lib.rs"
+            }
+            "check-run-annotations" => {
+                v[0]["annotation_level"] == "failure"
+                    && v[0]["start_line"] == 2
+                    && v[0]["message"] == "expected 1, got 2"
+                    && v[0]["blob_href"]
+                        .as_str()
+                        .is_some_and(|h| h.contains(&head))
+            }
+            "actions-workflows" => {
+                v["total_count"] == 1
+                    && v["workflows"][0]["path"] == ".github/workflows/ci.yml"
+                    && v["workflows"][0]["name"] == "CI"
+                    && v["workflows"][0]["state"] == "active"
+            }
+            "actions-workflow-runs" => {
+                v["total_count"] == 1
+                    && v["workflow_runs"][0]["id"] == run
+                    && v["workflow_runs"][0]["path"] == ".github/workflows/ci.yml"
+                    && v["workflow_runs"][0]["conclusion"] == "failure"
+            }
+            // A zip archive (stored entries: the file name and the text
+            // are readable in the bytes).
+            "actions-run-logs" => {
+                text.starts_with("PK\u{3}\u{4}")
+                    && text.contains("0_test.txt")
+                    && text.contains("ok\n")
+            }
+            _ => true,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(text.chars().take(600).collect())
+        }
+    };
 
     // Every rule of the set is here or in NOT_HERE, and nothing else is.
     let text = std::fs::read_to_string(rules.join("github-read.toml")).unwrap();
@@ -259,7 +375,7 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
     let mut failed = Vec::new();
     for (rule, path, want) in &trips {
         github.clear_requests();
-        let (status, _) = api_call(&socket, &ca, "GET", path, "");
+        let (status, text) = api_call_text(&socket, &ca, "GET", path, "");
         let bare = path.split('?').next().unwrap_or(path);
         let reached = github
             .requests()
@@ -269,6 +385,8 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
             failed.push(format!(
                 "{rule} GET {path}: {status} (want {want}), upstream reached: {reached}"
             ));
+        } else if let Err(body) = shape(rule, &text) {
+            failed.push(format!("{rule} GET {path}: not GitHub's shape: {body}"));
         }
     }
     assert!(
@@ -276,4 +394,38 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
         "round trips that failed:\n{}",
         failed.join("\n")
     );
+
+    // GitHub refuses a request without a User-Agent, and the proxy adds
+    // none: a client that sends none fails in production as it fails here.
+    github.clear_requests();
+    let (status, text) = without_user_agent(&socket, &ca, &r(""));
+    assert_eq!(status, 403, "{text}");
+    assert!(
+        text.contains("Request forbidden by administrative rules. Please make sure your request has a User-Agent header"),
+        "{text}"
+    );
+    assert!(github.requests().iter().any(|q| q.path == r("")));
+}
+
+/// A GET through the identity's socket with no `User-Agent`: the status
+/// and what came back.
+fn without_user_agent(socket: &std::path::Path, ca: &std::path::Path, path: &str) -> (u16, String) {
+    use std::io::Write;
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\n\r\n"
+    )
+    .unwrap();
+    assert!(read_head(&mut s).starts_with("HTTP/1.1 200"));
+    let mut tls = tls_over(s, "api.github.com", ca, true);
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n");
+    tls.write_all(request.as_bytes()).unwrap();
+    tls.flush().unwrap();
+    let answer = read_all(&mut tls);
+    let status = answer.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, answer)
 }

@@ -79,19 +79,19 @@ fn every_refusal_is_recorded_with_the_identity_and_what_was_asked() {
         (
             "absolute-form in a tunnel",
             Via::Tunnel,
-            "GET https://evil.example/r2 HTTP/1.1\r\nHost: api.github.com\r\n\r\n".into(),
+            "GET https://evil.example/r2 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\n\r\n".into(),
             "GET", "api.github.com", "/r2", "absolute-form", "400",
         ),
         (
             "CONNECT in a tunnel",
             Via::Tunnel,
-            "CONNECT r3.example:443 HTTP/1.1\r\nHost: api.github.com\r\n\r\n".into(),
+            "CONNECT r3.example:443 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\n\r\n".into(),
             "CONNECT", "api.github.com", "r3.example:443", "CONNECT inside a tunnel", "400",
         ),
         (
             "CL + TE in a tunnel",
             Via::Tunnel,
-            "POST /r4 HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".into(),
+            "POST /r4 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".into(),
             "POST", "api.github.com", "/r4", "both Content-Length and Transfer-Encoding", "400",
         ),
         (
@@ -103,13 +103,13 @@ fn every_refusal_is_recorded_with_the_identity_and_what_was_asked() {
         (
             "oversized head in a tunnel",
             Via::Tunnel,
-            format!("GET /r6 HTTP/1.1\r\nHost: api.github.com\r\nX-Big: {big}\r\n\r\n"),
+            format!("GET /r6 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nX-Big: {big}\r\n\r\n"),
             "GET", "api.github.com", "/r6", "too large", "400",
         ),
         (
             "origin-form on the outer socket",
             Via::Outer,
-            "GET /r7 HTTP/1.1\r\nHost: api.github.com\r\n\r\n".into(),
+            "GET /r7 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\n\r\n".into(),
             "GET", "-", "/r7", "absolute-form http://host/path", "400",
         ),
         (
@@ -121,7 +121,7 @@ fn every_refusal_is_recorded_with_the_identity_and_what_was_asked() {
         (
             "CL + TE on the outer socket",
             Via::Outer,
-            "POST http://api.github.com/r9 HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".into(),
+            "POST http://api.github.com/r9 HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".into(),
             "POST", "-", "http://api.github.com/r9", "both Content-Length and Transfer-Encoding", "400",
         ),
         (
@@ -151,7 +151,7 @@ fn every_refusal_is_recorded_with_the_identity_and_what_was_asked() {
     let mut tls = h.tunnel("api.github.com", "api.github.com");
     write!(
         tls,
-        "GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n"
+        "GET {ISSUE} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let (_, answer) = read_until_closed(&mut tls);
@@ -218,7 +218,7 @@ fn a_flood_of_long_denied_requests_writes_a_bounded_log_and_every_one_is_counted
     let h = Harness::start();
     let path = format!("/{}", "a".repeat(4 * 1024));
     let request =
-        format!("GET http://api.github.com{path} HTTP/1.1\r\nHost: api.github.com\r\n\r\n");
+        format!("GET http://api.github.com{path} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\n\r\n");
     let before = std::fs::metadata(&h.audit_path).unwrap().len();
     let n = 10_000;
     let started = std::time::Instant::now();

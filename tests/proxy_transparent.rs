@@ -46,7 +46,7 @@ elif sni != host:
 try:
     with socket.create_connection(("127.0.0.1", 443)) as raw:
         with ctx.wrap_socket(raw, server_hostname=None if sni == "-" else sni) as s:
-            s.sendall(("GET /repos/acme/widgets/issues/1 HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host).encode())
+            s.sendall(("GET /repos/acme/widgets/issues/1 HTTP/1.1\r\nHost: %s\r\nUser-Agent: gatehouse-test\r\nConnection: close\r\n\r\n" % host).encode())
             data = b""
             while True:
                 chunk = s.recv(65536)
@@ -66,7 +66,7 @@ cat > /tmp/plain.py <<'PY'
 import socket, sys
 target, host = sys.argv[1], sys.argv[2]
 with socket.create_connection(("127.0.0.1", 80)) as s:
-    s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (target, host)).encode())
+    s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: gatehouse-test\r\nConnection: close\r\n\r\n" % (target, host)).encode())
     data = b""
     while True:
         chunk = s.recv(65536)

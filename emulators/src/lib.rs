@@ -35,7 +35,7 @@ pub use feishu::{
     FeishuApp, FeishuEmulator, FeishuError, FeishuHandle, FeishuMessage, FeishuOptions,
 };
 pub use github::{
-    rsa_public_key_der, user_id, webhook_signature, AnswerFault, Comment, CommentKind,
+    rsa_public_key_der, user_id, webhook_signature, Annotation, AnswerFault, Comment, CommentKind,
     GithubAppSpec, GithubEmulator, GithubError, GithubHandle, GithubOptions, GithubToken,
     MintedToken, RateBudgets, RateLimit, RepoSpec, WebhookDelivery, WebhookFaults, WebhookTarget,
     GIT_USER,

@@ -689,13 +689,12 @@ fn changes_made_through_the_api_are_delivered_as_webhooks_shaped_like_seeded_one
 }
 
 /// GitHub's framing of every API answer: `Location` on a 201, `User-Agent`
-/// required (with the knob), `/api/v3` only in Enterprise mode.
+/// required (by default), `/api/v3` only in Enterprise mode.
 #[test]
 fn location_user_agent_and_enterprise_paths_as_github() {
     let dir = tempfile::tempdir().unwrap();
     let emulator = GithubEmulator::start(
         GithubOptions::new(dir.path().join("git"))
-            .require_user_agent(true)
             .token("ghs_test_valid_token", "gatehouse-test[bot]")
             .repo(RepoSpec::new("acme", "widgets")),
     )
@@ -765,12 +764,29 @@ fn location_user_agent_and_enterprise_paths_as_github() {
     let bare = with(&["-H", "User-Agent:"], "/repos/acme/widgets/issues/1");
     assert_eq!(bare.status, 403);
     assert!(bare.body.starts_with("Request forbidden by administrative rules. Please make sure your request has a User-Agent header"), "{}", bare.body);
+    // GraphQL alike, before the document is read.
+    let bare = with(
+        &[
+            "-H",
+            "User-Agent:",
+            "-X",
+            "POST",
+            "--data",
+            r#"{"query":"{ viewer { login } }"}"#,
+        ],
+        "/graphql",
+    );
+    assert_eq!(bare.status, 403, "{}", bare.body);
+    assert!(bare
+        .body
+        .starts_with("Request forbidden by administrative rules."));
     assert_eq!(with(&[], "/repos/acme/widgets/issues/1").status, 200);
     // api.github.com has no `/api/v3`; an Enterprise server has.
     assert_eq!(with(&[], "/api/v3/repos/acme/widgets/issues/1").status, 404);
     let enterprise = GithubEmulator::start(
         GithubOptions::new(dir.path().join("git-ghes"))
             .enterprise(true)
+            .require_user_agent(false)
             .token("ghs_test_valid_token", "gatehouse-test[bot]")
             .repo(RepoSpec::new("acme", "widgets")),
     )
@@ -786,7 +802,7 @@ fn location_user_agent_and_enterprise_paths_as_github() {
         "/api/v3/repos/acme/widgets/issues/1",
     );
     assert_eq!(ghes.status, 200, "{}", ghes.body);
-    // Without the knob a request without a User-Agent is answered.
+    // With the knob off a request without a User-Agent is answered.
     let kind = curl(
         &enterprise,
         &ca_of(&enterprise, dir.path()),

@@ -29,7 +29,7 @@ use gatehouse_proxy::upstream::{UpstreamOverride, Upstreams};
 use crate::random::token as random_token;
 use crate::rules::{TEST_RULES, TEST_RULE_SET};
 
-pub use raw::{api_call, read_all, read_head, read_until_closed, tls_over};
+pub use raw::{api_call, api_call_text, read_all, read_head, read_until_closed, tls_over};
 
 pub struct Harness {
     pub rt: tokio::runtime::Runtime,

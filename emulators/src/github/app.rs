@@ -471,7 +471,9 @@ fn need<'a>(route: &'a Route, method: &Method) -> Need<'a> {
         | Route::IssueComments(r, _)
         | Route::RepoIssueComments(r)
         | Route::IssueComment(r, _)
-        | Route::IssueLabels(r, _) => on(r, ISSUES, level),
+        | Route::IssueLabels(r, _)
+        | Route::IssueEvents(r, _)
+        | Route::IssueTimeline(r, _) => on(r, ISSUES, level),
         Route::Labels(r) => on(r, &["metadata"], "read"),
         // Merging writes the base branch: `contents: write`.
         Route::PullMerge(r, _) if level == "write" => on(r, &["contents"], "write"),
@@ -495,8 +497,13 @@ fn need<'a>(route: &'a Route, method: &Method) -> Need<'a> {
         Route::PullFiles(r, _)
         | Route::PullCommits(r, _)
         | Route::RepoPullComment(r, _)
-        | Route::PullReview(r, _, _) => on(r, &["pull_requests"], level),
-        Route::CheckRun(r, _) => on(r, &["checks"], level),
+        | Route::PullReview(r, _, _)
+        | Route::PullReviewComments(r, _, _) => on(r, &["pull_requests"], level),
+        Route::CheckRun(r, _) | Route::CheckRunAnnotations(r, _) => on(r, &["checks"], level),
+        Route::Workflows(r)
+        | Route::Workflow(r, _)
+        | Route::WorkflowRuns(r, _)
+        | Route::ActionsRunLogs(r, _) => on(r, &["actions"], level),
         Route::ActionsRunAttemptJobs(r, _, _) => on(r, &["actions"], level),
         Route::ActionsRuns(r)
         | Route::ActionsRun(r, _)

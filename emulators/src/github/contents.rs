@@ -84,7 +84,7 @@ fn tree_path(s: &str) -> Option<&str> {
 /// git on the bare repository and nothing else: no configuration but its
 /// own, no replace objects, pathspecs taken literally, none of the
 /// caller's `GIT_*` variables.
-fn git(git_dir: &Path, args: &[&str]) -> Option<Vec<u8>> {
+pub(super) fn git(git_dir: &Path, args: &[&str]) -> Option<Vec<u8>> {
     let out = std::process::Command::new("git")
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -133,7 +133,7 @@ fn object_prefix(s: &str) -> Option<&str> {
 
 /// The commit `rev` names, as GitHub reads a `ref`, `sha` or branch in a
 /// URL: a branch, then a tag, then a commit id (`HEAD`: the default branch).
-fn commit_id(git_dir: &Path, rev: &str) -> Option<String> {
+pub(super) fn commit_id(git_dir: &Path, rev: &str) -> Option<String> {
     let rev = revision(rev)?;
     if rev == "HEAD" {
         let head = git_text(git_dir, &["symbolic-ref", "-q", "HEAD"])?;

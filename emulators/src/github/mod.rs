@@ -8,10 +8,12 @@
 //! recorded. A GitHub App installed here mints installation tokens, each
 //! scoped to its repositories and permissions (`app.rs`).
 
+mod actions;
 mod app;
 mod contents;
 mod deliveries;
 mod encoding;
+mod events;
 mod git;
 mod graphql;
 mod limits;
@@ -35,7 +37,7 @@ pub use app::{rsa_public_key_der, GithubAppSpec, MintedToken};
 pub use encoding::AnswerFault;
 pub use limits::RateBudgets;
 
-pub use model::{Comment, CommentKind};
+pub use model::{Annotation, Comment, CommentKind};
 pub use webhooks::{signature as webhook_signature, WebhookDelivery, WebhookFaults, WebhookTarget};
 
 /// The numeric id the emulator gives `login` (users are not modelled; the
@@ -162,7 +164,9 @@ pub struct GithubOptions {
     /// api.github.com.
     pub enterprise: bool,
     /// Refuse REST and GraphQL requests without a `User-Agent` as GitHub
-    /// does (403 "Request forbidden by administrative rules…").
+    /// does (403 "Request forbidden by administrative rules…"). On by
+    /// default, as on api.github.com: a client that sends none fails here
+    /// as it would in production.
     pub require_user_agent: bool,
 }
 
@@ -180,7 +184,7 @@ impl GithubOptions {
             webhooks: Vec::new(),
             app: None,
             enterprise: false,
-            require_user_agent: false,
+            require_user_agent: true,
         }
     }
 
@@ -190,7 +194,8 @@ impl GithubOptions {
         self
     }
 
-    /// Refuse API requests that carry no `User-Agent`, as GitHub does.
+    /// Refuse API requests that carry no `User-Agent`, as GitHub does (the
+    /// default); `false` answers them (a kinder GitHub than the real one).
     pub fn require_user_agent(mut self, on: bool) -> Self {
         self.require_user_agent = on;
         self
@@ -448,16 +453,82 @@ impl GithubHandle {
     }
 
     /// Label issue (or pull request) `number` of `full_name` with `name`,
-    /// as a person labelling it would (no event is sent).
+    /// as the repository's owner labelling it would (no webhook is sent;
+    /// the issue's events show `labeled` by the owner).
     pub fn add_label(&self, full_name: &str, number: u64, name: &str) -> Result<(), GithubError> {
         let mut model = lock(&self.state.model);
         let repo_id = repo_id_of(&model, full_name)?;
+        let owner = model
+            .repo_by_id(repo_id)
+            .map(|r| r.owner.clone())
+            .unwrap_or_default();
         let issue = model
             .issue_mut(repo_id, number)
             .ok_or_else(|| GithubError::NotFound(format!("issue {number} of {full_name}")))?;
         if !issue.labels.iter().any(|l| l == name) {
             issue.labels.push(name.to_owned());
+            let event = events::EventKind::Labeled {
+                name: name.to_owned(),
+            };
+            model.record_event(repo_id, number, &owner, event, unix_now());
         }
+        Ok(())
+    }
+
+    /// Add a top-level review comment on `path:line` of pull request
+    /// `number` made in review `review_id` (see [`GithubHandle::add_review`]):
+    /// it carries the review's id as `pull_request_review_id` and is listed
+    /// by `GET …/pulls/{n}/reviews/{review_id}/comments`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_review_comment_in_review(
+        &self,
+        full_name: &str,
+        number: u64,
+        review_id: u64,
+        path: &str,
+        line: u64,
+        body: &str,
+        author: &str,
+    ) -> Result<u64, GithubError> {
+        {
+            let model = lock(&self.state.model);
+            let repo_id = repo_id_of(&model, full_name)?;
+            if !model
+                .reviews
+                .iter()
+                .any(|r| r.repo_id == repo_id && r.number == number && r.id == review_id)
+            {
+                return Err(GithubError::NotFound(format!(
+                    "review {review_id} of {full_name}#{number}"
+                )));
+            }
+        }
+        let id = self.add_review_comment(full_name, number, path, line, body, author)?;
+        let mut model = lock(&self.state.model);
+        if let Some(c) = model.comments.iter_mut().find(|c| c.comment.id == id) {
+            c.review_id = Some(review_id);
+        }
+        Ok(id)
+    }
+
+    /// Add an annotation to check run `check_run_id` (a job of
+    /// [`GithubHandle::add_job`]), as the check's tool reports one.
+    pub fn add_annotation(
+        &self,
+        full_name: &str,
+        check_run_id: u64,
+        annotation: Annotation,
+    ) -> Result<(), GithubError> {
+        let mut model = lock(&self.state.model);
+        let repo_id = repo_id_of(&model, full_name)?;
+        let job = model
+            .jobs
+            .iter_mut()
+            .find(|j| j.repo_id == repo_id && j.id == check_run_id)
+            .ok_or_else(|| {
+                GithubError::NotFound(format!("check run {check_run_id} of {full_name}"))
+            })?;
+        job.annotations.push(annotation);
         Ok(())
     }
 
@@ -611,6 +682,36 @@ impl GithubHandle {
         conclusion: &str,
         logs: &str,
     ) -> Result<(u64, u64), GithubError> {
+        self.push_job(full_name, None, name, head_sha, conclusion, logs)
+    }
+
+    /// As [`GithubHandle::add_job`], the run being one of the workflow
+    /// in `workflow_path` (e.g. `.github/workflows/ci.yml`; the file is
+    /// not required to exist, but `GET …/actions/workflows` only lists the
+    /// files on the default branch): the run carries `workflow_id` and
+    /// `path`, and `GET …/actions/workflows/{id}/runs` lists it.
+    pub fn add_workflow_job(
+        &self,
+        full_name: &str,
+        workflow_path: &str,
+        name: &str,
+        head_sha: &str,
+        conclusion: &str,
+        logs: &str,
+    ) -> Result<(u64, u64), GithubError> {
+        let workflow = Some(workflow_path.to_owned());
+        self.push_job(full_name, workflow, name, head_sha, conclusion, logs)
+    }
+
+    fn push_job(
+        &self,
+        full_name: &str,
+        workflow: Option<String>,
+        name: &str,
+        head_sha: &str,
+        conclusion: &str,
+        logs: &str,
+    ) -> Result<(u64, u64), GithubError> {
         let mut model = lock(&self.state.model);
         let repo_id = repo_id_of(&model, full_name)?;
         let run_id = model.fresh_id();
@@ -624,6 +725,8 @@ impl GithubHandle {
             conclusion: conclusion.to_owned(),
             logs: logs.to_owned(),
             created_at: unix_now(),
+            workflow,
+            annotations: Vec::new(),
         });
         Ok((run_id, id))
     }
@@ -1220,6 +1323,9 @@ impl GithubState {
                 .find(|(k, _)| k == name)
                 .map(|(_, v)| v.clone())
         };
+        if let Route::Workflows(r) | Route::Workflow(r, _) | Route::WorkflowRuns(r, _) = route {
+            return self.workflows(route, r, query);
+        }
         let (repo, what) = match route {
             Route::Readme(r) => (
                 r,
@@ -1273,16 +1379,118 @@ impl GithubState {
         }
     }
 
+    /// The workflows of the repository's default branch, one of them, or
+    /// its runs (newest first), each list paged inside its object as GitHub
+    /// pages `{total_count, workflows | workflow_runs}`.
+    fn workflows(
+        &self,
+        route: &rest::Route,
+        repo: &rest::RepoPath,
+        query: &[(String, String)],
+    ) -> rest::Reply {
+        use rest::Route;
+        let not_found = || rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
+        let Some((repo_id, owner, name, branch)) = ({
+            let model = lock(&self.model);
+            model.repo(&repo.owner, &repo.name).map(|r| {
+                (
+                    r.id,
+                    r.owner.clone(),
+                    r.name.clone(),
+                    r.default_branch.clone(),
+                )
+            })
+        }) else {
+            return not_found();
+        };
+        let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
+        let files = tokio::task::block_in_place(|| actions::workflow_files(&git_dir, &branch))
+            .unwrap_or_default();
+        let model = lock(&self.model);
+        let Some(repo) = model.repo_by_id(repo_id) else {
+            return not_found();
+        };
+        let in_object = |key: &str, items: Vec<Value>| {
+            let total = items.len();
+            let mut reply = rest::paginated(items, query);
+            reply.body = json!({"total_count": total, key: reply.body});
+            reply
+        };
+        match route {
+            Route::Workflows(_) => in_object(
+                "workflows",
+                files
+                    .iter()
+                    .map(|f| actions::workflow_json(repo, &branch, f))
+                    .collect(),
+            ),
+            Route::Workflow(_, wanted) => match actions::find(&files, repo_id, wanted) {
+                Some(f) => rest::Reply::ok(actions::workflow_json(repo, &branch, f)),
+                None => not_found(),
+            },
+            Route::WorkflowRuns(_, wanted) => {
+                let Some(f) = actions::find(&files, repo_id, wanted) else {
+                    return not_found();
+                };
+                let mut runs: Vec<&Job> = Vec::new();
+                for job in model.jobs.iter().filter(|j| {
+                    j.repo_id == repo_id && j.workflow.as_deref() == Some(f.path.as_str())
+                }) {
+                    if !runs.iter().any(|r| r.run_id == job.run_id) {
+                        runs.push(job);
+                    }
+                }
+                runs.reverse();
+                in_object(
+                    "workflow_runs",
+                    runs.into_iter().map(|j| model.run_json(j)).collect(),
+                )
+            }
+            _ => not_found(),
+        }
+    }
+
+    /// A run's logs: a zip archive with one `{n}_{job name}.txt` per job,
+    /// as GitHub's log archive has at its top level.
+    fn run_logs(&self, run_id: u64) -> Response<Body> {
+        let model = lock(&self.model);
+        let jobs: Vec<&Job> = model.jobs.iter().filter(|j| j.run_id == run_id).collect();
+        let Some(first) = jobs.first() else {
+            return plain(StatusCode::NOT_FOUND, "BlobNotFound");
+        };
+        let files: Vec<(String, Vec<u8>)> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| (format!("{i}_{}.txt", j.name), j.logs.as_bytes().to_vec()))
+            .collect();
+        let zip = actions::zip_stored(&files, first.created_at);
+        let mut response = Response::new(full_body(Bytes::from(zip)));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/zip"),
+        );
+        response
+    }
+
     fn job_logs(&self, record: &RecordedRequest) -> Response<Body> {
-        let job_id = record
-            .path
-            .strip_prefix("/_logs/jobs/")
-            .and_then(|id| id.parse::<u64>().ok());
         let query = parse_query(record.query.as_deref().unwrap_or(""));
         let sig = query
             .iter()
             .find(|(k, _)| k == "sig")
             .map(|(_, v)| v.as_str());
+        if let Some(run_id) = record.path.strip_prefix("/_logs/runs/") {
+            let Ok(run_id) = run_id.parse::<u64>() else {
+                return plain(StatusCode::NOT_FOUND, "BlobNotFound");
+            };
+            if sig != Some(rest::run_log_signature(&self.logs_signature, run_id).as_str()) {
+                return plain(StatusCode::FORBIDDEN, "AuthenticationFailed");
+            }
+            return self.run_logs(run_id);
+        }
+        let job_id = record
+            .path
+            .strip_prefix("/_logs/jobs/")
+            .and_then(|id| id.parse::<u64>().ok());
         let Some(job_id) = job_id else {
             return plain(StatusCode::NOT_FOUND, "BlobNotFound");
         };

@@ -22,10 +22,10 @@ impl Repo {
     pub fn full_name(&self) -> String {
         format!("{}/{}", self.owner, self.name)
     }
-    fn api_url(&self) -> String {
+    pub(crate) fn api_url(&self) -> String {
         format!("{API_BASE}/repos/{}/{}", self.owner, self.name)
     }
-    fn html_url(&self) -> String {
+    pub(crate) fn html_url(&self) -> String {
         format!("{WEB_BASE}/{}/{}", self.owner, self.name)
     }
 }
@@ -171,6 +171,9 @@ pub(crate) struct StoredComment {
     pub repo_id: u64,
     pub line: Option<u64>,
     pub commit_id: Option<String>,
+    /// The review a review comment was made in (`pull_request_review_id`);
+    /// `None` for one made on its own.
+    pub review_id: Option<u64>,
     pub created_at: u64,
     pub updated_at: u64,
 }
@@ -196,6 +199,24 @@ pub(crate) struct Job {
     pub conclusion: String,
     pub logs: String,
     pub created_at: u64,
+    /// The workflow file the run ran, e.g. `.github/workflows/ci.yml`.
+    pub workflow: Option<String>,
+    /// What the check run reported on lines of files.
+    pub annotations: Vec<Annotation>,
+}
+
+/// A check run's annotation (GitHub's `check-annotation`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Annotation {
+    /// The file, relative to the repository's root.
+    pub path: String,
+    pub start_line: u64,
+    pub end_line: u64,
+    /// `notice`, `warning` or `failure`.
+    pub level: String,
+    pub title: Option<String>,
+    pub message: String,
+    pub raw_details: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -206,6 +227,7 @@ pub(crate) struct Model {
     pub comments: Vec<StoredComment>,
     pub reviews: Vec<Review>,
     pub jobs: Vec<Job>,
+    pub events: Vec<super::events::IssueEvent>,
 }
 
 impl Model {
@@ -329,6 +351,7 @@ impl Model {
             repo_id,
             line,
             commit_id,
+            review_id: None,
             created_at: now,
             updated_at: now,
         });
@@ -595,7 +618,7 @@ impl Model {
                     "subject_type": "line",
                     "commit_id": stored.commit_id,
                     "original_commit_id": stored.commit_id,
-                    "pull_request_review_id": Value::Null,
+                    "pull_request_review_id": stored.review_id,
                     "user": Self::user_json(&c.author),
                     "created_at": iso8601(stored.created_at),
                     "updated_at": iso8601(stored.updated_at),
@@ -674,7 +697,7 @@ impl Model {
             return Value::Null;
         };
         let (status, conclusion, _) = Self::job_state(job);
-        json!({
+        let mut value = json!({
             "id": job.run_id,
             "node_id": node_id("WFR", job.run_id),
             "name": job.name,
@@ -688,7 +711,14 @@ impl Model {
             "created_at": iso8601(job.created_at),
             "updated_at": iso8601(job.created_at),
             "repository": Self::repo_json(repo),
-        })
+        });
+        if let Some(path) = &job.workflow {
+            let id = workflow_id(repo.id, path);
+            value["workflow_id"] = json!(id);
+            value["path"] = json!(path);
+            value["workflow_url"] = json!(format!("{}/actions/workflows/{id}", repo.api_url()));
+        }
+        value
     }
 
     pub fn check_run_json(&self, job: &Job) -> Value {
@@ -708,10 +738,38 @@ impl Model {
             "details_url": format!("{}/actions/runs/{}/job/{}", repo.html_url(), job.run_id, job.id),
             "started_at": iso8601(job.created_at),
             "completed_at": completed_at,
-            "output": {"title": conclusion, "summary": "", "text": Value::Null},
+            "output": {
+                "title": conclusion,
+                "summary": "",
+                "text": Value::Null,
+                "annotations_count": job.annotations.len(),
+                "annotations_url": format!("{}/check-runs/{}/annotations", repo.api_url(), job.id),
+            },
             "app": {"slug": "github-actions", "name": "GitHub Actions"},
         })
     }
+}
+
+/// An annotation as `GET …/check-runs/{id}/annotations` lists it
+/// (`check-annotation`; `blob_href` names the file at the run's commit).
+pub(crate) fn annotation_json(repo: &Repo, head_sha: &str, a: &Annotation) -> Value {
+    json!({
+        "path": a.path,
+        "blob_href": format!("{}/blob/{head_sha}/{}", repo.html_url(), a.path),
+        "start_line": a.start_line,
+        "end_line": a.end_line,
+        "start_column": Value::Null,
+        "end_column": Value::Null,
+        "annotation_level": a.level,
+        "title": a.title,
+        "message": a.message,
+        "raw_details": a.raw_details,
+    })
+}
+
+/// A workflow's id: stable per repository and file, numeric as GitHub's.
+pub(crate) fn workflow_id(repo_id: u64, path: &str) -> u64 {
+    stable_user_id(&format!("{repo_id}:{path}")) + 100_000_000
 }
 
 /// A review comment's `diff_hunk`: the hunk header down to its line (the
@@ -768,6 +826,8 @@ mod tests {
             conclusion: conclusion.into(),
             logs: String::new(),
             created_at: 1_700_000_000,
+            workflow: None,
+            annotations: Vec::new(),
         }
     }
 

@@ -5,6 +5,7 @@
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use super::events::EventKind;
 use super::model::{CommentKind, Model, PullInfo, Review, API_BASE};
 use super::pulls;
 
@@ -59,6 +60,17 @@ pub(crate) enum Route {
     ActionsRunAttemptJobs(RepoPath, u64, u64),
     Labels(RepoPath),
     IssueLabels(RepoPath, u64),
+    IssueEvents(RepoPath, u64),
+    IssueTimeline(RepoPath, u64),
+    /// `pulls/{n}/reviews/{id}/comments`.
+    PullReviewComments(RepoPath, u64, u64),
+    CheckRunAnnotations(RepoPath, u64),
+    /// The workflows read from `.github/workflows` (`super::actions`).
+    Workflows(RepoPath),
+    /// A workflow by id or file name.
+    Workflow(RepoPath, String),
+    WorkflowRuns(RepoPath, String),
+    ActionsRunLogs(RepoPath, u64),
 }
 
 impl Route {
@@ -76,6 +88,9 @@ impl Route {
                 | Route::PullFiles(..)
                 | Route::PullCommits(..)
                 | Route::GitObject(..)
+                | Route::Workflows(_)
+                | Route::Workflow(..)
+                | Route::WorkflowRuns(..)
         )
     }
 }
@@ -148,6 +163,20 @@ pub(crate) fn route(path: &str) -> Option<Route> {
                 ["check-runs", id] => Route::CheckRun(repo, number(id)?),
                 ["labels"] => Route::Labels(repo),
                 ["issues", n, "labels"] => Route::IssueLabels(repo, number(n)?),
+                ["issues", n, "events"] => Route::IssueEvents(repo, number(n)?),
+                ["issues", n, "timeline"] => Route::IssueTimeline(repo, number(n)?),
+                ["pulls", n, "reviews", id, "comments"] => {
+                    Route::PullReviewComments(repo, number(n)?, number(id)?)
+                }
+                ["check-runs", id, "annotations"] => Route::CheckRunAnnotations(repo, number(id)?),
+                ["actions", "workflows"] => Route::Workflows(repo),
+                ["actions", "workflows", id] if !id.is_empty() => {
+                    Route::Workflow(repo, (*id).to_owned())
+                }
+                ["actions", "workflows", id, "runs"] if !id.is_empty() => {
+                    Route::WorkflowRuns(repo, (*id).to_owned())
+                }
+                ["actions", "runs", id, "logs"] => Route::ActionsRunLogs(repo, number(id)?),
                 ["actions", "runs", id, "attempts", attempt, "jobs"] => {
                     Route::ActionsRunAttemptJobs(repo, number(id)?, number(attempt)?)
                 }
@@ -459,7 +488,9 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
             let body = body_json(call.body)?;
             let now = call.now;
             let issue = model.issue_mut(id, *number).ok_or_else(Reply::not_found)?;
-            apply_issue_edit(issue, &body, now);
+            for event in apply_issue_edit(issue, &body, now) {
+                model.record_event(id, *number, call.login, event, now);
+            }
             let issue = model.issue(id, *number).ok_or_else(Reply::not_found)?;
             Ok(Reply::ok(model.issue_json(issue)))
         }
@@ -585,6 +616,67 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .ok_or_else(Reply::not_found)?;
             Ok(Reply::ok(model.check_run_json(job)))
         }
+        Route::IssueEvents(path, number) if get => {
+            let id = repo_id(model, path)?;
+            model.issue(id, *number).ok_or_else(Reply::not_found)?;
+            Ok(paginated(model.issue_events_json(id, *number), call.query))
+        }
+        Route::IssueTimeline(path, number) if get => {
+            let id = repo_id(model, path)?;
+            model.issue(id, *number).ok_or_else(Reply::not_found)?;
+            Ok(paginated(model.timeline_json(id, *number), call.query))
+        }
+        Route::PullReviewComments(path, number, review_id) if get => {
+            let id = repo_id(model, path)?;
+            model
+                .reviews
+                .iter()
+                .find(|r| r.repo_id == id && r.number == *number && r.id == *review_id)
+                .ok_or_else(Reply::not_found)?;
+            let items = model
+                .comments
+                .iter()
+                .filter(|c| {
+                    c.comment.kind == CommentKind::Review
+                        && c.repo_id == id
+                        && c.comment.number == *number
+                        && c.review_id == Some(*review_id)
+                })
+                .map(|c| model.comment_json(c))
+                .collect();
+            Ok(paginated(items, call.query))
+        }
+        Route::CheckRunAnnotations(path, run_id) if get => {
+            let id = repo_id(model, path)?;
+            let job = model
+                .jobs
+                .iter()
+                .find(|j| j.repo_id == id && j.id == *run_id)
+                .ok_or_else(Reply::not_found)?;
+            let repo = model.repo_by_id(id).ok_or_else(Reply::not_found)?;
+            let items = job
+                .annotations
+                .iter()
+                .map(|a| super::model::annotation_json(repo, &job.head_sha, a))
+                .collect();
+            Ok(paginated(items, call.query))
+        }
+        Route::ActionsRunLogs(path, run_id) if get => {
+            let id = repo_id(model, path)?;
+            model
+                .jobs
+                .iter()
+                .find(|j| j.repo_id == id && j.run_id == *run_id)
+                .ok_or_else(Reply::not_found)?;
+            // GitHub answers 302 to a zip archive of the run's logs on its
+            // storage host ("Download workflow run logs", REST description:
+            // 302 with `Location`).
+            Ok(redirect(format!(
+                "{}/_logs/runs/{run_id}?sig={}",
+                call.logs_base_url,
+                run_log_signature(call.logs_signature, *run_id)
+            )))
+        }
         Route::ActionsRunAttemptJobs(path, run_id, attempt) if get => {
             let id = repo_id(model, path)?;
             // Each emulated run ran once: attempt 1 is all there is.
@@ -686,7 +778,9 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .issue_mut(id, *number)
                 .filter(|i| i.pull.is_some())
                 .ok_or_else(Reply::not_found)?;
-            apply_issue_edit(issue, &body, now);
+            for event in apply_issue_edit(issue, &body, now) {
+                model.record_event(id, *number, call.login, event, now);
+            }
             let issue = model.issue(id, *number).ok_or_else(Reply::not_found)?;
             Ok(Reply::ok(model.pull_json(issue)))
         }
@@ -771,10 +865,38 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 Some("COMMENT") => "COMMENTED",
                 Some(_) => return Err(Reply::validation("event", "invalid")),
             };
-            if matches!(state, "CHANGES_REQUESTED" | "COMMENTED") && text.is_empty() {
+            // Draft comments made in the review (`comments: [{path, body,
+            // line | position}]`, "Create a review for a pull request"): each
+            // a review comment carrying the review's id.
+            let drafts = review_drafts(&body)?;
+            if matches!(state, "CHANGES_REQUESTED" | "COMMENTED")
+                && text.is_empty()
+                && drafts.is_empty()
+            {
                 return Err(Reply::validation("body", "missing_field"));
             }
+            let head_sha = model
+                .issue(id, *number)
+                .and_then(|i| i.pull.as_ref())
+                .map(|p| p.head_sha.clone());
             let review_id = model.fresh_id();
+            for (file, line, draft) in drafts {
+                let comment_id = model.add_comment(
+                    CommentKind::Review,
+                    id,
+                    *number,
+                    &draft,
+                    call.login,
+                    None,
+                    Some(file),
+                    Some(line),
+                    head_sha.clone(),
+                    call.now,
+                );
+                if let Some(c) = model.comment_mut(CommentKind::Review, id, comment_id) {
+                    c.review_id = Some(review_id);
+                }
+            }
             model.reviews.push(Review {
                 id: review_id,
                 repo_id: id,
@@ -812,12 +934,18 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .issue_mut(id, *number)
                 .filter(|i| i.pull.is_some())
                 .ok_or_else(Reply::not_found)?;
+            let mut requested = Vec::new();
             if let Some(pull) = issue.pull.as_mut() {
                 for login in logins {
                     if !pull.requested_reviewers.contains(&login) {
-                        pull.requested_reviewers.push(login);
+                        pull.requested_reviewers.push(login.clone());
+                        requested.push(login);
                     }
                 }
+            }
+            for reviewer in requested {
+                let event = EventKind::ReviewRequested { reviewer };
+                model.record_event(id, *number, call.login, event, call.now);
             }
             let issue = model.issue(id, *number).ok_or_else(Reply::not_found)?;
             let mut reply = Reply::ok(model.pull_json(issue));
@@ -841,6 +969,12 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .as_ref()
                 .map(|p| p.head_sha.clone())
                 .unwrap_or_default();
+            // GitHub records `merged` (naming the merge commit), then `closed`.
+            let merged = EventKind::Merged {
+                commit_id: sha.clone(),
+            };
+            model.record_event(id, *number, call.login, merged, call.now);
+            model.record_event(id, *number, call.login, EventKind::Closed, call.now);
             Ok(Reply::ok(
                 json!({"sha": sha, "merged": true, "message": "Pull Request successfully merged"}),
             ))
@@ -904,35 +1038,45 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .iter()
                 .find(|j| j.repo_id == id && j.id == *job_id)
                 .ok_or_else(Reply::not_found)?;
-            Ok(Reply {
-                status: StatusCode::FOUND,
-                body: Value::Null,
-                created_id: None,
-                pages: None,
-                location: Some(format!(
-                    "{}/_logs/jobs/{job_id}?sig={}",
-                    call.logs_base_url,
-                    log_signature(call.logs_signature, *job_id)
-                )),
-            })
+            Ok(redirect(format!(
+                "{}/_logs/jobs/{job_id}?sig={}",
+                call.logs_base_url,
+                log_signature(call.logs_signature, *job_id)
+            )))
         }
         _ => Err(wrong_method()),
     }
 }
 
-fn apply_issue_edit(issue: &mut super::model::Issue, body: &Value, now: u64) {
+/// Apply an issue or pull request edit; what it changed, as the events
+/// GitHub records (`renamed`, `closed`, `reopened`).
+fn apply_issue_edit(issue: &mut super::model::Issue, body: &Value, now: u64) -> Vec<EventKind> {
+    let mut events = Vec::new();
     if let Some(title) = body.get("title").and_then(Value::as_str) {
+        if title != issue.title {
+            events.push(EventKind::Renamed {
+                from: issue.title.clone(),
+                to: title.to_owned(),
+            });
+        }
         issue.title = title.to_owned();
     }
     if let Some(text) = body.get("body").and_then(Value::as_str) {
         issue.body = text.to_owned();
     }
+    let was_open = issue.open;
     match body.get("state").and_then(Value::as_str) {
         Some("closed") => issue.close(now),
         Some("open") => issue.reopen(),
         _ => {}
     }
+    match (was_open, issue.open) {
+        (true, false) => events.push(EventKind::Closed),
+        (false, true) => events.push(EventKind::Reopened),
+        _ => {}
+    }
     issue.updated_at = now;
+    events
 }
 
 /// Replies attach only to top-level review comments on the same pull request.
@@ -972,6 +1116,46 @@ fn reply_to_review_comment(
         .comment(CommentKind::Review, repo_id, comment_id)
         .ok_or_else(Reply::not_found)?;
     Ok(Reply::created(model.comment_json(stored), comment_id))
+}
+
+/// The draft comments of a review being created: (path, line, body).
+fn review_drafts(body: &Value) -> Result<Vec<(String, u64, String)>, Reply> {
+    let Some(items) = body.get("comments") else {
+        return Ok(Vec::new());
+    };
+    let items = items
+        .as_array()
+        .ok_or_else(|| Reply::validation("comments", "invalid"))?;
+    items
+        .iter()
+        .map(|item| {
+            let path = required_text(item, "path")?;
+            let text = required_text(item, "body")?;
+            let line = item
+                .get("line")
+                .or_else(|| item.get("position"))
+                .and_then(Value::as_u64)
+                .ok_or_else(|| Reply::validation("line", "missing_field"))?;
+            Ok((path, line, text))
+        })
+        .collect()
+}
+
+/// A 302 to `location`.
+fn redirect(location: String) -> Reply {
+    Reply {
+        status: StatusCode::FOUND,
+        body: Value::Null,
+        created_id: None,
+        pages: None,
+        location: Some(location),
+    }
+}
+
+/// The `sig` of a run's log-archive URL (a domain of its own: a job's
+/// `sig` does not open a run's archive).
+pub(crate) fn run_log_signature(secret: &str, run_id: u64) -> String {
+    log_signature(&format!("{secret}:run"), run_id)
 }
 
 /// The `sig` of a job-log URL: keyed by a per-emulator secret, so a URL is
@@ -1032,6 +1216,36 @@ mod tests {
                 "/repos/o/r/commits/abc/check-runs",
                 Some(Route::CommitCheckRuns(r(), "abc".into())),
             ),
+            (
+                "/repos/o/r/issues/7/events",
+                Some(Route::IssueEvents(r(), 7)),
+            ),
+            (
+                "/repos/o/r/issues/7/timeline",
+                Some(Route::IssueTimeline(r(), 7)),
+            ),
+            (
+                "/repos/o/r/pulls/3/reviews/9/comments",
+                Some(Route::PullReviewComments(r(), 3, 9)),
+            ),
+            (
+                "/repos/o/r/check-runs/4/annotations",
+                Some(Route::CheckRunAnnotations(r(), 4)),
+            ),
+            ("/repos/o/r/actions/workflows", Some(Route::Workflows(r()))),
+            (
+                "/repos/o/r/actions/workflows/ci.yml",
+                Some(Route::Workflow(r(), "ci.yml".into())),
+            ),
+            (
+                "/repos/o/r/actions/workflows/12/runs",
+                Some(Route::WorkflowRuns(r(), "12".into())),
+            ),
+            (
+                "/repos/o/r/actions/runs/5/logs",
+                Some(Route::ActionsRunLogs(r(), 5)),
+            ),
+            ("/repos/o/r/actions/workflows//runs", None),
             ("/repos/o/r/issues/x", None),
             ("/repos/o/r/issues/+7", None),
             ("/repos/o/r/issues/7/", None),
@@ -1268,6 +1482,102 @@ mod tests {
             ),
         );
         assert_eq!(nested.status, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+
+    /// A review's draft comments become review comments carrying the
+    /// review's id, listed under it; one made on its own is not.
+    #[test]
+    fn a_reviews_comments_carry_its_id() {
+        let mut model = Model::new();
+        let repo_id = model.add_repo("o", "r", "main");
+        let pull = PullInfo::new("x", &"a".repeat(40), "main", &"b".repeat(40), false);
+        model.add_issue(repo_id, "t", "b", "alice", Some(pull), 1);
+        let (post, get) = (Method::POST, Method::GET);
+        let alone = handle(
+            &mut model,
+            call(
+                &post,
+                "/repos/o/r/pulls/1/comments",
+                br#"{"body":"nit","path":"a.rs","line":3}"#,
+            ),
+        );
+        assert!(alone.body["pull_request_review_id"].is_null());
+        let review = handle(
+            &mut model,
+            call(
+                &post,
+                "/repos/o/r/pulls/1/reviews",
+                br#"{"event":"COMMENT","comments":[{"path":"a.rs","line":4,"body":"why?"}]}"#,
+            ),
+        );
+        assert_eq!(review.status, StatusCode::OK, "{}", review.body);
+        let review_id = review.body["id"].as_u64().unwrap();
+        let listed = handle(
+            &mut model,
+            call(
+                &get,
+                &format!("/repos/o/r/pulls/1/reviews/{review_id}/comments"),
+                b"",
+            ),
+        );
+        let items = listed.body.as_array().unwrap();
+        assert_eq!(items.len(), 1, "{}", listed.body);
+        assert_eq!(items[0]["pull_request_review_id"], review_id);
+        assert_eq!(items[0]["line"], 4);
+        assert_eq!(items[0]["body"], "why?");
+        let unknown = handle(
+            &mut model,
+            call(&get, "/repos/o/r/pulls/1/reviews/5/comments", b""),
+        );
+        assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+        // A draft without its line is GitHub's 422, and no review is made.
+        let before = model.reviews.len();
+        let bad = handle(
+            &mut model,
+            call(
+                &post,
+                "/repos/o/r/pulls/1/reviews",
+                br#"{"event":"COMMENT","comments":[{"path":"a.rs","body":"x"}]}"#,
+            ),
+        );
+        assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(model.reviews.len(), before);
+    }
+
+    /// A merge, an edit and a review request are recorded as GitHub's events.
+    #[test]
+    fn api_changes_are_recorded_as_issue_events() {
+        let mut model = Model::new();
+        let repo_id = model.add_repo("o", "r", "main");
+        let pull = PullInfo::new("x", &"a".repeat(40), "main", &"b".repeat(40), false);
+        model.add_issue(repo_id, "t", "b", "alice", Some(pull), 1);
+        let (patch, post, put, get) = (Method::PATCH, Method::POST, Method::PUT, Method::GET);
+        handle(
+            &mut model,
+            call(&patch, "/repos/o/r/pulls/1", br#"{"title":"u"}"#),
+        );
+        handle(
+            &mut model,
+            call(
+                &post,
+                "/repos/o/r/pulls/1/requested_reviewers",
+                br#"{"reviewers":["bob","bob"]}"#,
+            ),
+        );
+        handle(&mut model, call(&put, "/repos/o/r/pulls/1/merge", b""));
+        let events = handle(&mut model, call(&get, "/repos/o/r/issues/1/events", b""));
+        let names: Vec<&str> = events
+            .body
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["event"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["renamed", "review_requested", "merged", "closed"]);
+        assert_eq!(events.body[0]["actor"]["login"], "bot[bot]");
+        assert_eq!(events.body[0]["performed_via_github_app"]["slug"], "bot");
+        let missing = handle(&mut model, call(&get, "/repos/o/r/issues/9/events", b""));
+        assert_eq!(missing.status, StatusCode::NOT_FOUND);
     }
 
     mod properties {

@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use ring::hmac;
 use serde_json::{json, Value};
 
+use super::events::EventKind;
 use super::model::{CommentKind, Model};
 use super::{repo_id_of, GithubError, GithubHandle};
 use crate::record::lock;
@@ -420,6 +421,10 @@ impl GithubHandle {
                 .issue_mut(repo_id, number)
                 .ok_or_else(|| GithubError::NotFound(format!("issue {full_name}#{number}")))?;
             issue.updated_at = unix_now();
+            let event = EventKind::Assigned {
+                assignee: assignee.to_owned(),
+            };
+            model.record_event(repo_id, number, by, event, unix_now());
             repo_id
         };
         let assignee = Some(("assignee", Model::user_json(assignee)));
@@ -447,6 +452,10 @@ impl GithubHandle {
                 .ok_or_else(|| GithubError::NotFound(format!("pull {full_name}#{number}")))?;
             pull.requested_reviewers.push(reviewer.to_owned());
             issue.updated_at = unix_now();
+            let event = EventKind::ReviewRequested {
+                reviewer: reviewer.to_owned(),
+            };
+            model.record_event(repo_id, number, by, event, unix_now());
             repo_id
         };
         let reviewer = Some(("requested_reviewer", Model::user_json(reviewer)));
@@ -468,6 +477,7 @@ impl GithubHandle {
             // Each change of state gets a time of its own (GitHub's are in
             // seconds): a close and a reopen in one second are two events.
             issue.updated_at = unix_now().max(issue.updated_at + 1);
+            model.record_event(repo_id, number, by, EventKind::Closed, unix_now());
             repo_id
         };
         self.emit_issue("closed", repo_id, number, by, None);
@@ -488,6 +498,7 @@ impl GithubHandle {
                 })?;
             issue.reopen();
             issue.updated_at = unix_now().max(issue.updated_at + 1);
+            model.record_event(repo_id, number, by, EventKind::Reopened, unix_now());
             repo_id
         };
         self.emit_issue("reopened", repo_id, number, by, None);
@@ -510,8 +521,17 @@ impl GithubHandle {
                 .ok_or_else(|| GithubError::NotFound(format!("pull {full_name}#{number}")))?;
             pull.merged = true;
             pull.merged_at = Some(unix_now());
+            let commit_id = pull.head_sha.clone();
             issue.close(unix_now());
             issue.updated_at = unix_now();
+            model.record_event(
+                repo_id,
+                number,
+                by,
+                EventKind::Merged { commit_id },
+                unix_now(),
+            );
+            model.record_event(repo_id, number, by, EventKind::Closed, unix_now());
             repo_id
         };
         self.emit_issue("closed", repo_id, number, by, None);

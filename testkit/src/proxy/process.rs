@@ -152,7 +152,7 @@ pub fn admin_call(socket: &Path, method: &str, path: &str, body: Option<&str>) -
     let body = body.unwrap_or("");
     // One write: an early answer cannot meet a body still being written.
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: gatehouse\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: gatehouse\r\nUser-Agent: gatehouse-test\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(request.as_bytes()).unwrap();

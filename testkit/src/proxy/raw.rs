@@ -135,6 +135,22 @@ pub fn api_call(
     path: &str,
     body: &str,
 ) -> (u16, serde_json::Value) {
+    let (status, text) = api_call_text(socket, ca, method, path, body);
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// As [`api_call`], the body as text (bytes that are not UTF-8 replaced),
+/// for answers that are not JSON (a log archive).
+pub fn api_call_text(
+    socket: &Path,
+    ca: &Path,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
     use std::io::Write;
     let mut s = UnixStream::connect(socket).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
@@ -151,7 +167,7 @@ pub fn api_call(
     // (then the connection closed) cannot meet a body still being written
     // piece by piece, which `write!` does, and fail it with a broken pipe.
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: api.github.com\r\nContent-Type: application/json\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: api.github.com\r\nUser-Agent: gatehouse-test\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
@@ -160,8 +176,5 @@ pub fn api_call(
     let answer = read_all(&mut tls);
     let status = answer.split(' ').nth(1).unwrap().parse().unwrap();
     let text = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (
-        status,
-        serde_json::from_str(text).unwrap_or(serde_json::Value::Null),
-    )
+    (status, text.to_owned())
 }

@@ -984,10 +984,17 @@ impl Executor<'_, '_> {
             );
             return Resolved::Leaf(Value::Null);
         };
+        let mut requested = Vec::new();
         for login in logins {
             if !pull.requested_reviewers.contains(&login) {
-                pull.requested_reviewers.push(login);
+                pull.requested_reviewers.push(login.clone());
+                requested.push(login);
             }
+        }
+        for reviewer in requested {
+            let event = crate::github::events::EventKind::ReviewRequested { reviewer };
+            self.model
+                .record_event(repo_id, number, self.login, event, self.now);
         }
         Resolved::Object(Node::Payload(
             "RequestReviewsPayload",

@@ -103,28 +103,36 @@ pub(super) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Serv
 /// The host user `gatehouse sandbox run` runs workers as when started by root.
 pub const WORKER_USER: &str = "gatehouse-worker";
 
-/// Copies the binary every sandbox binds at `/run/gatehouse/bin/gatehouse`
-/// to `<dir>/gatehouse` and returns the copy, which then launches the
-/// sandboxes: a sandbox's mount table shows a bind's host path, and the
-/// installed binary may sit in a user's home or a build directory. Copied
-/// at every start (an upgrade brings a new one) through a temporary file
-/// and a rename, so no job ever runs a half-written binary; `dir` is the
-/// supervisor's own (0700), so nothing can be planted in it.
+/// Puts the binary every sandbox binds at `/run/gatehouse/bin/gatehouse`
+/// at `<dir>/gatehouse` and returns that path, which then launches the
+/// sandboxes: a sandbox's mount table shows the path a bind was made
+/// through, and the installed binary may sit in a user's home or a build
+/// directory. A hard link where the kernel allows one (same filesystem; no
+/// bytes copied), else a copy; made again at every start (an upgrade
+/// brings a new one) through a temporary name and a rename, so no job ever
+/// runs a half-written binary. `dir` is the supervisor's own (0700), so
+/// nothing can be planted in it.
 fn neutral_copy(
     installed: &std::path::Path,
     dir: &std::path::Path,
 ) -> Result<std::path::PathBuf, ServiceError> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let copy = dir.join("gatehouse");
+    let inode = |p: &std::path::Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    if inode(installed).is_some() && inode(installed) == inode(&copy) {
+        return Ok(copy);
+    }
     let partial = dir.join(".gatehouse.partial");
     let _ = std::fs::remove_file(&partial);
-    std::fs::copy(installed, &partial).map_err(io(format!(
-        "copying the gatehouse binary {} to {}",
-        installed.display(),
-        partial.display()
-    )))?;
-    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))
-        .map_err(io(format!("making {} executable", partial.display())))?;
+    if std::fs::hard_link(installed, &partial).is_err() {
+        std::fs::copy(installed, &partial).map_err(io(format!(
+            "copying the gatehouse binary {} to {}",
+            installed.display(),
+            partial.display()
+        )))?;
+        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))
+            .map_err(io(format!("making {} executable", partial.display())))?;
+    }
     std::fs::rename(&partial, &copy).map_err(io(format!("renaming {}", partial.display())))?;
     Ok(copy)
 }
@@ -548,5 +556,48 @@ impl Inner {
         super::metrics::entered(job.state);
         self.notify(Some(seq));
         Ok(job)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn inode(p: &std::path::Path) -> (u64, u64) {
+        let m = std::fs::metadata(p).unwrap();
+        (m.dev(), m.ino())
+    }
+
+    #[test]
+    fn the_neutral_binary_follows_the_installed_one_and_leaves_nothing_half_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let installed = dir.path().join("build").join("gatehouse");
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
+        std::fs::create_dir(&bin).unwrap();
+        std::fs::write(&installed, b"version 1").unwrap();
+        let copy = neutral_copy(&installed, &bin).unwrap();
+        assert_eq!(copy, bin.join("gatehouse"));
+        assert_eq!(std::fs::read(&copy).unwrap(), b"version 1");
+        // Same filesystem: a link, no bytes copied.
+        assert_eq!(inode(&copy), inode(&installed));
+        // Again, unchanged: nothing to do, nothing left behind.
+        assert_eq!(neutral_copy(&installed, &bin).unwrap(), copy);
+        // An upgrade replaces the installed file (a new inode): the next
+        // start takes the new one.
+        let next = dir.path().join("build").join("gatehouse.new");
+        std::fs::write(&next, b"version 2").unwrap();
+        std::fs::rename(&next, &installed).unwrap();
+        neutral_copy(&installed, &bin).unwrap();
+        assert_eq!(std::fs::read(&copy).unwrap(), b"version 2");
+        let left: Vec<_> = std::fs::read_dir(&bin)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("gatehouse")]);
+        // A missing binary is an error naming it.
+        let e = neutral_copy(&dir.path().join("nowhere"), &bin).unwrap_err();
+        assert!(e.to_string().contains("nowhere"), "{e}");
     }
 }

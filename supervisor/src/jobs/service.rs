@@ -117,6 +117,11 @@ fn neutral_copy(
     dir: &std::path::Path,
 ) -> Result<std::path::PathBuf, ServiceError> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // A link to a symlink would be a symlink, which a bind follows.
+    let installed = &std::fs::canonicalize(installed).map_err(io(format!(
+        "finding the gatehouse binary {}",
+        installed.display()
+    )))?;
     let copy = dir.join("gatehouse");
     let inode = |p: &std::path::Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
     if inode(installed).is_some() && inode(installed) == inode(&copy) {
@@ -596,6 +601,15 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(left, vec![std::ffi::OsString::from("gatehouse")]);
+        // Named through a symlink: the link is to the file itself.
+        let alias = dir.path().join("alias");
+        std::os::unix::fs::symlink(&installed, &alias).unwrap();
+        std::fs::write(&next, b"version 3").unwrap();
+        std::fs::rename(&next, &installed).unwrap();
+        neutral_copy(&alias, &bin).unwrap();
+        assert_eq!(std::fs::read(&copy).unwrap(), b"version 3");
+        assert!(!std::fs::symlink_metadata(&copy).unwrap().is_symlink());
+        assert_eq!(inode(&copy), inode(&installed));
         // A missing binary is an error naming it.
         let e = neutral_copy(&dir.path().join("nowhere"), &bin).unwrap_err();
         assert!(e.to_string().contains("nowhere"), "{e}");

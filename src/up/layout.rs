@@ -8,11 +8,12 @@
 //! <state>/logs           root 0700   one log per part (the parts write to an inherited descriptor)
 //! <state>/proxy          proxy 0700  the audit log, identities.json (ticket identities, kept across restarts)
 //! <state>/ca             proxy 0755  ca.pem (public: the router and sandboxes trust it), ca.key 0600
-//! <state>/supervisor     root 0700   jobs database, work dirs, control sockets
+//! <state>/supervisor     root 0700   jobs database, work dirs, bin/gatehouse (what sandboxes bind)
 //! <state>/router         router 0700 the router's database
 //! <run>/proxy            proxy 0700  admin.sock (0600; root reaches it), identities/<ticket>/proxy.sock
 //! <run>/router-proxy     proxy:router 0750  the router's identity sockets
 //! <run>/jobs             root:router 0750   jobs.sock (0660, group router)
+//! <run>/supervisor       root 0700   <job>/control.sock, each bind-mounted into its sandbox
 //! <run>/feishu           router:proxy 2750  handoff.sock (0660, the proxy's group through
 //!                                           the setgid bit): the long connection's events
 //! ```

@@ -221,6 +221,14 @@ impl Config {
             Some(dir) => (abs(dir), "run_dir"),
             None => (state_dir.join("run"), "state_dir"),
         };
+        // The run dir is swept of job dirs at start: never the state dir or
+        // one holding it.
+        if run_dir == Path::new("/") || state_dir.starts_with(&run_dir) {
+            return Err(invalid(
+                "run_dir",
+                "a directory of its own, neither the state dir nor one holding it",
+            ));
+        }
         // A unix socket path is at most 107 bytes: `<run_dir>/<job>/control.sock`.
         if run_dir.as_os_str().len() > 64 {
             return Err(invalid(
@@ -392,6 +400,10 @@ mod tests {
         assert!(e.to_string().contains("key `run_dir`"), "{e}");
         let e = parse(&MINIMAL.replace("\"state\"", &format!("{long:?}"))).unwrap_err();
         assert!(e.to_string().contains("key `state_dir`"), "{e}");
+        for shared in ["/etc/g/state", "/etc/g", "/"] {
+            let e = parse(&format!("run_dir = {shared:?}\n{MINIMAL}")).unwrap_err();
+            assert!(e.to_string().contains("key `run_dir`"), "{shared}: {e}");
+        }
         // A long state dir is fine when the sockets live elsewhere.
         let c = parse(&format!(
             "run_dir = \"/run/g\"\n{}",

@@ -33,6 +33,7 @@ pub mod prompts;
 pub mod proxy_admin;
 pub mod report;
 pub mod runner;
+mod sandbox_bin;
 pub mod service;
 pub mod spec;
 pub mod state;

@@ -125,9 +125,14 @@ impl Inner {
                 recovery.identities_revoked.push(name.clone());
             }
         }
+        // Control socket dirs of jobs that ended with the last run; nothing
+        // else in the run dir is the supervisor's to remove.
         if let Ok(entries) = std::fs::read_dir(&self.config.run_dir) {
             for e in entries.flatten() {
-                let _ = std::fs::remove_dir_all(e.path());
+                let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+                if is_dir && e.file_name().to_str().is_some_and(is_job_id) {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
             }
         }
         // Work dir images a crash left half-made (the finished ones are the
@@ -494,3 +499,31 @@ fn spawn(launch: &LaunchCommand) -> Result<Child, ServiceError> {
 
 #[cfg(test)]
 mod tests;
+
+/// A job's id, as `new_id("job_")` makes them: `job_` and 16 hex digits.
+fn is_job_id(name: &str) -> bool {
+    name.strip_prefix("job_")
+        .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+#[cfg(test)]
+mod run_dir_tests {
+    use super::is_job_id;
+
+    #[test]
+    fn only_job_dirs_are_swept() {
+        assert!(is_job_id("job_0123456789abcdef"));
+        for other in [
+            "job_0123456789abcde",
+            "job_0123456789abcdefa",
+            "job_0123456789abcdeg",
+            "jobs",
+            "bin",
+            "supervisor.sock",
+            "proxy",
+            "",
+        ] {
+            assert!(!is_job_id(other), "{other}");
+        }
+    }
+}

@@ -103,45 +103,6 @@ pub(super) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Serv
 /// The host user `gatehouse sandbox run` runs workers as when started by root.
 pub const WORKER_USER: &str = "gatehouse-worker";
 
-/// Puts the binary every sandbox binds at `/run/gatehouse/bin/gatehouse`
-/// at `<dir>/gatehouse` and returns that path, which then launches the
-/// sandboxes: a sandbox's mount table shows the path a bind was made
-/// through, and the installed binary may sit in a user's home or a build
-/// directory. A hard link where the kernel allows one (same filesystem; no
-/// bytes copied), else a copy; made again at every start (an upgrade
-/// brings a new one) through a temporary name and a rename, so no job ever
-/// runs a half-written binary. `dir` is the supervisor's own (0700), so
-/// nothing can be planted in it.
-fn neutral_copy(
-    installed: &std::path::Path,
-    dir: &std::path::Path,
-) -> Result<std::path::PathBuf, ServiceError> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    // A link to a symlink would be a symlink, which a bind follows.
-    let installed = &std::fs::canonicalize(installed).map_err(io(format!(
-        "finding the gatehouse binary {}",
-        installed.display()
-    )))?;
-    let copy = dir.join("gatehouse");
-    let inode = |p: &std::path::Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
-    if inode(installed).is_some() && inode(installed) == inode(&copy) {
-        return Ok(copy);
-    }
-    let partial = dir.join(".gatehouse.partial");
-    let _ = std::fs::remove_file(&partial);
-    if std::fs::hard_link(installed, &partial).is_err() {
-        std::fs::copy(installed, &partial).map_err(io(format!(
-            "copying the gatehouse binary {} to {}",
-            installed.display(),
-            partial.display()
-        )))?;
-        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))
-            .map_err(io(format!("making {} executable", partial.display())))?;
-    }
-    std::fs::rename(&partial, &copy).map_err(io(format!("renaming {}", partial.display())))?;
-    Ok(copy)
-}
-
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -248,7 +209,6 @@ impl Supervisor {
             config.state_dir.clone(),
             config.state_dir.join("tickets"),
             config.state_dir.join("bin"),
-            config.run_dir.clone(),
         ] {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -256,12 +216,27 @@ impl Supervisor {
                 .create(&dir)
                 .map_err(io(format!("creating {}", dir.display())))?;
         }
+        // The run dir's parents may hold other parts' sockets (the job API's):
+        // they are made with the usual modes, only the run dir is private.
+        if let Some(parent) = config.run_dir.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(io(format!("creating {}", parent.display())))?;
+        }
+        match std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&config.run_dir)
+        {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(io(format!("creating {}", config.run_dir.display()))(e))
+            }
+            _ => {}
+        }
         let store = Store::open(&config.state_dir.join("state.db"))?;
         let installed = match &config.gatehouse_bin {
             Some(p) => p.clone(),
             None => std::env::current_exe().map_err(io("finding the gatehouse binary"))?,
         };
-        let gatehouse_bin = neutral_copy(&installed, &config.state_dir.join("bin"))?;
+        let gatehouse_bin = super::sandbox_bin::install(&installed, &config.state_dir.join("bin"))?;
         let launcher: Box<dyn Launcher> = match config.launcher {
             LauncherKind::Sandbox => Box::new(SandboxLauncher {
                 gatehouse_bin,
@@ -561,57 +536,5 @@ impl Inner {
         super::metrics::entered(job.state);
         self.notify(Some(seq));
         Ok(job)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::MetadataExt;
-
-    fn inode(p: &std::path::Path) -> (u64, u64) {
-        let m = std::fs::metadata(p).unwrap();
-        (m.dev(), m.ino())
-    }
-
-    #[test]
-    fn the_neutral_binary_follows_the_installed_one_and_leaves_nothing_half_made() {
-        let dir = tempfile::tempdir().unwrap();
-        let installed = dir.path().join("build").join("gatehouse");
-        let bin = dir.path().join("bin");
-        std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
-        std::fs::create_dir(&bin).unwrap();
-        std::fs::write(&installed, b"version 1").unwrap();
-        let copy = neutral_copy(&installed, &bin).unwrap();
-        assert_eq!(copy, bin.join("gatehouse"));
-        assert_eq!(std::fs::read(&copy).unwrap(), b"version 1");
-        // Same filesystem: a link, no bytes copied.
-        assert_eq!(inode(&copy), inode(&installed));
-        // Again, unchanged: nothing to do, nothing left behind.
-        assert_eq!(neutral_copy(&installed, &bin).unwrap(), copy);
-        // An upgrade replaces the installed file (a new inode): the next
-        // start takes the new one.
-        let next = dir.path().join("build").join("gatehouse.new");
-        std::fs::write(&next, b"version 2").unwrap();
-        std::fs::rename(&next, &installed).unwrap();
-        neutral_copy(&installed, &bin).unwrap();
-        assert_eq!(std::fs::read(&copy).unwrap(), b"version 2");
-        let left: Vec<_> = std::fs::read_dir(&bin)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(left, vec![std::ffi::OsString::from("gatehouse")]);
-        // Named through a symlink: the link is to the file itself.
-        let alias = dir.path().join("alias");
-        std::os::unix::fs::symlink(&installed, &alias).unwrap();
-        std::fs::write(&next, b"version 3").unwrap();
-        std::fs::rename(&next, &installed).unwrap();
-        neutral_copy(&alias, &bin).unwrap();
-        assert_eq!(std::fs::read(&copy).unwrap(), b"version 3");
-        assert!(!std::fs::symlink_metadata(&copy).unwrap().is_symlink());
-        assert_eq!(inode(&copy), inode(&installed));
-        // A missing binary is an error naming it.
-        let e = neutral_copy(&dir.path().join("nowhere"), &bin).unwrap_err();
-        assert!(e.to_string().contains("nowhere"), "{e}");
     }
 }

@@ -503,11 +503,14 @@ impl GithubHandle {
                 )));
             }
         }
-        let id = self.add_review_comment(full_name, number, path, line, body, author)?;
+        let id = self.push_review_comment(full_name, number, path, line, body, author)?;
         let mut model = lock(&self.state.model);
         if let Some(c) = model.comments.iter_mut().find(|c| c.comment.id == id) {
             c.review_id = Some(review_id);
         }
+        drop(model);
+        let repo_id = repo_id_of(&lock(&self.state.model), full_name)?;
+        self.emit_comment(CommentKind::Review, repo_id, id);
         Ok(id)
     }
 
@@ -638,8 +641,35 @@ impl GithubHandle {
         Ok(id)
     }
 
-    /// Add a top-level review comment on `path:line` of pull request `number`.
+    /// Add a top-level review comment on `path:line` of pull request
+    /// `number`, posted on its own: as on GitHub it comes in a review of its
+    /// own (`COMMENTED`, no body), and GitHub sends both
+    /// `pull_request_review_comment` (created) and `pull_request_review`
+    /// (submitted).
     pub fn add_review_comment(
+        &self,
+        full_name: &str,
+        number: u64,
+        path: &str,
+        line: u64,
+        body: &str,
+        author: &str,
+    ) -> Result<u64, GithubError> {
+        let id = self.push_review_comment(full_name, number, path, line, body, author)?;
+        let mut model = lock(&self.state.model);
+        let repo_id = repo_id_of(&model, full_name)?;
+        let review = model.wrap_in_review(repo_id, id, unix_now());
+        drop(model);
+        self.emit_comment(CommentKind::Review, repo_id, id);
+        if let Some(review) = review {
+            self.emit_review(repo_id, number, review);
+        }
+        Ok(id)
+    }
+
+    /// Stores a review comment; the caller says which review it is in and
+    /// sends its webhooks.
+    fn push_review_comment(
         &self,
         full_name: &str,
         number: u64,
@@ -667,8 +697,6 @@ impl GithubHandle {
             Some(head_sha),
             unix_now(),
         );
-        drop(model);
-        self.emit_comment(CommentKind::Review, repo_id, id);
         Ok(id)
     }
 

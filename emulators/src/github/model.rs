@@ -380,6 +380,30 @@ impl Model {
             .find(|c| c.comment.kind == kind && c.repo_id == repo_id && c.comment.id == id)
     }
 
+    /// Wraps review comment `comment_id`, posted on its own, in a review of
+    /// its own, as GitHub does: state `COMMENTED`, no body, submitted when
+    /// the comment was made; the comment then carries its id
+    /// (`pull_request_review_id`) and the pull request's reviews list it.
+    /// Returns the review's id.
+    pub fn wrap_in_review(&mut self, repo_id: u64, comment_id: u64, now: u64) -> Option<u64> {
+        let (number, author) = self
+            .comment(CommentKind::Review, repo_id, comment_id)
+            .map(|c| (c.comment.number, c.comment.author.clone()))?;
+        let id = self.fresh_id();
+        self.reviews.push(Review {
+            id,
+            repo_id,
+            number,
+            author,
+            body: String::new(),
+            state: "COMMENTED".into(),
+            submitted_at: now,
+        });
+        self.comment_mut(CommentKind::Review, repo_id, comment_id)?
+            .review_id = Some(id);
+        Some(id)
+    }
+
     // === JSON views, shaped like GitHub's REST responses ===
 
     pub fn user_json(login: &str) -> Value {

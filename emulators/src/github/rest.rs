@@ -829,6 +829,9 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 Some(commit),
                 call.now,
             );
+            // "Create a review comment" makes a review around it
+            // (`pull_request_review_id` is set in GitHub's example response).
+            model.wrap_in_review(id, comment_id, call.now);
             let stored = model
                 .comment(CommentKind::Review, id, comment_id)
                 .ok_or_else(Reply::not_found)?;
@@ -1485,7 +1488,8 @@ mod tests {
     }
 
     /// A review's draft comments become review comments carrying the
-    /// review's id, listed under it; one made on its own is not.
+    /// review's id, listed under it; one made on its own gets a review of
+    /// its own (`COMMENTED`, no body), as on GitHub.
     #[test]
     fn a_reviews_comments_carry_its_id() {
         let mut model = Model::new();
@@ -1501,7 +1505,13 @@ mod tests {
                 br#"{"body":"nit","path":"a.rs","line":3}"#,
             ),
         );
-        assert!(alone.body["pull_request_review_id"].is_null());
+        let wrapper = alone.body["pull_request_review_id"].as_u64().unwrap();
+        let reviews = handle(&mut model, call(&get, "/repos/o/r/pulls/1/reviews", b""));
+        let reviews = reviews.body.as_array().unwrap().clone();
+        assert_eq!(reviews.len(), 1, "{reviews:?}");
+        assert_eq!(reviews[0]["id"], wrapper);
+        assert_eq!(reviews[0]["state"], "COMMENTED");
+        assert_eq!(reviews[0]["body"], "");
         let review = handle(
             &mut model,
             call(

@@ -182,6 +182,10 @@ pub enum Skip {
     NoPlace,
     /// An event this source stores but does not map.
     NotMapped,
+    /// A review with no body that only comments: what GitHub makes around
+    /// each review comment posted on its own (and around a review's draft
+    /// comments); its comments arrive as events of their own.
+    CommentsOnly,
     /// A recall of a message the bot never received.
     NeverReceived,
     /// A message recalled before it was decided (its recall is stored).
@@ -198,6 +202,7 @@ impl Skip {
             Skip::NotTheBot => "not_the_bot",
             Skip::NoPlace => "no_place",
             Skip::NotMapped => "not_mapped",
+            Skip::CommentsOnly => "comments_only",
             Skip::NeverReceived => "never_received",
             Skip::Recalled => "recalled",
             Skip::BotAdded => "bot_added",

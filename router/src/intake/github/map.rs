@@ -171,6 +171,12 @@ fn review(ctx: &Ctx<'_>, e: &Envelope) -> Mapped {
     };
     let text = match r.body.as_deref().filter(|b| !b.is_empty()) {
         Some(b) => b.to_owned(),
+        // GitHub wraps every review comment made on its own in a review of
+        // its own, `COMMENTED` with no body: it says nothing its comment
+        // does not, and would reach the thread twice.
+        None if r.state.eq_ignore_ascii_case("commented") => {
+            return Mapped::Skip(Skip::CommentsOnly)
+        }
         None => format!("review: {}", r.state.to_lowercase()),
     };
     let addressed = ctx.mentions(&text);

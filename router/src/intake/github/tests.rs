@@ -555,3 +555,29 @@ fn only_the_bots_own_pull_request_names_a_ticket() {
     let t = trigger(m);
     assert_eq!((t.head_ticket, t.pull_url), (None, None));
 }
+
+#[test]
+fn a_review_that_only_wraps_comments_is_skipped_and_one_that_decides_is_not() {
+    let review = |state: &str, body: Value| {
+        json!({"action": "submitted", "pull_request": pull(),
+               "review": {"id": 9, "body": body, "state": state},
+               "sender": alice(), "repository": repo()})
+    };
+    // What GitHub makes around a review comment posted on its own.
+    for (state, body) in [("commented", json!(null)), ("COMMENTED", json!(""))] {
+        assert_eq!(
+            map_ok("pull_request_review", &review(state, body)),
+            Mapped::Skip(Skip::CommentsOnly),
+            "{state}"
+        );
+    }
+    // A verdict without words, or a comment with words, is a trigger.
+    for (state, body, text) in [
+        ("approved", json!(null), "review: approved"),
+        ("changes_requested", json!(""), "review: changes_requested"),
+        ("commented", json!("looks odd"), "looks odd"),
+    ] {
+        let t = trigger(map_ok("pull_request_review", &review(state, body)));
+        assert_eq!(t.text, text, "{state}");
+    }
+}

@@ -260,6 +260,7 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
             200,
         ),
         ("actions-workflows", r("/actions/workflows"), 200),
+        ("actions-workflow", r("/actions/workflows/ci.yml"), 200),
         // A workflow is named by file name or by id.
         (
             "actions-workflow-runs",

@@ -7,6 +7,7 @@ use std::path::Path;
 use gatehouse_supervisor::jobs::http::{HttpMethod as Method, HttpStatus as StatusCode};
 use gatehouse_testkit::machine::{group_gid, TEST_USER};
 use gatehouse_testkit::procs::{alive, fd_count, pids_in};
+use gatehouse_testkit::require;
 use gatehouse_testkit::service::*;
 use gatehouse_testkit::skip::{self, Need};
 use serde_json::json;
@@ -346,6 +347,81 @@ async fn sigterm_with_a_live_job_ends_within_the_grace_every_time() {
 
 /// A mistake in the config stops `gatehouse supervisor` at start, with an
 /// error naming the key, instead of failing the first job.
+/// Starts `gatehouse supervisor --config config`; a config that passes
+/// would serve forever, so it is stopped once it does. Its exit and stderr.
+fn try_start(config: &Path) -> (std::process::ExitStatus, String) {
+    let mut child = gatehouse_testkit::bin::command()
+        .args(["supervisor", "--config"])
+        .arg(config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = String::new();
+    let mut pipe = child.stderr.take().unwrap();
+    let mut line = [0u8; 4096];
+    loop {
+        let n = std::io::Read::read(&mut pipe, &mut line).unwrap();
+        if n == 0 {
+            break;
+        }
+        stderr.push_str(&String::from_utf8_lossy(&line[..n]));
+        if stderr.contains("job API on") {
+            gatehouse_testkit::procs::signal(child.id(), "TERM");
+        }
+    }
+    (child.wait().unwrap(), stderr)
+}
+
+/// Jobs are launched from `<state_dir>/bin`: a state dir on a filesystem
+/// mounted `noexec` refuses the start, naming it, instead of failing every
+/// job later.
+#[test]
+fn a_state_dir_mounted_noexec_refuses_the_start() {
+    require!(Need::Root);
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = gatehouse_testkit::bin::repo_path("prompts");
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let config = dir.path().join("supervisor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = {state:?}\napi_socket = {:?}\nprompts_dir = {prompts:?}\n\
+             [sandbox]\ndangerously_unsandboxed = true\n[worker]\ncommand = [\"true\"]\n",
+            dir.path().join("api.sock"),
+        ),
+    )
+    .unwrap();
+    // The control: on the plain directory it starts.
+    let (status, stderr) = try_start(&config);
+    assert!(
+        status.success() && stderr.contains("job API on"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&state).unwrap();
+    std::fs::create_dir(&state).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "noexec,size=64m", "tmpfs"])
+        .arg(&state)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let (status, stderr) = try_start(&config);
+    let unmounted = std::process::Command::new("umount")
+        .arg(&state)
+        .status()
+        .unwrap();
+    assert!(unmounted.success());
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("noexec") && stderr.contains("state_dir"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("job API on"), "{stderr}");
+}
+
 #[test]
 fn config_mistakes_refuse_the_start_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -366,29 +442,7 @@ fn config_mistakes_refuse_the_start_naming_the_key() {
             ),
         )
         .unwrap();
-        // A config that passes would serve forever: stop it once it does.
-        let mut child = gatehouse_testkit::bin::command()
-            .args(["supervisor", "--config"])
-            .arg(&config)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = String::new();
-        let mut pipe = child.stderr.take().unwrap();
-        let mut line = [0u8; 4096];
-        loop {
-            let n = std::io::Read::read(&mut pipe, &mut line).unwrap();
-            if n == 0 {
-                break;
-            }
-            stderr.push_str(&String::from_utf8_lossy(&line[..n]));
-            if stderr.contains("job API on") {
-                gatehouse_testkit::procs::signal(child.id(), "TERM");
-            }
-        }
-        (child.wait().unwrap(), stderr)
+        try_start(&config)
     };
     // The control: the same config with nothing wrong starts.
     let (status, stderr) = run(&prompts, &profiles);

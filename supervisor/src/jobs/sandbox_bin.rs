@@ -22,6 +22,7 @@ use super::service::{io, ServiceError};
 /// path. `dir` is made the supervisor's own (0700) first.
 pub(super) fn install(installed: &Path, dir: &Path) -> Result<PathBuf, ServiceError> {
     own_dir(dir)?;
+    refuse_noexec(dir)?;
     // A link to a symlink would be a symlink, which a bind follows.
     let real = std::fs::canonicalize(installed).map_err(io(format!(
         "finding the gatehouse binary {}",
@@ -52,7 +53,6 @@ pub(super) fn install(installed: &Path, dir: &Path) -> Result<PathBuf, ServiceEr
         copy(&real, &partial)?;
     }
     std::fs::rename(&partial, &at).map_err(io(format!("renaming {}", partial.display())))?;
-    refuse_noexec(dir)?;
     Ok(at)
 }
 

@@ -1,6 +1,7 @@
 //! The supervisor's per-job proxy identity (against a fake admin socket that
 //! speaks the proxy's admin contract), restarts after `kill -9`, graceful
 //! stops, and many jobs at once without leaks.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure
 
 use std::path::Path;
 

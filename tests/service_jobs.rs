@@ -726,6 +726,17 @@ async fn an_early_error_is_answered_after_the_body() {
             "method_not_allowed",
         ),
         ("POST /nowhere HTTP/1.1\r\n", "HTTP/1.1 404", "not_found"),
+        // A key sent twice, or with a space inside: refused, never picked from.
+        (
+            "POST /jobs HTTP/1.1\r\nIdempotency-Key: k\r\nIdempotency-Key: k\r\n",
+            "HTTP/1.1 400",
+            "invalid_idempotency_key",
+        ),
+        (
+            "POST /jobs HTTP/1.1\r\nIdempotency-Key: k k\r\n",
+            "HTTP/1.1 400",
+            "invalid_idempotency_key",
+        ),
         (
             "POST /jobs/job_nope/inbox HTTP/1.1\r\n",
             "HTTP/1.1 400",

@@ -3,7 +3,7 @@
 //! then the cost of the checks on bodies and bytes: the JSON check (one
 //! meaning per document) on a `gh` query and on a 1 MiB document at its
 //! limits, and the framing guard on a head at its limit, whole and a byte
-//! at a time.
+//! at a time, and on a read full of pipelined requests.
 //!
 //! Then the worst-case group ([`worst`]): every parser of untrusted input
 //! at its largest accepted input, time and peak memory per request.
@@ -222,4 +222,18 @@ fn checks(baseline: Duration) {
             }),
         );
     }
+    // Minimal requests pipelined to fill one 16 KiB read (what a guarded
+    // connection reads at a time): each head is held alone and what follows
+    // it read on, never copied again.
+    let pipelined = b"A / HTTP/1.1\r\n\r\n".repeat(1024);
+    report(
+        "framing guard, 1 024 pipelined requests in one 16 KiB read",
+        median(11, 20, || {
+            let mut tracker = Tracker::default();
+            out.clear();
+            tracker.feed(&pipelined, &mut out);
+            assert_eq!(tracker.requests(), 1024);
+            black_box(&out);
+        }),
+    );
 }

@@ -44,6 +44,17 @@ const MAX_CHUNK_EXTENSIONS: usize = 4096;
 /// Trailer bytes accepted after one chunked body (hyper's limit is 16 KiB).
 const MAX_TRAILER_BYTES: usize = 4096;
 
+/// Trailer lines accepted after one chunked body: hyper's limit, which is
+/// its limit on header lines.
+const MAX_TRAILERS: usize = MAX_HEADERS;
+
+/// The most [`Tracker::work`] per byte fed, however the bytes were split:
+/// each byte is scanned once and copied once or twice (held in a head, a
+/// chunk line or a trailer line, then passed on), a complete head or line
+/// is parsed once (a trailer line copied once more for it), and a head's
+/// end is looked for at most three bytes back into what was held.
+pub const WORK_PER_BYTE: u64 = 8;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
     /// Collecting a request head, after `blank` bytes of empty lines.
@@ -67,10 +78,12 @@ enum State {
         seen: u8,
         extensions: usize,
     },
-    /// Reading trailer lines after the last chunk; `total` counts them.
+    /// Reading trailer lines after the last chunk; `total` counts their
+    /// bytes, `lines` the complete ones.
     Trailers {
         line: Vec<u8>,
         total: usize,
+        lines: usize,
     },
     /// A tunnel: pass everything.
     Passthrough,
@@ -132,6 +145,12 @@ pub struct Tracker {
     violation: Option<Violation>,
     /// The first line of a refused head, as far as it arrived.
     refused_line: Option<Vec<u8>>,
+    /// Requests passed on to their end.
+    requests: u64,
+    /// Body bytes passed on (chunk data without chunk lines).
+    body_bytes: u64,
+    /// Bytes scanned, copied and parsed: see [`Tracker::work`].
+    work: u64,
 }
 
 impl Default for Tracker {
@@ -140,6 +159,9 @@ impl Default for Tracker {
             state: State::head(),
             violation: None,
             refused_line: None,
+            requests: 0,
+            body_bytes: 0,
+            work: 0,
         }
     }
 }
@@ -155,17 +177,37 @@ enum Line {
     Complete(usize),
 }
 
-/// Appends `input` up to and including the first LF to `line`.
-fn take_line(line: &mut Vec<u8>, input: &[u8]) -> Line {
+/// Appends `input` up to and including the first LF to `line`, counting
+/// the bytes scanned and copied in `work`.
+fn take_line(line: &mut Vec<u8>, input: &[u8], work: &mut u64) -> Line {
     match input.iter().position(|b| *b == b'\n') {
         Some(nl) => {
             line.extend_from_slice(&input[..=nl]);
+            *work += 2 * (nl as u64 + 1);
             Line::Complete(nl + 1)
         }
         None => {
             line.extend_from_slice(input);
+            *work += 2 * input.len() as u64;
             Line::Partial
         }
+    }
+}
+
+/// Whether a complete trailer line (ending in CRLF) is one header field
+/// as hyper reads trailers: httparse's field syntax, then a name and value
+/// `http` takes.
+fn is_header_field(line: &[u8]) -> bool {
+    let mut field = Vec::with_capacity(line.len() + 2);
+    field.extend_from_slice(line);
+    field.extend_from_slice(b"\r\n");
+    let mut headers = [httparse::EMPTY_HEADER; 1];
+    match httparse::parse_headers(&field, &mut headers) {
+        Ok(httparse::Status::Complete((_, [h]))) => {
+            http::HeaderName::from_bytes(h.name.as_bytes()).is_ok()
+                && http::HeaderValue::from_bytes(h.value).is_ok()
+        }
+        _ => false,
     }
 }
 
@@ -184,6 +226,31 @@ impl Tracker {
     /// violation was in a body, or no head had begun).
     pub fn refused_line(&self) -> Option<&[u8]> {
         self.refused_line.as_deref()
+    }
+
+    /// How many requests were passed on to their end: a bodiless one at
+    /// its head, others at the last byte of their body (a chunked one after
+    /// its trailers). A `CONNECT` is not counted: a tunnel follows it.
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    /// How many body bytes were passed on: fixed-length bodies, and chunk
+    /// data without its chunk lines, CRLFs and trailers.
+    pub fn body_bytes(&self) -> u64 {
+        self.body_bytes
+    }
+
+    /// Whether a `CONNECT` head made the rest of the stream a tunnel.
+    pub fn is_tunnel(&self) -> bool {
+        matches!(self.state, State::Passthrough)
+    }
+
+    /// The work done so far, in bytes scanned, copied and parsed: at most
+    /// [`WORK_PER_BYTE`] for each byte fed, however the bytes were split
+    /// (bytes passed through a tunnel are not counted).
+    pub fn work(&self) -> u64 {
+        self.work
     }
 
     /// Feeds bytes read from the client; appends what hyper may see to `out`.
@@ -208,6 +275,7 @@ impl Tracker {
                             .count();
                         out.extend_from_slice(&input[..skip]);
                         *blank += skip;
+                        self.work += 2 * skip as u64;
                         input = &input[skip..];
                         if *blank >= MAX_HEAD_BYTES {
                             return self.refuse(Violation::HeadTooLarge, out);
@@ -216,41 +284,59 @@ impl Tracker {
                             return;
                         }
                     }
-                    let from = buf.len();
-                    buf.extend_from_slice(input);
-                    input = &[];
-                    let end = match scan_head(buf, from, MAX_HEAD_BYTES - *blank) {
-                        Err(violation) => return self.refuse(violation, out),
-                        Ok(None) => continue,
+                    let limit = MAX_HEAD_BYTES - *blank;
+                    // The scan looks back at most three bytes held before.
+                    self.work += buf.len().min(3) as u64;
+                    let end = match scan_head(buf, input, limit) {
+                        Err(violation) => {
+                            // What the head had within its limit, for the
+                            // refused line's record.
+                            let kept = limit.saturating_sub(buf.len()).min(input.len());
+                            buf.extend_from_slice(&input[..kept]);
+                            self.work += 2 * kept as u64;
+                            return self.refuse(violation, out);
+                        }
+                        Ok(None) => {
+                            buf.extend_from_slice(input);
+                            self.work += 2 * input.len() as u64;
+                            return;
+                        }
                         Ok(Some(end)) => end,
                     };
-                    let rest = buf.split_off(end);
+                    // Only the head is held: what follows it is read in the
+                    // next state, never copied or scanned here.
+                    buf.extend_from_slice(&input[..end]);
+                    input = &input[end..];
                     let head = std::mem::take(buf);
+                    self.work += 2 * end as u64 + 2 * head.len() as u64;
                     match check_head(&head) {
                         Ok(next) => {
                             out.extend_from_slice(&head);
+                            if matches!(next, State::Head { .. }) {
+                                self.requests += 1;
+                            }
                             self.state = next;
-                            // Re-feed what followed the head in the new state.
-                            self.feed(&rest, out);
                         }
                         Err(violation) => {
                             self.keep_refused_line(&head);
-                            self.refuse(violation, out);
+                            return self.refuse(violation, out);
                         }
                     }
-                    return;
                 }
                 State::Fixed(left) => {
                     let n = (*left).min(input.len() as u64) as usize;
                     out.extend_from_slice(&input[..n]);
                     input = &input[n..];
                     *left -= n as u64;
+                    self.work += n as u64;
+                    self.body_bytes += n as u64;
                     if *left == 0 {
+                        self.requests += 1;
                         self.state = State::head();
                     }
                 }
                 State::ChunkSize { line, extensions } => {
-                    let taken = take_line(line, input);
+                    let taken = take_line(line, input, &mut self.work);
                     if without_lf(line) > MAX_CHUNK_LINE {
                         return self.refuse(Violation::BadChunk, out);
                     }
@@ -266,10 +352,12 @@ impl Tracker {
                         return self.refuse(Violation::BadChunk, out);
                     }
                     out.extend_from_slice(line);
+                    self.work += 2 * line.len() as u64;
                     self.state = match size {
                         0 => State::Trailers {
                             line: Vec::new(),
                             total: 0,
+                            lines: 0,
                         },
                         left => State::ChunkData { left, extensions },
                     };
@@ -279,6 +367,8 @@ impl Tracker {
                     out.extend_from_slice(&input[..n]);
                     input = &input[n..];
                     *left -= n as u64;
+                    self.work += n as u64;
+                    self.body_bytes += n as u64;
                     if *left == 0 {
                         let extensions = *extensions;
                         self.state = State::ChunkEnd {
@@ -295,6 +385,7 @@ impl Tracker {
                     out.extend_from_slice(&input[..1]);
                     input = &input[1..];
                     *seen += 1;
+                    self.work += 1;
                     if *seen == 2 {
                         let extensions = *extensions;
                         self.state = State::ChunkSize {
@@ -303,8 +394,8 @@ impl Tracker {
                         };
                     }
                 }
-                State::Trailers { line, total } => {
-                    let taken = take_line(line, input);
+                State::Trailers { line, total, lines } => {
+                    let taken = take_line(line, input, &mut self.work);
                     if *total + without_lf(line) > MAX_TRAILER_BYTES {
                         return self.refuse(Violation::BadChunk, out);
                     }
@@ -315,13 +406,23 @@ impl Tracker {
                     if !line.ends_with(b"\r\n") {
                         return self.refuse(Violation::BareLineFeed, out);
                     }
-                    out.extend_from_slice(line);
+                    self.work += 2 * line.len() as u64;
                     if line.as_slice() == b"\r\n" {
+                        out.extend_from_slice(line);
+                        self.requests += 1;
                         self.state = State::head();
-                    } else {
-                        *total += line.len();
-                        line.clear();
+                        continue;
                     }
+                    // hyper parses the trailers as header fields and fails
+                    // the body on any that is not one, or past its count.
+                    *lines += 1;
+                    self.work += 2 * line.len() as u64;
+                    if *lines > MAX_TRAILERS || !is_header_field(line) {
+                        return self.refuse(Violation::BadChunk, out);
+                    }
+                    out.extend_from_slice(line);
+                    *total += line.len();
+                    line.clear();
                 }
             }
         }
@@ -359,43 +460,39 @@ impl Tracker {
     }
 }
 
-/// Looks for the end of a head in `buf`, of which the first `from` bytes
-/// were scanned before; `limit` is the most bytes the head may have. The
-/// end (after the empty line), `None` while the head is incomplete, or a
-/// violation. Work is linear in the bytes over all calls, and the verdict
-/// is the same however the head arrived: a bare LF within the first
-/// `limit` bytes is refused first, then a head not ended within `limit`.
-fn scan_head(buf: &[u8], from: usize, limit: usize) -> Result<Option<usize>, Violation> {
-    let start = from.saturating_sub(3);
-    let end = find(&buf[start..], b"\r\n\r\n").map(|i| start + i + 4);
-    let checked = end.unwrap_or(buf.len()).min(limit);
-    let look_from = from.min(checked).saturating_sub(1);
-    if has_bare_lf(&buf[look_from..checked], look_from == 0) {
-        return Err(Violation::BareLineFeed);
+/// Looks for the end of a head: `before` holds its bytes so far (scanned
+/// before), `input` what follows, `limit` is the most bytes the head may
+/// have. How many bytes of `input` complete the head (up to its empty
+/// line), `None` while it is incomplete, or a violation. Each input byte is
+/// looked at once, and at most three bytes of `before`, so work is linear
+/// in the bytes over all calls; the verdict is the same however the head
+/// arrived: a bare LF within the first `limit` bytes is refused first, then
+/// a head not ended within `limit`.
+fn scan_head(before: &[u8], input: &[u8], limit: usize) -> Result<Option<usize>, Violation> {
+    let room = limit.saturating_sub(before.len());
+    let look = &input[..input.len().min(room)];
+    // The three bytes before the one looked at; 0 where there is none (an
+    // LF at the very start is bare).
+    let mut last = [0u8; 3];
+    for (slot, b) in last.iter_mut().rev().zip(before.iter().rev()) {
+        *slot = *b;
     }
-    match end {
-        Some(end) if end > limit => Err(Violation::HeadTooLarge),
-        Some(end) => Ok(Some(end)),
-        None if buf.len() >= limit => Err(Violation::HeadTooLarge),
-        None => Ok(None),
+    for (i, &b) in look.iter().enumerate() {
+        if b == b'\n' {
+            if last[2] != b'\r' {
+                return Err(Violation::BareLineFeed);
+            }
+            if last[..2] == *b"\r\n" {
+                return Ok(Some(i + 1));
+            }
+        }
+        last = [last[1], last[2], b];
     }
-}
-
-/// An LF not preceded by CR in `bytes`; the first byte is an LF's
-/// predecessor only if `at_start` is false.
-fn has_bare_lf(bytes: &[u8], at_start: bool) -> bool {
-    bytes.iter().enumerate().any(|(i, b)| {
-        *b == b'\n'
-            && (if i == 0 {
-                at_start
-            } else {
-                bytes[i - 1] != b'\r'
-            })
-    })
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    if before.len() + input.len() >= limit {
+        Err(Violation::HeadTooLarge)
+    } else {
+        Ok(None)
+    }
 }
 
 /// Decides a complete head: the state its body puts the stream in, or a

@@ -3,7 +3,7 @@
 //!
 //! | call | answer |
 //! |---|---|
-//! | `POST /jobs` + `Idempotency-Key` | 202 `{job_id, state}`, `Location: /jobs/{id}`; same key+body: the same job; same key, other body: 409 |
+//! | `POST /jobs` + `Idempotency-Key` | 202 `{job_id, state}`, `Location: /jobs/{id}`; same key+body: the same job; same key, other body: 409; no key, or one repeated, empty, too long or not visible ASCII: 400 ([`idempotency_key`]) |
 //! | `GET /jobs/{id}` | 200 job view; 404 unknown |
 //! | `GET /jobs/{id}/result` | 200 once ended; 409 before |
 //! | `DELETE /jobs/{id}` | 202 stop requested; 409 already ended (body names the state) |
@@ -67,20 +67,90 @@ pub async fn handle(supervisor: Supervisor, req: Request<Bytes>) -> Response<Bod
     }
 }
 
+/// The longest `Idempotency-Key` taken, in bytes.
+pub const MAX_IDEMPOTENCY_KEY: usize = 200;
+
+/// Why a `POST /jobs` has no usable `Idempotency-Key`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// no `Idempotency-Key` header
+    #[error(
+        "POST /jobs needs an Idempotency-Key header (1-{} visible ASCII characters)",
+        MAX_IDEMPOTENCY_KEY
+    )]
+    Missing,
+    /// the header was sent more than once
+    #[error("the Idempotency-Key header was sent {0} times; send it once")]
+    Repeated(usize),
+    /// the header is there but empty
+    #[error(
+        "the Idempotency-Key header is empty; it needs 1-{} visible ASCII characters",
+        MAX_IDEMPOTENCY_KEY
+    )]
+    Empty,
+    /// longer than [`MAX_IDEMPOTENCY_KEY`] bytes
+    #[error(
+        "the Idempotency-Key is {0} bytes long; at most {max} are taken",
+        max = MAX_IDEMPOTENCY_KEY
+    )]
+    TooLong(usize),
+    /// a byte that is not visible ASCII (a space, a tab, a control
+    /// character or a non-ASCII byte), at this offset
+    #[error("the Idempotency-Key has byte 0x{byte:02x} at offset {at}; only visible ASCII (0x21-0x7e) is taken, no spaces or tabs")]
+    Invalid { at: usize, byte: u8 },
+}
+
+impl KeyError {
+    /// The error code of the `400` answer.
+    pub fn code(&self) -> &'static str {
+        match self {
+            KeyError::Missing => "missing_idempotency_key",
+            _ => "invalid_idempotency_key",
+        }
+    }
+}
+
+/// The `Idempotency-Key` of a `POST /jobs`: exactly one header, 1 to
+/// [`MAX_IDEMPOTENCY_KEY`] bytes of visible ASCII (`0x21..=0x7e`). A repeated
+/// header, a space or tab (inside the value; hyper trims them at its ends),
+/// a control or non-ASCII byte, or an over-long key is refused, never
+/// trimmed, joined or picked from. Looks at each byte of the one value at
+/// most once.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<&str, KeyError> {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let Some(value) = values.next() else {
+        return Err(KeyError::Missing);
+    };
+    let more = values.count();
+    if more > 0 {
+        return Err(KeyError::Repeated(more + 1));
+    }
+    let bytes = value.as_bytes();
+    if bytes.is_empty() {
+        return Err(KeyError::Empty);
+    }
+    if bytes.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(KeyError::TooLong(bytes.len()));
+    }
+    if let Some(at) = bytes.iter().position(|b| !(0x21..=0x7e).contains(b)) {
+        return Err(KeyError::Invalid {
+            at,
+            byte: bytes[at],
+        });
+    }
+    // Visible ASCII is UTF-8.
+    std::str::from_utf8(bytes).map_err(|e| KeyError::Invalid {
+        at: e.valid_up_to(),
+        byte: bytes[e.valid_up_to()],
+    })
+}
+
 /// `POST /jobs`.
 async fn submit(supervisor: &Supervisor, headers: &HeaderMap, body: Bytes) -> Response<Body> {
-    let Some(key) = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .filter(|k| !k.is_empty() && k.len() <= 200)
-    else {
-        return error_response(
-            StatusCode::BAD_REQUEST,
-            "missing_idempotency_key",
-            "POST /jobs needs an Idempotency-Key header (1-200 visible characters)",
-        );
+    let key = match idempotency_key(headers) {
+        Ok(key) => key.to_owned(),
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, e.code(), e.to_string()),
     };
-    let key = key.to_owned();
     let bytes = match body_within(body, MAX_JOB_BODY) {
         Ok(b) => b,
         Err(resp) => return *resp,
@@ -208,5 +278,87 @@ mod tests {
         assert!(events_query("after=-1").is_err());
         assert!(events_query("after=x").is_err());
         assert!(events_query("cursor=1").is_err());
+    }
+
+    fn headers(values: &[&[u8]]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        map.insert("content-type", HeaderValue::from_static("application/json"));
+        for v in values {
+            map.append("idempotency-key", HeaderValue::from_bytes(v).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn idempotency_key_accepts_one_visible_ascii_value() {
+        assert_eq!(idempotency_key(&headers(&[b"k1"])), Ok("k1"));
+        assert_eq!(
+            idempotency_key(&headers(&[b"tkt_412:trg_9f!~"])),
+            Ok("tkt_412:trg_9f!~")
+        );
+        let longest = "k".repeat(MAX_IDEMPOTENCY_KEY);
+        assert_eq!(
+            idempotency_key(&headers(&[longest.as_bytes()])),
+            Ok(longest.as_str())
+        );
+        // The header name is matched whatever its case (http lowercases it).
+        let mut map = HeaderMap::new();
+        map.insert(
+            http::HeaderName::from_bytes(b"IDEMPOTENCY-KEY").unwrap(),
+            HeaderValue::from_static("x"),
+        );
+        assert_eq!(idempotency_key(&map), Ok("x"));
+    }
+
+    #[test]
+    fn idempotency_key_refusals_are_clear() {
+        assert_eq!(idempotency_key(&headers(&[])), Err(KeyError::Missing));
+        assert_eq!(
+            idempotency_key(&headers(&[])).unwrap_err().code(),
+            "missing_idempotency_key"
+        );
+        // Repeated, even with the same value twice: never one picked.
+        assert_eq!(
+            idempotency_key(&headers(&[b"a", b"a"])),
+            Err(KeyError::Repeated(2))
+        );
+        assert_eq!(
+            idempotency_key(&headers(&[b"a", b"b", b"c"])),
+            Err(KeyError::Repeated(3))
+        );
+        assert_eq!(idempotency_key(&headers(&[b""])), Err(KeyError::Empty));
+        let over = "k".repeat(MAX_IDEMPOTENCY_KEY + 1);
+        assert_eq!(
+            idempotency_key(&headers(&[over.as_bytes()])),
+            Err(KeyError::TooLong(MAX_IDEMPOTENCY_KEY + 1))
+        );
+        assert_eq!(
+            idempotency_key(&headers(&[b"a b"])),
+            Err(KeyError::Invalid { at: 1, byte: b' ' })
+        );
+        assert_eq!(
+            idempotency_key(&headers(&[b"a\tb"])),
+            Err(KeyError::Invalid { at: 1, byte: b'\t' })
+        );
+        assert_eq!(
+            idempotency_key(&headers(&["k\u{e9}".as_bytes()])),
+            Err(KeyError::Invalid { at: 1, byte: 0xc3 })
+        );
+        for e in [
+            KeyError::Repeated(2),
+            KeyError::Empty,
+            KeyError::TooLong(201),
+            KeyError::Invalid { at: 0, byte: b' ' },
+        ] {
+            assert_eq!(e.code(), "invalid_idempotency_key");
+            assert!(e.to_string().contains("Idempotency-Key"), "{e}");
+        }
+        // A too-long key with a bad byte is told by its length, checked first.
+        let mut long_bad = vec![b' '; MAX_IDEMPOTENCY_KEY + 1];
+        long_bad[0] = b'k';
+        assert_eq!(
+            idempotency_key(&headers(&[&long_bad])),
+            Err(KeyError::TooLong(MAX_IDEMPOTENCY_KEY + 1))
+        );
     }
 }

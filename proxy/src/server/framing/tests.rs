@@ -30,6 +30,13 @@ fn framing_table() {
         (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY", Some(BadChunk)),
         (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\r\n", Some(BadChunk)),
         (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: 1\n\r\n", Some(BareLineFeed)),
+        // A trailer line that is not a header field: hyper fails the body.
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nnot a field\r\n\r\n", Some(BadChunk)),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: a\rb\r\n\r\n", Some(BadChunk)),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n folded\r\n\r\n", Some(BadChunk)),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX : 1\r\n\r\n", Some(BadChunk)),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: \x7f\r\n\r\n", Some(BadChunk)),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-A: 1\r\nX-B:\r\n\r\n", None),
         (b"POST / HTTP/1.1\r\nContent-Length: 2x\r\n\r\nab", Some(Malformed)),
         (b"GET / HTTP/1.1\r\nBad Name: 1\r\n\r\n", Some(Malformed)),
         (b"\x01GET / HTTP/1.1\r\n\r\n", Some(Malformed)),
@@ -155,8 +162,12 @@ fn scanning_a_head_is_linear_and_split_independent() {
         (b"GET / HTTP/1.1\r\n\r\n\n", 0, 100, Ok(Some(18))),
     ];
     for (buf, from, limit, want) in cases {
+        // What `scan_head` takes: the bytes held before, then the new ones;
+        // it answers how many of the new ones end the head.
+        let (before, input) = buf.split_at(*from);
+        let want = want.clone().map(|end| end.map(|e| e - from));
         assert_eq!(
-            &scan_head(buf, *from, *limit),
+            scan_head(before, input, *limit),
             want,
             "{:?} from {from} limit {limit}",
             String::from_utf8_lossy(buf)
@@ -302,5 +313,106 @@ fn a_refused_head_keeps_the_start_of_its_request_line() {
             assert!(tracker.violation().is_some());
             assert_eq!(tracker.refused_line(), line, "{piece}");
         }
+    }
+}
+
+#[test]
+fn trailer_lines_are_header_fields_within_hyper_s_count() {
+    let body = |lines: usize| {
+        let mut s =
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n".to_vec();
+        for i in 0..lines {
+            s.extend_from_slice(format!("T{i}: v\r\n").as_bytes());
+        }
+        s.extend_from_slice(b"\r\n");
+        s
+    };
+    for (lines, want) in [
+        (0, None),
+        (1, None),
+        (MAX_TRAILERS, None),
+        (MAX_TRAILERS + 1, Some(Violation::BadChunk)),
+    ] {
+        let input = body(lines);
+        for piece in [input.len(), 1] {
+            let chunks: Vec<&[u8]> = input.chunks(piece).collect();
+            let (out, got) = run(&chunks);
+            assert_eq!(got, want, "{lines} trailer lines, pieces of {piece}");
+            if want.is_none() {
+                assert_eq!(out, input);
+            }
+        }
+    }
+}
+
+#[test]
+fn requests_and_body_bytes_are_counted_at_each_end() {
+    let mut stream = GET.to_vec();
+    stream.extend_from_slice(b"POST /b HTTP/1.1\r\nContent-Length: 5\r\n\r\nworld");
+    stream.extend_from_slice(b"POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;e\r\nhello\r\n2\r\n!!\r\n0\r\nT: 1\r\n\r\n");
+    let last = b"POST /z HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
+    stream.extend_from_slice(last);
+    let mut t = Tracker::default();
+    let mut out = BytesMut::new();
+    let mut ends = Vec::new();
+    for (i, b) in stream.iter().enumerate() {
+        let before = t.requests();
+        t.feed(std::slice::from_ref(b), &mut out);
+        if t.requests() > before {
+            ends.push((i + 1, t.body_bytes()));
+        }
+    }
+    let first = GET.len();
+    let second = first + 44;
+    assert_eq!(
+        ends,
+        [
+            (first, 0),
+            (second, 5),
+            (stream.len() - last.len(), 12),
+            (stream.len(), 12)
+        ]
+    );
+    assert!(!t.is_tunnel() && t.violation().is_none());
+    let mut c = Tracker::default();
+    c.feed(
+        b"CONNECT a:443 HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+        &mut BytesMut::new(),
+    );
+    assert!(c.is_tunnel());
+    assert_eq!(c.requests(), 0);
+}
+
+#[test]
+fn work_is_linear_however_the_bytes_arrive() {
+    // Many small pipelined requests in one read: each head is held alone,
+    // the rest never copied again (nor a frame per request on the stack).
+    let one = b"A / HTTP/1.1\r\n\r\n";
+    let stream = one.repeat(200_000);
+    let mut t = Tracker::default();
+    let mut out = BytesMut::new();
+    t.feed(&stream, &mut out);
+    assert_eq!(t.requests(), 200_000);
+    assert_eq!(out.len(), stream.len());
+    assert!(
+        t.work() <= WORK_PER_BYTE * stream.len() as u64,
+        "{}",
+        t.work()
+    );
+    // Byte at a time, and every other kind of piece of the split tests.
+    let mut stream: Vec<u8> = (0..9).flat_map(|k| piece(k, 40)).collect();
+    stream.extend_from_slice(&piece(2, 3000));
+    for size in [1, 2, 3, 7, 4096, stream.len()] {
+        let mut t = Tracker::default();
+        let mut out = BytesMut::new();
+        for chunk in stream.chunks(size) {
+            t.feed(chunk, &mut out);
+        }
+        assert!(
+            t.work() <= WORK_PER_BYTE * (stream.len() as u64 + 1),
+            "pieces of {size}: {} for {} bytes",
+            t.work(),
+            stream.len()
+        );
     }
 }

@@ -137,7 +137,10 @@ fn an_idle_sandbox_sheds_its_start_up_pages_and_keeps_working() {
                 .flatten()
                 .filter_map(|p| shed(p).map(|m| (p, m)))
                 .collect();
-            let both = seen.len() == 2 && seen.iter().all(|(_, (rss, hwm))| rss * 2 < *hwm);
+            // Under 3/5 of the peak: pid 1 keeps its shared libraries' and
+            // writable pages, about 2.5 of its 5 MiB, so half was the edge
+            // (0.48-0.51 measured), and a loaded machine crossed it.
+            let both = seen.len() == 2 && seen.iter().all(|(_, (rss, hwm))| rss * 5 < hwm * 3);
             if both || std::time::Instant::now() > deadline {
                 break (both, seen);
             }

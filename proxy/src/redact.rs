@@ -8,9 +8,10 @@
 //! a trie, so deciding a position walks at most one secret's length
 //! whatever the number of secrets; a position whose walk reaches the end of
 //! the bytes received so far while a longer secret could still match is
-//! held back until the next chunk (or the end) decides it. Each position is
-//! decided once, so the work is linear in the body however it is chunked,
-//! also when one secret is a prefix of another.
+//! held back until the next chunk (or the end) decides it; the next chunk
+//! resumes that walk where it stopped. Each position is walked once, so the
+//! work is the same however the body is chunked (at most its length times
+//! the longest secret's), also when one secret is a prefix of another.
 
 use std::sync::Arc;
 
@@ -66,8 +67,9 @@ impl Secrets {
 
     /// Whether any secret occurs in `data`.
     pub fn occur_in(&self, data: &[u8]) -> bool {
-        (0..data.len())
-            .any(|i| self.trie.starts[usize::from(data[i])] && self.trie.walk(&data[i..]).best > 0)
+        (0..data.len()).any(|i| {
+            self.trie.starts[usize::from(data[i])] && self.trie.walk(&data[i..]).at.best > 0
+        })
     }
 
     /// Whether any secret occurs in `data`, ignoring ASCII case (for header
@@ -106,14 +108,21 @@ struct Node {
     terminal: bool,
 }
 
-/// What a walk from one position found.
-struct Walk {
-    /// The length of the longest secret that starts there (0: none).
+/// Where a walk from one position stands.
+#[derive(Clone, Copy, Default)]
+struct Cursor {
+    /// The trie node reached.
+    node: usize,
+    /// The length of the longest secret passed on the way (0: none).
     best: usize,
-    /// The bytes ran out while a longer secret could still match.
+}
+
+/// A walk that has gone through the bytes it was given.
+struct Walk {
+    at: Cursor,
+    /// The bytes ran out while a longer secret could still match: only
+    /// later bytes (or the end) decide the position.
     open: bool,
-    /// Trie steps taken.
-    steps: usize,
 }
 
 impl Trie {
@@ -143,39 +152,44 @@ impl Trie {
             .map(|i| next[i].1 as usize)
     }
 
-    /// Walks `data` from its first byte as far as the trie goes.
+    /// Walks on from `at`, which has gone through `depth` bytes, over
+    /// `data`, counting one step per byte looked at into `work`. A walk
+    /// stops at the first byte that leaves the trie or at a leaf, so the
+    /// steps of one position's walk are the same whether its bytes come in
+    /// one piece or in many.
+    fn walk_on(&self, mut at: Cursor, depth: usize, data: &[u8], work: &mut u64) -> Walk {
+        for (k, &b) in data.iter().enumerate() {
+            let Some(next) = self.child(at.node, b) else {
+                *work += k as u64 + 1;
+                return Walk { at, open: false };
+            };
+            at.node = next;
+            if self.nodes[next].terminal {
+                at.best = depth + k + 1;
+            }
+            if self.nodes[next].next.is_empty() {
+                *work += k as u64 + 1;
+                return Walk { at, open: false };
+            }
+        }
+        *work += data.len() as u64;
+        Walk { at, open: true }
+    }
+
+    /// Walks `data` from its first byte.
     fn walk(&self, data: &[u8]) -> Walk {
-        let mut node = 0usize;
-        let mut best = 0;
-        for (depth, &b) in data.iter().enumerate() {
-            match self.child(node, b) {
-                Some(next) => node = next,
-                None => {
-                    return Walk {
-                        best,
-                        open: false,
-                        steps: depth + 1,
-                    }
-                }
-            }
-            if self.nodes[node].terminal {
-                best = depth + 1;
-            }
-        }
-        Walk {
-            best,
-            open: !self.nodes[node].next.is_empty(),
-            steps: data.len(),
-        }
+        self.walk_on(Cursor::default(), 0, data, &mut 0)
     }
 }
 
 /// A streaming redactor over a fixed set of secret values.
 pub struct Redactor {
     secrets: Arc<Secrets>,
-    /// Bytes received but not yet decided; its first byte is the first
-    /// undecided position.
+    /// Bytes received but not yet decided: the walk from the first of them
+    /// has gone through all of them and is still open.
     held: BytesMut,
+    /// That walk, resumed by the next chunk rather than walked again.
+    open: Cursor,
     /// Trie steps taken so far (see [`Redactor::work`]).
     work: u64,
 }
@@ -199,14 +213,15 @@ impl Redactor {
         Self {
             secrets,
             held: BytesMut::new(),
+            open: Cursor::default(),
             work: 0,
         }
     }
 
-    /// The trie steps taken so far: at most twice the bytes fed times the
-    /// longest secret's length, however the bytes were chunked (each
-    /// position is walked once when decided, and the one held back is
-    /// walked again once per chunk while it stays undecided).
+    /// The trie steps taken so far: the same however the bytes were
+    /// chunked (a held position's walk resumes where the last chunk left
+    /// it), and at most the bytes fed times the longest secret's length
+    /// (each position is walked once, never deeper than the trie).
     pub fn work(&self) -> u64 {
         self.work
     }
@@ -216,30 +231,42 @@ impl Redactor {
         if self.secrets.is_empty() || chunk.is_empty() {
             return Bytes::copy_from_slice(chunk);
         }
-        let mut out = BytesMut::with_capacity(self.held.len() + chunk.len());
+        let trie = &self.secrets.trie;
         if self.held.is_empty() {
-            let keep_from = scan(&self.secrets.trie, chunk, false, &mut out, &mut self.work);
+            let mut out = BytesMut::with_capacity(chunk.len());
+            let (keep_from, open) = scan(trie, chunk, false, &mut out, &mut self.work);
             self.held.extend_from_slice(&chunk[keep_from..]);
-        } else {
-            self.held.extend_from_slice(chunk);
-            let keep_from = scan(
-                &self.secrets.trie,
-                &self.held,
-                false,
-                &mut out,
-                &mut self.work,
-            );
-            let _ = self.held.split_to(keep_from);
+            self.open = open;
+            return out.freeze();
         }
+        let walk = trie.walk_on(self.open, self.held.len(), chunk, &mut self.work);
+        self.held.extend_from_slice(chunk);
+        if walk.open {
+            // Still undecided: nothing to send, nothing walked twice.
+            self.open = walk.at;
+            return Bytes::new();
+        }
+        // The first held position is decided; those after it are walked
+        // from the start, as one pass over the whole body walks them.
+        let mut out = BytesMut::with_capacity(self.held.len() + REDACTED.len());
+        let skip = decide(&self.held, walk.at.best, &mut out);
+        let (keep_from, open) = scan(trie, &self.held[skip..], false, &mut out, &mut self.work);
+        let _ = self.held.split_to(skip + keep_from);
+        self.open = open;
         out.freeze()
     }
 
     /// Ends the stream; returns the held-back tail, redacted.
     pub fn finish(&mut self) -> Bytes {
-        let mut out = BytesMut::with_capacity(self.held.len());
+        if self.held.is_empty() {
+            return Bytes::new();
+        }
+        let mut out = BytesMut::with_capacity(self.held.len() + REDACTED.len());
+        // At the end, the open walk is decided by what it has found.
+        let skip = decide(&self.held, self.open.best, &mut out);
         scan(
             &self.secrets.trie,
-            &self.held,
+            &self.held[skip..],
             true,
             &mut out,
             &mut self.work,
@@ -249,9 +276,29 @@ impl Redactor {
     }
 }
 
+/// Writes the decision for the first position of `data`, whose walk found
+/// a secret of `best` bytes (0: none): the marker for the secret, or the
+/// byte itself. Returns how many bytes it decided.
+fn decide(data: &[u8], best: usize, out: &mut BytesMut) -> usize {
+    if best > 0 {
+        out.extend_from_slice(REDACTED);
+        best
+    } else {
+        out.extend_from_slice(&data[..1]);
+        1
+    }
+}
+
 /// Redacts `data` into `out`, returning the index from which bytes are held
-/// back (undecided until more bytes come); `data.len()` when none are.
-fn scan(trie: &Trie, data: &[u8], at_end: bool, out: &mut BytesMut, work: &mut u64) -> usize {
+/// back (undecided until more bytes come; `data.len()` when none are) and
+/// the open walk over them.
+fn scan(
+    trie: &Trie,
+    data: &[u8],
+    at_end: bool,
+    out: &mut BytesMut,
+    work: &mut u64,
+) -> (usize, Cursor) {
     let mut i = 0;
     while i < data.len() {
         // Copy the run of bytes that cannot start a secret in one go.
@@ -264,20 +311,13 @@ fn scan(trie: &Trie, data: &[u8], at_end: bool, out: &mut BytesMut, work: &mut u
         if i == data.len() {
             break;
         }
-        let walk = trie.walk(&data[i..]);
-        *work += walk.steps as u64;
+        let walk = trie.walk_on(Cursor::default(), 0, &data[i..], work);
         if walk.open && !at_end {
-            return i;
+            return (i, walk.at);
         }
-        if walk.best > 0 {
-            out.extend_from_slice(REDACTED);
-            i += walk.best;
-        } else {
-            out.extend_from_slice(&data[i..i + 1]);
-            i += 1;
-        }
+        i += decide(&data[i..], walk.at.best, out);
     }
-    data.len()
+    (data.len(), Cursor::default())
 }
 
 /// Redacts a whole body. A body in which no secret occurs is returned as

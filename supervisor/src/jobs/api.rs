@@ -23,8 +23,10 @@ use super::spec::JobRequest;
 
 /// The largest body any call takes (a job); each route bounds its own.
 pub const MAX_BODY: usize = MAX_JOB_BODY;
-const MAX_JOB_BODY: usize = 2 << 20;
-const MAX_INBOX_BODY: usize = 64 * 1024;
+/// The largest `POST /jobs` body.
+pub const MAX_JOB_BODY: usize = 2 << 20;
+/// The largest `POST /jobs/{id}/inbox` body.
+pub const MAX_INBOX_BODY: usize = 64 * 1024;
 const MAX_WAIT: Duration = Duration::from_secs(60);
 const EVENTS_PAGE: usize = 500;
 

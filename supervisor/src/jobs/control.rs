@@ -33,8 +33,10 @@ use super::http::{
 use super::report::Report;
 use super::service::{ServiceError, Supervisor};
 
-const MAX_REPORT_BODY: usize = 32 * 1024;
-const MAX_ACK_BODY: usize = 1024;
+/// The largest `POST /report` body a worker may send.
+pub const MAX_REPORT_BODY: usize = 32 * 1024;
+/// The largest `POST /inbox/ack` body.
+pub const MAX_ACK_BODY: usize = 1024;
 
 /// Serves job `job_id`'s control socket within the job's limits
 /// ([`super::control_limits::ControlLimits`]): its connections beyond its share are closed at

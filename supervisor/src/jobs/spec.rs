@@ -21,13 +21,13 @@ pub struct JobRequest {
     /// The sandbox profile, by name.
     pub profile: String,
     /// Proxy rule sets the worker may use.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded::thirty_two")]
     pub rule_sets: Vec<String>,
     /// Hosts the worker may only tunnel to (package registries).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded::thirty_two")]
     pub tunnel_hosts: Vec<String>,
     /// Variables bound in the rule sets, e.g. `repo`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded::variables")]
     pub variables: BTreeMap<String, String>,
     /// The task text, rendered into the prompt.
     pub task: String,
@@ -36,8 +36,106 @@ pub struct JobRequest {
     pub deadline_secs: Option<u64>,
     /// The command to run inside the sandbox instead of the configured worker
     /// command (it runs sandboxed either way).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded::command")]
     pub command: Option<Vec<String>>,
+}
+
+/// The most entries of `rule_sets`, `tunnel_hosts` and `variables`.
+pub const MAX_NAMES: usize = 32;
+/// The most arguments of `command`.
+pub const MAX_ARGS: usize = 256;
+
+/// Deserializers that stop at a list's or map's limit: a 2 MiB body of a
+/// million short items is refused at the first item past the limit, not
+/// after a million allocations (which validation would then refuse).
+mod bounded {
+    use std::collections::BTreeMap;
+    use std::fmt;
+
+    use serde::de::{Deserializer, Error, MapAccess, SeqAccess, Visitor};
+
+    struct Strings(usize);
+
+    impl<'de> Visitor<'de> for Strings {
+        type Value = Vec<String>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "a list of at most {} strings", self.0)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(item) = seq.next_element::<String>()? {
+                if out.len() == self.0 {
+                    return Err(A::Error::custom(format!("more than {} entries", self.0)));
+                }
+                out.push(item);
+            }
+            Ok(out)
+        }
+    }
+
+    pub(super) fn thirty_two<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        d.deserialize_seq(Strings(super::MAX_NAMES))
+    }
+
+    struct Variables;
+
+    impl<'de> Visitor<'de> for Variables {
+        type Value = BTreeMap<String, String>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "a map of at most {} strings", super::MAX_NAMES)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((name, value)) = map.next_entry::<String, String>()? {
+                out.insert(name, value);
+                if out.len() > super::MAX_NAMES {
+                    return Err(A::Error::custom(format!(
+                        "more than {} entries",
+                        super::MAX_NAMES
+                    )));
+                }
+            }
+            Ok(out)
+        }
+    }
+
+    pub(super) fn variables<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<String, String>, D::Error> {
+        d.deserialize_map(Variables)
+    }
+
+    struct Command;
+
+    impl<'de> Visitor<'de> for Command {
+        type Value = Option<Vec<String>>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "null or a list of at most {} strings", super::MAX_ARGS)
+        }
+
+        fn visit_none<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_seq(Strings(super::MAX_ARGS)).map(Some)
+        }
+    }
+
+    pub(super) fn command<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<String>>, D::Error> {
+        d.deserialize_option(Command)
+    }
 }
 
 /// Bounds a request must respect; from the supervisor's config.
@@ -94,7 +192,9 @@ impl JobRequest {
                 format!("a profile name: {}", ProfileName::EXPECTED),
             ));
         }
-        if self.rule_sets.len() > 32 || !self.rule_sets.iter().all(|r| RuleSetName::is_valid(r)) {
+        if self.rule_sets.len() > MAX_NAMES
+            || !self.rule_sets.iter().all(|r| RuleSetName::is_valid(r))
+        {
             return Err(field(
                 "rule_sets",
                 format!("at most 32 rule set names, each {}", RuleSetName::EXPECTED),
@@ -106,7 +206,7 @@ impl JobRequest {
                 "no rule sets: this supervisor has no proxy configured",
             ));
         }
-        if self.tunnel_hosts.len() > 32
+        if self.tunnel_hosts.len() > MAX_NAMES
             || !self.tunnel_hosts.iter().all(|h| TunnelTarget::is_valid(h))
         {
             return Err(field(
@@ -120,7 +220,7 @@ impl JobRequest {
                 "no tunnel hosts: this supervisor has no proxy configured",
             ));
         }
-        if self.variables.len() > 32 {
+        if self.variables.len() > MAX_NAMES {
             return Err(field("variables", "at most 32 entries"));
         }
         // The proxy's rule: the identity made from these must be accepted.
@@ -142,7 +242,7 @@ impl JobRequest {
             ));
         }
         if let Some(cmd) = &self.command {
-            if cmd.is_empty() || cmd.len() > 256 || cmd.iter().any(|a| a.contains('\0')) {
+            if cmd.is_empty() || cmd.len() > MAX_ARGS || cmd.iter().any(|a| a.contains('\0')) {
                 return Err(field("command", "a non-empty argv without NUL bytes"));
             }
         }
@@ -236,6 +336,64 @@ mod tests {
         let spec = base().validate(&limits()).unwrap();
         assert_eq!(spec.deadline_secs, 60);
         assert_eq!(spec.variables["repo"], "o/r");
+    }
+
+    /// Lists and maps are refused at their first entry past the limit,
+    /// while parsing: a 2 MiB body of short entries stops near its start
+    /// (the error's column says where), not after building all of them.
+    #[test]
+    fn long_lists_are_refused_where_they_pass_the_limit() {
+        let body = |field: &str, value: String| {
+            format!(
+                r#"{{"ticket":"tkt_1","team":"core","profile":"default","task":"t","{field}":{value}}}"#
+            )
+        };
+        let list = |n: usize| format!("[{}]", vec![r#""a""#; n].join(","));
+        let map = |n: usize| {
+            let entries: Vec<String> = (0..n).map(|i| format!(r#""k{i}":"v""#)).collect();
+            format!("{{{}}}", entries.join(","))
+        };
+        // (field, at the limit, one past it, a 2 MiB body)
+        let cases = [
+            (
+                "rule_sets",
+                list(MAX_NAMES),
+                list(MAX_NAMES + 1),
+                list(500_000),
+            ),
+            (
+                "tunnel_hosts",
+                list(MAX_NAMES),
+                list(MAX_NAMES + 1),
+                list(500_000),
+            ),
+            (
+                "variables",
+                map(MAX_NAMES),
+                map(MAX_NAMES + 1),
+                map(200_000),
+            ),
+            ("command", list(MAX_ARGS), list(MAX_ARGS + 1), list(500_000)),
+        ];
+        for (field, at, past, huge) in cases {
+            let parsed: JobRequest = serde_json::from_str(&body(field, at)).unwrap();
+            assert!(parsed.canonical_hash().is_ok(), "{field}");
+            let error = serde_json::from_str::<JobRequest>(&body(field, past)).unwrap_err();
+            assert!(error.to_string().contains("more than"), "{field}: {error}");
+            let huge = body(field, huge);
+            assert!(huge.len() > 1 << 20, "{field}");
+            let error = serde_json::from_str::<JobRequest>(&huge).unwrap_err();
+            assert!(
+                error.column() < 4096,
+                "{field}: refused at column {} of {}",
+                error.column(),
+                huge.len()
+            );
+        }
+        // `command` may still be null or absent.
+        let null: JobRequest = serde_json::from_str(&body("command", "null".into())).unwrap();
+        assert_eq!(null.command, None);
+        assert_eq!(base().command, None);
     }
 
     #[test]

@@ -818,3 +818,67 @@ fn ca_of(emulator: &GithubHandle, dir: &Path) -> std::path::PathBuf {
     emulator.write_ca_pem(&path).unwrap();
     path
 }
+
+/// A renamed repository: requests naming the former name are redirected
+/// to the same resource by id (301 for GET, 307 for other methods, query
+/// kept, GitHub's body), the id form and the new name answer, the bare
+/// repository moved, and a new repository of the old name ends it.
+#[test]
+fn a_renamed_repository_redirects_its_former_name_to_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = start(dir.path());
+    let ca = ca_of(&emulator, dir.path());
+    emulator
+        .add_issue("acme/widgets", "t", "b", "alice")
+        .unwrap();
+    let auth = ["-H", "Authorization: token ghs_test_valid_token"];
+    let with = |extra: &[&str], path: &str| {
+        let mut args = auth.to_vec();
+        args.extend_from_slice(extra);
+        curl(&emulator, &ca, "api.github.com", &args, path)
+    };
+    let id = with(&[], "/repos/acme/widgets").json()["id"]
+        .as_u64()
+        .unwrap();
+    emulator.rename_repo("acme/widgets", "gadgets").unwrap();
+    assert!(dir.path().join("git/acme/gadgets.git").is_dir());
+    assert!(!dir.path().join("git/acme/widgets.git").exists());
+    let port = emulator.addr().port();
+    let moved = with(&[], "/repos/acme/widgets/issues/1/comments?per_page=1");
+    assert_eq!(moved.status, 301, "{}", moved.body);
+    let url =
+        format!("https://api.github.com:{port}/repositories/{id}/issues/1/comments?per_page=1");
+    assert!(
+        moved
+            .headers
+            .lines()
+            .any(|l| l.eq_ignore_ascii_case(&format!("location: {url}"))),
+        "{}",
+        moved.headers
+    );
+    assert_eq!(moved.json()["message"], "Moved Permanently");
+    assert_eq!(moved.json()["url"], url);
+    // Other methods are told to repeat themselves there.
+    let post = with(
+        &["-X", "POST", "--data", r#"{"body":"hi"}"#],
+        "/repos/Acme/Widgets/issues/1/comments",
+    );
+    assert_eq!(post.status, 307, "{}", post.body);
+    assert_eq!(post.json()["message"], "Temporary Redirect");
+    // curl following the redirect gets the issue; the new name answers too.
+    let followed = with(&["-L"], "/repos/acme/widgets/issues/1");
+    assert_eq!(followed.status, 301);
+    let after = followed.body.rsplit("\r\n\r\n").next().unwrap_or_default();
+    assert!(after.contains("\"number\":1"), "{}", followed.body);
+    assert_eq!(with(&[], "/repos/acme/gadgets/issues/1").status, 200);
+    assert_eq!(
+        with(&[], &format!("/repositories/{id}/issues/1")).status,
+        200
+    );
+    // Renaming onto an existing name is refused; a new repository of the
+    // old name would end the redirect (GitHub's rule): renaming back does.
+    assert!(emulator.rename_repo("acme/gadgets", "gadgets").is_err());
+    emulator.rename_repo("acme/gadgets", "widgets").unwrap();
+    assert_eq!(with(&[], "/repos/acme/widgets/issues/1").status, 200);
+    assert_eq!(with(&[], "/repos/acme/gadgets/issues/1").status, 301);
+}

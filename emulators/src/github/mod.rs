@@ -430,6 +430,43 @@ impl GithubHandle {
             .collect()
     }
 
+    /// Renames `owner/name` to `owner/new_name`, as its owner renaming it
+    /// in the repository's settings would: its bare repository moves, and
+    /// requests naming the old name are redirected to the repository's id
+    /// (no webhook is sent).
+    pub fn rename_repo(&self, full_name: &str, new_name: &str) -> Result<(), GithubError> {
+        if !rest::valid_name(new_name) {
+            return Err(GithubError::Refused(format!(
+                "the repository name {new_name:?}"
+            )));
+        }
+        let mut model = lock(&self.state.model);
+        let id = repo_id_of(&model, full_name)?;
+        let (owner, old_name) = model
+            .repo_by_id(id)
+            .map(|r| (r.owner.clone(), r.name.clone()))
+            .ok_or_else(|| GithubError::NotFound(format!("repository {full_name}")))?;
+        if model.repo(&owner, new_name).is_some() {
+            return Err(GithubError::Refused(format!(
+                "{owner}/{new_name}: it exists"
+            )));
+        }
+        let dir = self.state.root_dir.join(&owner);
+        std::fs::rename(
+            dir.join(format!("{old_name}.git")),
+            dir.join(format!("{new_name}.git")),
+        )
+        .map_err(|e| GithubError::Repository {
+            repo: full_name.to_owned(),
+            detail: format!("moving it to {new_name}: {e}"),
+        })?;
+        if let Some(repo) = model.repos.iter_mut().find(|r| r.id == id) {
+            repo.name = new_name.to_owned();
+        }
+        model.former_names.push((owner, old_name, id));
+        Ok(())
+    }
+
     /// The bare repository of `owner/name`.
     pub fn repo_git_dir(&self, full_name: &str) -> Result<PathBuf, GithubError> {
         let (owner, name) = self.state.repo_names(full_name)?;
@@ -1208,6 +1245,25 @@ impl GithubState {
                 .unwrap_or(other),
             other => other,
         };
+        // A former name of a renamed repository is redirected to its id.
+        if let Some((owner, name, tail)) = rest::repository_named(path) {
+            if let Some(id) = lock(&self.model).former_name(owner, name) {
+                let host = parts
+                    .headers
+                    .get(http::header::HOST)
+                    .and_then(|v| v.to_str().ok());
+                let base =
+                    host.map_or_else(|| model::API_BASE.to_owned(), |h| format!("https://{h}"));
+                let prefix = if parts.uri.path() == path {
+                    ""
+                } else {
+                    "/api/v3"
+                };
+                let query = parts.uri.query().map_or(String::new(), |q| format!("?{q}"));
+                let url = format!("{base}{prefix}/repositories/{id}{tail}{query}");
+                return rest::Reply::moved(&parts.method, url);
+            }
+        }
         // `/repositories/{id}/…` is GitHub's alias of `/repos/{owner}/{repo}/…`.
         let aliased;
         let path = match rest::repository_alias(path) {

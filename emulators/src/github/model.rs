@@ -228,6 +228,8 @@ pub(crate) struct Model {
     pub reviews: Vec<Review>,
     pub jobs: Vec<Job>,
     pub events: Vec<super::events::IssueEvent>,
+    /// Former names (owner, name) of renamed repositories, with their ids.
+    pub former_names: Vec<(String, String, u64)>,
 }
 
 impl Model {
@@ -262,6 +264,20 @@ impl Model {
         self.repos
             .iter()
             .find(|r| r.owner.eq_ignore_ascii_case(owner) && r.name.eq_ignore_ascii_case(name))
+    }
+
+    /// The id of the repository once named `owner/name`, unless a
+    /// repository has that name now (on GitHub a new repository of the old
+    /// name ends the redirect).
+    pub fn former_name(&self, owner: &str, name: &str) -> Option<u64> {
+        if self.repo(owner, name).is_some() {
+            return None;
+        }
+        self.former_names
+            .iter()
+            .rev()
+            .find(|(o, n, _)| o.eq_ignore_ascii_case(owner) && n.eq_ignore_ascii_case(name))
+            .map(|(_, _, id)| *id)
     }
 
     pub fn repo_by_id(&self, id: u64) -> Option<&Repo> {

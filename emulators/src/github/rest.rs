@@ -206,6 +206,17 @@ pub(crate) fn repository_alias(path: &str) -> Option<(u64, &str)> {
     Some((id.parse().ok()?, tail))
 }
 
+/// `/repos/{owner}/{repo}/rest` → (`owner`, `repo`, `/rest`).
+pub(crate) fn repository_named(path: &str) -> Option<(&str, &str, &str)> {
+    let rest = path.strip_prefix("/repos/")?;
+    let (owner, rest) = rest.split_once('/')?;
+    let (name, tail) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    (valid_name(owner) && valid_name(name)).then_some((owner, name, tail))
+}
+
 /// GitHub owner/repository name characters.
 pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -270,6 +281,37 @@ impl Reply {
             }),
             created_id: None,
             location: None,
+            pages: None,
+        }
+    }
+
+    /// GitHub's answer to a request that names a repository by a former
+    /// name: the same resource under `/repositories/{id}` (`url`), 301 for
+    /// GET and HEAD, 307 for other methods, which a client repeats as they
+    /// were (GitHub's "Repository redirects": "we'll respond with a 301 …
+    /// for GET requests … 307 Temporary Redirect for other verbs"; the REST
+    /// description's `moved_permanently` and `temporary_redirect`
+    /// responses, a `basic-error` body with `url`).
+    pub(crate) fn moved(method: &Method, url: String) -> Self {
+        let status = if method == Method::GET || method == Method::HEAD {
+            StatusCode::MOVED_PERMANENTLY
+        } else {
+            StatusCode::TEMPORARY_REDIRECT
+        };
+        let message = if status == StatusCode::MOVED_PERMANENTLY {
+            "Moved Permanently"
+        } else {
+            "Temporary Redirect"
+        };
+        Self {
+            status,
+            body: json!({
+                "message": message,
+                "url": url,
+                "documentation_url": "https://docs.github.com/rest/guides/best-practices-for-using-the-rest-api#follow-redirects",
+            }),
+            created_id: None,
+            location: Some(url),
             pages: None,
         }
     }

@@ -38,6 +38,7 @@ use super::headers::{self, method_changing_header};
 use super::inspect::{checked_message, inspect_body, BodyRefusal, Busy};
 use super::policy::{Grant, RequestView};
 use super::records::{now, request_record};
+use super::renamed;
 use super::respond::{respond, Learning};
 use super::token_retry;
 use super::{head, Identity, Proxy};
@@ -116,10 +117,19 @@ pub(super) async fn handle(
         );
         return Ok(deny(&proxy, record, &reason, &identity.scope.rule_sets));
     }
+    // A renamed repository's id form is checked under its name
+    // ([`renamed`]); the request is forwarded as it was asked.
+    let named = identity.scope.repo.as_ref().and_then(|repo| {
+        renamed::named_path(
+            req.uri().path(),
+            |id| identity.created.knows_repository_id(id),
+            repo,
+        )
+    });
     let view = RequestView {
         method: req.method().as_str(),
         host,
-        path: req.uri().path(),
+        path: named.as_deref().unwrap_or(req.uri().path()),
         query: req.uri().query(),
     };
     if let Err(reason) = crate::path::check_budget(view.path, view.query) {
@@ -128,13 +138,16 @@ pub(super) async fn handle(
     }
     let grant = match proxy.policy.check(&view, &identity.scope) {
         Ok(grant) => grant,
-        Err(refusal) => {
+        Err(mut refusal) => {
+            if named.is_none() && renamed::by_id(view.path) {
+                refusal.reason.push_str(renamed::NOT_LEARNED);
+            }
             return Ok(deny(
                 &proxy,
                 record,
                 &refusal.reason,
                 &refusal.rule_sets_tried,
-            ))
+            ));
         }
     };
     if let Some(reason) = grant.own.as_ref().and_then(|o| identity.created.refusal(o)) {
@@ -383,6 +396,22 @@ impl Attempt<'_> {
         B::Error: Into<BoxError>,
     {
         headers::name_repository_links(response.headers_mut(), self.parts.uri.path());
+        if let Some(repo) = &self.identity.scope.repo {
+            let location = response
+                .headers()
+                .get(hyper::header::LOCATION)
+                .and_then(|v| v.to_str().ok());
+            let path = self.parts.uri.path();
+            let learned = renamed::learned_id(response.status(), location, self.host, path, repo);
+            let id = learned.map(|id| id.to_string());
+            if let Some(id) = id {
+                if self.identity.created.record(renamed::REPOSITORY_ID, &id) {
+                    // Kept with the identity's objects; a failed save is
+                    // logged and the id stays learned while this runs.
+                    let _ = self.proxy.save_identities().done().await;
+                }
+            }
+        }
         let learning = Learning {
             message: self.grant.message.as_ref(),
             learn: self.learn,

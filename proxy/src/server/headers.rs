@@ -207,7 +207,7 @@ pub(super) fn name_repository_links(headers: &mut HeaderMap, request_path: &str)
 }
 
 /// `/repos/{owner}/{repo}` of a path under it, if it is one.
-fn repository_prefix(path: &str) -> Option<&str> {
+pub(super) fn repository_prefix(path: &str) -> Option<&str> {
     let rest = path.strip_prefix("/repos/")?;
     let mut segments = rest.splitn(3, '/');
     let (owner, repo) = (segments.next()?, segments.next()?);

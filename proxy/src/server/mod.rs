@@ -33,6 +33,7 @@ pub mod persist;
 pub mod policy;
 mod records;
 pub mod refusals;
+mod renamed;
 mod respond;
 mod sockets;
 mod state_writer;

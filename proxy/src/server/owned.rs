@@ -52,6 +52,15 @@ impl Created {
         known
     }
 
+    /// Whether the identity learned `id` as its repository's
+    /// ([`super::renamed`]).
+    pub(super) fn knows_repository_id(&self, id: u64) -> bool {
+        self.lock().contains(&OwnedObject {
+            kind: super::renamed::REPOSITORY_ID.to_owned(),
+            id: id.to_string(),
+        })
+    }
+
     /// Why a request on `object` is refused, if it is.
     pub(super) fn refusal(&self, object: &OwnedObject) -> Option<String> {
         refusal(object, self.lock().contains(object))

@@ -1,0 +1,122 @@
+//! A repository renamed while a ticket works on it. GitHub redirects a
+//! request that names the former name to `/repositories/{id}/…` (301 for
+//! GET, 307 for other methods); real `gh` follows it, and the proxy, which
+//! learned the id from that redirect, checks the id form as the repository
+//! it names. Ids not learned so, and another identity's, stay refused.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+use gatehouse_testkit::proxy::{api_call_text, identity, Harness, REPO};
+
+/// Real `gh` through the harness's proxy (its relay as `HTTPS_PROXY`,
+/// trusting the proxy's CA); returns (success, stdout, stderr).
+fn gh(h: &Harness, args: &[&str]) -> (bool, String, String) {
+    let config = tempfile::tempdir().unwrap();
+    let out = Command::new("gh")
+        .args(args)
+        .env("HTTPS_PROXY", h.proxy_url())
+        .env("SSL_CERT_FILE", &h.proxy_ca)
+        .env("GH_CONFIG_DIR", config.path())
+        // gh wants a token; the proxy puts the real one in.
+        .env("GH_TOKEN", "not-a-token")
+        .env("GH_NO_UPDATE_NOTIFIER", "1")
+        .env("GH_PROMPT_DISABLED", "1")
+        .env_remove("GH_HOST")
+        .env_remove("https_proxy")
+        .output()
+        .expect("gh runs (scripts/setup-debian installs it)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn gh_follows_a_renamed_repositorys_redirect_through_the_proxy_and_only_there() {
+    let h = Harness::start();
+    let number = h
+        .github
+        .add_issue(REPO, "Renamed under a ticket", "", "alice")
+        .unwrap();
+    for text in ["one", "two", "three"] {
+        h.github
+            .add_issue_comment(REPO, number, text, "alice")
+            .unwrap();
+    }
+    let comments = format!("/repos/{REPO}/issues/{number}/comments");
+    let (status, answer) = api_call_text(&h.socket, &h.proxy_ca, "GET", &comments, "");
+    assert_eq!(status, 200, "{answer}");
+
+    h.github.rename_repo(REPO, "widgets-renamed").unwrap();
+
+    // The former name is redirected, as on GitHub: another identity's
+    // request shows the id (and teaches it only that identity).
+    let probe = {
+        let _rt = h.rt.enter();
+        h.proxy.add_identity(identity("tkt_probe")).unwrap()
+    };
+    let (status, answer) = api_call_text(&probe, &h.proxy_ca, "GET", &comments, "");
+    assert_eq!(status, 301, "{answer}");
+    let moved: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let url = moved["url"].as_str().unwrap();
+    let tail = format!("/issues/{number}/comments");
+    let id: u64 = url
+        .strip_prefix("https://api.github.com/repositories/")
+        .and_then(|rest| rest.strip_suffix(tail.as_str()))
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("GitHub's redirect form: {url}"));
+    let by_id = format!("/repositories/{id}{tail}");
+    let (status, answer) = api_call_text(&h.socket, &h.proxy_ca, "GET", &by_id, "");
+    assert_eq!(
+        status, 403,
+        "an id this identity has not learned is refused: {answer}"
+    );
+    let (status, answer) = api_call_text(&probe, &h.proxy_ca, "GET", &by_id, "");
+    assert_eq!(status, 200, "the identity that learned it may: {answer}");
+
+    // gh follows it and every page after it, each in the id form.
+    let (ok, out, err) = gh(
+        &h,
+        &[
+            "api",
+            "--paginate",
+            &format!("repos/{REPO}/issues/{number}/comments?per_page=1"),
+            "--jq",
+            ".[].body",
+        ],
+    );
+    assert!(ok, "gh failed: {err}\n{out}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["one", "two", "three"],
+        "{err}"
+    );
+    let lines = h.audit_lines();
+    let allowed_by_id: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["event"] == "request" && l["outcome"]["decision"] == "allow")
+        .filter(|l| l["identity"] == gatehouse_testkit::proxy::IDENTITY)
+        .filter_map(|l| l["path"].as_str())
+        .filter(|p| p.starts_with(&format!("/repositories/{id}/")))
+        .collect();
+    assert!(
+        allowed_by_id.len() >= 3,
+        "every page was asked by id and allowed: {allowed_by_id:?}"
+    );
+
+    // Another repository's id is not the identity's.
+    let other = format!("/repositories/{}/issues/{number}/comments", id + 1);
+    let (status, answer) = api_call_text(&h.socket, &h.proxy_ca, "GET", &other, "");
+    assert_eq!(status, 403, "{answer}");
+    // Nor is a path the rules do not allow under the learned id.
+    let (status, answer) = api_call_text(
+        &h.socket,
+        &h.proxy_ca,
+        "DELETE",
+        &format!("/repositories/{id}/issues/{number}/comments"),
+        "",
+    );
+    assert_eq!(status, 403, "{answer}");
+}

@@ -63,7 +63,11 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let out = std::str::from_utf8(&out).expect("decisions are UTF-8");
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), numbers.len(), "one decision per non-blank line");
+    assert_eq!(
+        lines.len(),
+        numbers.len(),
+        "one decision per non-blank line"
+    );
     assert_eq!(summary.decisions + summary.rejected, lines.len());
     for (line, number) in lines.iter().zip(&numbers) {
         let value: serde_json::Value = serde_json::from_str(line).expect("a decision is JSON");

@@ -3,7 +3,8 @@
 //! question): any UTF-8 text up to 64 KiB, GitHub's largest comment. The
 //! words are non-empty pieces of the text, in order and without overlap,
 //! none of them only whitespace; the count is their number; and counting
-//! stays within a bound linear in the text's size (a sanitizer build).
+//! stays within a bound linear in the text's size (a sanitizer build; the
+//! fastest of three repetitions).
 #![no_main]
 
 use std::time::{Duration, Instant};
@@ -12,6 +13,9 @@ use gatehouse_router::words::{count_words, words};
 use libfuzzer_sys::fuzz_target;
 
 const MAX_TEXT: usize = 64 * 1024;
+
+/// How many times a text is counted for its time: the fastest counts.
+const REPETITIONS: usize = 3;
 
 /// The segmenter builds its dictionary on first use (about half a second
 /// in a sanitizer build), once per process: not a cost of any one text.
@@ -27,13 +31,24 @@ fuzz_target!(|data: &[u8]| {
     WARM.call_once(|| {
         words("中文");
     });
-    let started = Instant::now();
-    let found = words(text);
-    let took = started.elapsed();
+    // The fastest of a few repetitions: a machine loaded by other work
+    // slows one run down (an 85-byte text once took 26 ms at nice 19 beside
+    // a build, and replays in well under 1 ms), never all of them.
+    let mut took = Duration::MAX;
+    let mut found = Vec::new();
+    for _ in 0..REPETITIONS {
+        let started = Instant::now();
+        found = words(text);
+        took = took.min(started.elapsed());
+    }
     // 20 ms, plus 20 µs a byte: far above the release build's cost, which
     // the rules bench measures; a quadratic walk breaks it at 64 KiB.
     let bound = Duration::from_millis(20) + Duration::from_micros(20) * text.len() as u32;
-    assert!(took < bound, "{} bytes took {took:?}", text.len());
+    assert!(
+        took < bound,
+        "{} bytes took {took:?} (the fastest of {REPETITIONS})",
+        text.len()
+    );
     let base = text.as_ptr() as usize;
     let mut end = 0;
     for word in &found {

@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 /// What replaces a secret value.
 pub const REDACTED: &[u8] = b"[REDACTED]";
@@ -190,6 +190,9 @@ pub struct Redactor {
     held: BytesMut,
     /// That walk, resumed by the next chunk rather than walked again.
     open: Cursor,
+    /// Where output is written; each chunk's is split off it, so a stream
+    /// of small chunks reuses one buffer instead of allocating per chunk.
+    out: BytesMut,
     /// Trie steps taken so far (see [`Redactor::work`]).
     work: u64,
 }
@@ -214,6 +217,7 @@ impl Redactor {
             secrets,
             held: BytesMut::new(),
             open: Cursor::default(),
+            out: BytesMut::new(),
             work: 0,
         }
     }
@@ -232,12 +236,12 @@ impl Redactor {
             return Bytes::copy_from_slice(chunk);
         }
         let trie = &self.secrets.trie;
+        let out = &mut self.out;
         if self.held.is_empty() {
-            let mut out = BytesMut::with_capacity(chunk.len());
-            let (keep_from, open) = scan(trie, chunk, false, &mut out, &mut self.work);
+            let (keep_from, open) = scan(trie, chunk, false, out, &mut self.work);
             self.held.extend_from_slice(&chunk[keep_from..]);
             self.open = open;
-            return out.freeze();
+            return out.split().freeze();
         }
         let walk = trie.walk_on(self.open, self.held.len(), chunk, &mut self.work);
         self.held.extend_from_slice(chunk);
@@ -248,12 +252,11 @@ impl Redactor {
         }
         // The first held position is decided; those after it are walked
         // from the start, as one pass over the whole body walks them.
-        let mut out = BytesMut::with_capacity(self.held.len() + REDACTED.len());
-        let skip = decide(&self.held, walk.at.best, &mut out);
-        let (keep_from, open) = scan(trie, &self.held[skip..], false, &mut out, &mut self.work);
-        let _ = self.held.split_to(skip + keep_from);
+        let skip = decide(&self.held, walk.at.best, out);
+        let (keep_from, open) = scan(trie, &self.held[skip..], false, out, &mut self.work);
+        self.held.advance(skip + keep_from);
         self.open = open;
-        out.freeze()
+        out.split().freeze()
     }
 
     /// Ends the stream; returns the held-back tail, redacted.
@@ -261,18 +264,18 @@ impl Redactor {
         if self.held.is_empty() {
             return Bytes::new();
         }
-        let mut out = BytesMut::with_capacity(self.held.len() + REDACTED.len());
+        let out = &mut self.out;
         // At the end, the open walk is decided by what it has found.
-        let skip = decide(&self.held, self.open.best, &mut out);
+        let skip = decide(&self.held, self.open.best, out);
         scan(
             &self.secrets.trie,
             &self.held[skip..],
             true,
-            &mut out,
+            out,
             &mut self.work,
         );
         self.held.clear();
-        out.freeze()
+        out.split().freeze()
     }
 }
 

@@ -120,3 +120,58 @@ fn gh_follows_a_renamed_repositorys_redirect_through_the_proxy_and_only_there() 
     );
     assert_eq!(status, 403, "{answer}");
 }
+
+/// git's smart HTTP likewise: GitHub sends a clone of the former name to
+/// the new one, git follows its first request's redirect, and the proxy
+/// checks the new name as the identity's repository, for this identity.
+#[test]
+fn git_clones_a_renamed_repository_by_its_former_name_through_the_proxy() {
+    let h = Harness::start();
+    h.github.rename_repo(REPO, "widgets-renamed").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(["-c", &format!("http.proxy={}", h.proxy_url())])
+            .args(args)
+            .current_dir(dir.path())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            // The environment's wins over `http.sslCAInfo`.
+            .env("GIT_SSL_CAINFO", &h.proxy_ca)
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .output()
+            .unwrap()
+    };
+    // The new name is not the identity's until GitHub has said so.
+    let early = git(&["ls-remote", "https://github.com/acme/widgets-renamed.git"]);
+    assert!(
+        !early.status.success(),
+        "the new name is not yet the identity's"
+    );
+    let out = git(&[
+        "clone",
+        "-q",
+        &format!("https://github.com/{REPO}.git"),
+        "w",
+    ]);
+    assert!(
+        out.status.success(),
+        "git clone: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.path().join("w/.git").is_dir());
+    let lines = h.audit_lines();
+    let allowed: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["event"] == "request" && l["outcome"]["decision"] == "allow")
+        .filter_map(|l| l["path"].as_str())
+        .collect();
+    assert!(
+        allowed.contains(&"/acme/widgets-renamed.git/git-upload-pack"),
+        "the pack was fetched under the new name: {allowed:?}"
+    );
+    // Another repository's name is still refused.
+    let other = git(&["ls-remote", "https://github.com/acme/elsewhere.git"]);
+    assert!(!other.status.success());
+}

@@ -942,6 +942,33 @@ impl GithubState {
             .or_else(|| self.apps.login_for(token, unix_now()))
     }
 
+    /// Where git is sent for a repository known by `git_path`'s former
+    /// name: the same path and query with the repository's name now.
+    fn git_moved(&self, parts: &http::request::Parts, git_path: &git::GitPath) -> Option<String> {
+        let model = lock(&self.model);
+        let id = model.former_name(&git_path.owner, &git_path.name)?;
+        let repo = model.repo_by_id(id)?;
+        let path = parts.uri.path();
+        // `/{owner}/{name}[.git]{endpoint}`: keep the suffix and the endpoint.
+        let rest = path.strip_prefix('/')?.split_once('/')?.1;
+        let (segment, endpoint) = rest.split_at(rest.find('/')?);
+        let suffix = if segment.ends_with(".git") {
+            ".git"
+        } else {
+            ""
+        };
+        let host = parts
+            .headers
+            .get(http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("github.com");
+        let query = parts.uri.query().map_or(String::new(), |q| format!("?{q}"));
+        Some(format!(
+            "https://{host}/{}/{}{suffix}{endpoint}{query}",
+            repo.owner, repo.name
+        ))
+    }
+
     fn repo_names(&self, full_name: &str) -> Result<(String, String), GithubError> {
         let model = lock(&self.model);
         let id = repo_id_of(&model, full_name)?;
@@ -980,6 +1007,18 @@ impl GithubState {
                     self.recorder.push(record);
                     return git_unauthorized();
                 };
+                // A former name of a renamed repository: GitHub sends git to
+                // the same endpoint under the new name (git follows the
+                // redirect of its first request, `http.followRedirects`).
+                if let Some(location) = self.git_moved(&parts, &git_path) {
+                    record.status = StatusCode::MOVED_PERMANENTLY.as_u16();
+                    self.recorder.push(record);
+                    let mut response = plain(StatusCode::MOVED_PERMANENTLY, "Moved Permanently");
+                    if let Ok(value) = http::HeaderValue::from_str(&location) {
+                        response.headers_mut().insert(http::header::LOCATION, value);
+                    }
+                    return response;
+                }
                 if let Some(refused) = self.git_scope(&parts, &git_path, credential.as_ref()) {
                     record.status = refused.status().as_u16();
                     self.recorder.push(record);

@@ -121,8 +121,9 @@ pub(super) async fn handle(
     // ([`renamed`]); the request is forwarded as it was asked.
     let named = identity.scope.repo.as_ref().and_then(|repo| {
         renamed::named_path(
+            host,
             req.uri().path(),
-            |id| identity.created.knows_repository_id(id),
+            |kind, value| identity.created.knows(kind, value),
             repo,
         )
     });
@@ -402,10 +403,9 @@ impl Attempt<'_> {
                 .get(hyper::header::LOCATION)
                 .and_then(|v| v.to_str().ok());
             let path = self.parts.uri.path();
-            let learned = renamed::learned_id(response.status(), location, self.host, path, repo);
-            let id = learned.map(|id| id.to_string());
-            if let Some(id) = id {
-                if self.identity.created.record(renamed::REPOSITORY_ID, &id) {
+            let learned = renamed::learned(response.status(), location, self.host, path, repo);
+            if let Some((kind, value)) = learned {
+                if self.identity.created.record(kind, &value) {
                     // Kept with the identity's objects; a failed save is
                     // logged and the id stays learned while this runs.
                     let _ = self.proxy.save_identities().done().await;

@@ -52,12 +52,12 @@ impl Created {
         known
     }
 
-    /// Whether the identity learned `id` as its repository's
-    /// ([`super::renamed`]).
-    pub(super) fn knows_repository_id(&self, id: u64) -> bool {
+    /// Whether the identity learned `value` of `kind` as a form of its
+    /// repository ([`super::renamed`]).
+    pub(super) fn knows(&self, kind: &str, value: &str) -> bool {
         self.lock().contains(&OwnedObject {
-            kind: super::renamed::REPOSITORY_ID.to_owned(),
-            id: id.to_string(),
+            kind: kind.to_owned(),
+            id: value.to_owned(),
         })
     }
 

@@ -1,27 +1,34 @@
 //! A repository renamed (or transferred) while a ticket works on it.
 //! GitHub answers a request that names it by its former name with a
-//! redirect to the same resource under `/repositories/{id}` (301 for GET
-//! and HEAD, 307 for other methods), and a client that follows it (`gh`,
-//! Octokit, `curl -L`) asks for the id form, which no rule can tie to the
-//! identity's repository by name: the ticket would stop at its first call
-//! after the rename.
+//! redirect: the REST API to the same resource under `/repositories/{id}`
+//! (301 for GET and HEAD, 307 for other methods), git's smart HTTP to the
+//! same endpoint under the new name. A client that follows it (`gh`,
+//! Octokit, `curl -L`, git) asks for a form no rule ties to the identity's
+//! repository, and the ticket would stop at its first call after the
+//! rename.
 //!
-//! The proxy learns the id from the redirect itself. The answer to a
-//! request under `/repos/{the identity's repository}` is about that
-//! repository, so a `Location` naming `/repositories/{id}` on the same host
-//! names that repository's id. A request under `/repositories/{that id}`
-//! is then checked as the same request under the repository's name, and
-//! forwarded as it was asked. An id the identity has not learned this way
-//! is refused, as before; what one identity learned is its own.
+//! The proxy learns the other form from the redirect itself. The answer to
+//! a request under the identity's repository (`/repos/{repo}/…`, or git's
+//! `/{repo}[.git]/{endpoint}`) is about that repository, so a `Location` on
+//! the same host naming the same resource elsewhere names that repository.
+//! A later request in the learned form is checked as the same request under
+//! the repository's name, and forwarded as it was asked. A form the
+//! identity has not learned this way is refused, as before; what one
+//! identity learned is its own.
 
 use gatehouse_types::RepoSlug;
 use hyper::StatusCode;
 
-/// The kind under which a learned id is kept with the identity's objects
-/// (so an identity of the admin API keeps it across a restart).
+/// The kinds under which learned forms are kept with the identity's
+/// objects (so an identity of the admin API keeps them across a restart):
+/// a REST id (`1296269`), a git name (`github.com/owner/name`, lowercase).
 pub(super) const REPOSITORY_ID: &str = "github_repository_id";
+pub(super) const REPOSITORY_NAME: &str = "github_repository_name";
 
 const BY_ID: &str = "/repositories/";
+
+/// git's smart-HTTP endpoints, after the repository.
+const GIT_ENDPOINTS: [&str; 3] = ["/info/refs", "/git-upload-pack", "/git-receive-pack"];
 
 /// Added to the refusal of a request by an id the identity has not learned.
 pub(super) const NOT_LEARNED: &str = " (a repository is reached by its id only after GitHub redirected this identity there from its own repository's name, as for a renamed repository)";
@@ -31,37 +38,90 @@ pub(super) fn by_id(path: &str) -> bool {
     id_and_tail(path).is_some()
 }
 
-/// The repository id named by a redirect answered to a request under
-/// `/repos/{repo}` on `host`, if the answer is one.
-pub(super) fn learned_id(
+/// What a redirect answered to a request about `repo` on `host` teaches:
+/// the kind and value to keep, if the answer is one.
+pub(super) fn learned(
     status: StatusCode,
     location: Option<&str>,
     host: &str,
     request_path: &str,
     repo: &RepoSlug,
-) -> Option<u64> {
+) -> Option<(&'static str, String)> {
     if !matches!(status.as_u16(), 301 | 302 | 307 | 308) {
         return None;
     }
-    let named = super::headers::repository_prefix(request_path)?;
-    let (owner, name) = named.strip_prefix("/repos/")?.split_once('/')?;
-    if !(owner.eq_ignore_ascii_case(repo.owner()) && name.eq_ignore_ascii_case(repo.name())) {
+    let target = location?.strip_prefix("https://")?.strip_prefix(host)?;
+    let target = target.split(['?', '#']).next()?;
+    if let Some(tail) = under_name(request_path, repo) {
+        // REST: the same resource by id.
+        let (id, moved_tail) = id_and_tail(target)?;
+        return (moved_tail == tail).then(|| (REPOSITORY_ID, id.to_string()));
+    }
+    // git: the same endpoint under another name.
+    let (owner, name, tail) = git_parts(request_path)?;
+    if !same_repo(owner, name, repo) {
         return None;
     }
-    let path = location?.strip_prefix("https://")?.strip_prefix(host)?;
-    let (id, _) = id_and_tail(path.split(['?', '#']).next()?)?;
-    Some(id)
+    let (new_owner, new_name, moved_tail) = git_parts(target)?;
+    if moved_tail != tail || same_repo(new_owner, new_name, repo) {
+        return None;
+    }
+    Some((REPOSITORY_NAME, git_key(host, new_owner, new_name)))
 }
 
-/// `path` under `/repositories/{id}` for an id `known` says the identity
-/// learned, as the same path under `/repos/{repo}`.
+/// `path` in a form `knows` says the identity learned, as the same path
+/// under `repo`'s name.
 pub(super) fn named_path(
+    host: &str,
     path: &str,
-    known: impl Fn(u64) -> bool,
+    knows: impl Fn(&str, &str) -> bool,
     repo: &RepoSlug,
 ) -> Option<String> {
-    let (id, tail) = id_and_tail(path)?;
-    known(id).then(|| format!("/repos/{}{tail}", repo.as_str()))
+    if let Some((id, tail)) = id_and_tail(path) {
+        return knows(REPOSITORY_ID, &id.to_string())
+            .then(|| format!("/repos/{}{tail}", repo.as_str()));
+    }
+    let (owner, name, tail) = git_parts(path)?;
+    let suffix = if path[1 + owner.len() + 1..].starts_with(&format!("{name}.git")) {
+        ".git"
+    } else {
+        ""
+    };
+    knows(REPOSITORY_NAME, &git_key(host, owner, name))
+        .then(|| format!("/{}{suffix}{tail}", repo.as_str()))
+}
+
+/// The tail of a path under `/repos/{repo}` (empty or from a `/`).
+fn under_name<'p>(path: &'p str, repo: &RepoSlug) -> Option<&'p str> {
+    let named = super::headers::repository_prefix(path)?;
+    let (owner, name) = named.strip_prefix("/repos/")?.split_once('/')?;
+    same_repo(owner, name, repo).then(|| &path[named.len()..])
+}
+
+/// `/{owner}/{name}[.git]{endpoint}` → (owner, name without `.git`,
+/// endpoint), for git's endpoints only.
+fn git_parts(path: &str) -> Option<(&str, &str, &str)> {
+    let rest = path.strip_prefix('/')?;
+    let (owner, rest) = rest.split_once('/')?;
+    let at = rest.find('/')?;
+    let (segment, tail) = rest.split_at(at);
+    let name = segment.strip_suffix(".git").unwrap_or(segment);
+    let valid = |s: &str| {
+        !s.is_empty()
+            && s != "."
+            && s != ".."
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    };
+    (valid(owner) && valid(name) && GIT_ENDPOINTS.contains(&tail)).then_some((owner, name, tail))
+}
+
+fn same_repo(owner: &str, name: &str, repo: &RepoSlug) -> bool {
+    owner.eq_ignore_ascii_case(repo.owner()) && name.eq_ignore_ascii_case(repo.name())
+}
+
+fn git_key(host: &str, owner: &str, name: &str) -> String {
+    format!("{host}/{owner}/{name}").to_ascii_lowercase()
 }
 
 /// `/repositories/{digits}{tail}` → (id, tail), the tail empty or from a
@@ -84,118 +144,241 @@ mod tests {
         RepoSlug::parse("acme/widgets").unwrap()
     }
 
+    /// A learned form: its kind and value.
+    type Form = Option<(&'static str, String)>;
+
+    fn id(n: u64) -> Form {
+        Some((REPOSITORY_ID, n.to_string()))
+    }
+
+    fn name(key: &str) -> Form {
+        Some((REPOSITORY_NAME, key.to_owned()))
+    }
+
     #[test]
-    fn the_id_is_learned_only_from_a_redirect_about_the_identitys_repository() {
+    fn a_form_is_learned_only_from_a_redirect_of_the_same_resource_of_the_identitys_repository() {
+        let api = "api.github.com";
+        let git = "github.com";
         let moved = Some("https://api.github.com/repositories/1296269/issues?page=2");
-        let host = "api.github.com";
-        // (status, location, request path, learned)
-        let cases: &[(u16, Option<&str>, &str, Option<u64>)] = &[
-            (301, moved, "/repos/acme/widgets/issues", Some(1_296_269)),
-            (307, moved, "/repos/acme/widgets/issues", Some(1_296_269)),
-            (308, moved, "/repos/ACME/Widgets/issues", Some(1_296_269)),
-            (302, moved, "/repos/acme/widgets", Some(1_296_269)),
+        // (status, location, host, request path, learned)
+        let cases: &[(u16, Option<&str>, &str, &str, Form)] = &[
+            (301, moved, api, "/repos/acme/widgets/issues", id(1_296_269)),
+            (307, moved, api, "/repos/acme/widgets/issues", id(1_296_269)),
+            (308, moved, api, "/repos/ACME/Widgets/issues", id(1_296_269)),
+            (302, moved, api, "/repos/acme/widgets/issues", id(1_296_269)),
             (
                 301,
                 Some("https://api.github.com/repositories/7"),
+                api,
                 "/repos/acme/widgets",
-                Some(7),
+                id(7),
             ),
+            // Not the same resource.
+            (301, moved, api, "/repos/acme/widgets", None),
+            (301, moved, api, "/repos/acme/widgets/pulls", None),
             // Not a redirect.
-            (200, moved, "/repos/acme/widgets/issues", None),
-            (404, moved, "/repos/acme/widgets/issues", None),
+            (200, moved, api, "/repos/acme/widgets/issues", None),
+            (404, moved, api, "/repos/acme/widgets/issues", None),
             // About another repository, or none.
-            (301, moved, "/repos/acme/widgets-evil/issues", None),
-            (301, moved, "/repos/acme/widget/issues", None),
-            (301, moved, "/repos/other/widgets/issues", None),
-            (301, moved, "/user", None),
-            (301, moved, "/repositories/1296269/issues", None),
+            (301, moved, api, "/repos/acme/widgets-evil/issues", None),
+            (301, moved, api, "/repos/acme/widget/issues", None),
+            (301, moved, api, "/repos/other/widgets/issues", None),
+            (301, moved, api, "/user", None),
+            (301, moved, api, "/repositories/1296269/issues", None),
             // A Location elsewhere: another host, plain HTTP, relative,
             // not the id form, a malformed id.
             (
                 301,
                 Some("https://evil.example/repositories/1/issues"),
+                api,
                 "/repos/acme/widgets/issues",
                 None,
             ),
             (
                 301,
                 Some("https://api.github.com.evil.example/repositories/1"),
+                api,
                 "/repos/acme/widgets",
                 None,
             ),
             (
                 301,
                 Some("http://api.github.com/repositories/1"),
+                api,
                 "/repos/acme/widgets",
                 None,
             ),
-            (301, Some("/repositories/1"), "/repos/acme/widgets", None),
+            (
+                301,
+                Some("/repositories/1"),
+                api,
+                "/repos/acme/widgets",
+                None,
+            ),
             (
                 301,
                 Some("https://api.github.com/repos/acme/gadgets/issues"),
+                api,
                 "/repos/acme/widgets/issues",
                 None,
             ),
             (
                 301,
                 Some("https://api.github.com/repositories/01/issues"),
+                api,
                 "/repos/acme/widgets/issues",
                 None,
             ),
             (
                 301,
                 Some("https://api.github.com/repositories/12x/issues"),
+                api,
                 "/repos/acme/widgets/issues",
                 None,
             ),
             (
                 301,
                 Some("https://api.github.com/repositories/99999999999999999999999"),
+                api,
                 "/repos/acme/widgets",
                 None,
             ),
-            (301, None, "/repos/acme/widgets/issues", None),
+            (301, None, api, "/repos/acme/widgets/issues", None),
+            // git: the same endpoint under the new name.
+            (
+                301,
+                Some("https://github.com/acme/gadgets.git/info/refs?service=git-upload-pack"),
+                git,
+                "/acme/widgets.git/info/refs",
+                name("github.com/acme/gadgets"),
+            ),
+            (
+                301,
+                Some("https://github.com/NewOwner/Gadgets/git-upload-pack"),
+                git,
+                "/acme/widgets/git-upload-pack",
+                name("github.com/newowner/gadgets"),
+            ),
+            // Another endpoint, not a git endpoint, the same name, another
+            // repository's request, another host.
+            (
+                301,
+                Some("https://github.com/acme/gadgets.git/git-upload-pack"),
+                git,
+                "/acme/widgets.git/info/refs",
+                None,
+            ),
+            (
+                301,
+                Some("https://github.com/acme/gadgets/issues"),
+                git,
+                "/acme/widgets/issues",
+                None,
+            ),
+            (
+                301,
+                Some("https://github.com/Acme/Widgets.git/info/refs"),
+                git,
+                "/acme/widgets.git/info/refs",
+                None,
+            ),
+            (
+                301,
+                Some("https://github.com/acme/gadgets.git/info/refs"),
+                git,
+                "/acme/other.git/info/refs",
+                None,
+            ),
+            (
+                301,
+                Some("https://evil.example/acme/gadgets.git/info/refs"),
+                git,
+                "/acme/widgets.git/info/refs",
+                None,
+            ),
+            (
+                301,
+                Some("https://github.com/acme/gad%2Fgets.git/info/refs"),
+                git,
+                "/acme/widgets.git/info/refs",
+                None,
+            ),
+            (
+                200,
+                Some("https://github.com/acme/gadgets.git/info/refs"),
+                git,
+                "/acme/widgets.git/info/refs",
+                None,
+            ),
         ];
-        for (status, location, path, learned) in cases {
+        for (status, location, host, path, learned_form) in cases {
             let status = StatusCode::from_u16(*status).unwrap();
             assert_eq!(
-                learned_id(status, *location, host, path, &repo()),
-                *learned,
-                "{status} {location:?} for {path}"
+                learned(status, *location, host, path, &repo()),
+                learned_form.clone(),
+                "{status} {location:?} for {host}{path}"
             );
         }
     }
 
     #[test]
-    fn only_a_learned_id_is_read_as_the_repositorys_name() {
-        let known = |id: u64| id == 42;
-        // (path, checked as)
-        let cases: &[(&str, Option<&str>)] = &[
-            ("/repositories/42", Some("/repos/acme/widgets")),
+    fn only_a_learned_form_is_read_as_the_repositorys_name() {
+        let knows = |kind: &str, value: &str| {
+            (kind == REPOSITORY_ID && value == "42")
+                || (kind == REPOSITORY_NAME && value == "github.com/acme/gadgets")
+        };
+        // (host, path, checked as)
+        let cases: &[(&str, &str, Option<&str>)] = &[
             (
+                "api.github.com",
+                "/repositories/42",
+                Some("/repos/acme/widgets"),
+            ),
+            (
+                "api.github.com",
                 "/repositories/42/issues",
                 Some("/repos/acme/widgets/issues"),
             ),
             (
+                "api.github.com",
                 "/repositories/42/issues/3/comments",
                 Some("/repos/acme/widgets/issues/3/comments"),
             ),
-            ("/repositories/43/issues", None),
-            ("/repositories/420/issues", None),
-            ("/repositories/4/issues", None),
-            ("/repositories/042/issues", None),
-            ("/repositories/42x/issues", None),
-            ("/repositories/42%2F/issues", None),
-            ("/repositories/", None),
-            ("/repositories", None),
-            ("/repos/acme/widgets/issues", None),
-            ("/x/repositories/42/issues", None),
+            ("api.github.com", "/repositories/43/issues", None),
+            ("api.github.com", "/repositories/420/issues", None),
+            ("api.github.com", "/repositories/4/issues", None),
+            ("api.github.com", "/repositories/042/issues", None),
+            ("api.github.com", "/repositories/42x/issues", None),
+            ("api.github.com", "/repositories/42%2F/issues", None),
+            ("api.github.com", "/repositories/", None),
+            ("api.github.com", "/repositories", None),
+            ("api.github.com", "/repos/acme/widgets/issues", None),
+            ("api.github.com", "/x/repositories/42/issues", None),
+            (
+                "github.com",
+                "/acme/gadgets.git/info/refs",
+                Some("/acme/widgets.git/info/refs"),
+            ),
+            (
+                "github.com",
+                "/Acme/Gadgets/git-upload-pack",
+                Some("/acme/widgets/git-upload-pack"),
+            ),
+            (
+                "github.com",
+                "/acme/gadgets.git/git-receive-pack",
+                Some("/acme/widgets.git/git-receive-pack"),
+            ),
+            ("github.com", "/acme/gadgets.git/objects/info/packs", None),
+            ("github.com", "/acme/gadgets/issues", None),
+            ("github.com", "/acme/other.git/info/refs", None),
+            ("uploads.github.com", "/acme/gadgets.git/info/refs", None),
         ];
-        for (path, named) in cases {
+        for (host, path, named) in cases {
             assert_eq!(
-                named_path(path, known, &repo()).as_deref(),
+                named_path(host, path, knows, &repo()).as_deref(),
                 *named,
-                "{path}"
+                "{host}{path}"
             );
         }
     }

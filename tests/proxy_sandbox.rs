@@ -168,14 +168,32 @@ fn git_gh_and_curl_work_through_the_proxy_inside_a_sandbox() {
         "main moved"
     );
 
-    // The comment is in the audit log as a message.
+    // The comment is in the audit log as a message, and its completion
+    // carries the created comment's id: real gh (Go's transport asks for
+    // gzip) gets it read, whatever the answer's encoding.
     let audit = h.audit_lines();
-    assert!(
-        audit
-            .iter()
-            .any(|l| l["message"]["kind"] == "github_issue_comment"
-                && l["message"]["target"] == format!("acme/widgets#{pr}")),
-        "{audit:?}"
+    let sent = audit
+        .iter()
+        .find(|l| {
+            l["message"]["kind"] == "github_issue_comment"
+                && l["message"]["target"] == format!("acme/widgets#{pr}")
+        })
+        .unwrap_or_else(|| panic!("{audit:?}"));
+    let completed = audit
+        .iter()
+        .find(|l| l["event"] == "completion" && l["request_id"] == sent["request_id"])
+        .unwrap_or_else(|| panic!("no completion for {sent}"));
+    let created: Vec<String> = h
+        .github
+        .comments()
+        .iter()
+        .filter(|c| c.body == "posted from the sandbox")
+        .map(|c| c.id.to_string())
+        .collect();
+    assert_eq!(
+        completed["message_id"].as_str().map(str::to_owned),
+        created.first().cloned(),
+        "{completed}"
     );
 
     // Nothing the sandbox saw or wrote holds the token.

@@ -4,7 +4,8 @@
 //! permissions, reused, replaced before they expire and after GitHub stops
 //! accepting one; a 422 (permissions the App was not granted) is a clear
 //! refusal with an audit line; and GitHub itself (the emulator) refuses a
-//! token minted for one repository on another.
+//! token minted for one repository on another, directly and through the
+//! proxy with real curl behind a rule that names the other repository.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -18,7 +19,9 @@ use std::time::Duration;
 use gatehouse_emulators::{
     rsa_public_key_der, GithubAppSpec, GithubEmulator, GithubHandle, GithubOptions, RepoSpec,
 };
-use gatehouse_testkit::proxy::process::{admin_call, start_proxy_process_with, ProxyProcess};
+use gatehouse_testkit::proxy::process::{
+    admin_call, start_proxy_process_with, thread_relay, ProxyProcess,
+};
 use gatehouse_testkit::proxy::{read_head, read_until_closed, tls_over};
 use gatehouse_testkit::random::token as random_token;
 use gatehouse_testkit::rules::TEST_RULES;
@@ -26,6 +29,25 @@ use serde_json::Value;
 
 const APP_ID: u64 = 4242;
 const INSTALLATION: u64 = 7;
+
+/// A rule set that names another repository by mistake (a fixed path
+/// instead of `{repo}`): the proxy allows the call, the token it mints for
+/// the identity's repository does not reach there.
+const STRAY: &str = r#"
+name = "stray"
+description = "a rule that names another repository than the identity's"
+variables = ["repo"]
+github_permissions = { issues = "read" }
+
+[[rule]]
+name = "gears-issue-read"
+source = "GitHub REST: issues/get"
+host = "api.github.com"
+methods = ["GET"]
+path = "/repos/acme/gears/issues/{n}"
+credential = "github"
+inject = "bearer"
+"#;
 
 /// A rule set asking for a permission the App was not granted.
 const TOO_WIDE: &str = r#"
@@ -111,7 +133,7 @@ fn world() -> World {
             .replace("dangerously_allow_unscoped_graphql = true\n", "")
             .replace(
                 "rule_set_files = [\"rules.toml\"]",
-                "rule_set_files = [\"rules.toml\", \"too-wide.toml\"]",
+                "rule_set_files = [\"rules.toml\", \"too-wide.toml\", \"stray.toml\"]",
             );
             std::fs::write(d.join("proxy.toml"), config).unwrap();
             let rules = TEST_RULES.replacen(
@@ -121,6 +143,7 @@ fn world() -> World {
         );
             std::fs::write(d.join("rules.toml"), rules).unwrap();
             std::fs::write(d.join("too-wide.toml"), TOO_WIDE).unwrap();
+            std::fs::write(d.join("stray.toml"), STRAY).unwrap();
         },
     );
     World {
@@ -425,6 +448,56 @@ fn permissions_the_app_was_not_granted_are_a_clear_refusal() {
     let text = denial.to_string();
     assert!(text.contains("not granted to this installation"), "{text}");
     assert!(text.contains("deny"), "{text}");
+}
+
+/// An unmodified client through the proxy: curl, with the identity's socket
+/// behind a loopback relay as its HTTPS proxy. A rule that (by mistake)
+/// allows another repository lets the call through; the installation token
+/// minted for the identity's repository is refused there by GitHub, as if
+/// the repository did not exist, while the same curl reads the identity's.
+#[test]
+fn a_token_minted_for_one_repository_is_refused_on_another_through_the_proxy() {
+    let w = world();
+    let curl = |socket: &Path, path: &str| {
+        let port = thread_relay(socket.to_path_buf());
+        let out = Command::new("curl")
+            .args(["-sS", "-o", "-", "-w", "\n%{http_code}", "--max-time", "20"])
+            .args(["--proxy", &format!("http://127.0.0.1:{port}")])
+            .arg("--cacert")
+            .arg(w.dir.join("ca.pem"))
+            .arg(format!("https://api.github.com{path}"))
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, status) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (status.parse::<u16>().unwrap_or(0), body.to_owned())
+    };
+    let stray = w.identity("tkt_stray", "stray", "acme/widgets");
+    let (status, body) = curl(&stray, "/repos/acme/gears/issues/1");
+    assert_eq!(
+        status, 404,
+        "GitHub refuses the widgets token on gears: {body}"
+    );
+    let minted = w.github.minted_tokens();
+    assert_eq!(minted.len(), 1, "{minted:?}");
+    assert_eq!(
+        minted[0].repositories.as_deref(),
+        Some(&["acme/widgets".to_owned()][..]),
+        "minted for the identity's repository only"
+    );
+    let allowed = w
+        .audit()
+        .into_iter()
+        .find(|r| r["identity"] == "tkt_stray" && r["path"] == "/repos/acme/gears/issues/1")
+        .unwrap_or_else(|| panic!("no audit line: {:?}", w.audit()));
+    assert_eq!(allowed["outcome"]["decision"], "allow", "{allowed}");
+    // The same client on the identity's own repository is answered.
+    let own = w.identity("tkt_own", "test-worker", "acme/widgets");
+    let (status, body) = curl(&own, "/repos/acme/widgets/issues/1");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("Wobbles"), "{body}");
 }
 
 fn unix_now() -> u64 {

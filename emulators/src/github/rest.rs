@@ -1157,6 +1157,10 @@ fn reply_to_review_comment(
         commit,
         call.now,
     );
+    // A reply, too, comes in a review of its own: "Create a reply for a
+    // review comment" answers with `pull_request_review_id` set (REST
+    // description, pulls/create-reply-for-review-comment example).
+    model.wrap_in_review(repo_id, comment_id, call.now);
     let stored = model
         .comment(CommentKind::Review, repo_id, comment_id)
         .ok_or_else(Reply::not_found)?;
@@ -1554,6 +1558,24 @@ mod tests {
         assert_eq!(reviews[0]["id"], wrapper);
         assert_eq!(reviews[0]["state"], "COMMENTED");
         assert_eq!(reviews[0]["body"], "");
+        // A reply comes in a review of its own too.
+        let parent = alone.body["id"].as_u64().unwrap();
+        let reply = handle(
+            &mut model,
+            call(
+                &post,
+                &format!("/repos/o/r/pulls/1/comments/{parent}/replies"),
+                br#"{"body":"fixed"}"#,
+            ),
+        );
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+        let reply_review = reply.body["pull_request_review_id"].as_u64().unwrap();
+        assert_ne!(reply_review, wrapper);
+        let reviews = handle(&mut model, call(&get, "/repos/o/r/pulls/1/reviews", b""));
+        let reviews = reviews.body.as_array().unwrap().clone();
+        assert_eq!(reviews.len(), 2, "{reviews:?}");
+        assert_eq!(reviews[1]["id"], reply_review);
+        assert_eq!(reviews[1]["state"], "COMMENTED");
         let review = handle(
             &mut model,
             call(

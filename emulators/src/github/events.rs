@@ -8,8 +8,9 @@
 //! `timeline-comment-event` and `timeline-reviewed-event`).
 //!
 //! Recorded: `closed`, `reopened`, `merged`, `labeled`, `renamed`,
-//! `assigned` and `review_requested`. Not recorded (GitHub has them):
-//! `referenced`, `cross-referenced`, `committed`, `mentioned`,
+//! `assigned` and `review_requested`; in the timeline also
+//! `cross-referenced` (another issue or pull request mentioning this one).
+//! Not recorded (GitHub has them): `referenced`, `committed`, `mentioned`,
 //! `subscribed`, `unlabeled`, `unassigned`, `head_ref_*`, … .
 
 use serde_json::{json, Value};
@@ -209,9 +210,63 @@ impl Model {
             });
             items.push((r.submitted_at, r.id, value));
         }
+        // Another issue or pull request of the repository that mentions
+        // `#number` in its body or a comment: `cross-referenced`, in the
+        // timeline only (`timeline-cross-referenced-event`: `event`,
+        // `actor`, `created_at`, `updated_at`, `source` {`type`: "issue",
+        // `issue`}), once per mentioning issue, at its first mention.
+        let mut first_mention: Vec<(u64, u64, String)> = Vec::new();
+        let mut mention = |source: u64, at: u64, author: &str| {
+            if let Some(seen) = first_mention.iter_mut().find(|(s, _, _)| *s == source) {
+                if at < seen.1 {
+                    (seen.1, seen.2) = (at, author.to_owned());
+                }
+            } else {
+                first_mention.push((source, at, author.to_owned()));
+            }
+        };
+        for other in self
+            .issues
+            .iter()
+            .filter(|i| i.repo_id == repo_id && i.number != number)
+        {
+            if mentions(&other.body, number) || mentions(&other.title, number) {
+                mention(other.number, other.created_at, &other.author);
+            }
+        }
+        for c in self.comments.iter().filter(|c| {
+            c.repo_id == repo_id && c.comment.number != number && mentions(&c.comment.body, number)
+        }) {
+            mention(c.comment.number, c.created_at, &c.comment.author);
+        }
+        for (source, at, author) in first_mention {
+            let Some(issue) = self.issue(repo_id, source) else {
+                continue;
+            };
+            let value = json!({
+                "event": "cross-referenced",
+                "actor": Model::user_json(&author),
+                "created_at": iso8601(at),
+                "updated_at": iso8601(at),
+                "source": {"type": "issue", "issue": self.issue_json(issue)},
+            });
+            items.push((at, issue.id, value));
+        }
         items.sort_by_key(|(at, id, _)| (*at, *id));
         items.into_iter().map(|(_, _, v)| v).collect()
     }
+}
+
+/// Whether `text` mentions issue `number` as `#number` (not part of a
+/// longer number or word, GitHub's autolink).
+fn mentions(text: &str, number: u64) -> bool {
+    let needle = format!("#{number}");
+    text.match_indices(&needle).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + needle.len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '&')
+            && !after.is_some_and(|c| c.is_ascii_digit() || c.is_alphabetic())
+    })
 }
 
 #[cfg(test)]
@@ -356,5 +411,59 @@ mod tests {
             .unwrap()
             .ends_with(&format!("/commits/{sha}")));
         assert!(timeline[4]["state_reason"].is_null());
+    }
+
+    /// A pull request whose body says "Fixes #1" and a comment elsewhere
+    /// naming #1 put `cross-referenced` in #1's timeline (once per source,
+    /// at its first mention), not in its events; `#10`, `#1a` and `a#1`
+    /// are not mentions of #1.
+    #[test]
+    fn mentions_elsewhere_are_cross_referenced_in_the_timeline() {
+        let mut model = Model::new();
+        let repo_id = model.add_repo("o", "r", "main");
+        let issue = model.add_issue(repo_id, "It wobbles", "", "alice", None, 1);
+        let pull = PullInfo::new("fix", &"a".repeat(40), "main", &"b".repeat(40), false);
+        let pr = model.add_issue(repo_id, "Fix", "Fixes #1.", "bot", Some(pull), 2);
+        let other = model.add_issue(repo_id, "Other", "see #10, #1a, a#1", "carol", None, 3);
+        let comment = |model: &mut Model, on: u64, text: &str, who: &str, at: u64| {
+            model.add_comment(
+                CommentKind::Issue,
+                repo_id,
+                on,
+                text,
+                who,
+                None,
+                None,
+                None,
+                None,
+                at,
+            );
+        };
+        comment(&mut model, other, "also (#1)", "dave", 4);
+        comment(&mut model, pr, "and #1 again", "bot", 5);
+        comment(&mut model, issue, "#1 is this one", "alice", 6);
+        let timeline = model.timeline_json(repo_id, issue);
+        let crossed: Vec<(u64, &str, &str)> = timeline
+            .iter()
+            .filter(|e| e["event"] == "cross-referenced")
+            .map(|e| {
+                (
+                    e["source"]["issue"]["number"].as_u64().unwrap(),
+                    e["actor"]["login"].as_str().unwrap(),
+                    e["source"]["type"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(crossed, [(pr, "bot", "issue"), (other, "dave", "issue")]);
+        assert!(timeline
+            .iter()
+            .filter(|e| e["event"] == "cross-referenced")
+            .all(|e| e["created_at"].is_string() && e["updated_at"].is_string()));
+        assert!(model
+            .issue_events_json(repo_id, issue)
+            .iter()
+            .all(|e| e["event"] != "cross-referenced"));
+        assert!(mentions("Fixes #1.", 1) && mentions("#1", 1) && mentions("(#1)", 1));
+        assert!(!mentions("#10", 1) && !mentions("#1a", 1) && !mentions("a#1", 1));
     }
 }

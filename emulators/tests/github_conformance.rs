@@ -330,9 +330,17 @@ fn every_emulated_endpoint_answers_githubs_recorded_shape() {
     let issue = emulator
         .add_issue(repo, "Crash on start", "It crashes.", "alice")
         .unwrap();
-    emulator
+    let issue_comment = emulator
         .add_issue_comment(repo, issue, "Seen it too.", "bob")
         .unwrap();
+    // The workflow on the default branch, so that its runs are listed.
+    commit_file(
+        &emulator.repo_git_dir(repo).unwrap(),
+        dir.path(),
+        "main",
+        ".github/workflows/ci.yml",
+        "name: CI\non: push\njobs:\n  test:\n    runs-on: ubuntu-latest\n    steps:\n      - run: make test\n",
+    );
     let head_sha = commit_file(
         &emulator.repo_git_dir(repo).unwrap(),
         dir.path(),
@@ -344,10 +352,10 @@ fn every_emulated_endpoint_answers_githubs_recorded_shape() {
     let pull = emulator
         .add_pull(repo, "Fix the crash", "fix/crash", "main", "alice")
         .unwrap();
-    emulator
-        .add_review_comment(repo, pull, "README.md", 1, "Typo here.", "bob")
+    let review_comment = emulator
+        .add_review_comment(repo, pull, "fix.txt", 1, "Typo here.", "bob")
         .unwrap();
-    emulator
+    let review = emulator
         .add_review(repo, pull, "APPROVED", "Looks good.", "bob")
         .unwrap();
     let (run, job) = emulator
@@ -400,6 +408,68 @@ fn every_emulated_endpoint_answers_githubs_recorded_shape() {
             200,
             "pull-request-review",
         ),
+        get(
+            r(&format!("/issues/comments/{issue_comment}")),
+            "issue-comment",
+            Body::One,
+        ),
+        Endpoint {
+            method: "PATCH",
+            ..post(
+                r(&format!("/issues/comments/{issue_comment}")),
+                r#"{"body":"Seen it too, on 1.2."}"#,
+                200,
+                "issue-comment",
+            )
+        },
+        post(
+            r("/issues"),
+            r#"{"title":"Another","body":"More."}"#,
+            201,
+            "issue",
+        ),
+        Endpoint {
+            method: "PATCH",
+            ..post(
+                r(&format!("/pulls/{pull}")),
+                r#"{"body":"Fixes the crash."}"#,
+                200,
+                "pull-request",
+            )
+        },
+        post(
+            r(&format!("/pulls/{pull}/requested_reviewers")),
+            r#"{"reviewers":["carol"]}"#,
+            201,
+            "pull-request-simple",
+        ),
+        post(
+            r(&format!("/pulls/{pull}/comments")),
+            &format!(
+                r#"{{"body":"And here.","commit_id":"{head_sha}","path":"fix.txt","line":2,"side":"RIGHT"}}"#
+            ),
+            201,
+            "pull-request-review-comment",
+        ),
+        post(
+            r(&format!("/pulls/{pull}/comments/{review_comment}/replies")),
+            r#"{"body":"Fixed."}"#,
+            201,
+            "pull-request-review-comment",
+        ),
+        get(
+            r(&format!("/pulls/comments/{review_comment}")),
+            "pull-request-review-comment",
+            Body::One,
+        ),
+        get(
+            r(&format!("/pulls/{pull}/reviews/{review}")),
+            "pull-request-review",
+            Body::One,
+        ),
+        get(r(&format!("/pulls/{pull}/commits")), "commit", Body::List),
+        get(r(&format!("/pulls/{pull}/files")), "diff-entry", Body::List),
+        get(r("/readme"), "content-file", Body::One),
         get(r(""), "full-repository", Body::One),
         get(r("/branches"), "branch-short", Body::List),
         get(r("/branches/main"), "branch-with-protection", Body::One),
@@ -422,6 +492,11 @@ fn every_emulated_endpoint_answers_githubs_recorded_shape() {
             r(&format!("/actions/runs/{run}")),
             "workflow-run",
             Body::One,
+        ),
+        get(
+            r("/actions/workflows/ci.yml/runs"),
+            "workflow-run",
+            Body::Wrapped("workflow_runs"),
         ),
         get(
             r(&format!("/actions/runs/{run}/jobs")),

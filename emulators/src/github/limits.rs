@@ -305,7 +305,11 @@ impl Limits {
         };
         let core = entry(Resource::Core);
         json!({
-            "resources": {"core": core, "graphql": entry(Resource::Graphql)},
+            // `rate-limit-overview` requires `core` and `search`; search
+            // is not limited here, so it shows GitHub's budget untouched.
+            "resources": {"core": core, "graphql": entry(Resource::Graphql),
+                          "search": {"limit": 30, "remaining": 30, "used": 0,
+                                     "reset": now + 60, "resource": "search"}},
             "rate": core,
         })
     }

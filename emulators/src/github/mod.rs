@@ -1423,7 +1423,46 @@ impl GithubState {
             },
         );
         *changes = model.changes(&before, login);
+        drop(model);
+        let mut reply = reply;
+        tokio::task::block_in_place(|| self.fill_from_git(&mut reply.body));
         reply
+    }
+
+    /// Fills in what the pure handlers cannot know without git: a pull
+    /// request's diff counts (`pull-request`: `commits`, `additions`,
+    /// `deletions`, `changed_files`) and a workflow run's `head_commit`
+    /// (`simple-commit`), for one object, a list, or a run listing.
+    fn fill_from_git(&self, body: &mut Value) {
+        let targets: Vec<&mut Value> = match body {
+            Value::Array(items) => items.iter_mut().collect(),
+            Value::Object(o) if o.contains_key("workflow_runs") => o
+                .get_mut("workflow_runs")
+                .and_then(Value::as_array_mut)
+                .map(|a| a.iter_mut().collect())
+                .unwrap_or_default(),
+            other => vec![other],
+        };
+        for v in targets {
+            let repo = if v.get("additions").is_some() {
+                v["base"]["repo"]["full_name"].as_str()
+            } else if v.get("jobs_url").is_some()
+                && v.get("head_commit").is_some_and(Value::is_null)
+            {
+                v["repository"]["full_name"].as_str()
+            } else {
+                None
+            };
+            let Some(Ok((owner, name))) = repo.map(|r| self.repo_names(r)) else {
+                continue;
+            };
+            let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
+            if v.get("additions").is_some() {
+                fill_pull_stats(&git_dir, v);
+            } else {
+                fill_head_commit(&git_dir, v);
+            }
+        }
     }
 
     /// A read of the repository's git data: what the route names is read
@@ -1564,10 +1603,13 @@ impl GithubState {
                     }
                 }
                 runs.reverse();
-                in_object(
+                let mut reply = in_object(
                     "workflow_runs",
                     runs.into_iter().map(|j| model.run_json(j)).collect(),
-                )
+                );
+                drop(model);
+                tokio::task::block_in_place(|| self.fill_from_git(&mut reply.body));
+                reply
             }
             _ => not_found(),
         }
@@ -1794,6 +1836,78 @@ fn rev_parse_blocking(git_dir: &Path, branch: &str) -> Option<String> {
         .ok()?;
     let sha = String::from_utf8(output.stdout).ok()?.trim().to_owned();
     (output.status.success() && sha.len() == 40).then_some(sha)
+}
+
+/// A pull request's diff counts from git, as GitHub counts them: commits
+/// `base..head`, lines and files changed from the merge base to the head.
+fn fill_pull_stats(git_dir: &Path, pull: &mut Value) {
+    let hex = |s: &str| s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let (Some(base), Some(head)) = (
+        pull["base"]["sha"]
+            .as_str()
+            .filter(|s| hex(s))
+            .map(str::to_owned),
+        pull["head"]["sha"]
+            .as_str()
+            .filter(|s| hex(s))
+            .map(str::to_owned),
+    ) else {
+        return;
+    };
+    if let Some(n) = rev_list_count_blocking(git_dir, &base, &head) {
+        pull["commits"] = json!(n);
+    }
+    let text =
+        |args: &[&str]| contents::git(git_dir, args).and_then(|out| String::from_utf8(out).ok());
+    let merge_base = text(&["merge-base", &base, &head])
+        .map(|s| s.trim().to_owned())
+        .unwrap_or(base);
+    let Some(numstat) = text(&["diff", "--numstat", &merge_base, &head]) else {
+        return;
+    };
+    let (mut additions, mut deletions, mut files) = (0u64, 0u64, 0u64);
+    for line in numstat.lines() {
+        let mut fields = line.split('\t');
+        // A binary file shows `-` for both counts: no lines, one file.
+        additions += fields.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        deletions += fields.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        files += 1;
+    }
+    pull["additions"] = json!(additions);
+    pull["deletions"] = json!(deletions);
+    pull["changed_files"] = json!(files);
+}
+
+/// A workflow run's `head_commit` (`simple-commit`) from git.
+fn fill_head_commit(git_dir: &Path, run: &mut Value) {
+    let Some(sha) = run["head_sha"]
+        .as_str()
+        .filter(|s| s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_owned)
+    else {
+        return;
+    };
+    let format = "--format=%H%x00%T%x00%cI%x00%an%x00%ae%x00%cn%x00%ce%x00%B";
+    let Some(out) = contents::git(git_dir, &["log", "-1", format, &sha])
+        .and_then(|out| String::from_utf8(out).ok())
+    else {
+        return;
+    };
+    let fields: Vec<&str> = out.splitn(8, '\0').collect();
+    let [id, tree, date, an, ae, cn, ce, message] = fields.as_slice() else {
+        return;
+    };
+    let timestamp = date
+        .strip_suffix("+00:00")
+        .map_or_else(|| (*date).to_owned(), |d| format!("{d}Z"));
+    run["head_commit"] = json!({
+        "id": id,
+        "tree_id": tree,
+        "message": message.trim_end_matches('\n'),
+        "timestamp": timestamp,
+        "author": {"name": an, "email": ae},
+        "committer": {"name": cn, "email": ce},
+    });
 }
 
 /// The number of commits reachable from `head` but not `base` (two

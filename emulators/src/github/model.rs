@@ -424,15 +424,53 @@ impl Model {
 
     pub fn user_json(login: &str) -> Value {
         let is_bot = login.ends_with("[bot]");
+        let id = stable_user_id(login);
+        let api = format!("{API_BASE}/users/{login}");
+        // The `simple-user` schema's required links, templated as GitHub
+        // sends them (REST description, `simple-user`); the avatar is
+        // GitHub's own address for the id.
         json!({
             "login": login,
-            "id": stable_user_id(login),
-            "node_id": node_id(if is_bot { "BOT" } else { "U" }, stable_user_id(login)),
-            "type": if is_bot { "Bot" } else { "User" },
-            "site_admin": false,
-            "url": format!("{API_BASE}/users/{}", login),
+            "id": id,
+            "node_id": node_id(if is_bot { "BOT" } else { "U" }, id),
+            "avatar_url": format!("https://avatars.githubusercontent.com/u/{id}?v=4"),
+            "gravatar_id": "",
+            "url": api,
             "html_url": format!("{WEB_BASE}/{}", login.trim_end_matches("[bot]")),
+            "followers_url": format!("{api}/followers"),
+            "following_url": format!("{api}/following{{/other_user}}"),
+            "gists_url": format!("{api}/gists{{/gist_id}}"),
+            "starred_url": format!("{api}/starred{{/owner}}{{/repo}}"),
+            "subscriptions_url": format!("{api}/subscriptions"),
+            "organizations_url": format!("{api}/orgs"),
+            "repos_url": format!("{api}/repos"),
+            "events_url": format!("{api}/events{{/privacy}}"),
+            "received_events_url": format!("{api}/received_events"),
+            "type": if is_bot { "Bot" } else { "User" },
+            "user_view_type": "public",
+            "site_admin": false,
         })
+    }
+
+    /// `GET /user`: the caller as `private-user` (the profile fields are
+    /// not modelled: null, as for a user who filled none in; counts 0).
+    pub fn private_user_json(login: &str) -> Value {
+        let mut value = Self::user_json(login);
+        let extra = json!({
+            "user_view_type": "private",
+            "name": Value::Null, "company": Value::Null, "blog": "",
+            "location": Value::Null, "email": Value::Null, "hireable": Value::Null,
+            "bio": Value::Null, "twitter_username": Value::Null,
+            "notification_email": Value::Null,
+            "public_repos": 0, "public_gists": 0, "followers": 0, "following": 0,
+            "created_at": iso8601(0), "updated_at": iso8601(0),
+            "private_gists": 0, "total_private_repos": 0, "owned_private_repos": 0,
+            "disk_usage": 0, "collaborators": 0, "two_factor_authentication": true,
+        });
+        if let (Some(v), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
+            v.extend(extra.clone());
+        }
+        value
     }
 
     /// `performed_via_github_app`: the App an installation token acted
@@ -446,6 +484,8 @@ impl Model {
             "slug": slug,
             "node_id": node_id("A", stable_user_id(slug)),
             "name": slug,
+            "description": Value::Null,
+            "external_url": format!("{WEB_BASE}/apps/{slug}"),
             "owner": Self::user_json("gatehouse"),
             "html_url": format!("{WEB_BASE}/apps/{slug}"),
             "created_at": iso8601(0),
@@ -456,20 +496,103 @@ impl Model {
     }
 
     pub fn repo_json(repo: &Repo) -> Value {
-        json!({
+        let api = repo.api_url();
+        let html = repo.html_url();
+        // The `repository` schema's required fields (REST description):
+        // its URL templates as GitHub writes them, and the counts and
+        // settings of a fresh private repository.
+        let mut value = json!({
             "id": repo.id,
             "node_id": node_id("R", repo.id),
             "name": repo.name,
             "full_name": repo.full_name(),
             "private": true,
             "owner": Self::user_json(&repo.owner),
-            "html_url": repo.html_url(),
-            "url": repo.api_url(),
-            "clone_url": format!("{}.git", repo.html_url()),
+            "html_url": html,
+            "description": Value::Null,
+            "fork": false,
+            "url": api,
+            "clone_url": format!("{html}.git"),
+            "git_url": format!("git://github.com/{}.git", repo.full_name()),
+            "ssh_url": format!("git@github.com:{}.git", repo.full_name()),
+            "svn_url": html,
+            "mirror_url": Value::Null,
+            "homepage": Value::Null,
+            "language": Value::Null,
+            "license": Value::Null,
             "default_branch": repo.default_branch,
             "visibility": "private",
             "permissions": {"admin": false, "maintain": false, "push": true, "triage": true, "pull": true},
-        })
+        });
+        let settings = json!({
+            "size": 0,
+            "forks": 0, "forks_count": 0,
+            "stargazers_count": 0, "watchers": 0, "watchers_count": 0,
+            "open_issues": 0, "open_issues_count": 0,
+            "has_issues": true, "has_projects": true, "has_wiki": false,
+            "has_pages": false, "has_downloads": true, "has_discussions": false,
+            "archived": false, "disabled": false, "is_template": false,
+            "allow_forking": false, "web_commit_signoff_required": false,
+            "topics": [],
+            "pushed_at": iso8601(0), "created_at": iso8601(0), "updated_at": iso8601(0),
+        });
+        if let (Some(v), Some(settings)) = (value.as_object_mut(), settings.as_object()) {
+            v.extend(settings.clone());
+        }
+        let templates = [
+            ("archive_url", "/{archive_format}{/ref}"),
+            ("assignees_url", "/assignees{/user}"),
+            ("blobs_url", "/git/blobs{/sha}"),
+            ("branches_url", "/branches{/branch}"),
+            ("collaborators_url", "/collaborators{/collaborator}"),
+            ("comments_url", "/comments{/number}"),
+            ("commits_url", "/commits{/sha}"),
+            ("compare_url", "/compare/{base}...{head}"),
+            ("contents_url", "/contents/{+path}"),
+            ("contributors_url", "/contributors"),
+            ("deployments_url", "/deployments"),
+            ("downloads_url", "/downloads"),
+            ("events_url", "/events"),
+            ("forks_url", "/forks"),
+            ("git_commits_url", "/git/commits{/sha}"),
+            ("git_refs_url", "/git/refs{/sha}"),
+            ("git_tags_url", "/git/tags{/sha}"),
+            ("hooks_url", "/hooks"),
+            ("issue_comment_url", "/issues/comments{/number}"),
+            ("issue_events_url", "/issues/events{/number}"),
+            ("issues_url", "/issues{/number}"),
+            ("keys_url", "/keys{/key_id}"),
+            ("labels_url", "/labels{/name}"),
+            ("languages_url", "/languages"),
+            ("merges_url", "/merges"),
+            ("milestones_url", "/milestones{/number}"),
+            (
+                "notifications_url",
+                "/notifications{?since,all,participating}",
+            ),
+            ("pulls_url", "/pulls{/number}"),
+            ("releases_url", "/releases{/id}"),
+            ("stargazers_url", "/stargazers"),
+            ("statuses_url", "/statuses/{sha}"),
+            ("subscribers_url", "/subscribers"),
+            ("subscription_url", "/subscription"),
+            ("tags_url", "/tags"),
+            ("teams_url", "/teams"),
+            ("trees_url", "/git/trees{/sha}"),
+        ];
+        for (field, tail) in templates {
+            value[field] = json!(format!("{api}{tail}"));
+        }
+        value
+    }
+
+    /// `GET /repos/{owner}/{repo}`: `full-repository`, the `repository`
+    /// fields plus the network's counts.
+    pub fn full_repo_json(repo: &Repo) -> Value {
+        let mut value = Self::repo_json(repo);
+        value["network_count"] = json!(0);
+        value["subscribers_count"] = json!(0);
+        value
     }
 
     pub fn issue_json(&self, issue: &Issue) -> Value {
@@ -496,6 +619,9 @@ impl Model {
             "url": format!("{}/issues/{}", repo.api_url(), issue.number),
             "repository_url": repo.api_url(),
             "comments_url": format!("{}/issues/{}/comments", repo.api_url(), issue.number),
+            "labels_url": format!("{}/issues/{}/labels{{/name}}", repo.api_url(), issue.number),
+            "events_url": format!("{}/issues/{}/events", repo.api_url(), issue.number),
+            "timeline_url": format!("{}/issues/{}/timeline", repo.api_url(), issue.number),
             "html_url": format!("{}/{kind_path}/{}", repo.html_url(), issue.number),
             "number": issue.number,
             "title": issue.title,
@@ -503,8 +629,11 @@ impl Model {
             "user": Self::user_json(&issue.author),
             "state": if issue.open { "open" } else { "closed" },
             "locked": false,
+            "active_lock_reason": Value::Null,
             "labels": self.labels_json(repo, &issue.labels),
+            "assignee": Value::Null,
             "assignees": [],
+            "milestone": Value::Null,
             "comments": comments,
             "created_at": iso8601(issue.created_at),
             "updated_at": iso8601(issue.updated_at),
@@ -516,6 +645,8 @@ impl Model {
             value["pull_request"] = json!({
                 "url": format!("{}/pulls/{}", repo.api_url(), issue.number),
                 "html_url": format!("{}/pull/{}", repo.html_url(), issue.number),
+                "diff_url": format!("{}/pull/{}.diff", repo.html_url(), issue.number),
+                "patch_url": format!("{}/pull/{}.patch", repo.html_url(), issue.number),
                 "merged_at": pull.merged_at.map(iso8601),
             });
         }
@@ -538,6 +669,18 @@ impl Model {
             (json!(true), "clean")
         };
         value["merged"] = json!(pull.merged);
+        // Who merged: the model keeps no merger, so the author stands in.
+        value["merged_by"] = if pull.merged {
+            Self::user_json(&issue.author)
+        } else {
+            Value::Null
+        };
+        value["maintainer_can_modify"] = json!(false);
+        // The diff's counts come from git: the server fills them in
+        // (`GithubState::add_pull_stats`); 0 where it cannot read them.
+        for field in ["commits", "additions", "deletions", "changed_files"] {
+            value[field] = json!(0);
+        }
         value["mergeable"] = mergeable;
         value["mergeable_state"] = json!(state);
         value["rebaseable"] = value["mergeable"].clone();
@@ -573,6 +716,16 @@ impl Model {
                 "user": Self::user_json(&repo.owner),
             })
         };
+        let links = json!({
+            "self": {"href": format!("{}/pulls/{}", repo.api_url(), issue.number)},
+            "html": {"href": format!("{}/pull/{}", repo.html_url(), issue.number)},
+            "issue": {"href": format!("{}/issues/{}", repo.api_url(), issue.number)},
+            "comments": {"href": format!("{}/issues/{}/comments", repo.api_url(), issue.number)},
+            "review_comments": {"href": format!("{}/pulls/{}/comments", repo.api_url(), issue.number)},
+            "review_comment": {"href": format!("{}/pulls/comments{{/number}}", repo.api_url())},
+            "commits": {"href": format!("{}/pulls/{}/commits", repo.api_url(), issue.number)},
+            "statuses": {"href": format!("{}/statuses/{}", repo.api_url(), pull.head_sha)},
+        });
         json!({
             "id": issue.id,
             "node_id": node_id("PR", issue.id),
@@ -583,6 +736,7 @@ impl Model {
             "issue_url": format!("{}/issues/{}", repo.api_url(), issue.number),
             "commits_url": format!("{}/pulls/{}/commits", repo.api_url(), issue.number),
             "review_comments_url": format!("{}/pulls/{}/comments", repo.api_url(), issue.number),
+            "review_comment_url": format!("{}/pulls/comments{{/number}}", repo.api_url()),
             "comments_url": format!("{}/issues/{}/comments", repo.api_url(), issue.number),
             "statuses_url": format!("{}/statuses/{}", repo.api_url(), pull.head_sha),
             "number": issue.number,
@@ -592,6 +746,9 @@ impl Model {
             "body": issue.body,
             "user": Self::user_json(&issue.author),
             "labels": self.labels_json(repo, &issue.labels),
+            "milestone": Value::Null,
+            "active_lock_reason": Value::Null,
+            "assignee": Value::Null,
             "assignees": [],
             "draft": pull.draft,
             "head": branch(&pull.head, &pull.head_sha),
@@ -605,6 +762,7 @@ impl Model {
             "merge_commit_sha": pull.merged.then(|| pull.head_sha.clone()),
             "author_association": "MEMBER",
             "auto_merge": Value::Null,
+            "_links": links,
         })
     }
 
@@ -663,6 +821,11 @@ impl Model {
                     "created_at": iso8601(stored.created_at),
                     "updated_at": iso8601(stored.updated_at),
                     "author_association": "MEMBER",
+                    "_links": {
+                        "self": {"href": format!("{}/pulls/comments/{}", repo.api_url(), c.id)},
+                        "html": {"href": format!("{}/pull/{}#discussion_r{}", repo.html_url(), c.number, c.id)},
+                        "pull_request": {"href": format!("{}/pulls/{}", repo.api_url(), c.number)},
+                    },
                 });
                 if let Some(parent) = c.in_reply_to {
                     value["in_reply_to_id"] = json!(parent);
@@ -681,7 +844,18 @@ impl Model {
         let Some(repo) = self.repo_by_id(review.repo_id) else {
             return Value::Null;
         };
+        // The pull request's head when the review was read: reviews do not
+        // keep the commit they were made on here.
+        let commit_id = self
+            .issue(review.repo_id, review.number)
+            .and_then(|i| i.pull.as_ref())
+            .map(|p| p.head_sha.clone());
         json!({
+            "commit_id": commit_id,
+            "_links": {
+                "html": {"href": format!("{}/pull/{}#pullrequestreview-{}", repo.html_url(), review.number, review.id)},
+                "pull_request": {"href": format!("{}/pulls/{}", repo.api_url(), review.number)},
+            },
             "id": review.id,
             "node_id": node_id("PRR", review.id),
             "user": Self::user_json(&review.author),
@@ -716,7 +890,7 @@ impl Model {
             return Value::Null;
         };
         let (status, conclusion, completed_at) = Self::job_state(job);
-        json!({
+        let mut value = json!({
             "id": job.id,
             "run_id": job.run_id,
             "node_id": node_id("CR", job.id),
@@ -727,9 +901,34 @@ impl Model {
             "url": format!("{}/actions/jobs/{}", repo.api_url(), job.id),
             "html_url": format!("{}/actions/runs/{}/job/{}", repo.html_url(), job.run_id, job.id),
             "run_url": format!("{}/actions/runs/{}", repo.api_url(), job.run_id),
+            "check_run_url": format!("{}/check-runs/{}", repo.api_url(), job.id),
+            // The run's name (one job a run here); the branch is not kept
+            // with a job, which the schema allows as null.
+            "workflow_name": job.name,
+            "head_branch": Value::Null,
+            "run_attempt": 1,
+            "labels": ["ubuntu-latest"],
+            "created_at": iso8601(job.created_at),
             "started_at": iso8601(job.created_at),
             "completed_at": completed_at,
-        })
+            "steps": [],
+        });
+        // A job waiting for a runner has none yet (null, as GitHub shows).
+        let runner = if status == "queued" || status == "waiting" || status == "pending" {
+            (Value::Null, Value::Null, Value::Null, Value::Null)
+        } else {
+            (
+                json!(1),
+                json!("GitHub Actions 1"),
+                json!(0),
+                json!("GitHub Actions"),
+            )
+        };
+        value["runner_id"] = runner.0;
+        value["runner_name"] = runner.1;
+        value["runner_group_id"] = runner.2;
+        value["runner_group_name"] = runner.3;
+        value
     }
 
     pub fn run_json(&self, job: &Job) -> Value {
@@ -748,9 +947,27 @@ impl Model {
             "html_url": format!("{}/actions/runs/{}", repo.html_url(), job.run_id),
             "jobs_url": format!("{}/actions/runs/{}/jobs", repo.api_url(), job.run_id),
             "logs_url": format!("{}/actions/runs/{}/logs", repo.api_url(), job.run_id),
+            // The run's check suite has the run's id here (one suite a run).
+            "check_suite_id": job.run_id,
+            "check_suite_url": format!("{}/check-suites/{}", repo.api_url(), job.run_id),
+            "cancel_url": format!("{}/actions/runs/{}/cancel", repo.api_url(), job.run_id),
+            "rerun_url": format!("{}/actions/runs/{}/rerun", repo.api_url(), job.run_id),
+            "artifacts_url": format!("{}/actions/runs/{}/artifacts", repo.api_url(), job.run_id),
+            "display_title": job.name,
+            "event": "push",
+            "run_number": self.jobs.iter().filter(|j| j.repo_id == job.repo_id && j.workflow == job.workflow && j.run_id <= job.run_id).count(),
+            "run_attempt": 1,
+            // The branch is not kept with a job (null-able in the schema);
+            // the head commit's details come from git, filled in by the
+            // server (`GithubState::add_run_commits`).
+            "head_branch": Value::Null,
+            "head_commit": Value::Null,
+            "pull_requests": [],
             "created_at": iso8601(job.created_at),
             "updated_at": iso8601(job.created_at),
+            "run_started_at": iso8601(job.created_at),
             "repository": Self::repo_json(repo),
+            "head_repository": Self::repo_json(repo),
         });
         if let Some(path) = &job.workflow {
             let id = workflow_id(repo.id, path);
@@ -785,9 +1002,36 @@ impl Model {
                 "annotations_count": job.annotations.len(),
                 "annotations_url": format!("{}/check-runs/{}/annotations", repo.api_url(), job.id),
             },
-            "app": {"slug": "github-actions", "name": "GitHub Actions"},
+            "external_id": "",
+            "check_suite": {"id": job.run_id},
+            "pull_requests": [],
+            "app": github_actions_app(),
         })
     }
+}
+
+/// The GitHub Actions App, which owns Actions' check runs, as the API
+/// shows it (`integration`; id, dates and links as api.github.com gives
+/// them for `/apps/github-actions`).
+fn github_actions_app() -> Value {
+    let mut owner = Model::user_json("github");
+    owner["id"] = json!(9_919);
+    owner["type"] = json!("Organization");
+    json!({
+        "id": 15_368,
+        "slug": "github-actions",
+        "node_id": "MDM6QXBwMTUzNjg=",
+        "owner": owner,
+        "name": "GitHub Actions",
+        "description": "Automate your workflow from idea to production",
+        "external_url": "https://help.github.com/en/actions",
+        "html_url": "https://github.com/apps/github-actions",
+        "created_at": "2018-07-30T09:30:17Z",
+        "updated_at": "2019-12-10T19:04:12Z",
+        "permissions": {"actions": "write", "checks": "write", "contents": "write",
+                        "metadata": "read", "pull_requests": "write", "statuses": "write"},
+        "events": ["check_run", "check_suite", "pull_request", "push", "workflow_dispatch"],
+    })
 }
 
 /// An annotation as `GET …/check-runs/{id}/annotations` lists it

@@ -474,7 +474,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
             "rate_limit_url": format!("{API_BASE}/rate_limit"),
             "repository_url": format!("{API_BASE}/repos/{{owner}}/{{repo}}"),
         }))),
-        Route::User if get => Ok(Reply::ok(Model::user_json(call.login))),
+        Route::User if get => Ok(Reply::ok(Model::private_user_json(call.login))),
         Route::RateLimit if get => {
             let core = json!({"limit": 5000, "remaining": 4999, "used": 1, "reset": call.now + 3600, "resource": "core"});
             Ok(Reply::ok(json!({
@@ -485,7 +485,16 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
         Route::Repo(path) if get => {
             let id = repo_id(model, path)?;
             let repo = model.repo_by_id(id).ok_or_else(Reply::not_found)?;
-            Ok(Reply::ok(Model::repo_json(repo)))
+            let mut value = Model::full_repo_json(repo);
+            // GitHub counts open issues and pull requests together.
+            let open = model
+                .issues
+                .iter()
+                .filter(|i| i.repo_id == id && i.open)
+                .count();
+            value["open_issues"] = json!(open);
+            value["open_issues_count"] = json!(open);
+            Ok(Reply::ok(value))
         }
         Route::Issues(path) if get => {
             let id = repo_id(model, path)?;

@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 /// What replaces a secret value.
 pub const REDACTED: &[u8] = b"[REDACTED]";
@@ -235,25 +235,60 @@ impl Redactor {
         if self.secrets.is_empty() || chunk.is_empty() {
             return Bytes::copy_from_slice(chunk);
         }
-        let trie = &self.secrets.trie;
-        let out = &mut self.out;
         if self.held.is_empty() {
-            let (keep_from, open) = scan(trie, chunk, false, out, &mut self.work);
-            self.held.extend_from_slice(&chunk[keep_from..]);
-            self.open = open;
-            return out.split().freeze();
+            return self.scan_fresh(chunk);
         }
-        let walk = trie.walk_on(self.open, self.held.len(), chunk, &mut self.work);
-        self.held.extend_from_slice(chunk);
+        // The common case of a stream of small chunks: the held walk goes
+        // on and stays open. Kept small; deciding is out of line.
+        let walk = self
+            .secrets
+            .trie
+            .walk_on(self.open, self.held.len(), chunk, &mut self.work);
+        if chunk.len() <= 8 {
+            // A call to `memcpy` costs more than these few bytes.
+            for &b in chunk {
+                self.held.put_u8(b);
+            }
+        } else {
+            self.held.extend_from_slice(chunk);
+        }
         if walk.open {
             // Still undecided: nothing to send, nothing walked twice.
             self.open = walk.at;
             return Bytes::new();
         }
-        // The first held position is decided; those after it are walked
-        // from the start, as one pass over the whole body walks them.
-        let skip = decide(&self.held, walk.at.best, out);
-        let (keep_from, open) = scan(trie, &self.held[skip..], false, out, &mut self.work);
+        self.decide_held(walk.at.best)
+    }
+
+    /// Scans a chunk that follows no held bytes.
+    #[inline(never)]
+    fn scan_fresh(&mut self, chunk: &[u8]) -> Bytes {
+        let (keep_from, open) = scan(
+            &self.secrets.trie,
+            chunk,
+            false,
+            &mut self.out,
+            &mut self.work,
+        );
+        self.held.extend_from_slice(&chunk[keep_from..]);
+        self.open = open;
+        self.out.split().freeze()
+    }
+
+    /// The first held position is decided (its walk found a secret of
+    /// `best` bytes, or none); those after it are walked from the start,
+    /// as one pass over the whole body walks them.
+    #[inline(never)]
+    fn decide_held(&mut self, best: usize) -> Bytes {
+        let out = &mut self.out;
+        let skip = decide(&self.held, best, out);
+        let (keep_from, open) = scan(
+            &self.secrets.trie,
+            &self.held[skip..],
+            false,
+            out,
+            &mut self.work,
+        );
         self.held.advance(skip + keep_from);
         self.open = open;
         out.split().freeze()

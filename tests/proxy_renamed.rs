@@ -51,8 +51,10 @@ fn gh_follows_a_renamed_repositorys_redirect_through_the_proxy_and_only_there() 
 
     h.github.rename_repo(REPO, "widgets-renamed").unwrap();
 
-    // The former name is redirected, as on GitHub: another identity's
-    // request shows the id (and teaches it only that identity).
+    // The former name is redirected, as on GitHub (the comments by id).
+    // A deeper path's redirect teaches nothing (it could be an issue
+    // transferred elsewhere): another identity sees the id, and is still
+    // refused it, with what to do.
     let probe = {
         let _rt = h.rt.enter();
         h.proxy.add_identity(identity("tkt_probe")).unwrap()
@@ -68,15 +70,30 @@ fn gh_follows_a_renamed_repositorys_redirect_through_the_proxy_and_only_there() 
         .and_then(|id| id.parse().ok())
         .unwrap_or_else(|| panic!("GitHub's redirect form: {url}"));
     let by_id = format!("/repositories/{id}{tail}");
-    let (status, answer) = api_call_text(&h.socket, &h.proxy_ca, "GET", &by_id, "");
+    let (status, answer) = api_call_text(&probe, &h.proxy_ca, "GET", &by_id, "");
     assert_eq!(
         status, 403,
-        "an id this identity has not learned is refused: {answer}"
+        "a deeper path's redirect teaches nothing: {answer}"
     );
+    assert!(
+        answer.contains("ask for the repository by its name first"),
+        "{answer}"
+    );
+
+    // The repository itself, by name: GitHub redirects it to its id, which
+    // this identity (only) learns.
+    let (status, answer) = api_call_text(&probe, &h.proxy_ca, "GET", &format!("/repos/{REPO}"), "");
+    assert_eq!(status, 301, "{answer}");
     let (status, answer) = api_call_text(&probe, &h.proxy_ca, "GET", &by_id, "");
     assert_eq!(status, 200, "the identity that learned it may: {answer}");
+    let (status, answer) = api_call_text(&h.socket, &h.proxy_ca, "GET", &by_id, "");
+    assert_eq!(status, 403, "another identity has not learned it: {answer}");
 
-    // gh follows it and every page after it, each in the id form.
+    // gh asks for the repository, then its comments by the former name,
+    // and follows each redirect and every page after it, in the id form.
+    let (ok, out, err) = gh(&h, &["api", &format!("repos/{REPO}"), "--jq", ".id"]);
+    assert!(ok, "gh failed: {err}\n{out}");
+    assert_eq!(out.trim(), id.to_string(), "{err}");
     let (ok, out, err) = gh(
         &h,
         &[

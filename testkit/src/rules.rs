@@ -12,6 +12,15 @@ description = "what the proxy tests allow"
 variables = ["repo"]
 
 [[rule]]
+name = "repo-read"
+source = "GitHub REST: repos/get"
+host = "api.github.com"
+methods = ["GET"]
+path = "/repos/{repo}"
+credential = "github"
+inject = "bearer"
+
+[[rule]]
 name = "issue-read"
 source = "GitHub REST: issues/get"
 host = "api.github.com"

@@ -239,7 +239,13 @@ fn validate_rule(raw: RuleFile, variables: &BTreeSet<String>) -> Result<Rule, (S
     )?;
     let own = match raw.own {
         None => None,
-        Some(own) if path.captures().any(|c| c == own.id) && !own.created_as.is_empty() => {
+        // The kinds the proxy keeps learned repository forms under are not
+        // message kinds: no rule may treat them as objects a worker made.
+        Some(own)
+            if path.captures().any(|c| c == own.id)
+                && !own.created_as.is_empty()
+                && !crate::server::LEARNED_KINDS.contains(&own.created_as.as_str()) =>
+        {
             Some(OwnRule {
                 id: own.id,
                 created_as: own.created_as,

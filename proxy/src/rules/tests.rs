@@ -504,6 +504,16 @@ inject = "bearer"
             r#"own = { id = "comment_id", created_as = "" }"#,
             "rule[1].own",
         ),
+        // Learned repository forms are kept beside created objects; no rule
+        // may count them as the worker's own.
+        (
+            r#"own = { id = "comment_id", created_as = "github_repository_id" }"#,
+            "rule[1].own",
+        ),
+        (
+            r#"own = { id = "comment_id", created_as = "github_repository_name" }"#,
+            "rule[1].own",
+        ),
         (
             r#"own = { id = "comment_id", created_as = "github_pull_request" }"#,
             "rule `edit`.own.created_as",

@@ -397,7 +397,8 @@ impl Attempt<'_> {
         B::Error: Into<BoxError>,
     {
         headers::name_repository_links(response.headers_mut(), self.parts.uri.path());
-        if let Some(repo) = &self.identity.scope.repo {
+        let own_host = response.extensions().get::<FromAnotherHost>().is_none();
+        if let Some(repo) = self.identity.scope.repo.as_ref().filter(|_| own_host) {
             let location = response
                 .headers()
                 .get(hyper::header::LOCATION)
@@ -406,6 +407,12 @@ impl Attempt<'_> {
             let learned = renamed::learned(response.status(), location, self.host, path, repo);
             if let Some((kind, value)) = learned {
                 if self.identity.created.record(kind, &value) {
+                    tracing::info!(
+                        identity = %self.identity.name,
+                        kind,
+                        form = %value,
+                        "GitHub redirected the identity's repository: the form is learned as it"
+                    );
                     // Kept with the identity's objects; a failed save is
                     // logged and the id stays learned while this runs.
                     let _ = self.proxy.save_identities().done().await;
@@ -600,9 +607,16 @@ async fn follow_cross_host_redirect(
         header::ACCEPT_ENCODING,
         HeaderValue::from_static("identity"),
     );
-    identity
+    let mut answer = identity
         .client
         .send(req)
         .await
-        .map_err(|_| format!("following the redirect to {next_host} failed"))
+        .map_err(|_| format!("following the redirect to {next_host} failed"))?;
+    answer.extensions_mut().insert(FromAnotherHost);
+    Ok(answer)
 }
+
+/// Marks an answer the proxy fetched from another host after a redirect:
+/// nothing is learned from it about the request's own host.
+#[derive(Clone, Copy)]
+struct FromAnotherHost;

@@ -34,6 +34,10 @@ pub mod policy;
 mod records;
 pub mod refusals;
 mod renamed;
+
+/// Kinds of the identity's kept objects that are learned repository forms,
+/// not objects it created ([`renamed`]).
+pub const LEARNED_KINDS: [&str; 2] = [renamed::REPOSITORY_ID, renamed::REPOSITORY_NAME];
 mod respond;
 mod sockets;
 mod state_writer;

@@ -7,21 +7,28 @@
 //! repository, and the ticket would stop at its first call after the
 //! rename.
 //!
-//! The proxy learns the other form from the redirect itself. The answer to
-//! a request under the identity's repository (`/repos/{repo}/…`, or git's
-//! `/{repo}[.git]/{endpoint}`) is about that repository, so a `Location` on
-//! the same host naming the same resource elsewhere names that repository.
-//! A later request in the learned form is checked as the same request under
-//! the repository's name, and forwarded as it was asked. A form the
-//! identity has not learned this way is refused, as before; what one
-//! identity learned is its own.
+//! The proxy learns the other form from a redirect of the repository
+//! itself: `GET /repos/{repo}` answered with a `Location` of exactly
+//! `/repositories/{id}` on the same host, or git's
+//! `/{repo}[.git]/{endpoint}` answered with the same endpoint under another
+//! name. Only those: a redirect of a deeper path may be about an object that
+//! moved on its own (an issue transferred to another repository answers
+//! `/repos/{repo}/issues/{n}` with a redirect to the other repository's
+//! issue, by id, possibly of the same number), so it teaches nothing. A later
+//! request in the learned form, on the same host, is checked as the same
+//! request under the repository's name, and forwarded as it was asked. A
+//! form the identity has not learned this way is refused, as before (the
+//! refusal says to ask for the repository by name first); what one identity
+//! learned is its own. Learning reads the first answer of the request's own
+//! host, never one the proxy fetched after a redirect to another host.
 
 use gatehouse_types::RepoSlug;
 use hyper::StatusCode;
 
 /// The kinds under which learned forms are kept with the identity's
-/// objects (so an identity of the admin API keeps them across a restart):
-/// a REST id (`1296269`), a git name (`github.com/owner/name`, lowercase).
+/// objects (so an identity of the admin API keeps them across a restart),
+/// each with its host: a REST id (`api.github.com/1296269`), a git name
+/// (`github.com/owner/name`, lowercase).
 pub(super) const REPOSITORY_ID: &str = "github_repository_id";
 pub(super) const REPOSITORY_NAME: &str = "github_repository_name";
 
@@ -31,7 +38,7 @@ const BY_ID: &str = "/repositories/";
 const GIT_ENDPOINTS: [&str; 3] = ["/info/refs", "/git-upload-pack", "/git-receive-pack"];
 
 /// Added to the refusal of a request by an id the identity has not learned.
-pub(super) const NOT_LEARNED: &str = " (a repository is reached by its id only after GitHub redirected this identity there from its own repository's name, as for a renamed repository)";
+pub(super) const NOT_LEARNED: &str = " (a repository is reached by its id only after GitHub redirected this identity's GET /repos/{its repository} there, as for a renamed repository: ask for the repository by its name first)";
 
 /// Whether `path` names a repository by id.
 pub(super) fn by_id(path: &str) -> bool {
@@ -53,9 +60,10 @@ pub(super) fn learned(
     let target = location?.strip_prefix("https://")?.strip_prefix(host)?;
     let target = target.split(['?', '#']).next()?;
     if let Some(tail) = under_name(request_path, repo) {
-        // REST: the same resource by id.
+        // REST: the repository itself, by id.
         let (id, moved_tail) = id_and_tail(target)?;
-        return (moved_tail == tail).then(|| (REPOSITORY_ID, id.to_string()));
+        return (tail.is_empty() && moved_tail.is_empty())
+            .then(|| (REPOSITORY_ID, format!("{host}/{id}").to_ascii_lowercase()));
     }
     // git: the same endpoint under another name.
     let (owner, name, tail) = git_parts(request_path)?;
@@ -78,7 +86,7 @@ pub(super) fn named_path(
     repo: &RepoSlug,
 ) -> Option<String> {
     if let Some((id, tail)) = id_and_tail(path) {
-        return knows(REPOSITORY_ID, &id.to_string())
+        return knows(REPOSITORY_ID, &format!("{host}/{id}").to_ascii_lowercase())
             .then(|| format!("/repos/{}{tail}", repo.as_str()));
     }
     let (owner, name, tail) = git_parts(path)?;
@@ -148,7 +156,7 @@ mod tests {
     type Form = Option<(&'static str, String)>;
 
     fn id(n: u64) -> Form {
-        Some((REPOSITORY_ID, n.to_string()))
+        Some((REPOSITORY_ID, format!("api.github.com/{n}")))
     }
 
     fn name(key: &str) -> Form {
@@ -162,10 +170,6 @@ mod tests {
         let moved = Some("https://api.github.com/repositories/1296269/issues?page=2");
         // (status, location, host, request path, learned)
         let cases: &[(u16, Option<&str>, &str, &str, Form)] = &[
-            (301, moved, api, "/repos/acme/widgets/issues", id(1_296_269)),
-            (307, moved, api, "/repos/acme/widgets/issues", id(1_296_269)),
-            (308, moved, api, "/repos/ACME/Widgets/issues", id(1_296_269)),
-            (302, moved, api, "/repos/acme/widgets/issues", id(1_296_269)),
             (
                 301,
                 Some("https://api.github.com/repositories/7"),
@@ -173,30 +177,115 @@ mod tests {
                 "/repos/acme/widgets",
                 id(7),
             ),
-            // Not the same resource.
+            (
+                307,
+                Some("https://api.github.com/repositories/7"),
+                api,
+                "/repos/ACME/Widgets",
+                id(7),
+            ),
+            (
+                308,
+                Some("https://api.github.com/repositories/7?x=1"),
+                api,
+                "/repos/acme/widgets",
+                id(7),
+            ),
+            // A deeper path teaches nothing, even with the same tail: an
+            // issue transferred to another repository (id 999) answers so.
+            (301, moved, api, "/repos/acme/widgets/issues", None),
+            (
+                301,
+                Some("https://api.github.com/repositories/999/issues/3"),
+                api,
+                "/repos/acme/widgets/issues/3",
+                None,
+            ),
             (301, moved, api, "/repos/acme/widgets", None),
-            (301, moved, api, "/repos/acme/widgets/pulls", None),
+            (
+                301,
+                Some("https://api.github.com/repositories/7/"),
+                api,
+                "/repos/acme/widgets",
+                None,
+            ),
             // Not a redirect.
-            (200, moved, api, "/repos/acme/widgets/issues", None),
-            (404, moved, api, "/repos/acme/widgets/issues", None),
+            (
+                200,
+                Some("https://api.github.com/repositories/7"),
+                api,
+                "/repos/acme/widgets",
+                None,
+            ),
+            (
+                404,
+                Some("https://api.github.com/repositories/7"),
+                api,
+                "/repos/acme/widgets",
+                None,
+            ),
             // About another repository, or none.
-            (301, moved, api, "/repos/acme/widgets-evil/issues", None),
-            (301, moved, api, "/repos/acme/widget/issues", None),
-            (301, moved, api, "/repos/other/widgets/issues", None),
-            (301, moved, api, "/user", None),
-            (301, moved, api, "/repositories/1296269/issues", None),
+            (
+                301,
+                Some("https://api.github.com/repositories/7"),
+                api,
+                "/repos/acme/widgets-evil",
+                None,
+            ),
+            (
+                301,
+                Some("https://api.github.com/repositories/7"),
+                api,
+                "/repos/acme/widget",
+                None,
+            ),
+            (
+                301,
+                Some("https://api.github.com/repositories/7"),
+                api,
+                "/repos/other/widgets",
+                None,
+            ),
+            (
+                301,
+                Some("https://api.github.com/repositories/7"),
+                api,
+                "/user",
+                None,
+            ),
+            (
+                301,
+                Some("https://api.github.com/repositories/7"),
+                api,
+                "/repositories/7",
+                None,
+            ),
             // A Location elsewhere: another host, plain HTTP, relative,
             // not the id form, a malformed id.
             (
                 301,
-                Some("https://evil.example/repositories/1/issues"),
+                Some("https://evil.example/repositories/1"),
                 api,
-                "/repos/acme/widgets/issues",
+                "/repos/acme/widgets",
                 None,
             ),
             (
                 301,
                 Some("https://api.github.com.evil.example/repositories/1"),
+                api,
+                "/repos/acme/widgets",
+                None,
+            ),
+            (
+                301,
+                Some("https://api.github.com:443/repositories/1"),
+                api,
+                "/repos/acme/widgets",
+                None,
+            ),
+            (
+                301,
+                Some("https://user@api.github.com/repositories/1"),
                 api,
                 "/repos/acme/widgets",
                 None,
@@ -217,23 +306,23 @@ mod tests {
             ),
             (
                 301,
-                Some("https://api.github.com/repos/acme/gadgets/issues"),
+                Some("https://api.github.com/repos/acme/gadgets"),
                 api,
-                "/repos/acme/widgets/issues",
+                "/repos/acme/widgets",
                 None,
             ),
             (
                 301,
-                Some("https://api.github.com/repositories/01/issues"),
+                Some("https://api.github.com/repositories/01"),
                 api,
-                "/repos/acme/widgets/issues",
+                "/repos/acme/widgets",
                 None,
             ),
             (
                 301,
-                Some("https://api.github.com/repositories/12x/issues"),
+                Some("https://api.github.com/repositories/12x"),
                 api,
-                "/repos/acme/widgets/issues",
+                "/repos/acme/widgets",
                 None,
             ),
             (
@@ -243,7 +332,7 @@ mod tests {
                 "/repos/acme/widgets",
                 None,
             ),
-            (301, None, api, "/repos/acme/widgets/issues", None),
+            (301, None, api, "/repos/acme/widgets", None),
             // git: the same endpoint under the new name.
             (
                 301,
@@ -324,7 +413,7 @@ mod tests {
     #[test]
     fn only_a_learned_form_is_read_as_the_repositorys_name() {
         let knows = |kind: &str, value: &str| {
-            (kind == REPOSITORY_ID && value == "42")
+            (kind == REPOSITORY_ID && value == "api.github.com/42")
                 || (kind == REPOSITORY_NAME && value == "github.com/acme/gadgets")
         };
         // (host, path, checked as)
@@ -373,6 +462,8 @@ mod tests {
             ("github.com", "/acme/gadgets/issues", None),
             ("github.com", "/acme/other.git/info/refs", None),
             ("uploads.github.com", "/acme/gadgets.git/info/refs", None),
+            // An id is learned with its host.
+            ("uploads.github.com", "/repositories/42/issues", None),
         ];
         for (host, path, named) in cases {
             assert_eq!(

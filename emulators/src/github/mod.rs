@@ -1425,44 +1425,36 @@ impl GithubState {
         *changes = model.changes(&before, login);
         drop(model);
         let mut reply = reply;
-        tokio::task::block_in_place(|| self.fill_from_git(&mut reply.body));
+        self.fill_from_git(&mut reply.body);
         reply
     }
 
     /// Fills in what the pure handlers cannot know without git: a pull
     /// request's diff counts (`pull-request`: `commits`, `additions`,
     /// `deletions`, `changed_files`) and a workflow run's `head_commit`
-    /// (`simple-commit`), for one object, a list, or a run listing.
+    /// (`simple-commit`), for one object, a list, or a run listing. Most
+    /// answers hold neither and cost no git run and no blocking section.
     fn fill_from_git(&self, body: &mut Value) {
-        let targets: Vec<&mut Value> = match body {
-            Value::Array(items) => items.iter_mut().collect(),
-            Value::Object(o) if o.contains_key("workflow_runs") => o
-                .get_mut("workflow_runs")
-                .and_then(Value::as_array_mut)
-                .map(|a| a.iter_mut().collect())
-                .unwrap_or_default(),
-            other => vec![other],
-        };
-        for v in targets {
-            let repo = if v.get("additions").is_some() {
-                v["base"]["repo"]["full_name"].as_str()
-            } else if v.get("jobs_url").is_some()
-                && v.get("head_commit").is_some_and(Value::is_null)
-            {
-                v["repository"]["full_name"].as_str()
-            } else {
-                None
-            };
-            let Some(Ok((owner, name))) = repo.map(|r| self.repo_names(r)) else {
-                continue;
-            };
-            let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
-            if v.get("additions").is_some() {
-                fill_pull_stats(&git_dir, v);
-            } else {
-                fill_head_commit(&git_dir, v);
-            }
+        let fills = git_fills(body);
+        if fills.is_empty() {
+            return;
         }
+        tokio::task::block_in_place(|| {
+            for (v, fill) in fills {
+                let repo = match fill {
+                    GitFill::PullStats => v["base"]["repo"]["full_name"].as_str(),
+                    GitFill::HeadCommit => v["repository"]["full_name"].as_str(),
+                };
+                let Some(Ok((owner, name))) = repo.map(|r| self.repo_names(r)) else {
+                    continue;
+                };
+                let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
+                match fill {
+                    GitFill::PullStats => fill_pull_stats(&git_dir, v),
+                    GitFill::HeadCommit => fill_head_commit(&git_dir, v),
+                }
+            }
+        });
     }
 
     /// A read of the repository's git data: what the route names is read
@@ -1608,7 +1600,7 @@ impl GithubState {
                     runs.into_iter().map(|j| model.run_json(j)).collect(),
                 );
                 drop(model);
-                tokio::task::block_in_place(|| self.fill_from_git(&mut reply.body));
+                self.fill_from_git(&mut reply.body);
                 reply
             }
             _ => not_found(),
@@ -1836,6 +1828,45 @@ fn rev_parse_blocking(git_dir: &Path, branch: &str) -> Option<String> {
         .ok()?;
     let sha = String::from_utf8(output.stdout).ok()?.trim().to_owned();
     (output.status.success() && sha.len() == 40).then_some(sha)
+}
+
+/// What of an answer only git can fill.
+#[derive(Clone, Copy)]
+enum GitFill {
+    /// A pull request's diff counts.
+    PullStats,
+    /// A workflow run's `head_commit`, while it is `null`.
+    HeadCommit,
+}
+
+/// The objects of an answer (one, a list, or a run listing's
+/// `workflow_runs`) that git has to fill in, and what each needs.
+fn git_fills(body: &mut Value) -> Vec<(&mut Value, GitFill)> {
+    let candidates: Vec<&mut Value> = if body.get("workflow_runs").is_some() {
+        body["workflow_runs"]
+            .as_array_mut()
+            .map(|a| a.iter_mut().collect())
+            .unwrap_or_default()
+    } else if let Value::Array(items) = body {
+        items.iter_mut().collect()
+    } else {
+        vec![body]
+    };
+    candidates
+        .into_iter()
+        .filter_map(|v| {
+            let fill = if v.get("additions").is_some() {
+                GitFill::PullStats
+            } else if v.get("jobs_url").is_some()
+                && v.get("head_commit").is_some_and(Value::is_null)
+            {
+                GitFill::HeadCommit
+            } else {
+                return None;
+            };
+            Some((v, fill))
+        })
+        .collect()
 }
 
 /// A pull request's diff counts from git, as GitHub counts them: commits

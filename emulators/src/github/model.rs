@@ -677,7 +677,7 @@ impl Model {
         };
         value["maintainer_can_modify"] = json!(false);
         // The diff's counts come from git: the server fills them in
-        // (`GithubState::add_pull_stats`); 0 where it cannot read them.
+        // (`GithubState::fill_from_git`); 0 where it cannot read them.
         for field in ["commits", "additions", "deletions", "changed_files"] {
             value[field] = json!(0);
         }

@@ -34,15 +34,15 @@ pub mod policy;
 mod records;
 pub mod refusals;
 mod renamed;
-
-/// Kinds of the identity's kept objects that are learned repository forms,
-/// not objects it created ([`renamed`]).
-pub const LEARNED_KINDS: [&str; 2] = [renamed::REPOSITORY_ID, renamed::REPOSITORY_NAME];
 mod respond;
 mod sockets;
 mod state_writer;
 mod token_retry;
 mod transparent;
+
+/// Kinds of the identity's kept objects that are learned repository forms,
+/// not objects it created ([`renamed`]).
+pub const LEARNED_KINDS: [&str; 2] = [renamed::REPOSITORY_ID, renamed::REPOSITORY_NAME];
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::PermissionsExt;

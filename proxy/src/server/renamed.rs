@@ -90,13 +90,17 @@ pub(super) fn named_path(
             .then(|| format!("/repos/{}{tail}", repo.as_str()));
     }
     let (owner, name, tail) = git_parts(path)?;
-    let suffix = if path[1 + owner.len() + 1..].starts_with(&format!("{name}.git")) {
+    // The repository's own name (every ordinary git request) is no alias:
+    // no lookup, no allocation.
+    if same_repo(owner, name, repo) || !knows(REPOSITORY_NAME, &git_key(host, owner, name)) {
+        return None;
+    }
+    let suffix = if path[1 + owner.len() + 1 + name.len()..].starts_with(".git/") {
         ".git"
     } else {
         ""
     };
-    knows(REPOSITORY_NAME, &git_key(host, owner, name))
-        .then(|| format!("/{}{suffix}{tail}", repo.as_str()))
+    Some(format!("/{}{suffix}{tail}", repo.as_str()))
 }
 
 /// The tail of a path under `/repos/{repo}` (empty or from a `/`).

@@ -629,3 +629,83 @@ fn the_checker_names_endpoint_field_and_types() {
         .iter()
         .any(|e| e.starts_with("GET /x: body.node_id (simple-user): required")));
 }
+
+/// A `pull_request` webhook carries the full pull request, diff counts
+/// included, as the REST answer does (both read them from git).
+#[test]
+fn webhook_pull_requests_carry_the_diff_counts_git_has() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens on the target: the delivery is kept with its failed
+    // attempt, which is all this test reads.
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", closed_port.local_addr().unwrap());
+    drop(closed_port);
+    let emulator = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git"))
+            .token("ghs_conformance_token", "octocat")
+            .repo(RepoSpec::new("acme", "widgets"))
+            .webhook(&url, "s3cret"),
+    )
+    .expect("emulator starts");
+    let ca = dir.path().join("ca.pem");
+    emulator.write_ca_pem(&ca).unwrap();
+    let repo = "acme/widgets";
+    commit_file(
+        &emulator.repo_git_dir(repo).unwrap(),
+        dir.path(),
+        "fix/crash",
+        "fix.txt",
+        "first\nsecond\nthird\n",
+    );
+    let seeded = emulator
+        .add_pull(repo, "Fix the crash", "fix/crash", "main", "alice")
+        .unwrap();
+    commit_file(
+        &emulator.repo_git_dir(repo).unwrap(),
+        dir.path(),
+        "fix/other",
+        "other.txt",
+        "one\n",
+    );
+    let created = curl(
+        &emulator,
+        &ca,
+        "POST",
+        "/repos/acme/widgets/pulls",
+        Some(r#"{"title":"Other","head":"fix/other","base":"main"}"#),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let opened: Vec<Value> = emulator
+        .webhook_deliveries()
+        .iter()
+        .filter(|d| d.event == "pull_request" && d.action.as_deref() == Some("opened"))
+        .map(|d| serde_json::from_slice(&d.body).unwrap())
+        .collect();
+    assert_eq!(opened.len(), 2, "{opened:#?}");
+    for (number, lines) in [(seeded, 3), (seeded + 1, 1)] {
+        let delivered = opened
+            .iter()
+            .find(|v| v["number"] == number)
+            .unwrap_or_else(|| panic!("no opened delivery for #{number}"));
+        let rest: Value = serde_json::from_str(
+            &curl(
+                &emulator,
+                &ca,
+                "GET",
+                &format!("/repos/acme/widgets/pulls/{number}"),
+                None,
+            )
+            .body,
+        )
+        .unwrap();
+        for field in ["commits", "additions", "deletions", "changed_files"] {
+            assert_eq!(
+                delivered["pull_request"][field], rest[field],
+                "#{number} {field}"
+            );
+        }
+        assert_eq!(delivered["pull_request"]["additions"], lines, "#{number}");
+        assert_eq!(delivered["pull_request"]["commits"], 1, "#{number}");
+        assert_eq!(delivered["pull_request"]["changed_files"], 1, "#{number}");
+    }
+}

@@ -92,6 +92,7 @@ fn remaining_counts_down_per_token_and_a_spent_budget_is_refused() {
         core: 3,
         graphql: 2,
         window_secs: 3600,
+        ..RateBudgets::default()
     });
     let first = curl(&emulator, &ca, A, &[], ISSUE);
     assert_eq!(first.status, 200);
@@ -192,4 +193,48 @@ fn held_creations_get_retry_after_and_nothing_is_created() {
     let made = curl(&emulator, &ca, A, &["-d", r#"{"body":"made"}"#], COMMENTS);
     assert_eq!(made.status, 201, "{}", made.body);
     assert_eq!(emulator.comments().len(), 1);
+}
+
+/// GitHub's counted secondary limit (80 creations a minute per token by
+/// default; 2 here): the next creation is refused with `retry-after`, REST
+/// and GraphQL alike, nothing is created, reads go on, and another token
+/// is not held.
+#[test]
+fn creations_past_the_minutes_limit_are_refused_and_not_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let (emulator, ca) = start(dir.path());
+    emulator.set_rate_budgets(RateBudgets {
+        creations_per_minute: 2,
+        ..RateBudgets::default()
+    });
+    for n in 0..2 {
+        let made = curl(&emulator, &ca, A, &["-d", r#"{"body":"made"}"#], COMMENTS);
+        assert_eq!(made.status, 201, "#{n}: {}", made.body);
+        assert_eq!(made.header("retry-after"), None);
+    }
+    let refused = curl(&emulator, &ca, A, &["-d", r#"{"body":"over"}"#], COMMENTS);
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let after = refused.number("retry-after");
+    assert!((1..=60).contains(&after), "{after}");
+    assert!(refused.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("secondary rate limit"));
+    let mutation = serde_json::json!({
+        "query": "mutation($id: ID!) { addComment(input: {subjectId: $id, body: \"over\"}) { clientMutationId } }",
+        "variables": {"id": "I_none"},
+    })
+    .to_string();
+    let m = curl(&emulator, &ca, A, &["-d", &mutation], "/graphql");
+    assert_eq!(m.status, 403, "{}", m.body);
+    assert!(m.header("retry-after").is_some());
+    let read = curl(&emulator, &ca, A, &[], COMMENTS);
+    assert_eq!(read.status, 200);
+    assert_eq!(
+        emulator.comments().len(),
+        2,
+        "the refused ones were not made"
+    );
+    let other = curl(&emulator, &ca, B, &["-d", r#"{"body":"other"}"#], COMMENTS);
+    assert_eq!(other.status, 201, "{}", other.body);
 }

@@ -17,9 +17,11 @@
 //!   (`installation ID N.` for an App's token) with `x-ratelimit-remaining: 0`;
 //!   GraphQL answers 200 with an error of type `RATE_LIMITED`;
 //! - secondary limits hit content creation (REST POST/PATCH/PUT/DELETE,
-//!   GraphQL mutations): 403 or 429 with `retry-after`, before anything is made.
+//!   GraphQL mutations): 403 or 429 with `retry-after`, before anything is made;
+//!   "in general, no more than 80 content-generating requests per minute and
+//!   no more than 500 content-generating requests per hour".
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use http::StatusCode;
 use serde_json::{json, Value};
@@ -36,6 +38,10 @@ pub struct RateBudgets {
     pub graphql: u64,
     /// The window's length in seconds, from its first call.
     pub window_secs: u64,
+    /// Content creations per token in any 60 s (GitHub: 80), a secondary limit.
+    pub creations_per_minute: u64,
+    /// Content creations per token in any hour (GitHub: 500).
+    pub creations_per_hour: u64,
 }
 
 impl Default for RateBudgets {
@@ -44,6 +50,8 @@ impl Default for RateBudgets {
             core: 5000,
             graphql: 5000,
             window_secs: 3600,
+            creations_per_minute: 80,
+            creations_per_hour: 500,
         }
     }
 }
@@ -193,6 +201,12 @@ pub(crate) struct Limits {
     budgets: RateBudgets,
     windows: HashMap<(Option<String>, Resource), Window>,
     hold: Option<Hold>,
+    /// Each token's admitted creations of the last hour (Unix seconds),
+    /// oldest first.
+    creations: HashMap<Option<String>, VecDeque<u64>>,
+    /// Until when a token's creations are refused by the counted secondary
+    /// limit (the `retry-after` of its refusals).
+    creations_refused_until: HashMap<Option<String>, u64>,
 }
 
 impl Limits {
@@ -200,6 +214,8 @@ impl Limits {
     pub(crate) fn set_budgets(&mut self, budgets: RateBudgets) {
         self.budgets = budgets;
         self.windows.clear();
+        self.creations.clear();
+        self.creations_refused_until.clear();
     }
 
     /// Creations are refused with `status` (403 or 429) for `secs` from `now`
@@ -238,7 +254,8 @@ impl Limits {
     /// Whether the call is refused, and how (`subject`: "user ID 1" or
     /// "installation ID 7", as GitHub names who spent the budget). Counts
     /// nothing: [`Limits::charge`] does, when the answer goes.
-    pub(crate) fn admit(&self, call: &Call, subject: &str, now: u64) -> Option<Refusal> {
+    /// An admitted creation is counted here, against the secondary limits.
+    pub(crate) fn admit(&mut self, call: &Call, subject: &str, now: u64) -> Option<Refusal> {
         let spent = call.counted && self.window(call, now).used >= self.budget(call);
         if spent {
             let message = format!("API rate limit exceeded for {subject}.");
@@ -254,14 +271,47 @@ impl Limits {
                 },
             });
         }
-        let hold = self.held(now).filter(|_| call.creation)?;
-        Some(Refusal {
-            status: hold.status,
+        if !call.creation {
+            return None;
+        }
+        let secondary = |status| Refusal {
+            status,
             body: json!({
                 "message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
                 "documentation_url": SECONDARY_DOCS,
             }),
-        })
+        };
+        if let Some(hold) = self.held(now) {
+            return Some(secondary(hold.status));
+        }
+        let made = self.creations.entry(call.token.clone()).or_default();
+        while made.front().is_some_and(|&t| t + 3600 <= now) {
+            made.pop_front();
+        }
+        let in_minute = made.iter().rev().take_while(|&&t| t + 60 > now).count() as u64;
+        // Refused until the creation that fills the window leaves it.
+        let leaves = |budget: u64, window: u64| {
+            let index = made.len().saturating_sub(budget as usize);
+            made.get(index).map_or(now + window, |&t| t + window)
+        };
+        let until = if in_minute >= self.budgets.creations_per_minute {
+            Some(leaves(self.budgets.creations_per_minute, 60))
+        } else if made.len() as u64 >= self.budgets.creations_per_hour {
+            Some(leaves(self.budgets.creations_per_hour, 3600))
+        } else {
+            None
+        };
+        match until {
+            Some(until) => {
+                self.creations_refused_until
+                    .insert(call.token.clone(), until);
+                Some(secondary(StatusCode::FORBIDDEN))
+            }
+            None => {
+                made.push_back(now);
+                None
+            }
+        }
     }
 
     /// Counts an answered call (unless it was a 304 or is not counted) and
@@ -275,10 +325,17 @@ impl Limits {
             self.windows
                 .insert((call.token.clone(), call.resource), window);
         }
+        let counted_until = self
+            .creations_refused_until
+            .get(&call.token)
+            .copied()
+            .filter(|&until| now < until);
         let retry_after = self
             .held(now)
+            .map(|h| h.until)
+            .or(counted_until)
             .filter(|_| call.creation)
-            .map(|h| h.until.saturating_sub(now).max(1));
+            .map(|until| until.saturating_sub(now).max(1));
         RateHeaders {
             limit: budget,
             remaining: budget.saturating_sub(window.used),
@@ -329,7 +386,7 @@ impl GithubState {
     ) -> Option<rest::Reply> {
         let now = crate::time::unix_now();
         let call = Call::of(&record.method, &record.path, &record.body, token);
-        let limits = lock(&self.limits);
+        let mut limits = lock(&self.limits);
         if !call.counted {
             return Some(reply(StatusCode::OK, limits.overview(token, now)));
         }

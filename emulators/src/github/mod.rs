@@ -1113,7 +1113,7 @@ impl GithubState {
                         // drop their own events).
                         tokio::task::block_in_place(|| {
                             for (event, payload) in changes {
-                                self.webhooks.emit(event, &payload);
+                                self.emit_webhook(event, payload);
                             }
                         });
                         reply
@@ -1439,22 +1439,36 @@ impl GithubState {
         if fills.is_empty() {
             return;
         }
-        tokio::task::block_in_place(|| {
-            for (v, fill) in fills {
-                let repo = match fill {
-                    GitFill::PullStats => v["base"]["repo"]["full_name"].as_str(),
-                    GitFill::HeadCommit => v["repository"]["full_name"].as_str(),
-                };
-                let Some(Ok((owner, name))) = repo.map(|r| self.repo_names(r)) else {
-                    continue;
-                };
-                let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
-                match fill {
-                    GitFill::PullStats => fill_pull_stats(&git_dir, v),
-                    GitFill::HeadCommit => fill_head_commit(&git_dir, v),
-                }
+        tokio::task::block_in_place(|| self.fill(fills));
+    }
+
+    /// Runs git for each fill; blocking.
+    fn fill(&self, fills: Vec<(&mut Value, GitFill)>) {
+        for (v, fill) in fills {
+            let repo = match fill {
+                GitFill::PullStats => v["base"]["repo"]["full_name"].as_str(),
+                GitFill::HeadCommit => v["repository"]["full_name"].as_str(),
+            };
+            let Some(Ok((owner, name))) = repo.map(|r| self.repo_names(r)) else {
+                continue;
+            };
+            let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
+            match fill {
+                GitFill::PullStats => fill_pull_stats(&git_dir, v),
+                GitFill::HeadCommit => fill_head_commit(&git_dir, v),
             }
-        });
+        }
+    }
+
+    /// Delivers a webhook whose pull request carries the diff counts read
+    /// from git, as the REST answer does (GitHub's `pull_request` payloads
+    /// hold the full pull request). Blocking: callers are a handle's thread
+    /// or inside `block_in_place`, like the delivery itself.
+    pub(super) fn emit_webhook(&self, event: &str, mut payload: Value) {
+        if let Some(pull) = payload.get_mut("pull_request") {
+            self.fill(git_fills(pull));
+        }
+        self.webhooks.emit(event, &payload);
     }
 
     /// A read of the repository's git data: what the route names is read

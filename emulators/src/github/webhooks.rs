@@ -373,7 +373,7 @@ impl GithubHandle {
             review.and_then(|r| model.review_event(r))
         };
         if let Some((name, payload)) = event {
-            self.state.webhooks.emit(name, &payload);
+            self.state.emit_webhook(name, payload);
         }
     }
 
@@ -385,7 +385,7 @@ impl GithubHandle {
     pub(super) fn emit_comment(&self, kind: CommentKind, repo_id: u64, id: u64) {
         let event = lock(&self.state.model).comment_event(kind, repo_id, id);
         if let Some((name, payload)) = event {
-            self.state.webhooks.emit(name, &payload);
+            self.state.emit_webhook(name, payload);
         }
     }
 
@@ -402,7 +402,7 @@ impl GithubHandle {
             if let Some((key, value)) = extra {
                 payload[key] = value;
             }
-            self.state.webhooks.emit(name, &payload);
+            self.state.emit_webhook(name, payload);
         }
     }
 

@@ -95,6 +95,7 @@ fn remaining_decreases_per_token_and_resource_until_refused() {
         core: 3,
         graphql: 2,
         window_secs: 60,
+        ..RateBudgets::default()
     });
     let a = rest("GET", Some("a"));
     let b = rest("GET", Some("b"));
@@ -194,6 +195,62 @@ fn held_creations_are_refused_with_retry_after_and_reads_go_on() {
     limits.hold_creations(30, StatusCode::FORBIDDEN, NOW);
     limits.hold_creations(0, StatusCode::FORBIDDEN, NOW);
     assert_eq!(limits.admit(&post, "user ID 1", NOW), None);
+}
+
+/// GitHub's counted secondary limit: 80 creations a minute and 500 an hour
+/// per token; the refusal's `retry-after` is when the creation that fills
+/// the window leaves it.
+#[test]
+fn creations_past_80_a_minute_or_500_an_hour_are_refused_until_the_window_moves() {
+    let mut limits = Limits::default();
+    let post = rest("POST", Some("a"));
+    let other = rest("POST", Some("b"));
+    let get = rest("GET", Some("a"));
+    for i in 0..80 {
+        assert_eq!(limits.admit(&post, "user ID 1", NOW + i / 2), None, "#{i}");
+        assert_eq!(limits.charge(&post, false, NOW + i / 2).retry_after, None);
+    }
+    let at = NOW + 40;
+    let refused = limits.admit(&post, "user ID 1", at).expect("the 81st");
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert!(refused.body["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("secondary rate limit")));
+    // The first creation (at NOW) leaves the minute at NOW + 60.
+    assert_eq!(limits.charge(&post, false, at).retry_after, Some(20));
+    // Reads and another token's creations go on.
+    assert_eq!(limits.admit(&get, "user ID 1", at), None);
+    assert_eq!(limits.charge(&get, false, at).retry_after, None);
+    assert_eq!(limits.admit(&other, "user ID 2", at), None);
+    // A refused creation is not counted: once the first two (both at NOW)
+    // have left the minute, exactly two more go, and so on.
+    for at in [NOW + 60, NOW + 61] {
+        assert!(limits.admit(&post, "user ID 1", at).is_none());
+        assert!(limits.admit(&post, "user ID 1", at).is_none());
+        assert!(limits.admit(&post, "user ID 1", at).is_some());
+        assert_eq!(limits.charge(&post, false, at).retry_after, Some(1));
+    }
+
+    // The hour: 500 creations, 7 s apart (under 80 a minute), then refused
+    // until the first leaves the hour.
+    let mut limits = Limits::default();
+    for i in 0..500 {
+        assert_eq!(limits.admit(&post, "user ID 1", NOW + 7 * i), None, "#{i}");
+    }
+    let at = NOW + 3500;
+    assert!(limits.admit(&post, "user ID 1", at).is_some());
+    assert_eq!(limits.charge(&post, false, at).retry_after, Some(100));
+    assert!(limits.admit(&post, "user ID 1", NOW + 3599).is_some());
+    assert_eq!(limits.admit(&post, "user ID 1", NOW + 3600), None);
+
+    // New budgets start afresh; the limits are settable.
+    limits.set_budgets(RateBudgets {
+        creations_per_minute: 1,
+        ..RateBudgets::default()
+    });
+    assert_eq!(limits.admit(&post, "user ID 1", at), None);
+    assert!(limits.admit(&post, "user ID 1", at).is_some());
+    assert_eq!(limits.charge(&post, false, at).retry_after, Some(60));
 }
 
 #[test]

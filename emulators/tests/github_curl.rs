@@ -802,13 +802,66 @@ fn location_user_agent_and_enterprise_paths_as_github() {
         "/api/v3/repos/acme/widgets/issues/1",
     );
     assert_eq!(ghes.status, 200, "{}", ghes.body);
+    // Links and a renamed repository's redirect keep the `/api/v3` prefix
+    // (a GHES answers `https://HOST/api/v3/repositories/{id}/…`).
+    let ghes_ca = ca_of(&enterprise, dir.path());
+    let ghes_port = enterprise.addr().port();
+    let on_ghes = |extra: &[&str], path: &str| {
+        let mut args = auth.to_vec();
+        args.extend_from_slice(extra);
+        curl(&enterprise, &ghes_ca, "localhost", &args, path)
+    };
+    for text in ["one", "two"] {
+        enterprise
+            .add_issue_comment("acme/widgets", 1, text, "alice")
+            .unwrap();
+    }
+    let ghes_id = on_ghes(&[], "/api/v3/repos/acme/widgets").json()["id"]
+        .as_u64()
+        .unwrap();
+    let page = on_ghes(
+        &[],
+        "/api/v3/repos/acme/widgets/issues/1/comments?per_page=1",
+    );
+    let next = format!(
+        "<https://localhost:{ghes_port}/api/v3/repositories/{ghes_id}/issues/1/comments?per_page=1&page=2>; rel=\"next\""
+    );
+    assert!(
+        page.headers
+            .lines()
+            .any(|l| l.starts_with("link: ") && l.contains(&next)),
+        "{}",
+        page.headers
+    );
+    let followed_page = on_ghes(
+        &[],
+        &format!("/api/v3/repositories/{ghes_id}/issues/1/comments?per_page=1&page=2"),
+    );
+    assert_eq!(followed_page.status, 200, "{}", followed_page.body);
+    assert_eq!(followed_page.json()[0]["body"], "two");
+    enterprise.rename_repo("acme/widgets", "gadgets").unwrap();
+    let moved = on_ghes(&[], "/api/v3/repos/acme/widgets/issues/1");
+    assert_eq!(moved.status, 301, "{}", moved.body);
+    let location =
+        format!("location: https://localhost:{ghes_port}/api/v3/repositories/{ghes_id}/issues/1");
+    assert!(
+        moved
+            .headers
+            .lines()
+            .any(|l| l.eq_ignore_ascii_case(&location)),
+        "{}",
+        moved.headers
+    );
+    let followed = on_ghes(&["-L"], "/api/v3/repos/acme/widgets/issues/1");
+    let after = followed.body.rsplit("\r\n\r\n").next().unwrap_or_default();
+    assert!(after.contains("\"number\":1"), "{}", followed.body);
     // With the knob off a request without a User-Agent is answered.
     let kind = curl(
         &enterprise,
         &ca_of(&enterprise, dir.path()),
         "localhost",
         &[auth[0], auth[1], "-H", "User-Agent:"],
-        "/repos/acme/widgets/issues/1",
+        "/repos/acme/gadgets/issues/1",
     );
     assert_eq!(kind.status, 200);
 }

@@ -1721,10 +1721,14 @@ impl Handler for GithubState {
 /// A path under `/repos/{owner}/{repo}` in the form GitHub's pagination
 /// links use, `/repositories/{id}/…` (as api.github.com answers, e.g.
 /// `GET /repos/cli/cli/issues` links `/repositories/212613049/issues?page=2`);
-/// any other path as it is.
+/// any other path as it is. An Enterprise path keeps its `/api/v3`.
 fn id_form(model: &model::Model, path: &str) -> String {
+    let (prefix, path) = match path.strip_prefix("/api/v3") {
+        Some(rest) if rest.starts_with('/') => ("/api/v3", rest),
+        _ => ("", path),
+    };
     let Some(rest) = path.strip_prefix("/repos/") else {
-        return path.to_owned();
+        return format!("{prefix}{path}");
     };
     let mut segments = rest.splitn(3, '/');
     let (Some(owner), Some(name)) = (segments.next(), segments.next()) else {
@@ -1733,9 +1737,9 @@ fn id_form(model: &model::Model, path: &str) -> String {
     match model.repo(owner, name) {
         Some(repo) => {
             let tail = segments.next().map_or(String::new(), |t| format!("/{t}"));
-            format!("/repositories/{}{tail}", repo.id)
+            format!("{prefix}/repositories/{}{tail}", repo.id)
         }
-        None => path.to_owned(),
+        None => format!("{prefix}{path}"),
     }
 }
 
@@ -2065,6 +2069,16 @@ mod tests {
             ),
             ("/user/repos", "/user/repos".to_owned()),
             ("/repos/acme", "/repos/acme".to_owned()),
+            // Enterprise paths keep their prefix.
+            (
+                "/api/v3/repos/acme/widgets/issues",
+                format!("/api/v3/repositories/{id}/issues"),
+            ),
+            ("/api/v3/user", "/api/v3/user".to_owned()),
+            (
+                "/api/v3x/repos/acme/widgets",
+                "/api/v3x/repos/acme/widgets".to_owned(),
+            ),
         ] {
             assert_eq!(id_form(&model, path), expected, "{path}");
         }

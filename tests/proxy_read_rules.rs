@@ -41,14 +41,6 @@ const NOT_HERE: &[(&str, &str)] = &[
         "graphql-read",
         "GraphQL documents: worker_speech and proxy_scope",
     ),
-    (
-        "check-suite",
-        "not emulated: check suites are not modelled (each emulated job is a check run of its own)",
-    ),
-    (
-        "check-suite-runs",
-        "not emulated: check suites are not modelled (each emulated job is a check run of its own)",
-    ),
 ];
 
 #[test]
@@ -224,6 +216,18 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
             200,
         ),
         ("check-run", r(&format!("/check-runs/{job}")), 200),
+        // A run's check suite has the run's id.
+        ("check-suite", r(&format!("/check-suites/{run}")), 200),
+        (
+            "check-suite-runs",
+            r(&format!("/check-suites/{run}/check-runs")),
+            200,
+        ),
+        (
+            "commit-and-its-checks",
+            r(&format!("/commits/{head}/check-suites")),
+            200,
+        ),
         ("actions-runs", r("/actions/runs"), 200),
         ("actions-run", r(&format!("/actions/runs/{run}")), 200),
         (
@@ -322,6 +326,13 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
                         .as_str()
                         .is_some_and(|h| h.contains(&head))
             }
+            "check-suite" => {
+                v["id"] == run
+                    && v["head_sha"] == head.as_str()
+                    && v["head_commit"]["id"] == head.as_str()
+                    && v["app"]["slug"] == "github-actions"
+            }
+            "check-suite-runs" => v["total_count"] == 1 && v["check_runs"][0]["id"] == job,
             "actions-workflows" => {
                 v["total_count"] == 1
                     && v["workflows"][0]["path"] == ".github/workflows/ci.yml"

@@ -483,6 +483,17 @@ fn every_emulated_endpoint_answers_githubs_recorded_shape() {
             "check-run",
             Body::Wrapped("check_runs"),
         ),
+        get(r(&format!("/check-suites/{run}")), "check-suite", Body::One),
+        get(
+            r(&format!("/check-suites/{run}/check-runs")),
+            "check-run",
+            Body::Wrapped("check_runs"),
+        ),
+        get(
+            r(&format!("/commits/{head_sha}/check-suites")),
+            "check-suite",
+            Body::Wrapped("check_suites"),
+        ),
         get(
             r("/actions/runs"),
             "workflow-run",
@@ -587,6 +598,31 @@ fn every_emulated_endpoint_answers_githubs_recorded_shape() {
                 pull_json[field]
             ));
         }
+    }
+    // A run's check suite is the one its jobs' check runs name.
+    let get_json = |path: String| -> Value {
+        serde_json::from_str(&curl(&emulator, &ca, "GET", &path, None).body).unwrap()
+    };
+    let suite = get_json(r(&format!("/check-suites/{run}")));
+    let check_run = get_json(r(&format!("/check-runs/{job}")));
+    if suite["id"] != check_run["check_suite"]["id"]
+        || suite["head_commit"]["id"] != head_sha.as_str()
+    {
+        errors.push(format!(
+            "GET /check-suites/{run}: id {} (the check run names {}), head_commit.id {} (expected {head_sha})",
+            suite["id"], check_run["check_suite"]["id"], suite["head_commit"]["id"]
+        ));
+    }
+    let suite_runs = get_json(r(&format!("/check-suites/{run}/check-runs")));
+    if suite_runs["check_runs"][0]["id"] != job {
+        errors.push(format!(
+            "GET /check-suites/{run}/check-runs: expected check run {job}, got {}",
+            suite_runs["check_runs"]
+        ));
+    }
+    let missing = curl(&emulator, &ca, "GET", &r("/check-suites/999999"), None);
+    if missing.status != 404 {
+        errors.push(format!("GET /check-suites/999999: {}", missing.status));
     }
     let run_json: Value = serde_json::from_str(
         &curl(

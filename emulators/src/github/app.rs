@@ -499,7 +499,11 @@ fn need<'a>(route: &'a Route, method: &Method) -> Need<'a> {
         | Route::RepoPullComment(r, _)
         | Route::PullReview(r, _, _)
         | Route::PullReviewComments(r, _, _) => on(r, &["pull_requests"], level),
-        Route::CheckRun(r, _) | Route::CheckRunAnnotations(r, _) => on(r, &["checks"], level),
+        Route::CheckRun(r, _)
+        | Route::CheckRunAnnotations(r, _)
+        | Route::CheckSuite(r, _)
+        | Route::CheckSuiteRuns(r, _)
+        | Route::CommitCheckSuites(r, _) => on(r, &["checks"], level),
         Route::Workflows(r)
         | Route::Workflow(r, _)
         | Route::WorkflowRuns(r, _)

@@ -1860,8 +1860,11 @@ enum GitFill {
 /// The objects of an answer (one, a list, or a run listing's
 /// `workflow_runs`) that git has to fill in, and what each needs.
 fn git_fills(body: &mut Value) -> Vec<(&mut Value, GitFill)> {
-    let candidates: Vec<&mut Value> = if body.get("workflow_runs").is_some() {
-        body["workflow_runs"]
+    let listing = ["workflow_runs", "check_suites"]
+        .into_iter()
+        .find(|key| body.get(key).is_some());
+    let candidates: Vec<&mut Value> = if let Some(key) = listing {
+        body[key]
             .as_array_mut()
             .map(|a| a.iter_mut().collect())
             .unwrap_or_default()
@@ -1875,7 +1878,7 @@ fn git_fills(body: &mut Value) -> Vec<(&mut Value, GitFill)> {
         .filter_map(|v| {
             let fill = if v.get("additions").is_some() {
                 GitFill::PullStats
-            } else if v.get("jobs_url").is_some()
+            } else if (v.get("jobs_url").is_some() || v.get("check_runs_url").is_some())
                 && v.get("head_commit").is_some_and(Value::is_null)
             {
                 GitFill::HeadCommit

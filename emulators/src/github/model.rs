@@ -1010,6 +1010,42 @@ impl Model {
     }
 }
 
+impl Model {
+    /// A run's check suite (`check-suite`): GitHub makes one for each
+    /// workflow run, owned by the Actions App; the run's one job is its one
+    /// check run. `head_commit` is filled from git by the server, as for
+    /// runs.
+    pub fn check_suite_json(&self, job: &Job) -> Value {
+        let Some(repo) = self.repo_by_id(job.repo_id) else {
+            return Value::Null;
+        };
+        let (status, conclusion, _) = Self::job_state(job);
+        let url = format!("{}/check-suites/{}", repo.api_url(), job.run_id);
+        json!({
+            "id": job.run_id,
+            "node_id": node_id("CS", job.run_id),
+            "head_branch": Value::Null,
+            "head_sha": job.head_sha,
+            "status": status,
+            "conclusion": conclusion,
+            "url": url,
+            // The push that made the commit is not kept.
+            "before": Value::Null,
+            "after": job.head_sha,
+            "pull_requests": [],
+            "app": github_actions_app(),
+            "repository": Self::repo_json(repo),
+            "created_at": iso8601(job.created_at),
+            "updated_at": iso8601(job.created_at),
+            "head_commit": Value::Null,
+            "latest_check_runs_count": 1,
+            "check_runs_url": format!("{url}/check-runs"),
+            "rerequestable": true,
+            "runs_rerequestable": true,
+        })
+    }
+}
+
 /// The GitHub Actions App, which owns Actions' check runs, as the API
 /// shows it (`integration`; id, dates and links as api.github.com gives
 /// them for `/apps/github-actions`).

@@ -65,6 +65,10 @@ pub(crate) enum Route {
     /// `pulls/{n}/reviews/{id}/comments`.
     PullReviewComments(RepoPath, u64, u64),
     CheckRunAnnotations(RepoPath, u64),
+    /// A run's check suite (one a run here: the suite has the run's id).
+    CheckSuite(RepoPath, u64),
+    CheckSuiteRuns(RepoPath, u64),
+    CommitCheckSuites(RepoPath, String),
     /// The workflows read from `.github/workflows` (`super::actions`).
     Workflows(RepoPath),
     /// A workflow by id or file name.
@@ -169,6 +173,11 @@ pub(crate) fn route(path: &str) -> Option<Route> {
                     Route::PullReviewComments(repo, number(n)?, number(id)?)
                 }
                 ["check-runs", id, "annotations"] => Route::CheckRunAnnotations(repo, number(id)?),
+                ["check-suites", id] => Route::CheckSuite(repo, number(id)?),
+                ["check-suites", id, "check-runs"] => Route::CheckSuiteRuns(repo, number(id)?),
+                ["commits", git_ref, "check-suites"] if !git_ref.is_empty() => {
+                    Route::CommitCheckSuites(repo, (*git_ref).to_owned())
+                }
                 ["actions", "workflows"] => Route::Workflows(repo),
                 ["actions", "workflows", id] if !id.is_empty() => {
                     Route::Workflow(repo, (*id).to_owned())
@@ -1031,6 +1040,42 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
             model.record_event(id, *number, call.login, EventKind::Closed, call.now);
             Ok(Reply::ok(
                 json!({"sha": sha, "merged": true, "message": "Pull Request successfully merged"}),
+            ))
+        }
+        Route::CheckSuite(path, suite_id) if get => {
+            let id = repo_id(model, path)?;
+            let job = model
+                .jobs
+                .iter()
+                .find(|j| j.repo_id == id && j.run_id == *suite_id)
+                .ok_or_else(Reply::not_found)?;
+            Ok(Reply::ok(model.check_suite_json(job)))
+        }
+        Route::CheckSuiteRuns(path, suite_id) if get => {
+            let id = repo_id(model, path)?;
+            let runs: Vec<Value> = model
+                .jobs
+                .iter()
+                .filter(|j| j.repo_id == id && j.run_id == *suite_id)
+                .map(|j| model.check_run_json(j))
+                .collect();
+            if runs.is_empty() {
+                return Err(Reply::not_found());
+            }
+            Ok(Reply::ok(
+                json!({"total_count": runs.len(), "check_runs": runs}),
+            ))
+        }
+        Route::CommitCheckSuites(path, git_ref) if get => {
+            let id = repo_id(model, path)?;
+            let suites: Vec<Value> = model
+                .jobs
+                .iter()
+                .filter(|j| j.repo_id == id && (&j.head_sha == git_ref || git_ref == "HEAD"))
+                .map(|j| model.check_suite_json(j))
+                .collect();
+            Ok(Reply::ok(
+                json!({"total_count": suites.len(), "check_suites": suites}),
             ))
         }
         Route::CommitCheckRuns(path, git_ref) if get => {

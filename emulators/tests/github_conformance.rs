@@ -620,6 +620,21 @@ fn every_emulated_endpoint_answers_githubs_recorded_shape() {
             suite_runs["check_runs"]
         ));
     }
+    // A pull request's timeline holds its commits (`committed`).
+    let timeline = get_json(r(&format!("/issues/{pull}/timeline")));
+    let committed: Vec<&Value> = timeline
+        .as_array()
+        .map(|a| a.iter().filter(|e| e["event"] == "committed").collect())
+        .unwrap_or_default();
+    if committed.len() != 1 || committed[0]["sha"] != head_sha.as_str() {
+        errors.push(format!(
+            "GET /issues/{pull}/timeline: expected one committed item for {head_sha}, got {committed:?}"
+        ));
+    }
+    for c in committed {
+        let at = format!("GET /issues/{pull}/timeline: committed");
+        check(&shapes, "timeline-committed-event", c, &at, &mut errors);
+    }
     let missing = curl(&emulator, &ca, "GET", &r("/check-suites/999999"), None);
     if missing.status != 404 {
         errors.push(format!("GET /check-suites/999999: {}", missing.status));

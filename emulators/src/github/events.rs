@@ -9,8 +9,9 @@
 //!
 //! Recorded: `closed`, `reopened`, `merged`, `labeled`, `renamed`,
 //! `assigned` and `review_requested`; in the timeline also
-//! `cross-referenced` (another issue or pull request mentioning this one).
-//! Not recorded (GitHub has them): `referenced`, `committed`, `mentioned`,
+//! `cross-referenced` (another issue or pull request mentioning this one)
+//! and a pull request's `committed` items (its commits, read from git by
+//! the server). Not recorded (GitHub has them): `referenced`, `mentioned`,
 //! `subscribed`, `unlabeled`, `unassigned`, `head_ref_*`, … .
 
 use serde_json::{json, Value};
@@ -172,9 +173,10 @@ impl Model {
     /// The timeline of issue `number`, oldest first: its events, its
     /// comments (`commented`, the comment with `event` and `actor`) and,
     /// for a pull request, its reviews (`reviewed`, with `_links` and the
-    /// head commit). Review comments (`line-commented`) and commits
-    /// (`committed`) are not in it.
-    pub fn timeline_json(&self, repo_id: u64, number: u64) -> Vec<Value> {
+    /// head commit) and `commits` (`committed`, as `GET …/pulls/{n}/commits`
+    /// lists them, at their committer date). Review comments
+    /// (`line-commented`) are not in it.
+    pub fn timeline_json(&self, repo_id: u64, number: u64, commits: &[Value]) -> Vec<Value> {
         let Some(issue) = self.issue(repo_id, number) else {
             return Vec::new();
         };
@@ -251,6 +253,32 @@ impl Model {
                 "source": {"type": "issue", "issue": self.issue_json(issue)},
             });
             items.push((at, issue.id, value));
+        }
+        // `timeline-committed-event`: the git commit (`url` its
+        // `git/commits/{sha}`), with `sha`, `html_url` and `parents`; no
+        // `actor` (a commit has an author, not an actor).
+        for c in commits {
+            let git = &c["commit"];
+            let mut verification = git["verification"].clone();
+            verification["verified_at"] = Value::Null;
+            let value = json!({
+                "event": "committed",
+                "sha": c["sha"],
+                "node_id": c["node_id"],
+                "url": git["url"],
+                "html_url": c["html_url"],
+                "author": git["author"],
+                "committer": git["committer"],
+                "tree": git["tree"],
+                "message": git["message"],
+                "parents": c["parents"],
+                "verification": verification,
+            });
+            let at = git["committer"]["date"]
+                .as_str()
+                .and_then(crate::time::unix_from_iso8601)
+                .unwrap_or(0);
+            items.push((at, 0, value));
         }
         items.sort_by_key(|(at, id, _)| (*at, *id));
         items.into_iter().map(|(_, _, v)| v).collect()
@@ -384,7 +412,7 @@ mod tests {
             5,
         );
         model.record_event(repo_id, n, "alice", EventKind::Closed, 5);
-        let timeline = model.timeline_json(repo_id, n);
+        let timeline = model.timeline_json(repo_id, n, &[]);
         let names: Vec<&str> = timeline
             .iter()
             .map(|e| e["event"].as_str().unwrap())
@@ -442,7 +470,7 @@ mod tests {
         comment(&mut model, other, "also (#1)", "dave", 4);
         comment(&mut model, pr, "and #1 again", "bot", 5);
         comment(&mut model, issue, "#1 is this one", "alice", 6);
-        let timeline = model.timeline_json(repo_id, issue);
+        let timeline = model.timeline_json(repo_id, issue, &[]);
         let crossed: Vec<(u64, &str, &str)> = timeline
             .iter()
             .filter(|e| e["event"] == "cross-referenced")

@@ -1406,6 +1406,10 @@ impl GithubState {
             }
             _ => None,
         };
+        let pull_commits = match (&route, &parts.method) {
+            (rest::Route::IssueTimeline(repo, n), &Method::GET) => self.pull_commits(repo, *n),
+            _ => Vec::new(),
+        };
         let mut model = lock(&self.model);
         let before = model.before();
         let reply = rest::handle(
@@ -1418,6 +1422,7 @@ impl GithubState {
                 login,
                 now: unix_now(),
                 branches,
+                pull_commits,
                 logs_base_url: &self.logs_base_url,
                 logs_signature: &self.logs_signature,
             },
@@ -1440,6 +1445,33 @@ impl GithubState {
             return;
         }
         tokio::task::block_in_place(|| self.fill(fills));
+    }
+
+    /// The commits of pull request `number` (`base..head`, oldest first, as
+    /// `GET …/pulls/{n}/commits` lists them); none for an issue.
+    fn pull_commits(&self, repo: &rest::RepoPath, number: u64) -> Vec<Value> {
+        let pull = {
+            let model = lock(&self.model);
+            model
+                .repo(&repo.owner, &repo.name)
+                .and_then(|r| model.issue(r.id, number))
+                .and_then(|i| i.pull.as_ref())
+                .map(|p| (p.base_sha.clone(), p.head_sha.clone()))
+        };
+        let Some((base, head)) = pull else {
+            return Vec::new();
+        };
+        let Ok((owner, name)) = self.repo_names(&format!("{}/{}", repo.owner, repo.name)) else {
+            return Vec::new();
+        };
+        let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
+        let what = contents::GitRead::PullCommits { base, head };
+        match tokio::task::block_in_place(|| {
+            contents::read(&git_dir, &format!("{owner}/{name}"), &what)
+        }) {
+            Ok(contents::Read::List(commits)) => commits,
+            _ => Vec::new(),
+        }
     }
 
     /// Runs git for each fill; blocking.

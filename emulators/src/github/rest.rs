@@ -347,6 +347,10 @@ pub(crate) struct RestCall<'a> {
     /// For `POST …/pulls`: what the bare repositories say about the head
     /// and base branches, read by the caller.
     pub branches: Option<pulls::Branches>,
+    /// For `GET …/issues/{n}/timeline` of a pull request: its commits
+    /// (`base..head`, oldest first, in the `commit` shape), read by the
+    /// caller.
+    pub pull_commits: Vec<Value>,
     /// Where job logs are served from, e.g. `https://pipelines.actions.githubusercontent.com`.
     pub logs_base_url: &'a str,
     /// Signs job-log URLs so they work without a token, like GitHub's.
@@ -684,7 +688,10 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
         Route::IssueTimeline(path, number) if get => {
             let id = repo_id(model, path)?;
             model.issue(id, *number).ok_or_else(Reply::not_found)?;
-            Ok(paginated(model.timeline_json(id, *number), call.query))
+            Ok(paginated(
+                model.timeline_json(id, *number, &call.pull_commits),
+                call.query,
+            ))
         }
         Route::PullReviewComments(path, number, review_id) if get => {
             let id = repo_id(model, path)?;
@@ -1386,6 +1393,7 @@ mod tests {
             login: "bot[bot]",
             now: 1_700_000_000,
             branches: None,
+            pull_commits: Vec::new(),
             logs_base_url: "https://logs.example",
             logs_signature: "k",
         }

@@ -760,3 +760,181 @@ fn webhook_pull_requests_carry_the_diff_counts_git_has() {
         assert_eq!(delivered["pull_request"]["changed_files"], 1, "#{number}");
     }
 }
+
+/// A recorded webhook payload: every required field by its path from the
+/// payload (`issue.user.login`, `pull_request.labels[].name`), with its
+/// types (`tests/shapes/github-webhooks/`, recorded by
+/// `scripts/github-shapes` from the description's `x-webhooks`).
+fn load_webhook_shapes() -> BTreeMap<String, BTreeMap<String, Vec<String>>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shapes/github-webhooks");
+    let mut shapes = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).expect("the webhook shapes directory") {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_str().unwrap().to_owned();
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert!(
+            v["source"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("github/rest-api-description x-webhooks/")),
+            "{name}: no source"
+        );
+        let required = v["required"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, t)| (k.clone(), types_of(t)))
+            .collect();
+        shapes.insert(name, required);
+    }
+    shapes
+}
+
+/// The values at `path` in `payload` (a `[]` segment takes every item),
+/// stopping where a parent is absent or null (its own path reports it).
+fn at_path<'a>(payload: &'a Value, path: &str) -> Vec<(String, Option<&'a Value>)> {
+    let (parents, field) = path.rsplit_once('.').unwrap_or(("", path));
+    let mut here: Vec<(String, &Value)> = vec![(String::new(), payload)];
+    for segment in parents.split('.').filter(|s| !s.is_empty()) {
+        let (name, each) = match segment.strip_suffix("[]") {
+            Some(name) => (name, true),
+            None => (segment, false),
+        };
+        let mut next = Vec::new();
+        for (at, v) in here {
+            let at = if at.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{at}.{name}")
+            };
+            match v.get(name) {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(items)) if each => {
+                    for (k, item) in items.iter().enumerate() {
+                        next.push((format!("{at}[{k}]"), item));
+                    }
+                }
+                Some(child) => next.push((at, child)),
+            }
+        }
+        here = next;
+    }
+    here.into_iter()
+        .map(|(at, v)| {
+            let at = if at.is_empty() {
+                field.to_owned()
+            } else {
+                format!("{at}.{field}")
+            };
+            (at, v.get(field))
+        })
+        .collect()
+}
+
+/// Every webhook the emulator delivers carries each field GitHub's
+/// description requires of that event's payload, with its type.
+#[test]
+fn every_delivered_webhook_has_the_payload_githubs_description_requires() {
+    let shapes = load_webhook_shapes();
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens on the target: each delivery is kept with its failed
+    // attempt, which is all this test reads.
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", closed_port.local_addr().unwrap());
+    drop(closed_port);
+    let emulator = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git"))
+            .token("ghs_conformance_token", "octocat")
+            .repo(RepoSpec::new("acme", "widgets"))
+            .webhook(&url, "s3cret"),
+    )
+    .expect("emulator starts");
+    let repo = "acme/widgets";
+    let issue = emulator
+        .add_issue(repo, "Crash", "It crashes.", "alice")
+        .unwrap();
+    emulator.add_label(repo, issue, "bug").unwrap();
+    emulator.assign(repo, issue, "bob", "alice").unwrap();
+    emulator
+        .add_issue_comment(repo, issue, "Seen it.", "bob")
+        .unwrap();
+    emulator.close(repo, issue, "alice").unwrap();
+    emulator.reopen(repo, issue, "alice").unwrap();
+    commit_file(
+        &emulator.repo_git_dir(repo).unwrap(),
+        dir.path(),
+        "fix/crash",
+        "fix.txt",
+        "fixed\n",
+    );
+    let pull = emulator
+        .add_pull(repo, "Fix the crash", "fix/crash", "main", "alice")
+        .unwrap();
+    emulator.add_label(repo, pull, "bug").unwrap();
+    emulator.assign(repo, pull, "alice", "alice").unwrap();
+    emulator.request_review(repo, pull, "bob", "alice").unwrap();
+    emulator
+        .add_review_comment(repo, pull, "fix.txt", 1, "Typo.", "bob")
+        .unwrap();
+    emulator
+        .add_review(repo, pull, "APPROVED", "Good.", "bob")
+        .unwrap();
+    emulator.close(repo, pull, "alice").unwrap();
+    emulator.reopen(repo, pull, "alice").unwrap();
+
+    let mut errors = Vec::new();
+    let mut delivered = std::collections::BTreeSet::new();
+    for d in emulator.webhook_deliveries() {
+        let key = format!(
+            "{}-{}",
+            d.event.replace('_', "-"),
+            d.action.clone().unwrap_or_default().replace('_', "-")
+        );
+        let Some(required) = shapes.get(&key) else {
+            errors.push(format!("{key}: delivered, no recorded shape"));
+            continue;
+        };
+        delivered.insert(key.clone());
+        let payload: Value = serde_json::from_slice(&d.body).unwrap();
+        for (path, expected) in required {
+            for (at, value) in at_path(&payload, path) {
+                match value {
+                    None => errors.push(format!(
+                        "{key}: {at}: required, expected {expected:?}, got nothing"
+                    )),
+                    Some(v) if !type_fits(expected, json_type(v)) => errors.push(format!(
+                        "{key}: {at}: expected {expected:?}, got {} ({v})",
+                        json_type(v)
+                    )),
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+    let not_delivered: Vec<&String> = shapes.keys().filter(|k| !delivered.contains(*k)).collect();
+    assert!(
+        not_delivered.is_empty(),
+        "recorded but not delivered by this test: {not_delivered:?}"
+    );
+    assert!(
+        errors.is_empty(),
+        "{} differences from GitHub's webhook payloads:\n{}",
+        errors.len(),
+        errors.join("\n")
+    );
+}
+
+#[test]
+fn the_webhook_checker_walks_lists_and_stops_at_null_parents() {
+    let payload = serde_json::json!({
+        "issue": {"labels": [{"name": "bug"}, {}], "assignee": null},
+    });
+    let names = at_path(&payload, "issue.labels[].name");
+    assert_eq!(names.len(), 2);
+    assert_eq!(names[0].0, "issue.labels[0].name");
+    assert_eq!(names[1], ("issue.labels[1].name".to_owned(), None));
+    assert!(at_path(&payload, "issue.assignee.login").is_empty());
+    assert_eq!(
+        at_path(&payload, "issue.number"),
+        [("issue.number".to_owned(), None)]
+    );
+}

@@ -490,8 +490,8 @@ impl GithubHandle {
     }
 
     /// Label issue (or pull request) `number` of `full_name` with `name`,
-    /// as the repository's owner labelling it would (no webhook is sent;
-    /// the issue's events show `labeled` by the owner).
+    /// as the repository's owner labelling it would: the issue's events
+    /// show `labeled` by the owner, and `labeled` is delivered.
     pub fn add_label(&self, full_name: &str, number: u64, name: &str) -> Result<(), GithubError> {
         let mut model = lock(&self.state.model);
         let repo_id = repo_id_of(&model, full_name)?;
@@ -502,13 +502,26 @@ impl GithubHandle {
         let issue = model
             .issue_mut(repo_id, number)
             .ok_or_else(|| GithubError::NotFound(format!("issue {number} of {full_name}")))?;
-        if !issue.labels.iter().any(|l| l == name) {
-            issue.labels.push(name.to_owned());
-            let event = events::EventKind::Labeled {
-                name: name.to_owned(),
-            };
-            model.record_event(repo_id, number, &owner, event, unix_now());
+        if issue.labels.iter().any(|l| l == name) {
+            return Ok(());
         }
+        issue.labels.push(name.to_owned());
+        let event = events::EventKind::Labeled {
+            name: name.to_owned(),
+        };
+        model.record_event(repo_id, number, &owner, event, unix_now());
+        let label = model
+            .repo_by_id(repo_id)
+            .map(|repo| model::label_json(repo, name));
+        drop(model);
+        // GitHub delivers `issues` / `pull_request` `labeled` with the label.
+        self.emit_issue(
+            "labeled",
+            repo_id,
+            number,
+            &owner,
+            label.map(|l| ("label", l)),
+        );
         Ok(())
     }
 

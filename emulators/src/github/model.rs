@@ -640,6 +640,7 @@ impl Model {
             "closed_at": issue.closed_at.map(iso8601),
             "author_association": "MEMBER",
             "performed_via_github_app": Self::app_json(&issue.author),
+            "reactions": reactions_json(&format!("{}/issues/{}", repo.api_url(), issue.number)),
         });
         if let Some(pull) = &issue.pull {
             value["pull_request"] = json!({
@@ -789,6 +790,7 @@ impl Model {
                     "updated_at": iso8601(stored.updated_at),
                     "author_association": "MEMBER",
                     "performed_via_github_app": Self::app_json(&c.author),
+                    "reactions": reactions_json(&format!("{}/issues/comments/{}", repo.api_url(), c.id)),
                 })
             }
             CommentKind::Review => {
@@ -821,6 +823,7 @@ impl Model {
                     "created_at": iso8601(stored.created_at),
                     "updated_at": iso8601(stored.updated_at),
                     "author_association": "MEMBER",
+                    "reactions": reactions_json(&format!("{}/pulls/comments/{}", repo.api_url(), c.id)),
                     "_links": {
                         "self": {"href": format!("{}/pulls/comments/{}", repo.api_url(), c.id)},
                         "html": {"href": format!("{}/pull/{}#discussion_r{}", repo.html_url(), c.number, c.id)},
@@ -1044,6 +1047,13 @@ impl Model {
             "runs_rerequestable": true,
         })
     }
+}
+
+/// The reactions of an issue or comment at `url` (`reaction-rollup`, which
+/// issues and comments carry, REST and webhooks alike); none are modelled.
+fn reactions_json(url: &str) -> Value {
+    json!({"url": format!("{url}/reactions"), "total_count": 0, "+1": 0, "-1": 0,
+           "laugh": 0, "confused": 0, "heart": 0, "hooray": 0, "eyes": 0, "rocket": 0})
 }
 
 /// The GitHub Actions App, which owns Actions' check runs, as the API

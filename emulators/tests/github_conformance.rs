@@ -681,23 +681,28 @@ fn the_checker_names_endpoint_field_and_types() {
         .any(|e| e.starts_with("GET /x: body.node_id (simple-user): required")));
 }
 
+/// An emulator of acme/widgets delivering webhooks to a port nothing
+/// listens on: each delivery is kept with its failed attempt, which is all
+/// the webhook tests read.
+fn start_delivering(dir: &Path) -> GithubHandle {
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", closed_port.local_addr().unwrap());
+    drop(closed_port);
+    GithubEmulator::start(
+        GithubOptions::new(dir.join("git"))
+            .token("ghs_conformance_token", "octocat")
+            .repo(RepoSpec::new("acme", "widgets"))
+            .webhook(&url, "s3cret"),
+    )
+    .expect("emulator starts")
+}
+
 /// A `pull_request` webhook carries the full pull request, diff counts
 /// included, as the REST answer does (both read them from git).
 #[test]
 fn webhook_pull_requests_carry_the_diff_counts_git_has() {
     let dir = tempfile::tempdir().unwrap();
-    // Nothing listens on the target: the delivery is kept with its failed
-    // attempt, which is all this test reads.
-    let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/hook", closed_port.local_addr().unwrap());
-    drop(closed_port);
-    let emulator = GithubEmulator::start(
-        GithubOptions::new(dir.path().join("git"))
-            .token("ghs_conformance_token", "octocat")
-            .repo(RepoSpec::new("acme", "widgets"))
-            .webhook(&url, "s3cret"),
-    )
-    .expect("emulator starts");
+    let emulator = start_delivering(dir.path());
     let ca = dir.path().join("ca.pem");
     emulator.write_ca_pem(&ca).unwrap();
     let repo = "acme/widgets";
@@ -836,18 +841,7 @@ fn at_path<'a>(payload: &'a Value, path: &str) -> Vec<(String, Option<&'a Value>
 fn every_delivered_webhook_has_the_payload_githubs_description_requires() {
     let shapes = load_webhook_shapes();
     let dir = tempfile::tempdir().unwrap();
-    // Nothing listens on the target: each delivery is kept with its failed
-    // attempt, which is all this test reads.
-    let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/hook", closed_port.local_addr().unwrap());
-    drop(closed_port);
-    let emulator = GithubEmulator::start(
-        GithubOptions::new(dir.path().join("git"))
-            .token("ghs_conformance_token", "octocat")
-            .repo(RepoSpec::new("acme", "widgets"))
-            .webhook(&url, "s3cret"),
-    )
-    .expect("emulator starts");
+    let emulator = start_delivering(dir.path());
     let repo = "acme/widgets";
     let issue = emulator
         .add_issue(repo, "Crash", "It crashes.", "alice")

@@ -367,3 +367,153 @@ fn gh_api_shows_githubs_reasons_for_a_refused_pull_request() {
         "{body}"
     );
 }
+
+/// `gh pr diff` asks for the pull request in `application/vnd.github.v3.diff`
+/// (and `--patch` in `.patch`); GitHub answers git's text, not JSON. So do
+/// a commit's and a comparison's diff, patch and sha media types.
+#[test]
+fn gh_pr_diff_gets_gits_diff_and_patch() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = GithubEmulator::start(
+        GithubOptions::new(dir.path().join("git"))
+            .enterprise(true)
+            .token(TOKEN, "gatehouse-test[bot]")
+            .repo(RepoSpec::new("acme", "widgets")),
+    )
+    .unwrap();
+    emulator.write_ca_pem(&dir.path().join("ca.pem")).unwrap();
+    let repo = format!("localhost:{}/acme/widgets", emulator.addr().port());
+    let bare = emulator.repo_git_dir("acme/widgets").unwrap();
+    let git = |args: &[&str], input: Option<&str>| -> String {
+        use std::io::Write as _;
+        let mut child = Command::new("git")
+            .arg("--git-dir")
+            .arg(&bare)
+            .args(args)
+            .env("GIT_INDEX_FILE", dir.path().join("index"))
+            .env("GIT_AUTHOR_NAME", "Alice")
+            .env("GIT_AUTHOR_EMAIL", "alice@example.com")
+            .env("GIT_COMMITTER_NAME", "Alice")
+            .env("GIT_COMMITTER_EMAIL", "alice@example.com")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(input) = input {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let blob = git(&["hash-object", "-w", "--stdin"], Some("fixed\n"));
+    git(&["read-tree", "main^{tree}"], None);
+    git(
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("100644,{},fix.txt", blob.trim()),
+        ],
+        None,
+    );
+    let tree = git(&["write-tree"], None);
+    let commit = git(
+        &[
+            "commit-tree",
+            tree.trim(),
+            "-p",
+            "main",
+            "-m",
+            "Fix the crash",
+        ],
+        None,
+    );
+    let commit = commit.trim();
+    git(&["update-ref", "refs/heads/fix", commit], None);
+    let pull = emulator
+        .add_pull("acme/widgets", "Fix the crash", "fix", "main", "alice")
+        .unwrap()
+        .to_string();
+
+    let diff = stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &["pr", "diff", &pull, "-R", &repo, "--color", "never"],
+    ));
+    assert_eq!(diff, git(&["diff", "main", "fix"], None));
+    assert!(diff.contains("diff --git a/fix.txt b/fix.txt\n") && diff.contains("\n+fixed\n"));
+    let patch = stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &[
+            "pr", "diff", &pull, "-R", &repo, "--patch", "--color", "never",
+        ],
+    ));
+    assert!(patch.contains("Subject: [PATCH] Fix the crash"), "{patch}");
+    assert!(patch.contains("\n+fixed\n"), "{patch}");
+    // A commit's sha and diff, a comparison's diff, through `gh api`.
+    let api = |accept: &str, path: &str| {
+        stdout(&gh(
+            &emulator,
+            dir.path(),
+            TOKEN,
+            &["api", "-H", &format!("Accept: {accept}"), path],
+        ))
+    };
+    assert_eq!(
+        api(
+            "application/vnd.github.sha",
+            "repos/acme/widgets/commits/fix"
+        ),
+        commit
+    );
+    assert_eq!(
+        api(
+            "application/vnd.github.diff",
+            &format!("repos/acme/widgets/commits/{commit}")
+        ),
+        diff
+    );
+    assert_eq!(
+        api(
+            "application/vnd.github.v3.diff",
+            "repos/acme/widgets/compare/main...fix"
+        ),
+        diff
+    );
+    // JSON as before without the media type.
+    let json = api(
+        "application/vnd.github+json",
+        &format!("repos/acme/widgets/pulls/{pull}"),
+    );
+    assert!(
+        json.starts_with('{') && json.contains("\"additions\":1"),
+        "{json}"
+    );
+    // An unknown commit: GitHub's 422, not a diff.
+    let missing = gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &[
+            "api",
+            "-H",
+            "Accept: application/vnd.github.diff",
+            "repos/acme/widgets/commits/nope",
+        ],
+    );
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stdout).contains("No commit found for SHA: nope"),
+        "{}",
+        String::from_utf8_lossy(&missing.stdout)
+    );
+}

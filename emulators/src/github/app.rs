@@ -266,6 +266,7 @@ impl Apps {
             created_id: None,
             location: None,
             pages: None,
+            media: None,
         }
     }
 }

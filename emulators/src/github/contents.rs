@@ -355,6 +355,133 @@ pub(crate) fn read(git_dir: &Path, full_name: &str, what: &GitRead) -> Result<Re
     }
 }
 
+/// A text media type a client may ask a commit, a comparison or a pull
+/// request in (REST description: `application/vnd.github.diff`,
+/// `.patch`, and `.sha` for a commit; clients such as gh send the `v3`
+/// form, `application/vnd.github.v3.diff`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Media {
+    Diff,
+    Patch,
+    Sha,
+}
+
+impl Media {
+    /// The text media type the `Accept` values ask for, if any.
+    pub(crate) fn from_accept(values: &[&str]) -> Option<Self> {
+        values
+            .iter()
+            .flat_map(|v| v.split(','))
+            .filter_map(|item| {
+                let name = item.split(';').next()?.trim().to_ascii_lowercase();
+                let kind = name
+                    .strip_prefix("application/vnd.github.v3.")
+                    .or_else(|| name.strip_prefix("application/vnd.github."))?;
+                match kind {
+                    "diff" => Some(Self::Diff),
+                    "patch" => Some(Self::Patch),
+                    "sha" => Some(Self::Sha),
+                    _ => None,
+                }
+            })
+            .next()
+    }
+
+    pub(crate) fn content_type(self) -> &'static str {
+        match self {
+            Self::Diff => "application/vnd.github.diff; charset=utf-8",
+            Self::Patch => "application/vnd.github.patch; charset=utf-8",
+            Self::Sha => "application/vnd.github.sha; charset=utf-8",
+        }
+    }
+}
+
+/// What a text media type is asked of.
+pub(crate) enum MediaOf<'a> {
+    /// A pull request: from the merge base of `base` and `head` to `head`.
+    Pull { base: &'a str, head: &'a str },
+    /// A commit (any revision), against its first parent.
+    Commit(&'a str),
+    /// `{base}...{head}`.
+    Compare(&'a str),
+}
+
+/// The diff, patch or sha text of `of` in `media`, as git writes it (the
+/// format GitHub serves: `diff --git` sections; `format-patch` mails).
+/// `None`: the media type does not apply (a pull request's sha), answer JSON.
+pub(crate) fn media_text(
+    git_dir: &Path,
+    of: &MediaOf<'_>,
+    media: Media,
+) -> Option<Result<String, Reply>> {
+    let range = |base: &str, head: &str| {
+        let merge_base = git_text(git_dir, &["merge-base", base, head])
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|| base.to_owned());
+        (merge_base, head.to_owned())
+    };
+    let (from, to) = match of {
+        MediaOf::Pull { base, head } => {
+            if media == Media::Sha {
+                return None;
+            }
+            range(base, head)
+        }
+        MediaOf::Commit(rev) => {
+            let Some(sha) = commit_id(git_dir, rev) else {
+                return Some(Err(no_commit(rev)));
+            };
+            let text = match media {
+                Media::Sha => Some(sha),
+                Media::Diff => git_text(
+                    git_dir,
+                    &[
+                        "diff-tree",
+                        "-p",
+                        "--root",
+                        "--no-commit-id",
+                        "--no-color",
+                        &sha,
+                    ],
+                ),
+                Media::Patch => git_text(
+                    git_dir,
+                    &["format-patch", "--stdout", "--no-color", "-1", &sha],
+                ),
+            };
+            return Some(text.ok_or_else(|| no_commit(rev)));
+        }
+        MediaOf::Compare(spec) => {
+            if media == Media::Sha {
+                return None;
+            }
+            let resolved = spec.split_once("...").and_then(|(base, head)| {
+                Some((commit_id(git_dir, base)?, commit_id(git_dir, head)?))
+            });
+            let Some((base, head)) = resolved else {
+                return Some(Err(not_found()));
+            };
+            range(&base, &head)
+        }
+    };
+    let text = match media {
+        Media::Diff => git_text(
+            git_dir,
+            &["diff", "--no-color", "--no-ext-diff", &from, &to],
+        ),
+        _ => git_text(
+            git_dir,
+            &[
+                "format-patch",
+                "--stdout",
+                "--no-color",
+                &format!("{from}..{to}"),
+            ],
+        ),
+    };
+    Some(text.ok_or_else(not_found))
+}
+
 /// A full object id: 40 hex digits (what the git database routes take).
 fn object_id(s: &str) -> Option<&str> {
     (s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())).then_some(s)
@@ -711,6 +838,29 @@ fn diff_files_up_to(git_dir: &Path, u: &Urls<'_>, from: &str, to: &str, max: usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_media_types_are_read_from_accept_as_github_names_them() {
+        for (accept, want) in [
+            (vec!["application/vnd.github.v3.diff"], Some(Media::Diff)),
+            (vec!["application/vnd.github.diff"], Some(Media::Diff)),
+            (
+                vec!["Application/VND.GitHub.v3.Patch; charset=utf-8"],
+                Some(Media::Patch),
+            ),
+            (
+                vec!["application/json, application/vnd.github.sha"],
+                Some(Media::Sha),
+            ),
+            (vec!["application/vnd.github+json"], None),
+            (vec!["application/vnd.github.v3+json"], None),
+            (vec!["application/vnd.github.raw"], None),
+            (vec!["text/x-diff"], None),
+            (vec![], None),
+        ] {
+            assert_eq!(Media::from_accept(&accept), want, "{accept:?}");
+        }
+    }
 
     #[test]
     fn revisions_and_paths_are_what_git_takes_as_such_only() {

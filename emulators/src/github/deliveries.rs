@@ -172,6 +172,7 @@ fn ok(body: Value) -> Reply {
         created_id: None,
         location: None,
         pages: None,
+        media: None,
     }
 }
 

@@ -417,6 +417,7 @@ fn reply(status: StatusCode, body: Value) -> rest::Reply {
         created_id: None,
         location: None,
         pages: None,
+        media: None,
     }
 }
 

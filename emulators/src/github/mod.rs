@@ -1144,10 +1144,10 @@ impl GithubState {
     /// carries an `ETag`; a matching `If-None-Match` gets 304 with no body,
     /// as GitHub does for polling.
     fn finish(&self, mut record: RecordedRequest, mut reply: rest::Reply) -> Response<Body> {
-        let body = if reply.body.is_null() {
-            Bytes::new()
-        } else {
-            Bytes::from(reply.body.to_string())
+        let body = match &reply.body {
+            Value::String(text) if reply.media.is_some() => Bytes::from(text.clone()),
+            Value::Null => Bytes::new(),
+            other => Bytes::from(other.to_string()),
         };
         let etag = (record.method == "GET" && reply.status == StatusCode::OK).then(|| {
             use sha2::Digest as _;
@@ -1253,7 +1253,7 @@ impl GithubState {
         } else {
             builder = builder.header(
                 http::header::CONTENT_TYPE,
-                "application/json; charset=utf-8",
+                reply.media.unwrap_or("application/json; charset=utf-8"),
             );
             body
         };
@@ -1387,7 +1387,13 @@ impl GithubState {
                 created_id: answer.created_id,
                 location: None,
                 pages: None,
+                media: None,
             };
+        }
+        if parts.method == Method::GET {
+            if let Some(reply) = self.media_reply(parts, &route) {
+                return reply;
+            }
         }
         let query = parse_query(parts.uri.query().unwrap_or(""));
         if route.reads_git() {
@@ -1458,6 +1464,56 @@ impl GithubState {
             return;
         }
         tokio::task::block_in_place(|| self.fill(fills));
+    }
+
+    /// A pull request, commit or comparison asked for as a diff, patch or
+    /// sha (`Accept: application/vnd.github.v3.diff`, as `gh pr diff`
+    /// asks): git's text of it. `None`: answered as JSON.
+    fn media_reply(
+        &self,
+        parts: &http::request::Parts,
+        route: &rest::Route,
+    ) -> Option<rest::Reply> {
+        use contents::{Media, MediaOf};
+        let accept: Vec<&str> = parts
+            .headers
+            .get_all(http::header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        let media = Media::from_accept(&accept)?;
+        let (repo, pull) = match route {
+            rest::Route::Pull(repo, n) => {
+                let model = lock(&self.model);
+                let pull = model
+                    .repo(&repo.owner, &repo.name)
+                    .and_then(|r| model.issue(r.id, *n))
+                    .and_then(|i| i.pull.as_ref())
+                    .map(|p| (p.base_sha.clone(), p.head_sha.clone()));
+                drop(model);
+                (repo, Some(pull?))
+            }
+            rest::Route::Commit(repo, _) | rest::Route::Compare(repo, _) => (repo, None),
+            _ => return None,
+        };
+        let of = match (route, &pull) {
+            (rest::Route::Commit(_, rev), _) => MediaOf::Commit(rev),
+            (rest::Route::Compare(_, spec), _) => MediaOf::Compare(spec),
+            (_, Some((base, head))) => MediaOf::Pull { base, head },
+            _ => return None,
+        };
+        let (owner, name) = self
+            .repo_names(&format!("{}/{}", repo.owner, repo.name))
+            .ok()?;
+        let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
+        let text = tokio::task::block_in_place(|| contents::media_text(&git_dir, &of, media))?;
+        Some(match text {
+            Ok(text) => rest::Reply {
+                media: Some(media.content_type()),
+                ..rest::Reply::ok(Value::String(text))
+            },
+            Err(reply) => reply,
+        })
     }
 
     /// The commits of pull request `number` (`base..head`, oldest first, as

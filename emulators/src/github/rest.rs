@@ -247,6 +247,9 @@ pub(crate) struct Reply {
     pub location: Option<String>,
     /// For a paginated list: where this page sits, for the `Link` header.
     pub pages: Option<Pages>,
+    /// A text answer (`body` a string, sent as it is) of this content type
+    /// instead of JSON: a diff or patch.
+    pub media: Option<&'static str>,
 }
 
 /// A page of a list and how many pages the list has.
@@ -266,6 +269,7 @@ impl Reply {
             created_id: None,
             location: None,
             pages: None,
+            media: None,
         }
     }
 
@@ -276,6 +280,7 @@ impl Reply {
             created_id: Some(id.to_string()),
             location: None,
             pages: None,
+            media: None,
         }
     }
 
@@ -291,6 +296,7 @@ impl Reply {
             created_id: None,
             location: None,
             pages: None,
+            media: None,
         }
     }
 
@@ -322,6 +328,7 @@ impl Reply {
             created_id: None,
             location: Some(url),
             pages: None,
+            media: None,
         }
     }
 
@@ -1258,6 +1265,7 @@ fn redirect(location: String) -> Reply {
         body: Value::Null,
         created_id: None,
         pages: None,
+        media: None,
         location: Some(location),
     }
 }

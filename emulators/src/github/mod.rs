@@ -1253,7 +1253,10 @@ impl GithubState {
         } else {
             builder = builder.header(
                 http::header::CONTENT_TYPE,
-                reply.media.unwrap_or("application/json; charset=utf-8"),
+                reply.media.map_or(
+                    "application/json; charset=utf-8",
+                    contents::Media::content_type,
+                ),
             );
             body
         };
@@ -1509,7 +1512,7 @@ impl GithubState {
         let text = tokio::task::block_in_place(|| contents::media_text(&git_dir, &of, media))?;
         Some(match text {
             Ok(text) => rest::Reply {
-                media: Some(media.content_type()),
+                media: Some(media),
                 ..rest::Reply::ok(Value::String(text))
             },
             Err(reply) => reply,

@@ -247,9 +247,9 @@ pub(crate) struct Reply {
     pub location: Option<String>,
     /// For a paginated list: where this page sits, for the `Link` header.
     pub pages: Option<Pages>,
-    /// A text answer (`body` a string, sent as it is) of this content type
-    /// instead of JSON: a diff or patch.
-    pub media: Option<&'static str>,
+    /// A text answer (`body` a string, sent as it is) in this media type
+    /// instead of JSON: a diff, patch or sha.
+    pub media: Option<super::contents::Media>,
 }
 
 /// A page of a list and how many pages the list has.

@@ -236,6 +236,11 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
             200,
         ),
         (
+            "actions-run-artifacts",
+            r(&format!("/actions/runs/{run}/artifacts")),
+            200,
+        ),
+        (
             "actions-run-attempt-jobs",
             r(&format!("/actions/runs/{run}/attempts/1/jobs")),
             200,

@@ -252,7 +252,11 @@ fn gh_opens_a_pull_request_from_a_pushed_branch() {
             "Fixes #1",
         ],
     ));
-    assert_eq!(url.trim(), "https://github.com/acme/widgets/pull/1");
+    // On the server's host, as a GitHub Enterprise Server names it.
+    assert_eq!(
+        url.trim(),
+        format!("https://localhost:{port}/acme/widgets/pull/1")
+    );
     let view = stdout(&gh(
         &emulator,
         dir.path(),
@@ -370,9 +374,11 @@ fn gh_api_shows_githubs_reasons_for_a_refused_pull_request() {
 
 /// `gh pr diff` asks for the pull request in `application/vnd.github.v3.diff`
 /// (and `--patch` in `.patch`); GitHub answers git's text, not JSON. So do
-/// a commit's and a comparison's diff, patch and sha media types.
+/// a commit's and a comparison's diff, patch and sha media types. `gh run
+/// view` of the commit's failed run follows the run's URLs and lists its
+/// artifacts.
 #[test]
-fn gh_pr_diff_gets_gits_diff_and_patch() {
+fn gh_reads_a_pull_requests_diff_and_its_failed_run() {
     let dir = tempfile::tempdir().unwrap();
     let emulator = GithubEmulator::start(
         GithubOptions::new(dir.path().join("git"))
@@ -488,6 +494,59 @@ fn gh_pr_diff_gets_gits_diff_and_patch() {
             "repos/acme/widgets/compare/main...fix"
         ),
         diff
+    );
+    // A failed run of the commit: `gh run list` and `gh run view` (which
+    // follows the run's `jobs_url`, on the server's host, and lists its
+    // artifacts) show it.
+    let workflow = git(
+        &["hash-object", "-w", "--stdin"],
+        Some("name: CI\non: push\n"),
+    );
+    git(&["read-tree", "main^{tree}"], None);
+    git(
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("100644,{},.github/workflows/ci.yml", workflow.trim()),
+        ],
+        None,
+    );
+    let tree = git(&["write-tree"], None);
+    let main = git(
+        &["commit-tree", tree.trim(), "-p", "main", "-m", "CI"],
+        None,
+    );
+    git(&["update-ref", "refs/heads/main", main.trim()], None);
+    let (run, job) = emulator
+        .add_workflow_job(
+            "acme/widgets",
+            ".github/workflows/ci.yml",
+            "test",
+            commit,
+            "failure",
+            "error: boom\n",
+        )
+        .unwrap();
+    let runs = stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &["run", "list", "-R", &repo],
+    ));
+    assert!(
+        runs.contains(&run.to_string()) && runs.contains("failure"),
+        "{runs}"
+    );
+    let viewed = stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &["run", "view", &run.to_string(), "-R", &repo],
+    ));
+    assert!(
+        viewed.contains("test") && viewed.contains(&format!("ID {job}")),
+        "{viewed}"
     );
     // JSON as before without the media type.
     let json = api(

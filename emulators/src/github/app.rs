@@ -513,6 +513,7 @@ fn need<'a>(route: &'a Route, method: &Method) -> Need<'a> {
         Route::ActionsRuns(r)
         | Route::ActionsRun(r, _)
         | Route::ActionsRunJobs(r, _)
+        | Route::ActionsRunArtifacts(r, _)
         | Route::ActionsJob(r, _)
         | Route::ActionsJobLogs(r, _) => on(r, &["actions"], level),
     }

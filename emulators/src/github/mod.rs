@@ -1144,6 +1144,11 @@ impl GithubState {
     /// carries an `ETag`; a matching `If-None-Match` gets 304 with no body,
     /// as GitHub does for polling.
     fn finish(&self, mut record: RecordedRequest, mut reply: rest::Reply) -> Response<Body> {
+        if self.enterprise {
+            if let Some(host) = record.header("host") {
+                enterprise_urls(&mut reply.body, host);
+            }
+        }
         let body = match &reply.body {
             Value::String(text) if reply.media.is_some() => Bytes::from(text.clone()),
             Value::Null => Bytes::new(),
@@ -1847,6 +1852,27 @@ fn id_form(model: &model::Model, path: &str) -> String {
     }
 }
 
+/// The URLs in an answer as a GitHub Enterprise Server at `host` writes
+/// them: the API under `https://{host}/api/v3`, the web (and git) under
+/// `https://{host}` (the model writes github.com's). Clients follow them:
+/// `gh run view` fetches a run's `jobs_url`.
+fn enterprise_urls(value: &mut Value, host: &str) {
+    match value {
+        Value::String(s) => {
+            if let Some(rest) = s.strip_prefix(model::API_BASE) {
+                *s = format!("https://{host}/api/v3{rest}");
+            } else if let Some(rest) = s.strip_prefix("https://github.com") {
+                if rest.is_empty() || rest.starts_with('/') {
+                    *s = format!("https://{host}{rest}");
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| enterprise_urls(v, host)),
+        Value::Object(map) => map.values_mut().for_each(|v| enterprise_urls(v, host)),
+        _ => {}
+    }
+}
+
 /// GitHub's `Link` header for a page of a list, on the host the client
 /// asked (api.github.com on GitHub; `localhost:PORT` for gh in Enterprise
 /// mode): `prev`, `next`, `last`, `first` where they exist, in GitHub's
@@ -2155,6 +2181,32 @@ fn create_bare_repo(root: &Path, spec: &RepoSpec) -> Result<(), GithubError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn enterprise_answers_name_the_server_not_github_com() {
+        let mut body = json!({
+            "url": "https://api.github.com/repos/acme/widgets/issues/1",
+            "html_url": "https://github.com/acme/widgets/issues/1",
+            "nested": [{"jobs_url": "https://api.github.com/repos/acme/widgets/actions/runs/1/jobs"}],
+            "clone_url": "https://github.com/acme/widgets.git",
+            "text": "see https://github.com/acme/widgets",
+            "other": "https://github.community/x",
+            "n": 1,
+        });
+        enterprise_urls(&mut body, "ghes.example:8443");
+        assert_eq!(
+            body,
+            json!({
+                "url": "https://ghes.example:8443/api/v3/repos/acme/widgets/issues/1",
+                "html_url": "https://ghes.example:8443/acme/widgets/issues/1",
+                "nested": [{"jobs_url": "https://ghes.example:8443/api/v3/repos/acme/widgets/actions/runs/1/jobs"}],
+                "clone_url": "https://ghes.example:8443/acme/widgets.git",
+                "text": "see https://github.com/acme/widgets",
+                "other": "https://github.community/x",
+                "n": 1,
+            })
+        );
+    }
 
     #[test]
     fn pagination_links_name_the_repository_by_id_as_github_does() {

@@ -36,6 +36,8 @@ pub(crate) enum Route {
     ActionsRuns(RepoPath),
     ActionsRun(RepoPath, u64),
     ActionsRunJobs(RepoPath, u64),
+    /// A run's artifacts (`gh run view` lists them); none are modelled.
+    ActionsRunArtifacts(RepoPath, u64),
     ActionsJob(RepoPath, u64),
     ActionsJobLogs(RepoPath, u64),
     Graphql,
@@ -195,6 +197,9 @@ pub(crate) fn route(path: &str) -> Option<Route> {
                 ["actions", "runs"] => Route::ActionsRuns(repo),
                 ["actions", "runs", id] => Route::ActionsRun(repo, number(id)?),
                 ["actions", "runs", id, "jobs"] => Route::ActionsRunJobs(repo, number(id)?),
+                ["actions", "runs", id, "artifacts"] => {
+                    Route::ActionsRunArtifacts(repo, number(id)?)
+                }
                 ["actions", "jobs", id] => Route::ActionsJob(repo, number(id)?),
                 ["actions", "jobs", id, "logs"] => Route::ActionsJobLogs(repo, number(id)?),
                 _ => return None,
@@ -1134,6 +1139,17 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
                 .map(|j| model.job_json(j))
                 .collect();
             Ok(Reply::ok(json!({"total_count": jobs.len(), "jobs": jobs})))
+        }
+        Route::ActionsRunArtifacts(path, run_id) if get => {
+            let id = repo_id(model, path)?;
+            model
+                .jobs
+                .iter()
+                .find(|j| j.repo_id == id && j.run_id == *run_id)
+                .ok_or_else(Reply::not_found)?;
+            // No run here uploads artifacts (`artifact` list, paged inside
+            // its object like the jobs).
+            Ok(Reply::ok(json!({"total_count": 0, "artifacts": []})))
         }
         Route::ActionsJob(path, job_id) if get => {
             let id = repo_id(model, path)?;

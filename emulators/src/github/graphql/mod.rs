@@ -7,8 +7,10 @@
 //! typed [`Node`]s and projected through the selection set (aliases, inline
 //! fragments and named fragments included). Fields the model does not know
 //! answer `null` rather than failing, so clients asking for more than is
-//! modelled still get the parts that are; fields the schema does not have
-//! fail the whole document first, as on GitHub ([`schema::validate`]).
+//! modelled still get the parts that are; fields the schema does not have,
+//! and arguments or variables it does not allow, fail the whole document
+//! first, as on GitHub ([`schema::validate`]), then variable values that do
+//! not fit their declared types ([`inputs`]).
 //!
 //! Connections follow GitHub's rules: `first` or `last` is required when
 //! `nodes` or `edges` are asked (a bare `commits { totalCount }`, which gh

@@ -7,8 +7,10 @@
 //! typed [`Node`]s and projected through the selection set (aliases, inline
 //! fragments and named fragments included). Fields the model does not know
 //! answer `null` rather than failing, so clients asking for more than is
-//! modelled still get the parts that are; fields the schema does not have
-//! fail the whole document first, as on GitHub ([`schema::validate`]).
+//! modelled still get the parts that are; fields the schema does not have,
+//! and arguments or variables it does not allow, fail the whole document
+//! first, as on GitHub ([`schema::validate`]), then variable values that do
+//! not fit their declared types ([`inputs`]).
 //!
 //! Connections follow GitHub's rules: `first` or `last` is required when
 //! `nodes` or `edges` are asked (a bare `commits { totalCount }`, which gh
@@ -17,6 +19,7 @@
 //! installation sees only its repositories (`NOT_FOUND`, as if absent) and
 //! acts only with its permissions (`FORBIDDEN`).
 
+mod inputs;
 mod schema;
 
 use std::collections::BTreeMap;
@@ -92,7 +95,7 @@ pub(crate) fn execute(
             }
         }
     };
-    let invalid = schema::validate(&document);
+    let invalid = schema::validate(query, &document);
     if !invalid.is_empty() {
         return GraphqlAnswer {
             body: json!({ "errors": invalid }),
@@ -156,6 +159,21 @@ pub(crate) fn execute(
     if operations.len() > 1 && operation_name.is_none() {
         return GraphqlAnswer {
             body: json!({"errors": [{"message": "An operationName is required when the document has several operations"}]}),
+            status: 200,
+            created_id: None,
+        };
+    }
+    // As GitHub, once the document is valid: the values given for the
+    // chosen operation's variables must fit their declared types.
+    let declared = match chosen {
+        Some(OperationDefinition::Query(q)) => &q.variable_definitions[..],
+        Some(OperationDefinition::Mutation(m)) => &m.variable_definitions[..],
+        _ => &[][..],
+    };
+    let invalid = schema::schema().check_variables(declared, &executor.variables);
+    if !invalid.is_empty() {
+        return GraphqlAnswer {
+            body: json!({ "errors": invalid }),
             status: 200,
             created_id: None,
         };
@@ -1525,6 +1543,104 @@ mod tests {
                 ["viewer"]["login"],
             "app[bot]"
         );
+    }
+
+    #[test]
+    fn variable_values_must_fit_their_declared_types() {
+        let mut model = model();
+        let query = "query Q($owner: String!, $name: String!, $n: Int, $s: [IssueState!]) { repository(owner: $owner, name: $name) { issues(first: $n, states: $s) { totalCount } } }";
+        let answer = run(
+            &mut model,
+            json!({"query": query, "variables": {"name": "widgets"}}),
+        );
+        assert_eq!(
+            answer.body,
+            json!({"errors": [{
+                "message": "Variable $owner of type String! was provided invalid value",
+                "locations": [{"line": 1, "column": 9}],
+                "extensions": {"value": null, "problems": [{"path": [], "explanation": "Expected value to not be null"}]},
+            }]})
+        );
+        for (variables, message, problems) in [
+            (
+                json!({"owner": "acme", "name": 7}),
+                "Variable $name of type String! was provided invalid value",
+                json!([{"path": [], "explanation": "Could not coerce value 7 to String"}]),
+            ),
+            (
+                json!({"owner": "acme", "name": "widgets", "n": "5"}),
+                "Variable $n of type Int was provided invalid value",
+                json!([{"path": [], "explanation": "Could not coerce value \"5\" to Int"}]),
+            ),
+            (
+                json!({"owner": "acme", "name": "widgets", "s": ["OPEN", "SHUT"]}),
+                "Variable $s of type [IssueState!] was provided invalid value for 1 (Expected \"SHUT\" to be one of: CLOSED, OPEN)",
+                json!([{"path": [1], "explanation": "Expected \"SHUT\" to be one of: CLOSED, OPEN"}]),
+            ),
+        ] {
+            let answer = run(&mut model, json!({"query": query, "variables": variables}));
+            assert!(answer.body.get("data").is_none(), "{}", answer.body);
+            assert_eq!(answer.body["errors"][0]["message"], message);
+            assert_eq!(answer.body["errors"][0]["extensions"]["problems"], problems);
+        }
+        // An input object: unknown and missing fields, each named.
+        let mutation = "mutation C($input: AddCommentInput!) { addComment(input: $input) { clientMutationId } }";
+        let answer = run(
+            &mut model,
+            json!({"query": mutation, "variables": {"input": {"subjectId": "I_1", "bdy": "x"}}}),
+        );
+        let error = &answer.body["errors"][0];
+        assert_eq!(
+            error["message"],
+            "Variable $input of type AddCommentInput! was provided invalid value for bdy (Field is not defined on AddCommentInput), body (Expected value to not be null)"
+        );
+        assert_eq!(
+            error["extensions"]["value"],
+            json!({"subjectId": "I_1", "bdy": "x"})
+        );
+        let answer = run(
+            &mut model,
+            json!({"query": mutation, "variables": {"input": "I_1"}}),
+        );
+        assert_eq!(
+            answer.body["errors"][0]["extensions"]["problems"][0]["explanation"],
+            "Expected \"I_1\" to be a key-value object."
+        );
+        assert!(model.comments.is_empty());
+        // Positive control: a single item for a list, an unset nullable.
+        let answer = run(
+            &mut model,
+            json!({"query": query, "variables": {"owner": "acme", "name": "widgets", "s": "OPEN"}}),
+        );
+        assert_eq!(
+            answer.body["data"]["repository"]["issues"]["totalCount"], 1,
+            "{}",
+            answer.body
+        );
+    }
+
+    #[test]
+    fn a_wrong_argument_fails_the_whole_document() {
+        let mut model = model();
+        for (query, code) in [
+            ("{ repository(owner: \"acme\", nme: \"widgets\") { id } }", "argumentNotAccepted"),
+            ("{ repository(owner: \"acme\") { id } }", "missingRequiredArguments"),
+            ("{ repository(owner: \"acme\", name: \"widgets\") { issues(first: \"2\") { totalCount } } }", "argumentLiteralsIncompatible"),
+            ("query Q($n: Int) { viewer { login } }", "variableNotUsed"),
+            ("query Q { repository(owner: $o, name: \"widgets\") { id } }", "variableNotDefined"),
+            ("query Q($o: String) { repository(owner: $o, name: \"widgets\") { id } }", "variableMismatch"),
+        ] {
+            let answer = run(&mut model, json!({"query": query, "variables": {"o": "acme", "n": 1}}));
+            assert_eq!(answer.status, 200);
+            assert!(answer.body.get("data").is_none(), "{query}: {}", answer.body);
+            let codes: Vec<&Value> = answer.body["errors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| &e["extensions"]["code"])
+                .collect();
+            assert!(codes.contains(&&json!(code)), "{query}: {}", answer.body);
+        }
     }
 
     #[test]

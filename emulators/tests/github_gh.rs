@@ -548,6 +548,64 @@ fn gh_reads_a_pull_requests_diff_and_its_failed_run() {
         viewed.contains("test") && viewed.contains(&format!("ID {job}")),
         "{viewed}"
     );
+    // GraphQL's view of the pull request reads git and the checks too:
+    // `gh pr view --json` and `gh pr checks` (which fails on a failed check).
+    emulator
+        .add_review(
+            "acme/widgets",
+            pull.parse().unwrap(),
+            "APPROVED",
+            "Good.",
+            "bob",
+        )
+        .unwrap();
+    let fields =
+        "additions,deletions,changedFiles,commits,files,reviews,latestReviews,statusCheckRollup";
+    let view: serde_json::Value = serde_json::from_str(&stdout(&gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &["pr", "view", &pull, "-R", &repo, "--json", fields],
+    )))
+    .unwrap();
+    assert_eq!(
+        (
+            &view["additions"],
+            &view["deletions"],
+            &view["changedFiles"]
+        ),
+        (
+            &serde_json::json!(1),
+            &serde_json::json!(0),
+            &serde_json::json!(1)
+        ),
+        "{view}"
+    );
+    assert_eq!(view["commits"][0]["oid"], commit, "{view}");
+    assert_eq!(view["commits"][0]["messageHeadline"], "Fix the crash");
+    assert_eq!(view["files"][0]["path"], "fix.txt");
+    assert_eq!(view["reviews"][0]["state"], "APPROVED");
+    assert_eq!(view["latestReviews"][0]["author"]["login"], "bob");
+    assert_eq!(view["statusCheckRollup"][0]["name"], "test", "{view}");
+    assert_eq!(view["statusCheckRollup"][0]["conclusion"], "FAILURE");
+    let checks = gh(
+        &emulator,
+        dir.path(),
+        TOKEN,
+        &["pr", "checks", &pull, "-R", &repo],
+    );
+    let listed = String::from_utf8_lossy(&checks.stdout);
+    assert!(
+        !checks.status.success(),
+        "a failed check fails gh pr checks"
+    );
+    assert!(
+        listed.contains("test")
+            && listed.contains("fail")
+            && listed.contains(&format!("/job/{job}")),
+        "{listed}{}",
+        String::from_utf8_lossy(&checks.stderr)
+    );
     // JSON as before without the media type.
     let json = api(
         "application/vnd.github+json",

@@ -1356,22 +1356,34 @@ impl GithubState {
                 .iter()
                 .map(|r| (r.id, r.owner.clone(), r.name.clone()))
                 .collect();
-            // Reading a branch runs git; only createPullRequest asks, once per branch.
-            let branch_head = move |repo_id: u64, branch: &str| {
+            let git_dir = |repo_id: u64| {
                 let (_, owner, name) = repos.iter().find(|(id, _, _)| *id == repo_id)?;
-                let git_dir = root_dir.join(owner).join(format!("{name}.git"));
-                rev_parse_blocking(&git_dir, branch)
+                Some((
+                    root_dir.join(owner).join(format!("{name}.git")),
+                    format!("{owner}/{name}"),
+                ))
             };
-            let repos: Vec<(u64, String, String)> = lock(&self.model)
-                .repos
-                .iter()
-                .map(|r| (r.id, r.owner.clone(), r.name.clone()))
-                .collect();
-            let root_dir = self.root_dir.clone();
-            let commits_ahead = move |repo_id: u64, base: &str, head: &str| {
-                let (_, owner, name) = repos.iter().find(|(id, _, _)| *id == repo_id)?;
-                let git_dir = root_dir.join(owner).join(format!("{name}.git"));
-                rev_list_count_blocking(&git_dir, base, head)
+            // Reading a branch runs git; only createPullRequest asks, once per branch.
+            let branch_head =
+                |repo_id: u64, branch: &str| rev_parse_blocking(&git_dir(repo_id)?.0, branch);
+            let commits_ahead = |repo_id: u64, base: &str, head: &str| {
+                rev_list_count_blocking(&git_dir(repo_id)?.0, base, head)
+            };
+            // A pull request's commits and files, only when a query asks.
+            let pull = |repo_id: u64, base: &str, head: &str| {
+                let (dir, full_name) = git_dir(repo_id)?;
+                let list = |what: contents::GitRead| match contents::read(&dir, &full_name, &what) {
+                    Ok(contents::Read::List(items)) => Some(items),
+                    _ => None,
+                };
+                let (base, head) = (base.to_owned(), head.to_owned());
+                Some(graphql::pulls::PullFromGit {
+                    commits: list(contents::GitRead::PullCommits {
+                        base: base.clone(),
+                        head: head.clone(),
+                    })?,
+                    files: list(contents::GitRead::PullFiles { base, head })?,
+                })
             };
             // The executor may run git (blocking) while holding the model lock.
             let answer = tokio::task::block_in_place(|| {
@@ -1382,8 +1394,11 @@ impl GithubState {
                     login,
                     unix_now(),
                     body,
-                    &branch_head,
-                    &commits_ahead,
+                    graphql::GitReads {
+                        branch_head: &branch_head,
+                        commits_ahead: &commits_ahead,
+                        pull: &pull,
+                    },
                     scope,
                 );
                 *changes = model.changes(&before, login);

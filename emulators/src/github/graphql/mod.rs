@@ -20,6 +20,7 @@
 //! acts only with its permissions (`FORBIDDEN`).
 
 mod inputs;
+pub(crate) mod pulls;
 mod schema;
 
 use std::collections::BTreeMap;
@@ -54,14 +55,25 @@ pub(crate) type BranchHead<'a> = &'a dyn Fn(u64, &str) -> Option<String>;
 /// commit but not the first (`git rev-list --count base..head`).
 pub(crate) type CommitsAhead<'a> = &'a dyn Fn(u64, &str, &str) -> Option<u64>;
 
+/// Reads a pull request's commits and changed files (repository by id, base
+/// and head commits) as `GET …/pulls/{n}/commits` and `…/files` list them;
+/// the caller reads them from the bare repository.
+pub(crate) type PullGit<'a> = &'a dyn Fn(u64, &str, &str) -> Option<pulls::PullFromGit>;
+
+/// What the executor reads from git, through the caller.
+pub(crate) struct GitReads<'a> {
+    pub branch_head: BranchHead<'a>,
+    pub commits_ahead: CommitsAhead<'a>,
+    pub pull: PullGit<'a>,
+}
+
 /// Execute the JSON request `body` as `login`.
 pub(crate) fn execute(
     model: &mut Model,
     login: &str,
     now: u64,
     body: &[u8],
-    branch_head: BranchHead<'_>,
-    commits_ahead: CommitsAhead<'_>,
+    git: GitReads<'_>,
     scope: Option<&Scope>,
 ) -> GraphqlAnswer {
     let bad = |message: &str| GraphqlAnswer {
@@ -113,8 +125,7 @@ pub(crate) fn execute(
         fragments: BTreeMap::new(),
         errors: Vec::new(),
         created_id: None,
-        branch_head,
-        commits_ahead,
+        git,
     };
     let mut operations = Vec::new();
     for definition in &document.definitions {
@@ -285,6 +296,18 @@ const OBJECT_TYPES: &[&str] = &[
     "PageInfo",
     "AddCommentPayload",
     "CreatePullRequestPayload",
+    // Built as JSON with their `__typename` (`pulls.rs`).
+    "PullRequestCommit",
+    "Commit",
+    "GitActor",
+    "StatusCheckRollup",
+    "CheckRun",
+    "StatusContext",
+    "CheckSuite",
+    "WorkflowRun",
+    "Workflow",
+    "PullRequestChangedFile",
+    "PullRequestReview",
 ];
 
 struct Executor<'m, 'd> {
@@ -299,8 +322,7 @@ struct Executor<'m, 'd> {
     fragments: BTreeMap<String, &'d graphql_parser::query::FragmentDefinition<'d, String>>,
     errors: Vec<Value>,
     created_id: Option<String>,
-    branch_head: BranchHead<'m>,
-    commits_ahead: CommitsAhead<'m>,
+    git: GitReads<'m>,
 }
 
 impl<'d> Executor<'_, 'd> {
@@ -320,7 +342,11 @@ impl<'d> Executor<'_, 'd> {
             Node::Edge(..) => "Edge".into(),
             Node::PageInfo(_) => "PageInfo".into(),
             Node::Payload(typename, _) => (*typename).into(),
-            Node::Json(_) => "Object".into(),
+            Node::Json(value) => value
+                .get("__typename")
+                .and_then(Value::as_str)
+                .unwrap_or("Object")
+                .into(),
         }
     }
 
@@ -676,8 +702,48 @@ impl<'d> Executor<'_, 'd> {
                         Resolved::Object(Node::Connection(page(nodes, args)))
                     }
                     "reactionGroups" => Resolved::List(Vec::new()),
+                    "additions" | "deletions" | "changedFiles" | "commits" | "files"
+                        if issue.pull.is_some() =>
+                    {
+                        let Some(from_git) = self.pull_from_git(&issue) else {
+                            return leaf(Value::Null);
+                        };
+                        match field {
+                            "additions" => leaf(json!(from_git.additions())),
+                            "deletions" => leaf(json!(from_git.deletions())),
+                            "changedFiles" => leaf(json!(from_git.files.len())),
+                            "commits" => {
+                                let Some(repo) = self.model.repo_by_id(*repo_id).cloned() else {
+                                    return leaf(Value::Null);
+                                };
+                                let nodes = from_git
+                                    .commit_nodes(self.model, &repo, *number)
+                                    .into_iter()
+                                    .map(Node::Json)
+                                    .collect();
+                                Resolved::Object(Node::Connection(page(nodes, args)))
+                            }
+                            _ => {
+                                let nodes =
+                                    from_git.file_nodes().into_iter().map(Node::Json).collect();
+                                Resolved::Object(Node::Connection(page(nodes, args)))
+                            }
+                        }
+                    }
+                    "reviews" | "latestReviews" if issue.pull.is_some() => {
+                        let Some(repo) = self.model.repo_by_id(*repo_id).cloned() else {
+                            return leaf(Value::Null);
+                        };
+                        let head = issue.pull.as_ref().map_or("", |p| p.head_sha.as_str());
+                        let mut reviews = pulls::review_nodes(self.model, &repo, *number, head);
+                        if field == "latestReviews" {
+                            reviews = pulls::latest(reviews);
+                        }
+                        let nodes = reviews.into_iter().map(Node::Json).collect();
+                        Resolved::Object(Node::Connection(page(nodes, args)))
+                    }
                     "labels" | "assignees" | "projectCards" | "reviewRequests" | "reviews"
-                    | "latestReviews" | "commits" | "projectItems" => {
+                    | "latestReviews" | "commits" | "files" | "projectItems" => {
                         Resolved::Object(Node::Connection(Page::default()))
                     }
                     "headRefName" => {
@@ -768,6 +834,13 @@ impl<'d> Executor<'_, 'd> {
                 None => leaf(Value::Null),
             },
         }
+    }
+
+    /// Pull request `issue`'s commits and files, read from git by the
+    /// caller (`None` if git cannot say).
+    fn pull_from_git(&self, issue: &super::model::Issue) -> Option<pulls::PullFromGit> {
+        let pull = issue.pull.as_ref()?;
+        (self.git.pull)(issue.repo_id, &pull.base_sha, &pull.head_sha)
     }
 
     fn not_found_number(
@@ -895,8 +968,8 @@ impl Executor<'_, '_> {
         let (head, base, title) = (text("headRefName"), text("baseRefName"), text("title"));
         // An `owner:branch` head names the branch in this repository.
         let head = head.rsplit(':').next().unwrap_or(&head).to_owned();
-        let head_sha = (self.branch_head)(repo_id, &head);
-        let base_sha = (self.branch_head)(repo_id, &base);
+        let head_sha = (self.git.branch_head)(repo_id, &head);
+        let base_sha = (self.git.branch_head)(repo_id, &base);
         let (Some(head_sha), Some(base_sha), false) = (head_sha, base_sha, title.is_empty()) else {
             self.error(path, "UNPROCESSABLE", format!("Head sha can't be blank, Base sha can't be blank, or Title can't be blank (head {head}, base {base})"));
             return Resolved::Leaf(Value::Null);
@@ -922,7 +995,7 @@ impl Executor<'_, '_> {
             );
             return Resolved::Leaf(Value::Null);
         }
-        if (self.commits_ahead)(repo_id, &base_sha, &head_sha) == Some(0) {
+        if (self.git.commits_ahead)(repo_id, &base_sha, &head_sha) == Some(0) {
             self.error(
                 path,
                 "UNPROCESSABLE",
@@ -1160,8 +1233,11 @@ mod tests {
             "bot[bot]",
             1_700_000_000,
             request.to_string().as_bytes(),
-            &heads,
-            &ahead,
+            GitReads {
+                branch_head: &heads,
+                commits_ahead: &ahead,
+                pull: &|_, _, _| None,
+            },
             None,
         )
     }
@@ -1324,8 +1400,11 @@ mod tests {
             "app[bot]",
             1_700_000_000,
             request.to_string().as_bytes(),
-            &heads,
-            &ahead,
+            GitReads {
+                branch_head: &heads,
+                commits_ahead: &ahead,
+                pull: &|_, _, _| None,
+            },
             scope,
         )
     }

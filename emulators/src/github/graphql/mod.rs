@@ -366,6 +366,15 @@ impl<'d> Executor<'_, 'd> {
         set: &'d SelectionSet<'d, String>,
         path: &mut Vec<Value>,
     ) -> Value {
+        // A part the token's permission must cover (`pulls.rs` marks it):
+        // otherwise null and GitHub's FORBIDDEN there.
+        if let Node::Json(value) = node {
+            if let Some(permission) = value.get(pulls::REQUIRES).and_then(Value::as_str) {
+                if !self.permitted(path, &[permission], "read") {
+                    return Value::Null;
+                }
+            }
+        }
         let mut out = Map::new();
         self.collect(node, set, path, &mut out);
         Value::Object(out)
@@ -417,11 +426,18 @@ impl<'d> Executor<'_, 'd> {
                             Resolved::List(children) => Value::Array(
                                 children
                                     .iter()
-                                    .map(|child| match child {
+                                    .enumerate()
+                                    .map(|(i, child)| match child {
                                         Node::Json(v) if field.selection_set.items.is_empty() => {
                                             v.clone()
                                         }
-                                        _ => self.complete(child, &field.selection_set, path),
+                                        _ => {
+                                            path.push(json!(i));
+                                            let item =
+                                                self.complete(child, &field.selection_set, path);
+                                            path.pop();
+                                            item
+                                        }
                                     })
                                     .collect(),
                             ),
@@ -826,6 +842,14 @@ impl<'d> Executor<'_, 'd> {
                 None => leaf(Value::Null),
             },
             Node::Json(value) => match value.get(field) {
+                // A connection: paged by the field's arguments like any.
+                Some(Value::Object(o)) if o.contains_key(pulls::CONNECTION) => {
+                    let nodes = o[pulls::CONNECTION]
+                        .as_array()
+                        .map(|a| a.iter().cloned().map(Node::Json).collect())
+                        .unwrap_or_default();
+                    Resolved::Object(Node::Connection(page(nodes, args)))
+                }
                 Some(Value::Object(_)) => Resolved::Object(Node::Json(value[field].clone())),
                 Some(Value::Array(items)) => {
                     Resolved::List(items.iter().cloned().map(Node::Json).collect())
@@ -1543,6 +1567,140 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![json!(2), json!(3)]
         );
+    }
+
+    /// A pull request's checks over GraphQL: the check runs need `checks`,
+    /// their workflow runs `actions` (GitHub's FORBIDDEN at that path
+    /// otherwise), and the rollup's contexts page like any connection.
+    #[test]
+    fn a_pull_requests_checks_need_their_permissions_and_page() {
+        use super::super::model::{Job, PullInfo};
+        let mut model = model();
+        let widgets = model.repos[0].id;
+        let head = "b".repeat(40);
+        let pull = PullInfo::new("gatehouse/x", &head, "main", &"a".repeat(40), false);
+        let number = model.add_issue(widgets, "Fix", "", "alice", Some(pull), 2);
+        for (id, conclusion) in [(7, "failure"), (8, "success")] {
+            model.jobs.push(Job {
+                id,
+                run_id: id + 100,
+                repo_id: widgets,
+                name: format!("job{id}"),
+                head_sha: head.clone(),
+                conclusion: conclusion.into(),
+                logs: String::new(),
+                created_at: 2,
+                workflow: Some(".github/workflows/ci.yml".into()),
+                annotations: Vec::new(),
+            });
+        }
+        let commit = json!({"sha": head, "commit": {"message": "Fix it\n\nbody",
+            "author": {"name": "A", "email": "a@x", "date": "2026-01-01T00:00:00Z"},
+            "committer": {"name": "A", "email": "a@x", "date": "2026-01-01T00:00:00Z"}}});
+        let from_git = move |_: u64, _: &str, _: &str| {
+            Some(pulls::PullFromGit {
+                commits: vec![commit.clone()],
+                files: Vec::new(),
+            })
+        };
+        let query = |contexts: &str| json!({"query": format!("{{ repository(owner: \"acme\", name: \"widgets\") {{ pullRequest(number: {number}) {{ commits(last: 1) {{ nodes {{ commit {{ oid messageHeadline statusCheckRollup {{ state contexts{contexts} {{ totalCount pageInfo {{ hasNextPage }} nodes {{ __typename ... on CheckRun {{ name conclusion checkSuite {{ workflowRun {{ databaseId }} }} }} }} }} }} }} }} }} }} }} }}")});
+        let ask = |model: &mut Model, scope: Option<&Scope>, request: Value| {
+            execute(
+                model,
+                "app[bot]",
+                1_700_000_000,
+                request.to_string().as_bytes(),
+                GitReads {
+                    branch_head: &heads,
+                    commits_ahead: &ahead,
+                    pull: &from_git,
+                },
+                scope,
+            )
+            .body
+        };
+        let scope = |perms: &[&str]| Scope {
+            repo_ids: Some(vec![widgets]),
+            permissions: perms
+                .iter()
+                .map(|k| ((*k).to_owned(), "read".to_owned()))
+                .collect(),
+        };
+        let at = |body: &Value| {
+            body["data"]["repository"]["pullRequest"]["commits"]["nodes"][0]["commit"].clone()
+        };
+
+        // Every permission: both runs, their workflow runs, the rollup failing.
+        let all = scope(&["pull_requests", "checks", "actions"]);
+        let body = ask(&mut model, Some(&all), query("(first: 10)"));
+        assert!(body.get("errors").is_none(), "{body}");
+        let commit = at(&body);
+        assert_eq!(commit["oid"], head.as_str());
+        assert_eq!(commit["messageHeadline"], "Fix it");
+        let rollup = &commit["statusCheckRollup"];
+        assert_eq!(rollup["state"], "FAILURE");
+        assert_eq!(rollup["contexts"]["totalCount"], 2);
+        assert_eq!(rollup["contexts"]["nodes"][0]["name"], "job7");
+        assert_eq!(
+            rollup["contexts"]["nodes"][1]["checkSuite"]["workflowRun"]["databaseId"],
+            108
+        );
+
+        // Paged: one of two, more to come.
+        let body = ask(&mut model, Some(&all), query("(first: 1)"));
+        let contexts = &at(&body)["statusCheckRollup"]["contexts"];
+        assert_eq!(
+            contexts["nodes"].as_array().map(Vec::len),
+            Some(1),
+            "{body}"
+        );
+        assert_eq!(contexts["pageInfo"]["hasNextPage"], true);
+        // No bounds: GitHub's MISSING_PAGINATION_BOUNDARIES.
+        let body = ask(&mut model, Some(&all), query(""));
+        assert_eq!(
+            body["errors"][0]["type"], "MISSING_PAGINATION_BOUNDARIES",
+            "{body}"
+        );
+
+        // Without `actions`: each workflow run is refused where it is.
+        let body = ask(
+            &mut model,
+            Some(&scope(&["pull_requests", "checks"])),
+            query("(first: 10)"),
+        );
+        let errors = body["errors"].as_array().cloned().unwrap_or_default();
+        assert_eq!(errors.len(), 2, "{body}");
+        assert!(errors.iter().all(|e| e["type"] == "FORBIDDEN"
+            && e["message"] == "Resource not accessible by integration"));
+        let path: Vec<Value> = errors[0]["path"].as_array().unwrap().clone();
+        assert_eq!(
+            &path[path.len() - 4..],
+            &[
+                json!("nodes"),
+                json!(0),
+                json!("checkSuite"),
+                json!("workflowRun")
+            ][..],
+            "{path:?}"
+        );
+        assert_eq!(
+            at(&body)["statusCheckRollup"]["contexts"]["nodes"][0]["name"],
+            "job7"
+        );
+        // Without `checks`: the check runs themselves.
+        let body = ask(
+            &mut model,
+            Some(&scope(&["pull_requests", "actions"])),
+            query("(first: 10)"),
+        );
+        assert_eq!(body["errors"].as_array().map(Vec::len), Some(2), "{body}");
+        assert_eq!(
+            at(&body)["statusCheckRollup"]["contexts"]["nodes"],
+            json!([null, null])
+        );
+        // An unscoped token (a PAT) sees them.
+        let body = ask(&mut model, None, query("(first: 10)"));
+        assert!(body.get("errors").is_none(), "{body}");
     }
 
     #[test]

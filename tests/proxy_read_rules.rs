@@ -338,6 +338,9 @@ fn every_github_read_rule_has_a_round_trip_through_the_proxy_or_a_reason() {
                     && v["app"]["slug"] == "github-actions"
             }
             "check-suite-runs" => v["total_count"] == 1 && v["check_runs"][0]["id"] == job,
+            "actions-run-artifacts" => {
+                v["total_count"] == 0 && v["artifacts"] == serde_json::json!([])
+            }
             "actions-workflows" => {
                 v["total_count"] == 1
                     && v["workflows"][0]["path"] == ".github/workflows/ci.yml"

@@ -766,11 +766,15 @@ fn webhook_pull_requests_carry_the_diff_counts_git_has() {
     }
 }
 
-/// A recorded webhook payload: every required field by its path from the
-/// payload (`issue.user.login`, `pull_request.labels[].name`), with its
-/// types (`tests/shapes/github-webhooks/`, recorded by
-/// `scripts/github-shapes` from the description's `x-webhooks`).
-fn load_webhook_shapes() -> BTreeMap<String, BTreeMap<String, Vec<String>>> {
+/// Every required field of a payload by its path from the payload
+/// (`issue.user.login`, `pull_request.labels[].name`), with its types.
+type PayloadShape = BTreeMap<String, Vec<String>>;
+
+/// The recorded webhook payloads, each one or more alternatives (a payload
+/// fits one of them: a review requested of a user or of a team), from
+/// `tests/shapes/github-webhooks/` (recorded by `scripts/github-shapes` from
+/// the description's `x-webhooks`).
+fn load_webhook_shapes() -> BTreeMap<String, Vec<PayloadShape>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shapes/github-webhooks");
     let mut shapes = BTreeMap::new();
     for entry in std::fs::read_dir(&dir).expect("the webhook shapes directory") {
@@ -783,15 +787,46 @@ fn load_webhook_shapes() -> BTreeMap<String, BTreeMap<String, Vec<String>>> {
                 .is_some_and(|s| s.starts_with("github/rest-api-description x-webhooks/")),
             "{name}: no source"
         );
-        let required = v["required"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, t)| (k.clone(), types_of(t)))
-            .collect();
-        shapes.insert(name, required);
+        let read = |shape: &Value| -> PayloadShape {
+            shape
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, t)| (k.clone(), types_of(t)))
+                .collect()
+        };
+        let alternatives: Vec<PayloadShape> = match v.get("one_of").and_then(Value::as_array) {
+            Some(all) => all.iter().map(read).collect(),
+            None => vec![read(&v["required"])],
+        };
+        // A shape that requires nothing would check nothing.
+        assert!(
+            !alternatives.is_empty() && alternatives.iter().all(|a| a.len() > 10),
+            "{name}: a recorded payload with (almost) no required fields"
+        );
+        shapes.insert(name, alternatives);
     }
     shapes
+}
+
+/// The differences of `payload` from `required`, one line each.
+fn payload_differences(key: &str, payload: &Value, required: &PayloadShape) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (path, expected) in required {
+        for (at, value) in at_path(payload, path) {
+            match value {
+                None => errors.push(format!(
+                    "{key}: {at}: required, expected {expected:?}, got nothing"
+                )),
+                Some(v) if !type_fits(expected, json_type(v)) => errors.push(format!(
+                    "{key}: {at}: expected {expected:?}, got {} ({v})",
+                    json_type(v)
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    errors
 }
 
 /// The values at `path` in `payload` (a `[]` segment takes every item),
@@ -883,26 +918,19 @@ fn every_delivered_webhook_has_the_payload_githubs_description_requires() {
             d.event.replace('_', "-"),
             d.action.clone().unwrap_or_default().replace('_', "-")
         );
-        let Some(required) = shapes.get(&key) else {
+        let Some(alternatives) = shapes.get(&key) else {
             errors.push(format!("{key}: delivered, no recorded shape"));
             continue;
         };
         delivered.insert(key.clone());
         let payload: Value = serde_json::from_slice(&d.body).unwrap();
-        for (path, expected) in required {
-            for (at, value) in at_path(&payload, path) {
-                match value {
-                    None => errors.push(format!(
-                        "{key}: {at}: required, expected {expected:?}, got nothing"
-                    )),
-                    Some(v) if !type_fits(expected, json_type(v)) => errors.push(format!(
-                        "{key}: {at}: expected {expected:?}, got {} ({v})",
-                        json_type(v)
-                    )),
-                    Some(_) => {}
-                }
-            }
-        }
+        // It fits one alternative; if none, the closest one's differences.
+        let closest = alternatives
+            .iter()
+            .map(|required| payload_differences(&key, &payload, required))
+            .min_by_key(Vec::len)
+            .unwrap_or_default();
+        errors.extend(closest);
     }
     let not_delivered: Vec<&String> = shapes.keys().filter(|k| !delivered.contains(*k)).collect();
     assert!(

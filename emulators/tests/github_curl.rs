@@ -833,6 +833,27 @@ fn location_user_agent_and_enterprise_paths_as_github() {
         "{}",
         page.headers
     );
+    // A created comment's `Location` and `url` name the server too.
+    let created = on_ghes(
+        &["-X", "POST", "--data", r#"{"body":"three"}"#],
+        "/api/v3/repos/acme/widgets/issues/1/comments",
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let url = created.json()["url"].as_str().unwrap().to_owned();
+    assert!(
+        url.starts_with(&format!(
+            "https://localhost:{ghes_port}/api/v3/repos/acme/widgets/issues/comments/"
+        )),
+        "{url}"
+    );
+    assert!(
+        created
+            .headers
+            .lines()
+            .any(|l| l.eq_ignore_ascii_case(&format!("location: {url}"))),
+        "{}",
+        created.headers
+    );
     let followed_page = on_ghes(
         &[],
         &format!("/api/v3/repositories/{ghes_id}/issues/1/comments?per_page=1&page=2"),

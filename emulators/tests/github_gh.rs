@@ -495,6 +495,28 @@ fn gh_reads_a_pull_requests_diff_and_its_failed_run() {
         ),
         diff
     );
+    // A merge commit's diff is against its first parent.
+    let fix_tree = git(&["rev-parse", "fix^{tree}"], None);
+    let merge = git(
+        &[
+            "commit-tree",
+            fix_tree.trim(),
+            "-p",
+            &format!("{commit}^1"),
+            "-p",
+            commit,
+            "-m",
+            "Merge fix",
+        ],
+        None,
+    );
+    assert_eq!(
+        api(
+            "application/vnd.github.diff",
+            &format!("repos/acme/widgets/commits/{}", merge.trim())
+        ),
+        diff
+    );
     // A failed run of the commit: `gh run list` and `gh run view` (which
     // follows the run's `jobs_url`, on the server's host, and lists its
     // artifacts) show it.

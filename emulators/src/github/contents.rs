@@ -433,17 +433,28 @@ pub(crate) fn media_text(
             };
             let text = match media {
                 Media::Sha => Some(sha),
-                Media::Diff => git_text(
-                    git_dir,
-                    &[
-                        "diff-tree",
-                        "-p",
-                        "--root",
-                        "--no-commit-id",
-                        "--no-color",
-                        &sha,
-                    ],
-                ),
+                // Against the first parent (a merge's diff-tree is empty);
+                // a root commit's whole tree.
+                Media::Diff => {
+                    let first_parent = format!("{sha}^1");
+                    match git_text(git_dir, &["rev-parse", "-q", "--verify", &first_parent]) {
+                        Some(parent) => git_text(
+                            git_dir,
+                            &["diff", "--no-color", "--no-ext-diff", parent.trim(), &sha],
+                        ),
+                        None => git_text(
+                            git_dir,
+                            &[
+                                "diff-tree",
+                                "-p",
+                                "--root",
+                                "--no-commit-id",
+                                "--no-color",
+                                &sha,
+                            ],
+                        ),
+                    }
+                }
                 Media::Patch => git_text(
                     git_dir,
                     &["format-patch", "--stdout", "--no-color", "-1", &sha],

@@ -1147,6 +1147,11 @@ impl GithubState {
         if self.enterprise {
             if let Some(host) = record.header("host") {
                 enterprise_urls(&mut reply.body, host);
+                if let Some(location) = reply.location.take() {
+                    let mut location = Value::String(location);
+                    enterprise_urls(&mut location, host);
+                    reply.location = location.as_str().map(str::to_owned);
+                }
             }
         }
         let body = match &reply.body {

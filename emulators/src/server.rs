@@ -183,6 +183,60 @@ async fn accept_loop(
     while connections.join_next().await.is_some() {}
 }
 
+/// `body`, running `hook` once it has been read to its end (or dropped
+/// unread, e.g. the client went away): work that must follow what the
+/// response's producer did, such as a push's ref updates.
+pub(crate) fn on_end(body: Body, hook: impl FnOnce() + Send + Sync + 'static) -> Body {
+    OnEnd {
+        inner: body,
+        hook: Some(Box::new(hook)),
+    }
+    .boxed()
+}
+
+struct OnEnd {
+    inner: Body,
+    hook: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl OnEnd {
+    fn run(&mut self) {
+        if let Some(hook) = self.hook.take() {
+            hook();
+        }
+    }
+}
+
+impl hyper::body::Body for OnEnd {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(None) = polled {
+            self.run();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for OnEnd {
+    fn drop(&mut self) {
+        self.run();
+    }
+}
+
 /// A buffered response body.
 pub(crate) fn full_body(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())

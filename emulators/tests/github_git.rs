@@ -10,10 +10,16 @@ use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RepoSpec}
 const TOKEN: &str = "ghs_git_test_token";
 
 fn start(dir: &Path) -> GithubHandle {
+    // Nothing listens on the webhook target: deliveries are kept with their
+    // failed attempts, which is what the tests read.
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", closed_port.local_addr().unwrap());
+    drop(closed_port);
     GithubEmulator::start(
         GithubOptions::new(dir.join("git"))
             .token(TOKEN, "gatehouse-test[bot]")
-            .repo(RepoSpec::new("acme", "widgets")),
+            .repo(RepoSpec::new("acme", "widgets"))
+            .webhook(&url, "s3cret"),
     )
     .expect("emulator starts")
 }
@@ -162,6 +168,35 @@ fn clone_and_push_with_token_and_refuse_without() {
         )
         .unwrap();
     assert_eq!(number, 1);
+
+    // A push to the pull request's branch moves the pull request (GitHub:
+    // its head, diff and checks follow), delivered as `synchronize`.
+    std::fs::write(work.join("more.txt"), "more\n").unwrap();
+    ok(git(&ca, &work, &["add", "more.txt"]));
+    ok(git(&ca, &work, &["commit", "--quiet", "-m", "more"]));
+    ok(git(
+        &ca,
+        &work,
+        &["-c", &resolve, "push", "--quiet", "origin", "gatehouse/x"],
+    ));
+    let after = ok(git(&ca, &work, &["rev-parse", "HEAD"]));
+    let synchronized = (0..100).find_map(|_| {
+        let found = emulator
+            .webhook_deliveries()
+            .into_iter()
+            .find(|d| d.event == "pull_request" && d.action.as_deref() == Some("synchronize"));
+        if found.is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        found
+    });
+    let delivery = synchronized.expect("synchronize delivered after the push");
+    let payload: serde_json::Value = serde_json::from_slice(&delivery.body).unwrap();
+    assert_eq!(payload["before"], local.trim());
+    assert_eq!(payload["after"], after.trim());
+    assert_eq!(payload["pull_request"]["head"]["sha"], after.trim());
+    assert_eq!(payload["pull_request"]["commits"], 2, "{payload}");
+    assert_eq!(payload["sender"]["login"], "gatehouse-test[bot]");
     emulator.shutdown();
 }
 

@@ -1054,8 +1054,23 @@ impl GithubState {
                         .is_some_and(|scope| !app::holds(&scope, &["workflows"], "write")),
                     _ => false,
                 };
+                // The token's account (the git user is `x-access-token`).
+                let pusher = match &credential {
+                    Some(Credential::Basic { password, .. }) => self.login_for(password),
+                    _ => None,
+                }
+                .unwrap_or(GIT_USER)
+                .to_owned();
                 let response = self
-                    .git(&parts, &git_path, &user, body, capture, refuse_workflows)
+                    .git(
+                        &parts,
+                        &git_path,
+                        &user,
+                        body,
+                        capture,
+                        refuse_workflows,
+                        &pusher,
+                    )
                     .await;
                 let status = response.status().as_u16();
                 self.recorder.update(index, |r| r.status = status);
@@ -1571,6 +1586,54 @@ impl GithubState {
         }
     }
 
+    /// After a push to `owner/name` by `pusher`: each open pull request whose
+    /// head branch moved takes the new head commit, as GitHub updates a pull
+    /// request on push, and `pull_request` `synchronize` (with `before` and
+    /// `after`) is delivered. Blocking: runs git.
+    fn refresh_pull_heads(&self, owner: &str, name: &str, pusher: &str) {
+        let git_dir = self.root_dir.join(owner).join(format!("{name}.git"));
+        let (repo_id, pulls): (u64, Vec<(u64, String, String)>) = {
+            let model = lock(&self.model);
+            let Some(repo) = model.repo(owner, name) else {
+                return;
+            };
+            let pulls = model
+                .issues
+                .iter()
+                .filter(|i| i.repo_id == repo.id && i.open)
+                .filter_map(|i| {
+                    let p = i.pull.as_ref()?;
+                    Some((i.number, p.head.clone(), p.head_sha.clone()))
+                })
+                .collect();
+            (repo.id, pulls)
+        };
+        for (number, head, before) in pulls {
+            let Some(after) = rev_parse_blocking(&git_dir, &head) else {
+                continue;
+            };
+            if after == before {
+                continue;
+            }
+            let event = {
+                let mut model = lock(&self.model);
+                let Some(issue) = model.issue_mut(repo_id, number) else {
+                    continue;
+                };
+                issue.updated_at = unix_now();
+                if let Some(pull) = issue.pull.as_mut() {
+                    pull.head_sha = after.clone();
+                }
+                model.issue_event("synchronize", repo_id, number, pusher)
+            };
+            if let Some((event, mut payload)) = event {
+                payload["before"] = json!(before);
+                payload["after"] = json!(after);
+                self.emit_webhook(event, payload);
+            }
+        }
+    }
+
     /// Runs git for each fill; blocking.
     fn fill(&self, fills: Vec<(&mut Value, GitFill)>) {
         for (v, fill) in fills {
@@ -1804,14 +1867,16 @@ impl GithubState {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn git(
-        &self,
+        self: &Arc<Self>,
         parts: &http::request::Parts,
         git_path: &git::GitPath,
         user: &str,
         body: Incoming,
         capture: git::BodyCapture,
         refuse_workflows: bool,
+        pusher: &str,
     ) -> Response<Body> {
         let Ok((owner, name)) = self.repo_names(&format!("{}/{}", git_path.owner, git_path.name))
         else {
@@ -1831,7 +1896,20 @@ impl GithubState {
             remote_user: user,
             refuse_workflows,
         };
+        let pushed = matches!(git_path.endpoint, git::GitEndpoint::ReceivePack);
         match git::serve(request, body, capture).await {
+            // A push's refs are updated by the time its answer has been
+            // sent: pull requests on the pushed branches follow then.
+            Ok(response) if pushed => {
+                let (parts, body) = response.into_parts();
+                let state = self.clone();
+                let pusher = pusher.to_owned();
+                let hook = move || {
+                    // Off the connection's task: this runs git.
+                    std::thread::spawn(move || state.refresh_pull_heads(&owner, &name, &pusher));
+                };
+                Response::from_parts(parts, crate::server::on_end(body, hook))
+            }
             Ok(response) => response,
             Err(error) => {
                 tracing::warn!(%error, "git http-backend failed");

@@ -267,7 +267,7 @@ impl Model {
     }
 
     /// `issues` or `pull_request` with `action` on `number`.
-    fn issue_event(
+    pub(super) fn issue_event(
         &self,
         action: &str,
         repo_id: u64,

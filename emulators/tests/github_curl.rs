@@ -412,6 +412,43 @@ fn pulls_reviews_replies_and_job_log_redirect() {
         &format!("/repos/acme/widgets/commits/{sha}/check-runs"),
     );
     assert_eq!(checks.json()["check_runs"][0]["conclusion"], "failure");
+    // By a branch or tag name too (resolved to its commit), and GitHub's
+    // 422 for a ref that names no commit.
+    let head_branch = pull["head"]["ref"].as_str().unwrap().replace('/', "%2F");
+    for git_ref in [head_branch.as_str(), &sha[..12]] {
+        let by_ref = curl(
+            &emulator,
+            &ca,
+            "api.github.com",
+            &auth,
+            &format!("/repos/acme/widgets/commits/{git_ref}/check-suites"),
+        );
+        assert_eq!(
+            by_ref.json()["total_count"],
+            1,
+            "{git_ref}: {}",
+            by_ref.body
+        );
+    }
+    let main_checks = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        "/repos/acme/widgets/commits/main/check-runs",
+    );
+    assert_eq!(main_checks.json()["total_count"], 0, "{}", main_checks.body);
+    let unknown = curl(
+        &emulator,
+        &ca,
+        "api.github.com",
+        &auth,
+        &format!("/repos/acme/widgets/commits/{}/check-runs", "0".repeat(40)),
+    );
+    assert_eq!(unknown.status, 422, "{}", unknown.body);
+    assert!(unknown.json()["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("No commit found for SHA: 0000")));
     let logs = curl(
         &emulator,
         &ca,

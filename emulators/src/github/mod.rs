@@ -1357,7 +1357,7 @@ impl GithubState {
             }
             None => path,
         };
-        let Some(route) = rest::route(path) else {
+        let Some(mut route) = rest::route(path) else {
             return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
         };
         if let Some(scope) = scope {
@@ -1441,6 +1441,28 @@ impl GithubState {
         let query = parse_query(parts.uri.query().unwrap_or(""));
         if route.reads_git() {
             return self.git_read(&parts.method, &route, &query);
+        }
+        // A commit's checks are asked by any ref ("a SHA, branch name, or
+        // a tag name", GitHub's REST docs): resolved to its commit first,
+        // and GitHub's 422 for a ref that names none.
+        if let rest::Route::CommitCheckRuns(repo, git_ref)
+        | rest::Route::CommitCheckSuites(repo, git_ref) = &mut route
+        {
+            // (An unknown repository is the handler's 404.)
+            if let Ok((owner, name)) = self.repo_names(&format!("{}/{}", repo.owner, repo.name)) {
+                let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
+                // A branch name's `/` comes encoded (`gatehouse%2Fx`).
+                let named = git_ref.replace("%2F", "/").replace("%2f", "/");
+                match tokio::task::block_in_place(|| contents::commit_id(&git_dir, &named)) {
+                    Some(sha) => *git_ref = sha,
+                    None => {
+                        return rest::Reply::error(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            &format!("No commit found for SHA: {git_ref}"),
+                        )
+                    }
+                }
+            }
         }
         // Opening a pull request needs both branches' commits from disk.
         let branches = match (&route, &parts.method) {

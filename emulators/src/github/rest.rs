@@ -1090,7 +1090,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
             let suites: Vec<Value> = model
                 .jobs
                 .iter()
-                .filter(|j| j.repo_id == id && (&j.head_sha == git_ref || git_ref == "HEAD"))
+                .filter(|j| j.repo_id == id && &j.head_sha == git_ref)
                 .map(|j| model.check_suite_json(j))
                 .collect();
             Ok(Reply::ok(
@@ -1102,7 +1102,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
             let runs: Vec<Value> = model
                 .jobs
                 .iter()
-                .filter(|j| j.repo_id == id && (&j.head_sha == git_ref || git_ref == "HEAD"))
+                .filter(|j| j.repo_id == id && &j.head_sha == git_ref)
                 .map(|j| model.check_run_json(j))
                 .collect();
             Ok(Reply::ok(

@@ -41,6 +41,15 @@ use super::inputs::{self, signature, Arg, Lit, Spots};
 
 const TABLE: &str = include_str!("schema.txt");
 
+/// Every type name of the public schema (`scripts/graphql-schema-table`
+/// writes it with the table): a name outside it is no type at all.
+const NAMES: &str = include_str!("schema-names.txt");
+
+fn names() -> &'static BTreeSet<&'static str> {
+    static NAMES_SET: OnceLock<BTreeSet<&'static str>> = OnceLock::new();
+    NAMES_SET.get_or_init(|| NAMES.split_whitespace().collect())
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     Object,
@@ -395,6 +404,19 @@ pub(crate) fn validate<'d>(source: &str, document: &'d Document<'d, String>) -> 
                 let mut context = Context::new(label, true);
                 v.declared.clear();
                 for d in vars {
+                    // graphql-ruby's VariablesAreInputTypes: a type the
+                    // schema does not have.
+                    let ty = signature(&d.var_type);
+                    let named = base(&ty).to_owned();
+                    if !known_elsewhere(&named) {
+                        v.push(
+                            format!("{named} isn't a defined input type (on ${})", d.name),
+                            "variableRequiresValidType",
+                            d.position,
+                            &path,
+                            json!({"typeName": named, "variableName": d.name}),
+                        );
+                    }
                     let usage = context.usage(&d.name);
                     usage.declared = Some(position);
                     usage.path = path.clone();
@@ -435,7 +457,7 @@ pub(crate) fn validate<'d>(source: &str, document: &'d Document<'d, String>) -> 
 /// elsewhere if it looks like a GitHub type (capitalised), since the full
 /// list of types is not carried.
 fn known_elsewhere(name: &str) -> bool {
-    name.starts_with(|c: char| c.is_ascii_uppercase())
+    names().contains(name)
 }
 
 /// The variables an operation or fragment declares and uses, in the order
@@ -1109,6 +1131,40 @@ mod tests {
             got[0]["extensions"]["code"].clone(),
             got[0]["message"].clone(),
         )
+    }
+
+    /// A type name the schema does not have, as a fragment's condition or a
+    /// variable's type, fails as on GitHub; one it has but the table does
+    /// not describe passes (unchecked inside); described newcomers are
+    /// checked (`files { nodes { pathh } }`).
+    #[test]
+    fn type_names_are_the_schemas() {
+        assert_eq!(
+            refused("{ repository(owner: \"a\", name: \"b\") { ... on Repositoryy { id } } }"),
+            (
+                json!("undefinedType"),
+                json!("No such type Repositoryy, so it can't be a fragment condition")
+            )
+        );
+        let got = errors("query($x: Strng) { repository(owner: \"a\", name: \"b\") { labels(first: 1, query: $x) { totalCount } } }");
+        assert!(
+            got.iter()
+                .any(|e| e["extensions"]["code"] == "variableRequiresValidType"
+                    && e["message"] == "Strng isn't a defined input type (on $x)"),
+            "{got:#?}"
+        );
+        // A real type the table does not describe: accepted.
+        assert_eq!(
+            errors("{ node(id: \"x\") { ... on Discussion { id } } }"),
+            Vec::<Value>::new()
+        );
+        assert_eq!(
+            refused("{ repository(owner: \"a\", name: \"b\") { pullRequest(number: 1) { files(first: 1) { nodes { pathh } } } } }"),
+            (
+                json!("undefinedField"),
+                json!("Field 'pathh' doesn't exist on type 'PullRequestChangedFile'")
+            )
+        );
     }
 
     #[test]

@@ -919,9 +919,13 @@ fn location_user_agent_and_enterprise_paths_as_github() {
         &ca_of(&enterprise, dir.path()),
         "localhost",
         &[auth[0], auth[1], "-H", "User-Agent:"],
-        "/repos/acme/gadgets/issues/1",
+        "/api/v3/repos/acme/gadgets/issues/1",
     );
     assert_eq!(kind.status, 200);
+    // The API is under `/api/v3` only (elsewhere is a GHES's web interface).
+    for outside in ["/repos/acme/gadgets/issues/1", "/graphql", "/user"] {
+        assert_eq!(on_ghes(&[], outside).status, 404, "{outside}");
+    }
 }
 
 fn ca_of(emulator: &GithubHandle, dir: &Path) -> std::path::PathBuf {

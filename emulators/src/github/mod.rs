@@ -1315,14 +1315,17 @@ impl GithubState {
         changes: &mut Vec<(&'static str, Value)>,
     ) -> rest::Reply {
         // GitHub Enterprise Server serves REST under `/api/v3` and GraphQL at
-        // `/api/graphql`; accepting both lets clients such as gh talk to the
-        // emulator directly with `GH_HOST=localhost:PORT`.
+        // `/api/graphql` only (elsewhere is its web interface), which lets
+        // clients such as gh talk to the emulator directly with
+        // `GH_HOST=localhost:PORT`.
         let path = match parts.uri.path() {
             "/api/graphql" if self.enterprise => "/graphql",
-            other if self.enterprise => other
-                .strip_prefix("/api/v3")
-                .filter(|p| p.starts_with('/'))
-                .unwrap_or(other),
+            other if self.enterprise => {
+                match other.strip_prefix("/api/v3").filter(|p| p.starts_with('/')) {
+                    Some(api) => api,
+                    None => return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found"),
+                }
+            }
             other => other,
         };
         // A former name of a renamed repository is redirected to its id.

@@ -6,7 +6,7 @@ use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::events::EventKind;
-use super::model::{CommentKind, Model, PullInfo, Review, API_BASE};
+use super::model::{CommentKind, Job, Model, PullInfo, Review, API_BASE};
 use super::pulls;
 
 /// A REST endpoint the emulator knows, with its path parameters.
@@ -369,6 +369,25 @@ pub(crate) struct RestCall<'a> {
     pub logs_signature: &'a str,
 }
 
+/// The (first) job of run `run_id` of repository `repo_id`: the run, as
+/// far as the model keeps one; 404 without.
+fn run_job(model: &Model, repo_id: u64, run_id: u64) -> Result<&Job, Reply> {
+    model
+        .jobs
+        .iter()
+        .find(|j| j.repo_id == repo_id && j.run_id == run_id)
+        .ok_or_else(Reply::not_found)
+}
+
+/// Job (check run) `job_id` of repository `repo_id`; 404 without.
+fn job_by_id(model: &Model, repo_id: u64, job_id: u64) -> Result<&Job, Reply> {
+    model
+        .jobs
+        .iter()
+        .find(|j| j.repo_id == repo_id && j.id == job_id)
+        .ok_or_else(Reply::not_found)
+}
+
 fn query_param<'q>(query: &'q [(String, String)], name: &str) -> Option<&'q str> {
     query
         .iter()
@@ -685,11 +704,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
         }
         Route::CheckRun(path, run_id) if get => {
             let id = repo_id(model, path)?;
-            let job = model
-                .jobs
-                .iter()
-                .find(|j| j.repo_id == id && j.id == *run_id)
-                .ok_or_else(Reply::not_found)?;
+            let job = job_by_id(model, id, *run_id)?;
             Ok(Reply::ok(model.check_run_json(job)))
         }
         Route::IssueEvents(path, number) if get => {
@@ -727,11 +742,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
         }
         Route::CheckRunAnnotations(path, run_id) if get => {
             let id = repo_id(model, path)?;
-            let job = model
-                .jobs
-                .iter()
-                .find(|j| j.repo_id == id && j.id == *run_id)
-                .ok_or_else(Reply::not_found)?;
+            let job = job_by_id(model, id, *run_id)?;
             let repo = model.repo_by_id(id).ok_or_else(Reply::not_found)?;
             let items = job
                 .annotations
@@ -742,11 +753,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
         }
         Route::ActionsRunLogs(path, run_id) if get => {
             let id = repo_id(model, path)?;
-            model
-                .jobs
-                .iter()
-                .find(|j| j.repo_id == id && j.run_id == *run_id)
-                .ok_or_else(Reply::not_found)?;
+            run_job(model, id, *run_id)?;
             // GitHub answers 302 to a zip archive of the run's logs on its
             // storage host ("Download workflow run logs", REST description:
             // 302 with `Location`).
@@ -1063,11 +1070,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
         }
         Route::CheckSuite(path, suite_id) if get => {
             let id = repo_id(model, path)?;
-            let job = model
-                .jobs
-                .iter()
-                .find(|j| j.repo_id == id && j.run_id == *suite_id)
-                .ok_or_else(Reply::not_found)?;
+            let job = run_job(model, id, *suite_id)?;
             Ok(Reply::ok(model.check_suite_json(job)))
         }
         Route::CheckSuiteRuns(path, suite_id) if get => {
@@ -1123,11 +1126,7 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
         }
         Route::ActionsRun(path, run_id) if get => {
             let id = repo_id(model, path)?;
-            let job = model
-                .jobs
-                .iter()
-                .find(|j| j.repo_id == id && j.run_id == *run_id)
-                .ok_or_else(Reply::not_found)?;
+            let job = run_job(model, id, *run_id)?;
             Ok(Reply::ok(model.run_json(job)))
         }
         Route::ActionsRunJobs(path, run_id) if get => {
@@ -1142,31 +1141,19 @@ fn handle_inner(model: &mut Model, call: RestCall<'_>) -> Result<Reply, Reply> {
         }
         Route::ActionsRunArtifacts(path, run_id) if get => {
             let id = repo_id(model, path)?;
-            model
-                .jobs
-                .iter()
-                .find(|j| j.repo_id == id && j.run_id == *run_id)
-                .ok_or_else(Reply::not_found)?;
+            run_job(model, id, *run_id)?;
             // No run here uploads artifacts (`artifact` list, paged inside
             // its object like the jobs).
             Ok(Reply::ok(json!({"total_count": 0, "artifacts": []})))
         }
         Route::ActionsJob(path, job_id) if get => {
             let id = repo_id(model, path)?;
-            let job = model
-                .jobs
-                .iter()
-                .find(|j| j.repo_id == id && j.id == *job_id)
-                .ok_or_else(Reply::not_found)?;
+            let job = job_by_id(model, id, *job_id)?;
             Ok(Reply::ok(model.job_json(job)))
         }
         Route::ActionsJobLogs(path, job_id) if get => {
             let id = repo_id(model, path)?;
-            model
-                .jobs
-                .iter()
-                .find(|j| j.repo_id == id && j.id == *job_id)
-                .ok_or_else(Reply::not_found)?;
+            job_by_id(model, id, *job_id)?;
             Ok(redirect(format!(
                 "{}/_logs/jobs/{job_id}?sig={}",
                 call.logs_base_url,

@@ -385,10 +385,19 @@ impl GithubState {
         minted: bool,
     ) -> Option<rest::Reply> {
         let now = crate::time::unix_now();
-        let call = Call::of(&record.method, &record.path, &record.body, token);
+        let subject = self.limit_subject(token);
+        let call = Call::of(
+            &record.method,
+            &record.path,
+            &record.body,
+            subject.as_deref(),
+        );
         let mut limits = lock(&self.limits);
         if !call.counted {
-            return Some(reply(StatusCode::OK, limits.overview(token, now)));
+            return Some(reply(
+                StatusCode::OK,
+                limits.overview(subject.as_deref(), now),
+            ));
         }
         let subject = match self.apps.installation_id().filter(|_| minted) {
             Some(id) => format!("installation ID {id}"),
@@ -405,8 +414,31 @@ impl GithubState {
         token: Option<&str>,
         not_modified: bool,
     ) -> RateHeaders {
-        let call = Call::of(&record.method, &record.path, &record.body, token);
+        let subject = self.limit_subject(token);
+        let call = Call::of(
+            &record.method,
+            &record.path,
+            &record.body,
+            subject.as_deref(),
+        );
         lock(&self.limits).charge(&call, not_modified, crate::time::unix_now())
+    }
+
+    /// Whom a call with `token` counts against (see [`limit_subject`]).
+    fn limit_subject(&self, token: Option<&str>) -> Option<String> {
+        let minted = token.is_some_and(|t| self.apps.scope_of(t).is_some());
+        limit_subject(token, self.apps.installation_id().filter(|_| minted))
+    }
+}
+
+/// Whom a call's limits count against: an installation token against its
+/// installation, so every token minted for it shares one budget and one
+/// secondary limit (GitHub: "rate limits for GitHub App installations"),
+/// any other token against itself; `None`: unauthenticated.
+pub(crate) fn limit_subject(token: Option<&str>, installation: Option<u64>) -> Option<String> {
+    match installation {
+        Some(id) => Some(format!("installation {id}")),
+        None => token.map(str::to_owned),
     }
 }
 

@@ -293,3 +293,36 @@ fn headers_name_every_field() {
         .pairs()
         .contains(&("x-ratelimit-resource", "graphql".to_owned())));
 }
+
+#[test]
+fn installation_tokens_share_their_installations_limits() {
+    assert_eq!(
+        limit_subject(Some("ghs_a"), Some(7)).as_deref(),
+        Some("installation 7")
+    );
+    assert_eq!(
+        limit_subject(Some("ghs_a"), Some(7)),
+        limit_subject(Some("ghs_b"), Some(7))
+    );
+    assert_eq!(limit_subject(Some("ghp_x"), None).as_deref(), Some("ghp_x"));
+    assert_eq!(limit_subject(None, None), None);
+    // Two tokens of one installation: the second is refused once the
+    // first spent the minute's creations.
+    let mut limits = Limits::default();
+    limits.set_budgets(RateBudgets {
+        creations_per_minute: 1,
+        ..RateBudgets::default()
+    });
+    let post = |token: &str| {
+        Call::of(
+            "POST",
+            "/repos/acme/widgets/issues/1/comments",
+            b"",
+            limit_subject(Some(token), Some(7)).as_deref(),
+        )
+    };
+    assert_eq!(limits.admit(&post("ghs_a"), "installation ID 7", NOW), None);
+    assert!(limits
+        .admit(&post("ghs_b"), "installation ID 7", NOW)
+        .is_some());
+}

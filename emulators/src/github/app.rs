@@ -152,12 +152,17 @@ impl Apps {
             .then_some(self.login.as_str())
     }
 
-    /// The scope of minted `token` (`None`: not a minted token).
     /// The installation's id, when an App is installed.
     pub(crate) fn installation_id(&self) -> Option<u64> {
         self.spec.as_ref().map(|s| s.installation_id)
     }
 
+    /// Whether `token` was minted here (an installation token).
+    pub(crate) fn is_minted(&self, token: &str) -> bool {
+        lock(&self.minted).iter().any(|m| m.public.token == token)
+    }
+
+    /// The scope of minted `token` (`None`: not a minted token).
     pub(crate) fn scope_of(&self, token: &str) -> Option<Scope> {
         lock(&self.minted)
             .iter()

@@ -426,8 +426,11 @@ impl GithubState {
 
     /// Whom a call with `token` counts against (see [`limit_subject`]).
     fn limit_subject(&self, token: Option<&str>) -> Option<String> {
-        let minted = token.is_some_and(|t| self.apps.scope_of(t).is_some());
-        limit_subject(token, self.apps.installation_id().filter(|_| minted))
+        let installation = self
+            .apps
+            .installation_id()
+            .filter(|_| token.is_some_and(|t| self.apps.is_minted(t)));
+        limit_subject(token, installation)
     }
 }
 

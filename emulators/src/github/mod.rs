@@ -991,6 +991,28 @@ impl GithubState {
         Ok((repo.owner.clone(), repo.name.clone()))
     }
 
+    /// The bare repository of `repo` (as the request names it) and its
+    /// canonical `owner/name`; `None` for no such repository.
+    fn bare_repo(&self, repo: &rest::RepoPath) -> Option<(PathBuf, String)> {
+        let (owner, name) = self
+            .repo_names(&format!("{}/{}", repo.owner, repo.name))
+            .ok()?;
+        let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
+        Some((git_dir, format!("{owner}/{name}")))
+    }
+
+    /// Pull request `number`'s base and head commits; `None` for an issue
+    /// or nothing.
+    fn pull_shas(&self, repo: &rest::RepoPath, number: u64) -> Option<(String, String)> {
+        let model = lock(&self.model);
+        let pull = model
+            .repo(&repo.owner, &repo.name)
+            .and_then(|r| model.issue(r.id, number))?
+            .pull
+            .as_ref()?;
+        Some((pull.base_sha.clone(), pull.head_sha.clone()))
+    }
+
     async fn dispatch(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         let (parts, body) = request.into_parts();
         let mut record = record_head(&parts);
@@ -1452,8 +1474,7 @@ impl GithubState {
         | rest::Route::CommitCheckSuites(repo, git_ref) = &mut route
         {
             // (An unknown repository is the handler's 404.)
-            if let Ok((owner, name)) = self.repo_names(&format!("{}/{}", repo.owner, repo.name)) {
-                let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
+            if let Some((git_dir, _)) = self.bare_repo(repo) {
                 // A branch name's `/` comes encoded (`gatehouse%2Fx`).
                 let named = git_ref.replace("%2F", "/").replace("%2f", "/");
                 match tokio::task::block_in_place(|| contents::commit_id(&git_dir, &named)) {
@@ -1551,16 +1572,7 @@ impl GithubState {
             .collect();
         let media = Media::from_accept(&accept)?;
         let (repo, pull) = match route {
-            rest::Route::Pull(repo, n) => {
-                let model = lock(&self.model);
-                let pull = model
-                    .repo(&repo.owner, &repo.name)
-                    .and_then(|r| model.issue(r.id, *n))
-                    .and_then(|i| i.pull.as_ref())
-                    .map(|p| (p.base_sha.clone(), p.head_sha.clone()));
-                drop(model);
-                (repo, Some(pull?))
-            }
+            rest::Route::Pull(repo, n) => (repo, Some(self.pull_shas(repo, *n)?)),
             rest::Route::Commit(repo, _) | rest::Route::Compare(repo, _) => (repo, None),
             _ => return None,
         };
@@ -1570,10 +1582,7 @@ impl GithubState {
             (_, Some((base, head))) => MediaOf::Pull { base, head },
             _ => return None,
         };
-        let (owner, name) = self
-            .repo_names(&format!("{}/{}", repo.owner, repo.name))
-            .ok()?;
-        let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
+        let (git_dir, _) = self.bare_repo(repo)?;
         let text = tokio::task::block_in_place(|| contents::media_text(&git_dir, &of, media))?;
         Some(match text {
             Ok(text) => rest::Reply {
@@ -1587,25 +1596,13 @@ impl GithubState {
     /// The commits of pull request `number` (`base..head`, oldest first, as
     /// `GET …/pulls/{n}/commits` lists them); none for an issue.
     fn pull_commits(&self, repo: &rest::RepoPath, number: u64) -> Vec<Value> {
-        let pull = {
-            let model = lock(&self.model);
-            model
-                .repo(&repo.owner, &repo.name)
-                .and_then(|r| model.issue(r.id, number))
-                .and_then(|i| i.pull.as_ref())
-                .map(|p| (p.base_sha.clone(), p.head_sha.clone()))
-        };
-        let Some((base, head)) = pull else {
+        let (Some((base, head)), Some((git_dir, full_name))) =
+            (self.pull_shas(repo, number), self.bare_repo(repo))
+        else {
             return Vec::new();
         };
-        let Ok((owner, name)) = self.repo_names(&format!("{}/{}", repo.owner, repo.name)) else {
-            return Vec::new();
-        };
-        let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
         let what = contents::GitRead::PullCommits { base, head };
-        match tokio::task::block_in_place(|| {
-            contents::read(&git_dir, &format!("{owner}/{name}"), &what)
-        }) {
+        match tokio::task::block_in_place(|| contents::read(&git_dir, &full_name, &what)) {
             Ok(contents::Read::List(commits)) => commits,
             _ => Vec::new(),
         }
@@ -1732,14 +1729,7 @@ impl GithubState {
             Route::Compare(r, spec) => (r, GitRead::Compare(spec.clone())),
             Route::GitObject(r, kind, name) => (r, GitRead::Object(kind, name.clone())),
             Route::PullFiles(r, n) | Route::PullCommits(r, n) => {
-                let model = lock(&self.model);
-                let pull = model
-                    .repo(&r.owner, &r.name)
-                    .and_then(|repo| model.issue(repo.id, *n))
-                    .and_then(|i| i.pull.as_ref())
-                    .map(|p| (p.base_sha.clone(), p.head_sha.clone()));
-                drop(model);
-                let Some((base, head)) = pull else {
+                let Some((base, head)) = self.pull_shas(r, *n) else {
                     return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
                 };
                 let what = if matches!(route, Route::PullFiles(..)) {
@@ -1751,12 +1741,9 @@ impl GithubState {
             }
             _ => return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found"),
         };
-        let full_name = format!("{}/{}", repo.owner, repo.name);
-        let Ok((owner, name)) = self.repo_names(&full_name) else {
+        let Some((git_dir, canonical)) = self.bare_repo(repo) else {
             return rest::Reply::error(StatusCode::NOT_FOUND, "Not Found");
         };
-        let git_dir = self.root_dir.join(&owner).join(format!("{name}.git"));
-        let canonical = format!("{owner}/{name}");
         match tokio::task::block_in_place(|| contents::read(&git_dir, &canonical, &what)) {
             Ok(contents::Read::One(v)) => rest::Reply::ok(v),
             Ok(contents::Read::List(items)) => rest::paginated(items, query),

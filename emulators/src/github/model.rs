@@ -875,7 +875,7 @@ impl Model {
     /// conclusion `queued` or `in_progress` (or `waiting`, `pending`) has
     /// that status and no conclusion or completion yet, as GitHub shows a
     /// check run that has not finished.
-    fn job_state(job: &Job) -> (&str, Value, Value) {
+    pub(crate) fn job_state(job: &Job) -> (&str, Value, Value) {
         match job.conclusion.as_str() {
             status @ ("queued" | "in_progress" | "waiting" | "pending") => {
                 (status, Value::Null, Value::Null)
@@ -1011,9 +1011,7 @@ impl Model {
             "app": github_actions_app(),
         })
     }
-}
 
-impl Model {
     /// A run's check suite (`check-suite`): GitHub makes one for each
     /// workflow run, owned by the Actions App; the run's one job is its one
     /// check run. `head_commit` is filled from git by the server, as for

@@ -126,6 +126,7 @@ pub(crate) fn execute(
         errors: Vec::new(),
         created_id: None,
         git,
+        pulls_read: BTreeMap::new(),
     };
     let mut operations = Vec::new();
     for definition in &document.definitions {
@@ -323,6 +324,10 @@ struct Executor<'m, 'd> {
     errors: Vec<Value>,
     created_id: Option<String>,
     git: GitReads<'m>,
+    /// Pull requests' commits and files read from git so far, by
+    /// (repository, number): a document asking several of their fields
+    /// reads them once.
+    pulls_read: BTreeMap<(u64, u64), Option<pulls::PullFromGit>>,
 }
 
 impl<'d> Executor<'_, 'd> {
@@ -862,9 +867,13 @@ impl<'d> Executor<'_, 'd> {
 
     /// Pull request `issue`'s commits and files, read from git by the
     /// caller (`None` if git cannot say).
-    fn pull_from_git(&self, issue: &super::model::Issue) -> Option<pulls::PullFromGit> {
+    fn pull_from_git(&mut self, issue: &super::model::Issue) -> Option<pulls::PullFromGit> {
         let pull = issue.pull.as_ref()?;
-        (self.git.pull)(issue.repo_id, &pull.base_sha, &pull.head_sha)
+        let read = self.git.pull;
+        self.pulls_read
+            .entry((issue.repo_id, issue.number))
+            .or_insert_with(|| read(issue.repo_id, &pull.base_sha, &pull.head_sha))
+            .clone()
     }
 
     fn not_found_number(

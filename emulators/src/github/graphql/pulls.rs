@@ -147,13 +147,12 @@ fn status_check_rollup(model: &Model, repo: &Repo, sha: &str) -> Value {
 /// An Actions job as the `CheckRun` GraphQL shows (enum values upper case;
 /// its suite is the run's, of the run's workflow).
 fn check_run(repo: &Repo, job: &Job) -> Value {
-    let (status, conclusion) = match job.conclusion.as_str() {
-        "queued" => ("QUEUED", Value::Null),
-        "in_progress" => ("IN_PROGRESS", Value::Null),
-        "waiting" => ("WAITING", Value::Null),
-        "pending" => ("PENDING", Value::Null),
-        done => ("COMPLETED", json!(done.to_ascii_uppercase())),
-    };
+    // REST's state of the job, in GraphQL's upper-case enum values.
+    let (status, conclusion, completed_at) = Model::job_state(job);
+    let status = status.to_ascii_uppercase();
+    let conclusion = conclusion
+        .as_str()
+        .map_or(Value::Null, |c| json!(c.to_ascii_uppercase()));
     let at = crate::time::iso8601(job.created_at);
     let url = format!(
         "{}/actions/runs/{}/job/{}",
@@ -170,7 +169,7 @@ fn check_run(repo: &Repo, job: &Job) -> Value {
         "status": status,
         "conclusion": conclusion,
         "startedAt": at,
-        "completedAt": if status == "COMPLETED" { json!(at) } else { Value::Null },
+        "completedAt": completed_at,
         "detailsUrl": url,
         "url": url,
         "isRequired": false,

@@ -83,6 +83,20 @@ fn load_shapes() -> BTreeMap<String, Shape> {
     shapes
 }
 
+/// What a message carries in every answer that holds one (created, read,
+/// listed).
+const MESSAGE_SENT: &[&str] = &[
+    "message_id",
+    "msg_type",
+    "create_time",
+    "update_time",
+    "deleted",
+    "updated",
+    "chat_id",
+    "sender",
+    "body",
+];
+
 /// Fields Feishu sends in every successful answer or event of a type,
 /// though the SDK declares them all `omitempty` (the example responses of
 /// Feishu's API reference for these calls and events, open.feishu.cn
@@ -90,20 +104,7 @@ fn load_shapes() -> BTreeMap<String, Shape> {
 /// "…/list" and the `im.message.receive_v1` / `recalled_v1` /
 /// `chat.member.bot.*` event pages): what clients read.
 const SENT: &[(&str, &[&str])] = &[
-    (
-        "im.CreateMessageRespData",
-        &[
-            "message_id",
-            "msg_type",
-            "create_time",
-            "update_time",
-            "deleted",
-            "updated",
-            "chat_id",
-            "sender",
-            "body",
-        ],
-    ),
+    ("im.CreateMessageRespData", MESSAGE_SENT),
     (
         "im.ReplyMessageRespData",
         &[
@@ -117,20 +118,7 @@ const SENT: &[(&str, &[&str])] = &[
             "body",
         ],
     ),
-    (
-        "im.Message",
-        &[
-            "message_id",
-            "msg_type",
-            "create_time",
-            "update_time",
-            "deleted",
-            "updated",
-            "chat_id",
-            "sender",
-            "body",
-        ],
-    ),
+    ("im.Message", MESSAGE_SENT),
     ("im.Sender", &["id", "id_type", "sender_type"]),
     ("im.MessageBody", &["content"]),
     ("im.GetMessageRespData", &["items"]),

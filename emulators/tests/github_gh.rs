@@ -417,30 +417,22 @@ fn gh_reads_a_pull_requests_diff_and_its_failed_run() {
         assert!(out.status.success(), "git {args:?}");
         String::from_utf8(out.stdout).unwrap()
     };
-    let blob = git(&["hash-object", "-w", "--stdin"], Some("fixed\n"));
-    git(&["read-tree", "main^{tree}"], None);
-    git(
-        &[
-            "update-index",
-            "--add",
-            "--cacheinfo",
-            &format!("100644,{},fix.txt", blob.trim()),
-        ],
-        None,
-    );
-    let tree = git(&["write-tree"], None);
-    let commit = git(
-        &[
-            "commit-tree",
-            tree.trim(),
-            "-p",
-            "main",
-            "-m",
-            "Fix the crash",
-        ],
-        None,
-    );
-    let commit = commit.trim();
+    // A commit on top of main adding `path` with `text` (plumbing on the
+    // bare repository); returns its id.
+    let commit_on_main = |path: &str, text: &str, message: &str| -> String {
+        let blob = git(&["hash-object", "-w", "--stdin"], Some(text));
+        git(&["read-tree", "main^{tree}"], None);
+        let entry = format!("100644,{},{path}", blob.trim());
+        git(&["update-index", "--add", "--cacheinfo", &entry], None);
+        let tree = git(&["write-tree"], None);
+        let commit = git(
+            &["commit-tree", tree.trim(), "-p", "main", "-m", message],
+            None,
+        );
+        commit.trim().to_owned()
+    };
+    let commit = commit_on_main("fix.txt", "fixed\n", "Fix the crash");
+    let commit = commit.as_str();
     git(&["update-ref", "refs/heads/fix", commit], None);
     let pull = emulator
         .add_pull("acme/widgets", "Fix the crash", "fix", "main", "alice")
@@ -520,25 +512,7 @@ fn gh_reads_a_pull_requests_diff_and_its_failed_run() {
     // A failed run of the commit: `gh run list` and `gh run view` (which
     // follows the run's `jobs_url`, on the server's host, and lists its
     // artifacts) show it.
-    let workflow = git(
-        &["hash-object", "-w", "--stdin"],
-        Some("name: CI\non: push\n"),
-    );
-    git(&["read-tree", "main^{tree}"], None);
-    git(
-        &[
-            "update-index",
-            "--add",
-            "--cacheinfo",
-            &format!("100644,{},.github/workflows/ci.yml", workflow.trim()),
-        ],
-        None,
-    );
-    let tree = git(&["write-tree"], None);
-    let main = git(
-        &["commit-tree", tree.trim(), "-p", "main", "-m", "CI"],
-        None,
-    );
+    let main = commit_on_main(".github/workflows/ci.yml", "name: CI\non: push\n", "CI");
     git(&["update-ref", "refs/heads/main", main.trim()], None);
     let (run, job) = emulator
         .add_workflow_job(

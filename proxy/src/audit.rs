@@ -316,26 +316,42 @@ pub fn split_torn_tail(bytes: &[u8]) -> (&[u8], &[u8]) {
     bytes.split_at(whole)
 }
 
+/// A line as written: the chain fields borrowed, then the record.
+#[derive(Serialize)]
+struct LineOut<'a> {
+    seq: u64,
+    prev: &'a str,
+    #[serde(flatten)]
+    record: &'a Record,
+}
+
 /// Serialises `records` as chained lines after `head` into `buffer`;
-/// returns the new head.
+/// returns the new head. Each line is serialised in place at the end of
+/// `buffer` and hashed there (no line of its own, no hex string built a
+/// char at a time): this runs twice for every request. On an error,
+/// `buffer` may hold part of a line; the caller cuts it back.
 fn chain_into(
     records: &[Record],
     mut head: Head,
     buffer: &mut Vec<u8>,
 ) -> Result<Head, AuditError> {
     for record in records {
-        let line = serde_json::to_vec(&Line {
+        let start = buffer.len();
+        let line = LineOut {
             seq: head.lines,
-            prev: head.hash.clone(),
+            prev: &head.hash,
             record,
-        })
-        .map_err(|e| AuditError::Serialize(e.to_string()))?;
-        head = Head {
-            lines: head.lines + 1,
-            hash: hex::encode(Sha256::digest(&line)),
         };
-        buffer.extend_from_slice(&line);
+        serde_json::to_writer(&mut *buffer, &line)
+            .map_err(|e| AuditError::Serialize(e.to_string()))?;
+        let mut hex = [0u8; 64];
+        hex::encode_to_slice(Sha256::digest(&buffer[start..]), &mut hex)
+            .map_err(|e| AuditError::Serialize(e.to_string()))?;
         buffer.push(b'\n');
+        head.lines += 1;
+        head.hash.clear();
+        head.hash
+            .push_str(std::str::from_utf8(&hex).map_err(|e| AuditError::Serialize(e.to_string()))?);
     }
     Ok(head)
 }
@@ -469,7 +485,12 @@ impl AuditLog {
                 return Err(e);
             }
         };
-        self.write_out(&buffer, head)
+        let written = self.write_out(&buffer, head);
+        // Written or lost, the lines are gone from the buffer; its
+        // capacity is kept for the next lines deferred.
+        buffer.clear();
+        self.deferred = buffer;
+        written
     }
 
     /// Chains a record now and keeps its line to go out with the next

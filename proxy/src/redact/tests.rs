@@ -145,6 +145,23 @@ fn a_secret_ending_with_its_chunk_is_decided_there() {
 }
 
 proptest! {
+    /// The automaton's answer to "does a secret occur" is the trie's, for
+    /// secrets that overlap, repeat and are prefixes of each other: it
+    /// decides whether an answer is redacted at all.
+    #[test]
+    fn the_finder_and_the_trie_agree_on_whether_a_secret_occurs(
+        values in proptest::collection::vec("[abe]{1,6}", 1..5),
+        body in "[abex]{0,80}",
+    ) {
+        let set = Secrets::new(values.iter().map(|v| v.as_bytes().to_vec()));
+        prop_assert!(set.finder.is_some());
+        prop_assert_eq!(set.occur_in(body.as_bytes()), set.occur_in_by_trie(body.as_bytes()));
+        prop_assert_eq!(
+            set.occur_in(body.as_bytes()),
+            values.iter().any(|v| body.contains(v.as_str()))
+        );
+    }
+
     /// Whole-body redaction agrees with the streaming redactor on any
     /// text over a small alphabet (secrets overlap and repeat often).
     #[test]

@@ -27,11 +27,40 @@ pub struct Secrets {
     values: Vec<Vec<u8>>,
     trie: Trie,
     /// Answers "does any secret occur" for a whole buffer (every answer
-    /// body, every header value): its SIMD prefilter skips the bytes the
-    /// trie would step through one by one (a token's base64 starts with
-    /// `e`, which is in most JSON). `None` for an empty set, or if the
-    /// automaton cannot be built: the trie answers then.
-    finder: Option<AhoCorasick>,
+    /// body, every header value), skipping with SIMD the bytes the trie
+    /// would step through one by one (a token's base64 starts with `e`,
+    /// which is in most JSON). `None` for an empty set: the trie answers.
+    finder: Option<Finder>,
+}
+
+/// A multi-pattern searcher for [`Secrets::occur_in`]. Teddy (the packed
+/// searcher) fingerprints each secret by its first bytes, rare in text;
+/// the automaton's own prefilter picks single "rare" bytes, which the
+/// base64 forms of a token share with most JSON, so it is the fallback
+/// (more secrets than Teddy takes, or no SIMD).
+#[derive(Clone)]
+enum Finder {
+    Packed(aho_corasick::packed::Searcher),
+    Automaton(AhoCorasick),
+}
+
+impl Finder {
+    fn new(values: &[Vec<u8>]) -> Option<Self> {
+        if values.is_empty() {
+            return None;
+        }
+        if let Some(packed) = aho_corasick::packed::Searcher::new(values.iter()) {
+            return Some(Self::Packed(packed));
+        }
+        AhoCorasick::new(values).ok().map(Self::Automaton)
+    }
+
+    fn is_match(&self, data: &[u8]) -> bool {
+        match self {
+            Self::Packed(searcher) => searcher.find(data).is_some(),
+            Self::Automaton(automaton) => automaton.is_match(data),
+        }
+    }
 }
 
 impl std::fmt::Debug for Secrets {
@@ -51,9 +80,7 @@ impl Secrets {
         for v in &values {
             trie.insert(v);
         }
-        let finder = (!values.is_empty())
-            .then(|| AhoCorasick::new(&values).ok())
-            .flatten();
+        let finder = Finder::new(&values);
         Self {
             values,
             trie,

@@ -146,12 +146,13 @@ fn a_secret_ending_with_its_chunk_is_decided_there() {
 
 proptest! {
     /// The packed searcher's answer to "does a secret occur" is the trie's, for
-    /// secrets that overlap, repeat and are prefixes of each other: it
-    /// decides whether an answer is redacted at all.
+    /// secrets that overlap, repeat and are prefixes of each other, in
+    /// bodies short enough for its Rabin-Karp fallback and long enough for
+    /// Teddy itself: it decides whether an answer is redacted at all.
     #[test]
     fn the_finder_and_the_trie_agree_on_whether_a_secret_occurs(
         values in proptest::collection::vec("[abe]{1,6}", 1..5),
-        body in "[abex]{0,80}",
+        body in "[abex]{0,400}",
     ) {
         let set = Secrets::new(values.iter().map(|v| v.as_bytes().to_vec()));
         prop_assert!(matches!(set.finder, Some(Finder::Packed(_))));

@@ -36,10 +36,12 @@ pub struct AuditUnavailable;
 /// The longest an ordinary record waits before the sync thread takes it.
 /// A `fdatasync` of the log costs 50–100 µs of CPU on ext4 (the journal
 /// commit of the file's new size): at 1 ms the proxy synced ~800 times a
-/// second under load, a tenth of its CPU. 10 ms is the window in which a
-/// machine crash (not a crash of the proxy: every record is written
-/// before its request is forwarded) can lose ordinary records; records of
-/// messages are on disk before they are sent, whatever this is.
+/// second under load, a tenth of its CPU. About 10 ms (plus a sync in
+/// progress) is then what a machine crash can lose of ordinary records; a
+/// crash of the proxy loses no request line (each is written before its
+/// request is forwarded), only completion lines still deferred
+/// ([`AuditWriter::record_later`]). Records of messages are on disk
+/// before they are sent, whatever this is.
 const GATHER: Duration = Duration::from_millis(10);
 
 /// What the sync thread is asked to do.

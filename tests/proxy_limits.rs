@@ -79,7 +79,7 @@ fn get_issue(socket: &Path, ca: &Path) -> String {
 fn closed(mut s: &UnixStream) -> bool {
     s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
     let mut byte = [0u8; 1];
-    match s.read(&mut byte) {
+    match gatehouse_testkit::proxy::raw::read_some(&mut s, &mut byte) {
         Ok(0) => true,
         Ok(_) => false,
         Err(e) => !matches!(

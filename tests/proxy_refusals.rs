@@ -187,7 +187,6 @@ fn a_refused_connect_and_a_spliced_tunnel_record_the_port_asked_for() {
 /// Sends `n` copies of `request` on one connection (written by a thread,
 /// pipelined) and returns how many answers began with `status`.
 fn flood(h: &Harness, request: &[u8], n: usize, status: &str) -> usize {
-    use std::io::Read;
     let mut s = h.raw();
     let mut writer = s.try_clone().unwrap();
     let request = request.to_vec();
@@ -199,7 +198,7 @@ fn flood(h: &Harness, request: &[u8], n: usize, status: &str) -> usize {
     let needle = format!("HTTP/1.1 {status} ");
     let (mut seen, mut tail, mut buf) = (0, Vec::new(), vec![0u8; 64 * 1024]);
     while seen < n {
-        let got = s.read(&mut buf).unwrap();
+        let got = gatehouse_testkit::proxy::raw::read_some(&mut s, &mut buf).unwrap();
         assert!(got > 0, "closed after {seen} answers");
         tail.extend_from_slice(&buf[..got]);
         let text = String::from_utf8_lossy(&tail).into_owned();

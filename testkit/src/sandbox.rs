@@ -2,7 +2,7 @@
 //! sandbox run`, as root and rootless (dropping to the test user), with its
 //! status, stdout and stderr; a fake proxy socket.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -267,7 +267,7 @@ impl FakeProxy {
                         let mut buf = Vec::new();
                         let mut chunk = [0u8; 1024];
                         while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                            match conn.read(&mut chunk) {
+                            match crate::proxy::raw::read_some(&mut conn, &mut chunk) {
                                 Ok(0) | Err(_) => break,
                                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
                             }

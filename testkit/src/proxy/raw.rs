@@ -7,13 +7,27 @@ use std::sync::Arc;
 
 use rustls::pki_types::ServerName;
 
+/// One `read`, again while a signal interrupts it. A socket with a read
+/// timeout is never restarted after a signal (signal(7)), whatever the
+/// handler's flags, and the emulators' `git` children send SIGCHLD to the
+/// test process at any time: a read that came back `Interrupted` read
+/// nothing and says nothing about the peer.
+pub fn read_some(s: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match s.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
 /// Reads up to the end of a response head, byte by byte (so nothing of
 /// what follows is consumed).
 pub fn read_head(s: &mut impl Read) -> String {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        match s.read(&mut byte) {
+        match read_some(s, &mut byte) {
             Ok(1) => head.push(byte[0]),
             _ => break,
         }
@@ -26,7 +40,7 @@ pub fn read_all(s: &mut impl Read) -> String {
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
-        match s.read(&mut buf) {
+        match read_some(s, &mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => out.extend_from_slice(&buf[..n]),
         }
@@ -107,7 +121,7 @@ pub fn read_until_closed(s: &mut impl Read) -> (bool, String) {
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     let closed = loop {
-        match s.read(&mut buf) {
+        match read_some(s, &mut buf) {
             Ok(0) => break true,
             Ok(n) => out.extend_from_slice(&buf[..n]),
             Err(e)

@@ -7,8 +7,9 @@
 //! the system roots (plus an override's extra CA) for the *original* host
 //! name; there is no way to turn verification off.
 //!
-//! Each identity gets its own [`UpstreamClient`], so pooled connections are
-//! never shared across identities.
+//! Each identity parks its own idle connections ([`IdleConnections`]), so
+//! they are never shared across identities; a client connection sends on
+//! one upstream connection at a time, driven in its own task ([`Lane`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -31,6 +32,9 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::body::ProxyBody;
+
+pub mod lane;
+pub use lane::{IdleConnections, Lane};
 
 /// Errors reaching an upstream.
 #[derive(Debug, thiserror::Error)]
@@ -178,7 +182,8 @@ impl Upstreams {
             })
     }
 
-    /// A fresh pooled HTTP/1.1 client; make one per identity.
+    /// A pooled HTTP/1.1 client, for calls made outside any client
+    /// connection (the credential issuers' token requests).
     pub fn client(&self) -> UpstreamClient {
         let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))

@@ -24,6 +24,7 @@ use super::{Identity, Proxy};
 use crate::audit::{Outcome, Record};
 use crate::body::{self, ProxyBody};
 use crate::connect_target::{self, ConnectRefusal, ConnectTarget};
+use crate::upstream::Lane;
 
 pub(super) fn http1_server() -> http1::Builder {
     let mut builder = http1::Builder::new();
@@ -156,15 +157,25 @@ async fn serve_outer(
         TokioIo::new(stream),
         framing_observer(proxy.clone(), identity.clone(), "-"),
     );
+    let lane = identity.lane(&proxy.upstreams);
     let service = {
         let identity = identity.clone();
-        service_fn(move |req| outer(proxy.clone(), identity.clone(), held.clone(), req))
+        let lane = lane.clone();
+        service_fn(move |req| {
+            outer(
+                proxy.clone(),
+                identity.clone(),
+                held.clone(),
+                lane.clone(),
+                req,
+            )
+        })
     };
     let conn = http1_server()
         .serve_connection(guarded, service)
         .with_upgrades();
     tokio::select! {
-        result = conn => {
+        result = lane.drive(conn) => {
             if let Err(error) = result {
                 tracing::debug!(%error, identity = %identity.name, "client connection ended");
             }
@@ -197,6 +208,7 @@ async fn outer(
     proxy: Arc<Proxy>,
     identity: Arc<Identity>,
     held: Arc<Held>,
+    lane: Arc<Lane>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     if *identity.revoked.borrow() {
@@ -232,7 +244,7 @@ async fn outer(
             return Ok(forward::refuse_head(&proxy, record, reason));
         }
     };
-    let target = Target::plain(host);
+    let target = Target::plain(host, lane);
     forward::handle(proxy, identity, target, req).await
 }
 
@@ -382,15 +394,15 @@ pub(super) async fn serve_intercepted<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let target = Target::tunnel(host.clone());
+    let lane = identity.lane(&proxy.upstreams);
+    let target = Target::tunnel(host.clone(), lane.clone());
     let observer = framing_observer(proxy.clone(), identity.clone(), &host);
     let service = service_fn(move |req| {
         forward::handle(proxy.clone(), identity.clone(), target.clone(), req)
     });
-    if let Err(error) = http1_server()
-        .serve_connection(Guarded::observed(TokioIo::new(tls), observer), service)
-        .await
-    {
+    let serving =
+        http1_server().serve_connection(Guarded::observed(TokioIo::new(tls), observer), service);
+    if let Err(error) = lane.drive(serving).await {
         tracing::debug!(%error, %host, "intercepted connection ended");
     }
 }

@@ -47,26 +47,31 @@ use crate::body::{self, BoxError, CountingBody, ProxyBody};
 use crate::credentials::CredentialError;
 use crate::graphql::Learn;
 use crate::rules::Injection;
+use crate::upstream::Lane;
 
 /// Where requests on a connection go: the CONNECT authority (or the
-/// absolute-form URI's host) is the single source of truth.
-#[derive(Clone, Debug)]
+/// absolute-form URI's host) is the single source of truth; and the
+/// connection's lane upstream.
+#[derive(Clone)]
 pub(super) struct Target {
     host: Arc<str>,
     tunnel: bool,
+    lane: Arc<Lane>,
 }
 
 impl Target {
-    pub(super) fn tunnel(host: String) -> Self {
+    pub(super) fn tunnel(host: String, lane: Arc<Lane>) -> Self {
         Self {
             host: host.into(),
             tunnel: true,
+            lane,
         }
     }
-    pub(super) fn plain(host: String) -> Self {
+    pub(super) fn plain(host: String, lane: Arc<Lane>) -> Self {
         Self {
             host: host.into(),
             tunnel: false,
+            lane,
         }
     }
 }
@@ -204,6 +209,7 @@ pub(super) async fn handle(
         proxy,
         identity,
         host: target.host.clone(),
+        lane: target.lane,
         grant,
         record,
         started,
@@ -299,6 +305,7 @@ struct Forwarding {
     proxy: Arc<Proxy>,
     identity: Arc<Identity>,
     host: Arc<str>,
+    lane: Arc<Lane>,
     grant: Grant,
     /// Its audit line, with the decision and any message record.
     record: RequestRecord,
@@ -314,6 +321,7 @@ pub(super) struct Attempt<'a> {
     pub(super) proxy: &'a Arc<Proxy>,
     identity: &'a Identity,
     host: &'a str,
+    lane: &'a Lane,
     grant: &'a Grant,
     parts: &'a Parts,
     uri: Uri,
@@ -371,7 +379,7 @@ impl Attempt<'_> {
             return Err(audit_unavailable());
         }
         let method = &self.parts.method;
-        let response = send(&completion, self.identity, self.host, method, upstream_req).await?;
+        let response = send(&completion, self.lane, self.host, method, upstream_req).await?;
         if response.status() == StatusCode::UNAUTHORIZED {
             // A minted token GitHub no longer takes: the next request mints anew.
             let credentials = &self.proxy.credentials;
@@ -444,6 +452,7 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
         proxy,
         identity,
         host,
+        lane,
         grant,
         record,
         started,
@@ -457,6 +466,7 @@ async fn forward(allowed: Forwarding, parts: Parts, body: ProxyBody) -> Response
         proxy: &proxy,
         identity: &identity,
         host: &host,
+        lane: &lane,
         grant: &grant,
         parts: &parts,
         uri,
@@ -537,16 +547,16 @@ fn permissions_text(permissions: &std::collections::BTreeMap<String, String>) ->
 /// A failure is recorded as the request's completion and answered 502.
 async fn send(
     completion: &Completion,
-    identity: &Identity,
+    lane: &Lane,
     host: &str,
     method: &Method,
     request: Request<ProxyBody>,
 ) -> Result<Response<Incoming>, Response<ProxyBody>> {
     let secrets = completion.proxy.credentials.held_secrets();
-    let response = match identity.client.send(request).await {
+    let response = match lane.send(host, request).await {
         Ok(resp) => resp,
         Err(error) => {
-            let text = redact_text(&secrets, &format!("{error:?}"));
+            let text = redact_text(&secrets, &super::with_causes(&error));
             tracing::warn!(error = %text, %host, "upstream request failed");
             completion.record(502, 0, None, Some("upstream request failed".into()));
             return Err(upstream_failed(
@@ -558,7 +568,7 @@ async fn send(
     if method != Method::GET {
         return Ok(response);
     }
-    follow_cross_host_redirect(identity, host, response)
+    follow_cross_host_redirect(lane, host, response)
         .await
         .map_err(|reason| {
             completion.record(502, 0, None, Some(reason.clone()));
@@ -570,7 +580,7 @@ async fn send(
 /// short-lived URL on a storage host. Follow it here, without credentials,
 /// so the sandbox never needs that host.
 async fn follow_cross_host_redirect(
-    identity: &Identity,
+    lane: &Lane,
     host: &str,
     response: Response<Incoming>,
 ) -> Result<Response<Incoming>, String> {
@@ -607,9 +617,10 @@ async fn follow_cross_host_redirect(
         header::ACCEPT_ENCODING,
         HeaderValue::from_static("identity"),
     );
-    let mut answer = identity
-        .client
-        .send(req)
+    // The redirect's own body is not passed on.
+    drop(response);
+    let mut answer = lane
+        .send(&next_host, req)
         .await
         .map_err(|_| format!("following the redirect to {next_host} failed"))?;
     answer.extensions_mut().insert(FromAnotherHost);

@@ -57,7 +57,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::ca::CertificateAuthority;
 use crate::credentials::Credentials;
 use crate::limits::{Budget, Limits};
-use crate::upstream::{UpstreamClient, Upstreams};
+use crate::upstream::{IdleConnections, Lane, Upstreams};
 use audit_writer::AuditWriter;
 use policy::{Policy, Scope};
 use sockets::{bind_socket, identity_dir};
@@ -132,7 +132,8 @@ pub struct Identity {
     peer_uid: Option<u32>,
     /// Created through the admin API: in its own directory, saved.
     dynamic: bool,
-    client: UpstreamClient,
+    /// Its upstream connections between client connections.
+    idle: Arc<IdleConnections>,
     revoked: watch::Sender<bool>,
     /// The objects it created (people's words are theirs).
     created: owned::Created,
@@ -145,6 +146,11 @@ pub struct Identity {
 impl Identity {
     fn revoked(&self) -> watch::Receiver<bool> {
         self.revoked.subscribe()
+    }
+
+    /// The upstream lane of one of its client connections.
+    fn lane(&self, upstreams: &Upstreams) -> Arc<Lane> {
+        Arc::new(Lane::new(upstreams.clone(), self.idle.clone()))
     }
 }
 
@@ -368,7 +374,7 @@ impl Proxy {
             transparent_socket: transparent.as_ref().map(|(path, _)| path.clone()),
             peer_uid: spec.peer_uid,
             dynamic: placement != Placement::Static,
-            client: self.upstreams.client(),
+            idle: IdleConnections::new(),
             revoked,
             created,
             connections: Arc::new(Semaphore::new(self.budget.per_identity)),

@@ -37,6 +37,7 @@ use super::records::{now, request_record};
 use super::{is_dns_name, Identity, Proxy};
 use crate::audit::Outcome;
 use crate::body::ProxyBody;
+use crate::upstream::Lane;
 
 /// The first byte of a TLS handshake record.
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -162,14 +163,15 @@ async fn serve_tls(proxy: Arc<Proxy>, identity: Arc<Identity>, stream: Idle<Unix
 
 async fn serve_plain(proxy: Arc<Proxy>, identity: Arc<Identity>, stream: Idle<UnixStream>) {
     let observer = framing_observer(proxy.clone(), identity.clone(), "-");
+    let lane = identity.lane(&proxy.upstreams);
     let service = {
         let identity = identity.clone();
-        service_fn(move |req| plain(proxy.clone(), identity.clone(), req))
+        let lane = lane.clone();
+        service_fn(move |req| plain(proxy.clone(), identity.clone(), lane.clone(), req))
     };
-    if let Err(error) = http1_server()
-        .serve_connection(Guarded::observed(TokioIo::new(stream), observer), service)
-        .await
-    {
+    let serving =
+        http1_server().serve_connection(Guarded::observed(TokioIo::new(stream), observer), service);
+    if let Err(error) = lane.drive(serving).await {
         tracing::debug!(%error, identity = %identity.name, "transparent HTTP connection ended");
     }
 }
@@ -204,10 +206,11 @@ pub(super) fn plain_target<B>(req: &Request<B>) -> Result<String, &'static str> 
 async fn plain(
     proxy: Arc<Proxy>,
     identity: Arc<Identity>,
+    lane: Arc<Lane>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     match plain_target(&req) {
-        Ok(host) => forward::handle(proxy, identity, Target::plain(host), req).await,
+        Ok(host) => forward::handle(proxy, identity, Target::plain(host, lane), req).await,
         Err(reason) => {
             let host = req.uri().host().unwrap_or("-").to_ascii_lowercase();
             let record = request_record(

@@ -1,0 +1,325 @@
+//! The upstream connection a client connection sends on, driven in the
+//! client connection's own task.
+//!
+//! HTTP/1 carries one request at a time, so a client connection needs one
+//! upstream connection at a time. Polling that connection in the task that
+//! serves the client ([`Lane::drive`]) puts a request and its answer on
+//! one task and one thread: no connection task to wake, no hand-off
+//! between them per request and per body chunk, as a pooled client's own
+//! connection task needs. When the client connection ends, an idle
+//! upstream connection is parked with its identity
+//! ([`IdleConnections`]) for the next client connection to the same host,
+//! which saves it a TLS handshake upstream.
+
+use std::collections::HashMap;
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use super::{UpstreamError, Upstreams};
+use crate::body::ProxyBody;
+
+/// How long a parked connection may wait for its next client connection.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most connections parked for one host of one identity.
+pub const MAX_IDLE_PER_HOST: usize = 64;
+
+type Connection = http1::Connection<TokioIo<TlsStream<TcpStream>>, ProxyBody>;
+
+/// Why a request did not get an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// No connection to the upstream could be made.
+    #[error("connecting upstream")]
+    Connect(#[from] UpstreamError),
+    /// The connection failed before or during the exchange.
+    #[error("upstream exchange")]
+    Http(#[from] hyper::Error),
+}
+
+/// An upstream connection: the handle requests are sent through and the
+/// connection itself, which someone must poll for anything to move.
+struct Upstream {
+    host: Arc<str>,
+    sender: SendRequest<ProxyBody>,
+    connection: Pin<Box<Connection>>,
+}
+
+struct Parked {
+    upstream: Upstream,
+    since: Instant,
+}
+
+/// One identity's parked upstream connections, by host. They are not
+/// polled while parked: one the upstream closed meanwhile fails its first
+/// request unsent, and the request goes on a new connection.
+pub struct IdleConnections {
+    by_host: Mutex<HashMap<Arc<str>, Vec<Parked>>>,
+    /// A sweeper runs while anything is parked.
+    sweeping: Mutex<bool>,
+}
+
+impl IdleConnections {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            by_host: Mutex::new(HashMap::new()),
+            sweeping: Mutex::new(false),
+        })
+    }
+
+    /// The most recently parked live connection to `host`.
+    fn take(&self, host: &str, now: Instant) -> Option<Upstream> {
+        let mut by_host = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
+        let parked = by_host.get_mut(host)?;
+        let found = std::iter::from_fn(|| parked.pop())
+            .find(|p| now.duration_since(p.since) < IDLE_TIMEOUT && !p.upstream.sender.is_closed());
+        if parked.is_empty() {
+            by_host.remove(host);
+        }
+        found.map(|p| p.upstream)
+    }
+
+    /// Parks a connection that is ready for its next request; the oldest
+    /// beyond [`MAX_IDLE_PER_HOST`] is closed.
+    fn park(self: &Arc<Self>, upstream: Upstream) {
+        if !upstream.sender.is_ready() {
+            return;
+        }
+        {
+            let mut by_host = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
+            let parked = by_host.entry(upstream.host.clone()).or_default();
+            if parked.len() >= MAX_IDLE_PER_HOST {
+                parked.remove(0);
+            }
+            parked.push(Parked {
+                upstream,
+                since: Instant::now(),
+            });
+        }
+        self.sweep_later();
+    }
+
+    /// Closes what has waited longer than [`IDLE_TIMEOUT`]; says whether
+    /// anything is still parked.
+    fn sweep(&self) -> bool {
+        let mut by_host = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        by_host.retain(|_, parked| {
+            parked.retain(|p| now.duration_since(p.since) < IDLE_TIMEOUT);
+            !parked.is_empty()
+        });
+        !by_host.is_empty()
+    }
+
+    /// Starts the sweeper unless it runs; it ends when nothing is parked
+    /// or the identity is gone.
+    fn sweep_later(self: &Arc<Self>) {
+        let mut sweeping = self.sweeping.lock().unwrap_or_else(|p| p.into_inner());
+        if *sweeping {
+            return;
+        }
+        *sweeping = true;
+        let idle: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(IDLE_TIMEOUT / 4).await;
+                let Some(idle) = idle.upgrade() else { return };
+                let mut sweeping = idle.sweeping.lock().unwrap_or_else(|p| p.into_inner());
+                if !idle.sweep() {
+                    *sweeping = false;
+                    return;
+                }
+            }
+        });
+    }
+
+    /// How many connections are parked (for tests).
+    #[cfg(test)]
+    fn parked(&self) -> usize {
+        let by_host = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
+        by_host.values().map(Vec::len).sum()
+    }
+}
+
+/// A client connection's upstream connection.
+pub struct Lane {
+    upstreams: Upstreams,
+    idle: Arc<IdleConnections>,
+    /// Its connection, between requests and while one is answered; the
+    /// sender is out of it while a request waits for the connection.
+    current: Mutex<Current>,
+}
+
+#[derive(Default)]
+struct Current {
+    host: Option<Arc<str>>,
+    sender: Option<SendRequest<ProxyBody>>,
+    connection: Option<Pin<Box<Connection>>>,
+}
+
+/// Where a request's sender came from.
+enum Source {
+    /// Used before (by this lane, or parked): the upstream may have closed
+    /// it meanwhile, so a request it gives back unsent goes again.
+    Reused,
+    Fresh,
+}
+
+impl Lane {
+    pub fn new(upstreams: Upstreams, idle: Arc<IdleConnections>) -> Self {
+        Self {
+            upstreams,
+            idle,
+            current: Mutex::new(Current::default()),
+        }
+    }
+
+    fn current(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `serving` (the client connection) and the lane's upstream
+    /// connection together in the caller's task, then parks the upstream
+    /// connection if it is idle.
+    pub async fn drive<F: Future>(&self, serving: F) -> F::Output {
+        let mut serving = pin!(serving);
+        let output = poll_fn(|cx| {
+            let served = serving.as_mut().poll(cx);
+            // After the client side: a request it just sent is written now.
+            self.poll_connection(cx);
+            served
+        })
+        .await;
+        let mut current = self.current();
+        if let Some(upstream) = take_upstream(&mut current) {
+            self.idle.park(upstream);
+        }
+        output
+    }
+
+    fn poll_connection(&self, cx: &mut Context<'_>) {
+        let mut current = self.current();
+        let Some(connection) = current.connection.as_mut() else {
+            return;
+        };
+        if let Poll::Ready(result) = connection.as_mut().poll(cx) {
+            if let Err(error) = result {
+                tracing::debug!(%error, "upstream connection ended");
+            }
+            // Its sender now says it is closed.
+            current.connection = None;
+        }
+    }
+
+    /// Sends `request` (an absolute `https://host/…` URI, `Host` set) to
+    /// `host` and waits for the answer's head. Only from within
+    /// [`Lane::drive`], one request at a time.
+    pub async fn send(
+        &self,
+        host: &str,
+        mut request: Request<ProxyBody>,
+    ) -> Result<Response<Incoming>, SendError> {
+        origin_form(request.uri_mut());
+        loop {
+            let (mut sender, source) = self.sender_for(host).await?;
+            let failed = match sender.ready().await {
+                Err(error) => Unsent(request, error),
+                Ok(()) => {
+                    let answer = sender.try_send_request(request);
+                    self.current().sender = Some(sender);
+                    match answer.await {
+                        Ok(response) => return Ok(response),
+                        Err(mut failed) => match failed.take_message() {
+                            Some(back) => Unsent(back, failed.into_error()),
+                            None => return Err(failed.into_error().into()),
+                        },
+                    }
+                }
+            };
+            let Unsent(back, error) = failed;
+            self.drop_connection();
+            match source {
+                Source::Reused => {
+                    tracing::debug!(%error, %host, "a reused upstream connection was closed; sending on a new one");
+                    request = back;
+                }
+                Source::Fresh => return Err(error.into()),
+            }
+        }
+    }
+
+    /// The sender for `host`: the lane's own, else a parked one, else a
+    /// new connection's.
+    async fn sender_for(&self, host: &str) -> Result<(SendRequest<ProxyBody>, Source), SendError> {
+        {
+            let mut current = self.current();
+            if current.host.as_deref() != Some(host) {
+                if let Some(upstream) = take_upstream(&mut current) {
+                    self.idle.park(upstream);
+                }
+            }
+            if let Some(sender) = current.sender.take() {
+                if !sender.is_closed() && current.connection.is_some() {
+                    return Ok((sender, Source::Reused));
+                }
+                current.connection = None;
+            }
+            if let Some(upstream) = self.idle.take(host, Instant::now()) {
+                current.host = Some(upstream.host);
+                current.connection = Some(upstream.connection);
+                return Ok((upstream.sender, Source::Reused));
+            }
+        }
+        let tls = self.upstreams.connect_tls(host).await?;
+        let (sender, connection) = http1::handshake(TokioIo::new(tls)).await?;
+        let mut current = self.current();
+        current.host = Some(host.into());
+        current.connection = Some(Box::pin(connection));
+        Ok((sender, Source::Fresh))
+    }
+
+    fn drop_connection(&self) {
+        let mut current = self.current();
+        current.sender = None;
+        current.connection = None;
+    }
+
+    /// Whether the lane holds a connection (for tests).
+    #[cfg(test)]
+    fn connected(&self) -> bool {
+        self.current().connection.is_some()
+    }
+}
+
+/// A request given back without having been written.
+struct Unsent(Request<ProxyBody>, hyper::Error);
+
+/// The lane's connection with its sender, when it has both.
+fn take_upstream(current: &mut Current) -> Option<Upstream> {
+    let host = current.host.take();
+    let sender = current.sender.take();
+    let connection = current.connection.take();
+    Some(Upstream {
+        host: host?,
+        sender: sender?,
+        connection: connection?,
+    })
+}
+
+/// `https://host/p?q` → `/p?q`: an HTTP/1 request to the origin itself.
+fn origin_form(uri: &mut Uri) {
+    let path = uri.path_and_query().cloned();
+    *uri = Uri::from(path.unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")));
+}
+
+#[cfg(test)]
+mod tests;

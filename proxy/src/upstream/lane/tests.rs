@@ -1,0 +1,296 @@
+use super::*;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::service::service_fn;
+use tokio::sync::watch;
+
+use crate::ca::CertificateAuthority;
+use crate::upstream::UpstreamOverride;
+
+/// A TLS upstream for one host name that counts the connections it
+/// accepted; `/close` answers with `Connection: close`, `/big` with a
+/// MiB, anything else with its method and the body's length. Its
+/// connections all close when `hang_up` is sent.
+struct Origin {
+    accepted: Arc<AtomicUsize>,
+    hang_up: watch::Sender<u32>,
+}
+
+async fn origin(ca: &CertificateAuthority, host: &str) -> (Origin, std::net::SocketAddr) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(ca.server_config(host).unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (hang_up, hung_up) = watch::channel(0u32);
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            count.fetch_add(1, Ordering::SeqCst);
+            let acceptor = acceptor.clone();
+            let mut hung_up = hung_up.clone();
+            hung_up.mark_unchanged();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = service_fn(|req: Request<Incoming>| async move {
+                    let path = req.uri().path().to_string();
+                    let method = req.method().to_string();
+                    let length = req.into_body().collect().await.unwrap().to_bytes().len();
+                    let mut answer = match path.as_str() {
+                        "/big" => Response::new(Bytes::from(vec![b'x'; 1 << 20])),
+                        _ => Response::new(Bytes::from(format!("{method} {path} {length}"))),
+                    };
+                    if path == "/close" {
+                        answer
+                            .headers_mut()
+                            .insert(http::header::CONNECTION, "close".parse().unwrap());
+                    }
+                    Ok::<_, std::convert::Infallible>(answer.map(http_body_util::Full::new))
+                });
+                let serving = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service);
+                tokio::select! {
+                    _ = serving => {}
+                    _ = hung_up.changed() => {}
+                }
+            });
+        }
+    });
+    (Origin { accepted, hang_up }, addr)
+}
+
+impl Origin {
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Closes every connection it has, as an upstream's idle timeout does.
+    async fn hang_up(&self) {
+        self.hang_up.send_modify(|n| *n += 1);
+        // The closes reach the proxy's sockets over loopback.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    upstreams: Upstreams,
+    origins: Vec<Origin>,
+}
+
+/// Origins for `hosts`, each behind an override trusting the test CA.
+async fn setup(hosts: &[&str]) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = CertificateAuthority::load_or_generate(
+        &dir.path().join("ca.pem"),
+        &dir.path().join("ca.key"),
+    )
+    .unwrap();
+    let mut overrides = Vec::new();
+    let mut origins = Vec::new();
+    for host in hosts {
+        let (origin, addr) = origin(&ca, host).await;
+        overrides.push(UpstreamOverride {
+            host: host.to_string(),
+            url: format!("https://{addr}"),
+            ca_file: Some(dir.path().join("ca.pem")),
+        });
+        origins.push(origin);
+    }
+    Setup {
+        upstreams: Upstreams::new(&overrides).unwrap(),
+        origins,
+        _dir: dir,
+    }
+}
+
+fn request(method: &str, host: &str, path: &str, body: &'static str) -> Request<ProxyBody> {
+    Request::builder()
+        .method(method)
+        .uri(format!("https://{host}{path}"))
+        .header(http::header::HOST, host)
+        .body(crate::body::full(body))
+        .unwrap()
+}
+
+/// Sends on `lane` and reads the answer whole.
+async fn fetch(lane: &Lane, method: &str, host: &str, path: &str, body: &'static str) -> Bytes {
+    let answer = lane
+        .send(host, request(method, host, path, body))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    answer.into_body().collect().await.unwrap().to_bytes()
+}
+
+#[tokio::test]
+async fn a_lanes_requests_share_one_connection_which_is_parked_after() {
+    let setup = setup(&["a.example"]).await;
+    let idle = IdleConnections::new();
+    let lane = Lane::new(setup.upstreams.clone(), idle.clone());
+    lane.drive(async {
+        assert_eq!(
+            fetch(&lane, "GET", "a.example", "/x?q=1", "").await,
+            "GET /x 0"
+        );
+        assert_eq!(
+            fetch(&lane, "GET", "a.example", "/big", "").await.len(),
+            1 << 20
+        );
+        assert_eq!(
+            fetch(&lane, "POST", "a.example", "/y", "body").await,
+            "POST /y 4"
+        );
+    })
+    .await;
+    assert_eq!(setup.origins[0].accepted(), 1);
+    assert!(!lane.connected());
+    assert_eq!(idle.parked(), 1);
+
+    // The next client connection takes it: no new handshake.
+    let next = Lane::new(setup.upstreams.clone(), idle.clone());
+    next.drive(async {
+        assert_eq!(fetch(&next, "GET", "a.example", "/z", "").await, "GET /z 0");
+    })
+    .await;
+    assert_eq!(setup.origins[0].accepted(), 1);
+    assert_eq!(idle.parked(), 1);
+}
+
+#[tokio::test]
+async fn a_connection_the_upstream_closed_is_replaced_and_the_request_sent_whole() {
+    let setup = setup(&["a.example"]).await;
+    let idle = IdleConnections::new();
+    let lane = Lane::new(setup.upstreams.clone(), idle.clone());
+    lane.drive(async {
+        assert_eq!(fetch(&lane, "GET", "a.example", "/1", "").await, "GET /1 0");
+        // Closed under the lane between two requests.
+        setup.origins[0].hang_up().await;
+        assert_eq!(
+            fetch(&lane, "PUT", "a.example", "/2", "again").await,
+            "PUT /2 5"
+        );
+    })
+    .await;
+    assert_eq!(setup.origins[0].accepted(), 2);
+    assert_eq!(idle.parked(), 1);
+
+    // Closed while parked.
+    setup.origins[0].hang_up().await;
+    let next = Lane::new(setup.upstreams.clone(), idle.clone());
+    next.drive(async {
+        assert_eq!(
+            fetch(&next, "POST", "a.example", "/3", "body").await,
+            "POST /3 4"
+        );
+    })
+    .await;
+    assert_eq!(setup.origins[0].accepted(), 3);
+}
+
+#[tokio::test]
+async fn connection_close_is_not_reused_or_parked() {
+    let setup = setup(&["a.example"]).await;
+    let idle = IdleConnections::new();
+    let lane = Lane::new(setup.upstreams.clone(), idle.clone());
+    lane.drive(async {
+        assert_eq!(
+            fetch(&lane, "GET", "a.example", "/close", "").await,
+            "GET /close 0"
+        );
+        assert_eq!(
+            fetch(&lane, "GET", "a.example", "/close", "").await,
+            "GET /close 0"
+        );
+    })
+    .await;
+    assert_eq!(setup.origins[0].accepted(), 2);
+    assert_eq!(idle.parked(), 0);
+}
+
+#[tokio::test]
+async fn another_host_parks_the_lanes_connection_until_it_comes_back() {
+    let setup = setup(&["a.example", "b.example"]).await;
+    let idle = IdleConnections::new();
+    let lane = Lane::new(setup.upstreams.clone(), idle.clone());
+    lane.drive(async {
+        assert_eq!(fetch(&lane, "GET", "a.example", "/1", "").await, "GET /1 0");
+        assert_eq!(fetch(&lane, "GET", "b.example", "/2", "").await, "GET /2 0");
+        assert_eq!(idle.parked(), 1);
+        assert_eq!(fetch(&lane, "GET", "a.example", "/3", "").await, "GET /3 0");
+    })
+    .await;
+    assert_eq!(setup.origins[0].accepted(), 1);
+    assert_eq!(setup.origins[1].accepted(), 1);
+    assert_eq!(idle.parked(), 2);
+}
+
+#[tokio::test]
+async fn an_unanswered_request_leaves_nothing_parked() {
+    let setup = setup(&["a.example"]).await;
+    let idle = IdleConnections::new();
+    let lane = Lane::new(setup.upstreams.clone(), idle.clone());
+    lane.drive(async {
+        // The answer's head arrives; its body is never read.
+        let answer = lane
+            .send("a.example", request("GET", "a.example", "/big", ""))
+            .await
+            .unwrap();
+        drop(answer);
+    })
+    .await;
+    assert_eq!(idle.parked(), 0);
+}
+
+#[tokio::test]
+async fn parked_connections_expire_and_are_bounded_per_host() {
+    let setup = setup(&["a.example"]).await;
+    let idle = IdleConnections::new();
+    let lanes: Vec<Lane> = (0..MAX_IDLE_PER_HOST + 2)
+        .map(|_| Lane::new(setup.upstreams.clone(), idle.clone()))
+        .collect();
+    // At once, so that each has its own connection.
+    let mut all = tokio::task::JoinSet::new();
+    let lanes: Vec<Arc<Lane>> = lanes.into_iter().map(Arc::new).collect();
+    let started = Arc::new(tokio::sync::Barrier::new(lanes.len()));
+    for lane in &lanes {
+        let lane = lane.clone();
+        let started = started.clone();
+        all.spawn(async move {
+            lane.drive(async {
+                assert_eq!(fetch(&lane, "GET", "a.example", "/", "").await, "GET / 0");
+                started.wait().await;
+            })
+            .await
+        });
+    }
+    all.join_all().await;
+    assert_eq!(setup.origins[0].accepted(), MAX_IDLE_PER_HOST + 2);
+    assert_eq!(idle.parked(), MAX_IDLE_PER_HOST);
+
+    let later = Instant::now() + IDLE_TIMEOUT;
+    assert!(idle.take("a.example", later).is_none());
+    assert_eq!(idle.parked(), 0, "the expired were closed on the way");
+    assert!(!idle.sweep());
+}
+
+#[test]
+fn origin_form_keeps_path_and_query_only() {
+    let cases = [
+        ("https://a.example/x/y?z=1&w", "/x/y?z=1&w"),
+        ("https://a.example/", "/"),
+        ("https://a.example", "/"),
+        ("https://a.example?q", "/?q"),
+        ("/already", "/already"),
+    ];
+    for (from, want) in cases {
+        let mut uri: Uri = from.parse().unwrap();
+        origin_form(&mut uri);
+        assert_eq!(uri.to_string(), want, "{from}");
+    }
+}

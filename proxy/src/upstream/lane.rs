@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -190,13 +191,42 @@ impl Lane {
     /// Runs `serving` (the client connection) and the lane's upstream
     /// connection together in the caller's task, then parks the upstream
     /// connection if it is idle.
+    ///
+    /// Each half wakes the other as a request goes out and its answer comes
+    /// back. A task that wakes itself while it runs is put at the back of
+    /// tokio's queue, with a parked worker woken to steal it; so wakes
+    /// that arrive while the two are polled are taken here, by polling
+    /// again, and only the others wake the task ([`LocalWake`]).
     pub async fn drive<F: Future>(&self, serving: F) -> F::Output {
         let mut serving = pin!(serving);
+        let wake = Arc::new(LocalWake::default());
+        let waker = std::task::Waker::from(wake.clone());
         let output = poll_fn(|cx| {
-            let served = serving.as_mut().poll(cx);
-            // After the client side: a request it just sent is written now.
-            self.poll_connection(cx);
-            served
+            wake.register(cx.waker());
+            let mut inner = Context::from_waker(&waker);
+            for _ in 0..LOCAL_ROUNDS {
+                wake.polling.store(true, Ordering::SeqCst);
+                wake.woken.store(false, Ordering::SeqCst);
+                let served = serving.as_mut().poll(&mut inner);
+                // After the client side: a request it just sent is written now.
+                self.poll_connection(&mut inner);
+                if served.is_ready() {
+                    wake.polling.store(false, Ordering::SeqCst);
+                    return served;
+                }
+                wake.polling.store(false, Ordering::SeqCst);
+                if !wake.woken.swap(false, Ordering::SeqCst) {
+                    return Poll::Pending;
+                }
+                // Out of tokio's budget for this poll: every resource
+                // would answer Pending again.
+                if !tokio::task::coop::has_budget_remaining() {
+                    break;
+                }
+            }
+            // Still being woken: the rest of the runtime's tasks go first.
+            cx.waker().wake_by_ref();
+            Poll::Pending
         })
         .await;
         let mut current = self.current();
@@ -297,6 +327,46 @@ impl Lane {
     #[cfg(test)]
     fn connected(&self) -> bool {
         self.current().connection.is_some()
+    }
+}
+
+/// How many times [`Lane::drive`] polls again for wakes of its own before
+/// it yields to the runtime.
+const LOCAL_ROUNDS: usize = 8;
+
+/// The waker [`Lane::drive`] polls its halves with: a wake while they are
+/// polled is noted (and polled for); any other wakes the task.
+#[derive(Default)]
+struct LocalWake {
+    polling: AtomicBool,
+    woken: AtomicBool,
+    task: Mutex<Option<std::task::Waker>>,
+}
+
+impl LocalWake {
+    fn register(&self, waker: &std::task::Waker) {
+        let mut task = self.task.lock().unwrap_or_else(|p| p.into_inner());
+        if !task.as_ref().is_some_and(|t| t.will_wake(waker)) {
+            *task = Some(waker.clone());
+        }
+    }
+}
+
+impl std::task::Wake for LocalWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Noted first, then the poller's state read: a poller that has
+        // stopped polling either sees the note or is woken.
+        self.woken.store(true, Ordering::SeqCst);
+        if !self.polling.load(Ordering::SeqCst) {
+            let task = self.task.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(task) = task.as_ref() {
+                task.wake_by_ref();
+            }
+        }
     }
 }
 

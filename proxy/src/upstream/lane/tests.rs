@@ -294,3 +294,46 @@ fn origin_form_keeps_path_and_query_only() {
         assert_eq!(uri.to_string(), want, "{from}");
     }
 }
+
+/// Pending on its first poll, after another thread has woken it (while it
+/// is being polled, `during`) or before waking it later (`!during`).
+struct WokenFromAnotherThread {
+    polled: bool,
+    during: bool,
+}
+
+impl Future for WokenFromAnotherThread {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if std::mem::replace(&mut self.polled, true) {
+            return Poll::Ready(());
+        }
+        let waker = cx.waker().clone();
+        let waking = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            waker.wake();
+        });
+        if self.during {
+            waking.join().unwrap();
+        }
+        Poll::Pending
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_during_the_drives_poll_or_after_it_is_never_lost() {
+    let lane = Lane::new(Upstreams::new(&[]).unwrap(), IdleConnections::new());
+    for during in [true, false, true, false] {
+        let woken = WokenFromAnotherThread {
+            polled: false,
+            during,
+        };
+        // The clock is looked at first: its wake must not be what ends it.
+        let driven = tokio::select! {
+            biased;
+            () = tokio::time::sleep(Duration::from_secs(30)) => false,
+            () = lane.drive(woken) => true,
+        };
+        assert!(driven, "the wake was lost (during the poll: {during})");
+    }
+}

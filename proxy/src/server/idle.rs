@@ -35,20 +35,23 @@ impl<T> Idle<T> {
         self.last = Instant::now();
     }
 
-    /// Called when the inner stream is not ready: `Err` once idle too long,
-    /// else the timer is armed for the current deadline.
+    /// Called when the inner stream is not ready: `Err` once idle too long.
+    /// The timer is moved only when it fires early (bytes moved since it
+    /// was set), not on every byte: a reset is a trip through the
+    /// runtime's timer wheel, and a busy connection would make one for
+    /// every request.
     fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        let deadline = self.last + self.limit;
-        if self.timer.deadline() != deadline {
+        while self.timer.as_mut().poll(cx).is_ready() {
+            let deadline = self.last + self.limit;
+            if deadline <= self.timer.deadline() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the connection was idle too long",
+                ));
+            }
             self.timer.as_mut().reset(deadline);
         }
-        match self.timer.as_mut().poll(cx) {
-            Poll::Ready(()) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the connection was idle too long",
-            )),
-            Poll::Pending => Ok(()),
-        }
+        Ok(())
     }
 }
 

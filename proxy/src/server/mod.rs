@@ -413,6 +413,7 @@ impl Proxy {
             let _ = std::fs::remove_file(path);
         }
         identity.revoked.send_replace(true);
+        identity.idle.close();
         Ok(identity)
     }
 

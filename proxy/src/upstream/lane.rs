@@ -29,7 +29,8 @@ use tokio_rustls::client::TlsStream;
 use super::{UpstreamError, Upstreams};
 use crate::body::ProxyBody;
 
-/// How long a parked connection may wait for its next client connection.
+/// How long a parked connection may wait for its next client connection
+/// (it is closed within a quarter of this after, by the sweeper).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The most connections parked for one host of one identity.
 pub const MAX_IDLE_PER_HOST: usize = 64;
@@ -60,11 +61,23 @@ struct Parked {
     since: Instant,
 }
 
+impl Upstream {
+    /// Polls the connection once without a task: a close (or bytes) the
+    /// upstream sent since it was last polled ends it now, and the waker
+    /// of the task that last drove it is let go.
+    fn still_open(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        self.connection.as_mut().poll(&mut cx).is_pending() && !self.sender.is_closed()
+    }
+}
+
 /// One identity's parked upstream connections, by host. They are not
 /// polled while parked: one the upstream closed meanwhile fails its first
 /// request unsent, and the request goes on a new connection.
 pub struct IdleConnections {
     by_host: Mutex<HashMap<Arc<str>, Vec<Parked>>>,
+    /// Its identity was closed: nothing is parked any more.
+    closed: AtomicBool,
     /// A sweeper runs while anything is parked.
     sweeping: Mutex<bool>,
 }
@@ -73,6 +86,7 @@ impl IdleConnections {
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
             by_host: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
             sweeping: Mutex::new(false),
         })
     }
@@ -81,8 +95,9 @@ impl IdleConnections {
     fn take(&self, host: &str, now: Instant) -> Option<Upstream> {
         let mut by_host = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
         let parked = by_host.get_mut(host)?;
-        let found = std::iter::from_fn(|| parked.pop())
-            .find(|p| now.duration_since(p.since) < IDLE_TIMEOUT && !p.upstream.sender.is_closed());
+        let found = std::iter::from_fn(|| parked.pop()).find_map(|mut p| {
+            (now.duration_since(p.since) < IDLE_TIMEOUT && p.upstream.still_open()).then_some(p)
+        });
         if parked.is_empty() {
             by_host.remove(host);
         }
@@ -91,8 +106,11 @@ impl IdleConnections {
 
     /// Parks a connection that is ready for its next request; the oldest
     /// beyond [`MAX_IDLE_PER_HOST`] is closed.
-    fn park(self: &Arc<Self>, upstream: Upstream) {
-        if !upstream.sender.is_ready() {
+    fn park(self: &Arc<Self>, mut upstream: Upstream) {
+        if !upstream.sender.is_ready()
+            || !upstream.still_open()
+            || self.closed.load(Ordering::SeqCst)
+        {
             return;
         }
         {
@@ -109,11 +127,18 @@ impl IdleConnections {
         self.sweep_later();
     }
 
-    /// Closes what has waited longer than [`IDLE_TIMEOUT`]; says whether
-    /// anything is still parked.
-    fn sweep(&self) -> bool {
+    /// Closes every parked connection, and parks none from now on: its
+    /// identity was closed.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
         let mut by_host = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
+        by_host.clear();
+    }
+
+    /// Closes what has waited longer than [`IDLE_TIMEOUT`] at `now`; says
+    /// whether anything is still parked.
+    fn sweep(&self, now: Instant) -> bool {
+        let mut by_host = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
         by_host.retain(|_, parked| {
             parked.retain(|p| now.duration_since(p.since) < IDLE_TIMEOUT);
             !parked.is_empty()
@@ -135,7 +160,7 @@ impl IdleConnections {
                 tokio::time::sleep(IDLE_TIMEOUT / 4).await;
                 let Some(idle) = idle.upgrade() else { return };
                 let mut sweeping = idle.sweeping.lock().unwrap_or_else(|p| p.into_inner());
-                if !idle.sweep() {
+                if !idle.sweep(Instant::now()) {
                     *sweeping = false;
                     return;
                 }
@@ -298,7 +323,10 @@ impl Lane {
                 }
             }
             if let Some(sender) = current.sender.take() {
-                if !sender.is_closed() && current.connection.is_some() {
+                // One not ready still carries an earlier answer nobody has
+                // read to the end: waiting for it could wait forever, so
+                // the request goes on another connection.
+                if !sender.is_closed() && sender.is_ready() && current.connection.is_some() {
                     return Ok((sender, Source::Reused));
                 }
                 current.connection = None;

@@ -276,7 +276,58 @@ async fn parked_connections_expire_and_are_bounded_per_host() {
     let later = Instant::now() + IDLE_TIMEOUT;
     assert!(idle.take("a.example", later).is_none());
     assert_eq!(idle.parked(), 0, "the expired were closed on the way");
-    assert!(!idle.sweep());
+}
+
+#[tokio::test]
+async fn the_sweeper_closes_what_has_waited_too_long_and_a_closed_identity_parks_nothing() {
+    let setup = setup(&["a.example"]).await;
+    let idle = IdleConnections::new();
+    let lane = Lane::new(setup.upstreams.clone(), idle.clone());
+    lane.drive(async {
+        assert_eq!(fetch(&lane, "GET", "a.example", "/", "").await, "GET / 0");
+    })
+    .await;
+    assert_eq!(idle.parked(), 1);
+    assert!(idle.sweep(Instant::now()), "not yet expired");
+    assert!(!idle.sweep(Instant::now() + IDLE_TIMEOUT));
+    assert_eq!(idle.parked(), 0);
+
+    lane.drive(async {
+        assert_eq!(fetch(&lane, "GET", "a.example", "/", "").await, "GET / 0");
+    })
+    .await;
+    assert_eq!(idle.parked(), 1);
+    idle.close();
+    assert_eq!(idle.parked(), 0);
+    lane.drive(async {
+        assert_eq!(fetch(&lane, "GET", "a.example", "/", "").await, "GET / 0");
+    })
+    .await;
+    assert_eq!(idle.parked(), 0, "parked after its identity was closed");
+}
+
+#[tokio::test]
+async fn a_request_while_an_answer_is_unread_goes_on_another_connection() {
+    let setup = setup(&["a.example"]).await;
+    let idle = IdleConnections::new();
+    let lane = Lane::new(setup.upstreams.clone(), idle.clone());
+    let sent = tokio::time::timeout(
+        Duration::from_secs(30),
+        lane.drive(async {
+            let held = lane
+                .send("a.example", request("GET", "a.example", "/big", ""))
+                .await
+                .unwrap();
+            assert_eq!(fetch(&lane, "GET", "a.example", "/2", "").await, "GET /2 0");
+            drop(held);
+        }),
+    )
+    .await;
+    assert!(
+        sent.is_ok(),
+        "the second request waited for the unread answer"
+    );
+    assert_eq!(setup.origins[0].accepted(), 2);
 }
 
 #[test]

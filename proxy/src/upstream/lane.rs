@@ -71,9 +71,10 @@ impl Upstream {
     }
 }
 
-/// One identity's parked upstream connections, by host. They are not
-/// polled while parked: one the upstream closed meanwhile fails its first
-/// request unsent, and the request goes on a new connection.
+/// One identity's parked upstream connections, by host. They are polled
+/// only when parked and when taken ([`Upstream::still_open`]): one the
+/// upstream closes after that fails its first request unsent, and the
+/// request goes on a new connection.
 pub struct IdleConnections {
     by_host: Mutex<HashMap<Arc<str>, Vec<Parked>>>,
     /// Its identity was closed: nothing is parked any more.
@@ -235,11 +236,10 @@ impl Lane {
                 let served = serving.as_mut().poll(&mut inner);
                 // After the client side: a request it just sent is written now.
                 self.poll_connection(&mut inner);
+                wake.polling.store(false, Ordering::SeqCst);
                 if served.is_ready() {
-                    wake.polling.store(false, Ordering::SeqCst);
                     return served;
                 }
-                wake.polling.store(false, Ordering::SeqCst);
                 if !wake.woken.swap(false, Ordering::SeqCst) {
                     return Poll::Pending;
                 }

@@ -9,7 +9,7 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio_rustls::TlsAcceptor;
@@ -27,10 +27,23 @@ use crate::connect_target::{self, ConnectRefusal, ConnectTarget};
 use crate::upstream::Lane;
 
 pub(super) fn http1_server() -> http1::Builder {
+    http1_server_reading_heads_within(HEADER_READ_TIMEOUT)
+}
+
+/// How long hyper waits for a whole request head, from when it starts
+/// waiting (a connection's start, the end of the previous response): a
+/// keep-alive connection silent that long between requests is closed, and
+/// so is one trickling a head.
+pub(super) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// [`http1_server`] with another header-read timeout (for tests).
+pub(super) fn http1_server_reading_heads_within(timeout: Duration) -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
+        // hyper sets the timeout again for every head it waits for; this
+        // timer moves one deadline per connection instead.
+        .timer(super::deadline::ConnectionTimer::default())
+        .header_read_timeout(timeout)
         // The framing guard's limits: one number each for both, so hyper
         // never refuses (431) a head the guard passed, however it arrives.
         .max_buf_size(MAX_HEAD_BYTES)

@@ -4,54 +4,47 @@
 //! descriptor forever. Bytes in either direction count as activity, so a
 //! long download or upload is never cut while it moves.
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
+
+use super::deadline::Deadline;
 
 pub(super) struct Idle<T> {
     inner: T,
     limit: Duration,
-    last: Instant,
-    timer: Pin<Box<Sleep>>,
+    /// The limit after the last byte that moved; moving it touches no
+    /// timer ([`Deadline`]), so a busy connection does not make a trip
+    /// through the runtime's timer wheel for every request.
+    deadline: Deadline,
 }
 
 impl<T> Idle<T> {
     pub(super) fn new(inner: T, limit: Duration) -> Self {
-        let last = Instant::now();
         Self {
             inner,
             limit,
-            last,
-            timer: Box::pin(tokio::time::sleep_until(last + limit)),
+            deadline: Deadline::new(Instant::now() + limit),
         }
     }
 
     fn touch(&mut self) {
-        self.last = Instant::now();
+        self.deadline.set(Instant::now() + self.limit);
     }
 
     /// Called when the inner stream is not ready: `Err` once idle too long.
-    /// The timer is moved only when it fires early (bytes moved since it
-    /// was set), not on every byte: a reset is a trip through the
-    /// runtime's timer wheel, and a busy connection would make one for
-    /// every request.
     fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        while self.timer.as_mut().poll(cx).is_ready() {
-            let deadline = self.last + self.limit;
-            if deadline <= self.timer.deadline() {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the connection was idle too long",
-                ));
-            }
-            self.timer.as_mut().reset(deadline);
+        match self.deadline.poll_passed(cx) {
+            Poll::Ready(()) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the connection was idle too long",
+            )),
+            Poll::Pending => Ok(()),
         }
-        Ok(())
     }
 }
 

@@ -19,6 +19,7 @@ pub mod audit_writer;
 pub(crate) mod backoff;
 mod completion;
 mod connect;
+mod deadline;
 mod forward;
 pub mod framing;
 mod head;

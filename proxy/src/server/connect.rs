@@ -16,6 +16,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::answers::{audit_unavailable, bad_request, denied, refused_identity};
 use super::backoff::AcceptBackoff;
+use super::client_socket::ClientSocket;
 use super::forward::{self, Target};
 use super::framing::{Guarded, Observer, MAX_HEADERS, MAX_HEAD_BYTES};
 use super::idle::Idle;
@@ -131,11 +132,19 @@ pub(super) async fn accept_loop(
                         continue;
                     }
                     match admit(&proxy, &identity) {
-                        Ok(held) if endpoint == Endpoint::Proxy => {
-                            tokio::spawn(serve_outer(proxy.clone(), identity.clone(), stream, held));
-                        }
                         Ok(held) => {
-                            tokio::spawn(super::transparent::serve(proxy.clone(), identity.clone(), stream, held));
+                            let socket = match ClientSocket::new(stream) {
+                                Ok(socket) => socket,
+                                Err(error) => {
+                                    tracing::warn!(%error, identity = %identity.name, "a client connection could not be registered; closed");
+                                    continue;
+                                }
+                            };
+                            if endpoint == Endpoint::Proxy {
+                                tokio::spawn(serve_outer(proxy.clone(), identity.clone(), socket, held));
+                            } else {
+                                tokio::spawn(super::transparent::serve(proxy.clone(), identity.clone(), socket, held));
+                            }
                         }
                         Err(reason) => {
                             drop(stream);
@@ -159,7 +168,7 @@ pub(super) async fn wait_revoked(revoked: &mut watch::Receiver<bool>) {
 async fn serve_outer(
     proxy: Arc<Proxy>,
     identity: Arc<Identity>,
-    stream: UnixStream,
+    stream: ClientSocket,
     held: Arc<Held>,
 ) {
     let mut revoked = identity.revoked();

@@ -16,17 +16,15 @@
 //! identity is still the socket the connection arrived on.
 
 use std::convert::Infallible;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::io::Interest;
-use tokio::net::UnixStream;
 use tokio_rustls::LazyConfigAcceptor;
 
+use super::client_socket::ClientSocket;
 use super::connect::{
     connect_line, framing_observer, http1_server, serve_intercepted, wait_revoked, Held,
 };
@@ -45,12 +43,12 @@ const TLS_HANDSHAKE: u8 = 0x16;
 pub(super) async fn serve(
     proxy: Arc<Proxy>,
     identity: Arc<Identity>,
-    stream: UnixStream,
+    stream: ClientSocket,
     held: Arc<Held>,
 ) {
     let mut revoked = identity.revoked();
     let work = async {
-        let first = match tokio::time::timeout(proxy.limits.idle(), peek_byte(&stream)).await {
+        let first = match tokio::time::timeout(proxy.limits.idle(), stream.peek_byte()).await {
             Ok(Ok(Some(byte))) => byte,
             // Closed, failed or silent before its first byte: nothing asked.
             _ => return,
@@ -67,28 +65,6 @@ pub(super) async fn serve(
         _ = wait_revoked(&mut revoked) => {}
     }
     drop(held);
-}
-
-/// The connection's first byte, left in the socket for whoever reads it.
-async fn peek_byte(stream: &UnixStream) -> std::io::Result<Option<u8>> {
-    let mut byte = [0u8; 1];
-    loop {
-        stream.readable().await?;
-        let peeked = stream.try_io(Interest::READABLE, || {
-            nix::sys::socket::recv(
-                stream.as_raw_fd(),
-                &mut byte,
-                nix::sys::socket::MsgFlags::MSG_PEEK,
-            )
-            .map_err(std::io::Error::from)
-        });
-        match peeked {
-            Ok(0) => return Ok(None),
-            Ok(_) => return Ok(Some(byte[0])),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 /// Why a ClientHello's server name is not served; `None`: it is.
@@ -116,7 +92,7 @@ pub(super) fn sni_refusal(
     None
 }
 
-async fn serve_tls(proxy: Arc<Proxy>, identity: Arc<Identity>, stream: Idle<UnixStream>) {
+async fn serve_tls(proxy: Arc<Proxy>, identity: Arc<Identity>, stream: Idle<ClientSocket>) {
     let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
     let start = match tokio::time::timeout(proxy.limits.tls_handshake(), acceptor).await {
         Ok(Ok(start)) => start,
@@ -161,7 +137,7 @@ async fn serve_tls(proxy: Arc<Proxy>, identity: Arc<Identity>, stream: Idle<Unix
     serve_intercepted(proxy, identity, host, tls).await;
 }
 
-async fn serve_plain(proxy: Arc<Proxy>, identity: Arc<Identity>, stream: Idle<UnixStream>) {
+async fn serve_plain(proxy: Arc<Proxy>, identity: Arc<Identity>, stream: Idle<ClientSocket>) {
     let observer = framing_observer(proxy.clone(), identity.clone(), "-");
     let lane = identity.lane(&proxy.upstreams);
     let service = {

@@ -1,0 +1,189 @@
+//! A client's connection to an identity socket, registered with the
+//! runtime for reads only.
+//!
+//! tokio registers a unix stream for reads and writes, edge-triggered. A
+//! unix socket's writer is woken with `EPOLLOUT` every time its peer reads
+//! (the kernel's `unix_write_space` runs on every read that frees buffer
+//! space), unlike TCP, which wakes a writer only after a write found the
+//! buffer full. So every answer the client read came back to the proxy as
+//! one more readiness event: one more `epoll_wait` return a request, for a
+//! write nobody was waiting to make (traced: one `EPOLLOUT`-only event per
+//! request in the latency phase).
+//!
+//! Here the socket is registered for reads only, and a write is made
+//! straight away: almost every one fits in the socket's buffer. Only when a
+//! write would block is a second descriptor of the socket registered for
+//! writes; a connection that once filled its buffer (a download the client
+//! reads slower than it arrives) keeps it, as then the wakes are wanted.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::Shutdown;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+
+pub(super) struct ClientSocket {
+    /// The socket, registered for reads.
+    socket: AsyncFd<UnixStream>,
+    /// A second descriptor of it, registered for writes once a write
+    /// would have blocked.
+    writes: Option<AsyncFd<UnixStream>>,
+}
+
+impl ClientSocket {
+    /// Takes over an accepted stream (its runtime registration is dropped
+    /// and the socket registered again, for reads only).
+    pub(super) fn new(stream: tokio::net::UnixStream) -> io::Result<Self> {
+        let stream = stream.into_std()?;
+        Ok(Self {
+            socket: register(stream, Interest::READABLE)?,
+            writes: None,
+        })
+    }
+
+    /// The connection's first byte, left in the socket for whoever reads
+    /// it; `None` if the client closed first.
+    pub(super) async fn peek_byte(&self) -> io::Result<Option<u8>> {
+        let mut byte = [0u8; 1];
+        loop {
+            let mut ready = self.socket.readable().await?;
+            let peeked = ready.try_io(|socket| {
+                nix::sys::socket::recv(
+                    socket.as_raw_fd(),
+                    &mut byte,
+                    nix::sys::socket::MsgFlags::MSG_PEEK,
+                )
+                .map_err(io::Error::from)
+            });
+            match peeked {
+                Ok(Ok(0)) => return Ok(None),
+                Ok(Ok(_)) => return Ok(Some(byte[0])),
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// Makes a write: at once, and if it would block, again each time the
+    /// socket's write registration says it can go.
+    fn poll_write_with(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut write: impl FnMut(&UnixStream) -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            match write(self.socket.get_ref()) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                done => return Poll::Ready(done),
+            }
+        }
+        let writes = match &mut self.writes {
+            Some(writes) => writes,
+            None => {
+                // Registered after the write failed: if the peer read in
+                // between, the registration reports the socket writable
+                // at once (epoll checks readiness when a descriptor is
+                // added), so no wake is lost.
+                let second = self.socket.get_ref().try_clone()?;
+                self.writes.insert(register(second, Interest::WRITABLE)?)
+            }
+        };
+        loop {
+            let mut ready = ready!(writes.poll_write_ready(cx))?;
+            match ready.try_io(|socket| write(socket.get_ref())) {
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(done) => return Poll::Ready(done),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+/// Registers `socket` with the runtime for `interest`.
+///
+/// tokio deprecates its safe constructors because a `T: AsRawFd` could
+/// name another descriptor later than it registered, or close it; the
+/// replacement is `unsafe` with that as its contract, and this crate has no
+/// unsafe code. A std `UnixStream` owned by the `AsyncFd`, never handed out
+/// mutably, names one open descriptor for its life: the contract holds.
+#[allow(deprecated)]
+fn register(socket: UnixStream, interest: Interest) -> io::Result<AsyncFd<UnixStream>> {
+    AsyncFd::with_interest(socket, interest)
+}
+
+impl AsyncRead for ClientSocket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            let mut ready = ready!(this.socket.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            let room = unfilled.len();
+            match ready.try_io(|socket| {
+                let mut socket: &UnixStream = socket.get_ref();
+                socket.read(unfilled)
+            }) {
+                Ok(Ok(n)) => {
+                    // A read that did not fill the buffer emptied the
+                    // socket: wait for the next event rather than find
+                    // that out with one more read (as tokio's own streams
+                    // do; a close stays noted either way).
+                    if n > 0 && n < room {
+                        ready.clear_ready();
+                    }
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl AsyncWrite for ClientSocket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        // std writes a unix stream with `send(MSG_NOSIGNAL)`: a closed
+        // peer is an error, not a signal.
+        self.get_mut()
+            .poll_write_with(cx, |mut socket| socket.write(data))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut()
+            .poll_write_with(cx, |mut socket| socket.write_vectored(data))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.socket.get_ref().shutdown(Shutdown::Write))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -34,6 +34,10 @@ use crate::body::ProxyBody;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The most connections parked for one host of one identity.
 pub const MAX_IDLE_PER_HOST: usize = 64;
+/// The most connections parked for one identity, all hosts together: a
+/// parked connection holds a descriptor past its client connection (so
+/// past the identity's connection cap), and redirects can name many hosts.
+pub const MAX_IDLE_PER_IDENTITY: usize = 128;
 
 type Connection = http1::Connection<TokioIo<TlsStream<TcpStream>>, ProxyBody>;
 
@@ -106,7 +110,8 @@ impl IdleConnections {
     }
 
     /// Parks a connection that is ready for its next request; the oldest
-    /// beyond [`MAX_IDLE_PER_HOST`] is closed.
+    /// of its host beyond [`MAX_IDLE_PER_HOST`], or of any host beyond
+    /// [`MAX_IDLE_PER_IDENTITY`], is closed.
     fn park(self: &Arc<Self>, mut upstream: Upstream) {
         if !upstream.sender.is_ready()
             || !upstream.still_open()
@@ -116,6 +121,9 @@ impl IdleConnections {
         }
         {
             let mut by_host = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
+            if by_host.values().map(Vec::len).sum::<usize>() >= MAX_IDLE_PER_IDENTITY {
+                close_oldest(&mut by_host);
+            }
             let parked = by_host.entry(upstream.host.clone()).or_default();
             if parked.len() >= MAX_IDLE_PER_HOST {
                 parked.remove(0);
@@ -174,6 +182,23 @@ impl IdleConnections {
     fn parked(&self) -> usize {
         let by_host = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
         by_host.values().map(Vec::len).sum()
+    }
+}
+
+/// Closes the connection parked longest, of any host. Each host's list is
+/// in the order parked, so the oldest is the first of one of them.
+fn close_oldest(by_host: &mut HashMap<Arc<str>, Vec<Parked>>) {
+    let oldest = by_host
+        .iter()
+        .filter_map(|(host, parked)| Some((parked.first()?.since, host.clone())))
+        .min_by_key(|(since, _)| *since);
+    if let Some((_, host)) = oldest {
+        if let Some(parked) = by_host.get_mut(&host) {
+            parked.remove(0);
+            if parked.is_empty() {
+                by_host.remove(&host);
+            }
+        }
     }
 }
 

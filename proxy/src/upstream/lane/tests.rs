@@ -12,10 +12,12 @@ use crate::upstream::UpstreamOverride;
 
 /// A TLS upstream for one host name that counts the connections it
 /// accepted; `/close` answers with `Connection: close`, `/big` with a
-/// MiB, anything else with its method and the body's length. Its
-/// connections all close when `hang_up` is sent.
+/// MiB, `/vanish` (counted) reads the request whole and closes the
+/// connection without an answer, anything else answers with its method and
+/// the body's length. Its connections all close when `hang_up` is sent.
 struct Origin {
     accepted: Arc<AtomicUsize>,
+    vanished: Arc<AtomicUsize>,
     hang_up: watch::Sender<u32>,
 }
 
@@ -24,33 +26,45 @@ async fn origin(ca: &CertificateAuthority, host: &str) -> (Origin, std::net::Soc
     let addr = listener.local_addr().unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(ca.server_config(host).unwrap());
     let accepted = Arc::new(AtomicUsize::new(0));
+    let vanished = Arc::new(AtomicUsize::new(0));
     let (hang_up, hung_up) = watch::channel(0u32);
     let count = accepted.clone();
+    let vanishing = vanished.clone();
     tokio::spawn(async move {
         loop {
             let (tcp, _) = listener.accept().await.unwrap();
             count.fetch_add(1, Ordering::SeqCst);
             let acceptor = acceptor.clone();
+            let vanishing = vanishing.clone();
             let mut hung_up = hung_up.clone();
             hung_up.mark_unchanged();
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
                 };
-                let service = service_fn(|req: Request<Incoming>| async move {
-                    let path = req.uri().path().to_string();
-                    let method = req.method().to_string();
-                    let length = req.into_body().collect().await.unwrap().to_bytes().len();
-                    let mut answer = match path.as_str() {
-                        "/big" => Response::new(Bytes::from(vec![b'x'; 1 << 20])),
-                        _ => Response::new(Bytes::from(format!("{method} {path} {length}"))),
-                    };
-                    if path == "/close" {
-                        answer
-                            .headers_mut()
-                            .insert(http::header::CONNECTION, "close".parse().unwrap());
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let vanishing = vanishing.clone();
+                    async move {
+                        let path = req.uri().path().to_string();
+                        let method = req.method().to_string();
+                        let length = req.into_body().collect().await.unwrap().to_bytes().len();
+                        if path == "/vanish" {
+                            vanishing.fetch_add(1, Ordering::SeqCst);
+                            // hyper closes a connection whose service fails,
+                            // with no answer written.
+                            return Err(std::io::Error::other("vanished"));
+                        }
+                        let mut answer = match path.as_str() {
+                            "/big" => Response::new(Bytes::from(vec![b'x'; 1 << 20])),
+                            _ => Response::new(Bytes::from(format!("{method} {path} {length}"))),
+                        };
+                        if path == "/close" {
+                            answer
+                                .headers_mut()
+                                .insert(http::header::CONNECTION, "close".parse().unwrap());
+                        }
+                        Ok(answer.map(http_body_util::Full::new))
                     }
-                    Ok::<_, std::convert::Infallible>(answer.map(http_body_util::Full::new))
                 });
                 let serving = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tls), service);
@@ -61,12 +75,23 @@ async fn origin(ca: &CertificateAuthority, host: &str) -> (Origin, std::net::Soc
             });
         }
     });
-    (Origin { accepted, hang_up }, addr)
+    (
+        Origin {
+            accepted,
+            vanished,
+            hang_up,
+        },
+        addr,
+    )
 }
 
 impl Origin {
     fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
+    }
+
+    fn vanished(&self) -> usize {
+        self.vanished.load(Ordering::SeqCst)
     }
 
     /// Closes every connection it has, as an upstream's idle timeout does.
@@ -194,6 +219,116 @@ async fn a_connection_the_upstream_closed_is_replaced_and_the_request_sent_whole
 }
 
 #[tokio::test]
+async fn a_request_the_upstream_read_and_left_unanswered_fails_and_is_not_sent_again() {
+    let setup = setup(&["a.example"]).await;
+    let idle = IdleConnections::new();
+    let lane = Lane::new(setup.upstreams.clone(), idle.clone());
+    lane.drive(async {
+        assert_eq!(fetch(&lane, "GET", "a.example", "/1", "").await, "GET /1 0");
+        // On the reused connection: the upstream may have acted on it, so
+        // it is not retried as a request given back unsent would be.
+        let sent = lane
+            .send("a.example", request("POST", "a.example", "/vanish", "body"))
+            .await;
+        assert!(matches!(sent, Err(SendError::Http(_))), "{sent:?}");
+    })
+    .await;
+    assert_eq!(setup.origins[0].vanished(), 1, "sent once, never again");
+    assert_eq!(setup.origins[0].accepted(), 1);
+    assert_eq!(idle.parked(), 0);
+}
+
+/// A TLS upstream that answers the first request of every connection with
+/// `first` as raw bytes, and any later one with `second` (its answer as
+/// raw bytes too); counts the connections.
+async fn raw_origin(
+    ca: &CertificateAuthority,
+    host: &str,
+    first: &'static [u8],
+    second: &'static [u8],
+) -> (Arc<AtomicUsize>, std::net::SocketAddr) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(ca.server_config(host).unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            count.fetch_add(1, Ordering::SeqCst);
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut answer = first;
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    // A head without a body: every request here is a GET.
+                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tls.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    seen.clear();
+                    if tls.write_all(answer).await.is_err() || tls.flush().await.is_err() {
+                        return;
+                    }
+                    answer = second;
+                }
+            });
+        }
+    });
+    (accepted, addr)
+}
+
+#[tokio::test]
+async fn bytes_after_an_answer_end_the_connection_and_are_never_an_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = CertificateAuthority::load_or_generate(
+        &dir.path().join("ca.pem"),
+        &dir.path().join("ca.key"),
+    )
+    .unwrap();
+    // An answer with a second one smuggled behind it, in the same write.
+    let (accepted, addr) = raw_origin(
+        &ca,
+        "a.example",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok\
+          HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nforged",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nlater",
+    )
+    .await;
+    let upstreams = Upstreams::new(&[UpstreamOverride {
+        host: "a.example".into(),
+        url: format!("https://{addr}"),
+        ca_file: Some(dir.path().join("ca.pem")),
+    }])
+    .unwrap();
+    let idle = IdleConnections::new();
+    let lane = Lane::new(upstreams.clone(), idle.clone());
+    lane.drive(async {
+        assert_eq!(fetch(&lane, "GET", "a.example", "/1", "").await, "ok");
+        // The forged answer is not this request's: a new connection is.
+        let second = lane
+            .send("a.example", request("GET", "a.example", "/2", ""))
+            .await;
+        match second {
+            Ok(answer) => {
+                let body = answer.into_body().collect().await.unwrap().to_bytes();
+                assert_eq!(body, "ok", "answered from a fresh connection");
+            }
+            Err(error) => panic!("the second request failed: {error:?}"),
+        }
+    })
+    .await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
 async fn connection_close_is_not_reused_or_parked() {
     let setup = setup(&["a.example"]).await;
     let idle = IdleConnections::new();
@@ -247,29 +382,54 @@ async fn an_unanswered_request_leaves_nothing_parked() {
     assert_eq!(idle.parked(), 0);
 }
 
-#[tokio::test]
-async fn parked_connections_expire_and_are_bounded_per_host() {
-    let setup = setup(&["a.example"]).await;
-    let idle = IdleConnections::new();
-    let lanes: Vec<Lane> = (0..MAX_IDLE_PER_HOST + 2)
-        .map(|_| Lane::new(setup.upstreams.clone(), idle.clone()))
-        .collect();
-    // At once, so that each has its own connection.
+/// `n` lanes fetch from `host` at once, so that each has a connection of
+/// its own, and end (parking them).
+async fn park_at_once(setup: &Setup, idle: &Arc<IdleConnections>, host: &'static str, n: usize) {
     let mut all = tokio::task::JoinSet::new();
-    let lanes: Vec<Arc<Lane>> = lanes.into_iter().map(Arc::new).collect();
-    let started = Arc::new(tokio::sync::Barrier::new(lanes.len()));
-    for lane in &lanes {
-        let lane = lane.clone();
+    let started = Arc::new(tokio::sync::Barrier::new(n));
+    for _ in 0..n {
+        let lane = Arc::new(Lane::new(setup.upstreams.clone(), idle.clone()));
         let started = started.clone();
         all.spawn(async move {
             lane.drive(async {
-                assert_eq!(fetch(&lane, "GET", "a.example", "/", "").await, "GET / 0");
+                assert_eq!(fetch(&lane, "GET", host, "/", "").await, "GET / 0");
                 started.wait().await;
             })
             .await
         });
     }
     all.join_all().await;
+}
+
+#[tokio::test]
+async fn parked_connections_are_bounded_per_identity_the_oldest_closed_first() {
+    let hosts = ["a.example", "b.example", "c.example"];
+    let setup = setup(&hosts).await;
+    let idle = IdleConnections::new();
+    for host in hosts {
+        park_at_once(&setup, &idle, host, MAX_IDLE_PER_HOST).await;
+    }
+    const { assert!(3 * MAX_IDLE_PER_HOST > MAX_IDLE_PER_IDENTITY) };
+    assert_eq!(idle.parked(), MAX_IDLE_PER_IDENTITY);
+    let kept = |host: &str| {
+        let by_host = idle.by_host.lock().unwrap();
+        by_host.get(host).map_or(0, Vec::len)
+    };
+    // The newest are kept: the last host's all, the first host's fewest.
+    assert_eq!(kept("c.example"), MAX_IDLE_PER_HOST);
+    assert_eq!(
+        kept("a.example") + kept("b.example"),
+        MAX_IDLE_PER_IDENTITY - MAX_IDLE_PER_HOST
+    );
+    assert!(kept("a.example") <= kept("b.example"));
+    assert_eq!(kept("a.example"), 0, "a.example's were parked first");
+}
+
+#[tokio::test]
+async fn parked_connections_expire_and_are_bounded_per_host() {
+    let setup = setup(&["a.example"]).await;
+    let idle = IdleConnections::new();
+    park_at_once(&setup, &idle, "a.example", MAX_IDLE_PER_HOST + 2).await;
     assert_eq!(setup.origins[0].accepted(), MAX_IDLE_PER_HOST + 2);
     assert_eq!(idle.parked(), MAX_IDLE_PER_HOST);
 

@@ -195,11 +195,17 @@ async fn get(sender: &mut Sender, target: &Target) {
 struct Latency {
     median: Duration,
     p99: Duration,
+    /// The contender's CPU time per request over the samples.
+    cpu_per_request: Duration,
 }
 
 /// Latency of each target, sampled in turn (one request to each per step)
-/// so that load from elsewhere on the machine hits all of them alike.
-async fn latencies(targets: &[&Target], n: usize) -> Vec<Latency> {
+/// so that load from elsewhere on the machine hits all of them alike; and
+/// each one's CPU time per request (`cpus[i]` reads target `i`'s CPU
+/// nanoseconds so far). With one request in flight at a time, a
+/// contender's CPU per request is on the request's path: it is the added
+/// latency's share that is work rather than waiting.
+async fn latencies(targets: &[&Target], cpus: &[&dyn Fn() -> u64], n: usize) -> Vec<Latency> {
     let mut senders = Vec::new();
     for target in targets {
         let mut sender = connect(target).await;
@@ -209,6 +215,7 @@ async fn latencies(targets: &[&Target], n: usize) -> Vec<Latency> {
         senders.push(sender);
     }
     let mut samples = vec![Vec::with_capacity(n); targets.len()];
+    let before: Vec<u64> = cpus.iter().map(|cpu| cpu()).collect();
     for _ in 0..n {
         for (i, target) in targets.iter().enumerate() {
             let start = Instant::now();
@@ -216,13 +223,20 @@ async fn latencies(targets: &[&Target], n: usize) -> Vec<Latency> {
             samples[i].push(start.elapsed());
         }
     }
+    let used: Vec<u64> = cpus
+        .iter()
+        .zip(before)
+        .map(|(cpu, before)| cpu().saturating_sub(before))
+        .collect();
     samples
         .into_iter()
-        .map(|mut s| {
+        .zip(used)
+        .map(|(mut s, used)| {
             s.sort();
             Latency {
                 median: s[n / 2],
                 p99: s[(n * 99 / 100).min(n - 1)],
+                cpu_per_request: Duration::from_nanos(used / n as u64),
             }
         })
         .collect()
@@ -277,6 +291,42 @@ fn thread_ticks(prefixes: &[&str]) -> u64 {
         }
     }
     total
+}
+
+/// Nanoseconds on CPU of a thread, from its `schedstat` (finer than the
+/// ticks of `stat`, for the latency phase's few thousand requests).
+fn schedstat_ns(task: &Path) -> u64 {
+    std::fs::read_to_string(task.join("schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// [`thread_ticks`] in nanoseconds.
+fn thread_cpu_ns(prefixes: &[&str]) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if prefixes.iter().any(|p| comm.starts_with(p)) {
+            total += schedstat_ns(&task.path());
+        }
+    }
+    total
+}
+
+/// [`process_tree_ticks`] in nanoseconds.
+fn process_tree_cpu_ns(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    let own: u64 = tasks.flatten().map(|t| schedstat_ns(&t.path())).sum();
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    own + children
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .map(process_tree_cpu_ns)
+        .sum::<u64>()
 }
 
 /// CPU ticks of a process and its children (nginx's master and workers).
@@ -387,7 +437,7 @@ fn main() {
     };
 
     client_rt.block_on(async {
-        report_latency(&direct, &via_proxy, &via_nginx, n).await;
+        report_latency(&direct, &via_proxy, &via_nginx, nginx_pid, n).await;
         report_throughput(&direct, &via_proxy, &via_nginx, nginx_pid, secs).await;
     });
     if large_mib > 0 {
@@ -517,10 +567,23 @@ async fn start_proxy(
 }
 
 /// Latency, one keep-alive connection each, sequential requests, interleaved.
-async fn report_latency(direct: &Target, via_proxy: &Target, via_nginx: &Target, n: usize) {
+async fn report_latency(
+    direct: &Target,
+    via_proxy: &Target,
+    via_nginx: &Target,
+    nginx_pid: u32,
+    n: usize,
+) {
     println!("gatehouse proxy benchmark: loopback, GitHub emulator, GET {PATH}");
     println!("latency, one keep-alive connection each, {n} sequential requests after 200 warm-up, interleaved:");
-    let lat = latencies(&[direct, via_proxy, via_nginx], n).await;
+    let proxy_cpu = || thread_cpu_ns(&["bench-proxy", "gatehouse-audit"]);
+    let nginx_cpu = || process_tree_cpu_ns(nginx_pid);
+    let lat = latencies(
+        &[direct, via_proxy, via_nginx],
+        &[&|| 0, &proxy_cpu, &nginx_cpu],
+        n,
+    )
+    .await;
     let (d_lat, p_lat, n_lat) = (&lat[0], &lat[1], &lat[2]);
     for (name, l) in [("direct", d_lat), ("proxy", p_lat), ("nginx", n_lat)] {
         println!(
@@ -535,6 +598,12 @@ async fn report_latency(direct: &Target, via_proxy: &Target, via_nginx: &Target,
         us(p_lat.median) / us(d_lat.median),
         us(p_lat.p99) - us(d_lat.p99),
         us(n_lat.median) - us(d_lat.median),
+    );
+    println!(
+        "  CPU per request: proxy {:.1} µs (incl. audit writer), nginx {:.1} µs; nginx/proxy = {:.2}×",
+        us(p_lat.cpu_per_request),
+        us(n_lat.cpu_per_request),
+        us(n_lat.cpu_per_request) / us(p_lat.cpu_per_request),
     );
 }
 

@@ -65,7 +65,7 @@ impl Limits {
 }
 
 /// Descriptors kept out of every identity's reach: the admin API and its
-/// connections, listeners, the audit log, the runtime, upstream pools.
+/// connections, listeners, the audit log, the runtime, the credential issuers' pool.
 pub const RESERVED_DESCRIPTORS: u64 = 64;
 
 /// How many client connections the descriptors allow (pure).
@@ -75,22 +75,31 @@ pub struct Budget {
     pub connections: usize,
     /// Client connections of one identity.
     pub per_identity: usize,
+    /// Idle upstream connections parked for the identities' next client
+    /// connections, all identities together.
+    pub parked: usize,
 }
 
 impl Budget {
-    /// The budget for `descriptors` open files: a connection may take two
-    /// (the client's and its upstream's), [`RESERVED_DESCRIPTORS`] stay
-    /// free, and one identity gets at most a quarter of the rest, so three
+    /// The budget for `descriptors` open files: [`RESERVED_DESCRIPTORS`]
+    /// stay free; an eighth of the rest is for parked upstream connections
+    /// (one each); a client connection may take three (the client's, a
+    /// second of it while a write to the client waits, and its upstream's);
+    /// and one identity gets at most a quarter of the connections, so three
     /// others (and the admin API) still find room.
     pub fn of(descriptors: u64, limits: &Limits) -> Self {
-        let usable = descriptors.saturating_sub(RESERVED_DESCRIPTORS) / 2;
-        let connections = usize::try_from(usable).unwrap_or(usize::MAX).max(1);
+        let usable = descriptors.saturating_sub(RESERVED_DESCRIPTORS);
+        let parked = usable / 8;
+        let connections = usize::try_from((usable - parked) / 3)
+            .unwrap_or(usize::MAX)
+            .max(1);
         let per_identity = limits
             .connections_per_identity
             .min((connections / 4).max(1));
         Self {
             connections,
             per_identity,
+            parked: usize::try_from(parked).unwrap_or(usize::MAX),
         }
     }
 }
@@ -123,20 +132,26 @@ mod tests {
     #[test]
     fn the_budget_splits_descriptors_between_identities() {
         let limits = Limits::default();
-        // (descriptors, all connections, one identity's)
+        // (descriptors, all connections, one identity's, parked)
         let cases = [
-            (1024, 480, 120),
-            (1_048_576, 524_256, 256),
-            (160, 48, 12),
-            (64, 1, 1),
-            (0, 1, 1),
+            (1024, 280, 70, 120),
+            (1_048_576, 305_816, 256, 131_064),
+            (160, 28, 7, 12),
+            (64, 1, 1, 0),
+            (0, 1, 1, 0),
         ];
-        for (descriptors, connections, per_identity) in cases {
+        for (descriptors, connections, per_identity, parked) in cases {
+            let budget = Budget::of(descriptors, &limits);
+            if descriptors > RESERVED_DESCRIPTORS {
+                let most = RESERVED_DESCRIPTORS as usize + 3 * budget.connections + budget.parked;
+                assert!(most <= descriptors as usize, "{descriptors}: {most}");
+            }
             assert_eq!(
-                Budget::of(descriptors, &limits),
+                budget,
                 Budget {
                     connections,
-                    per_identity
+                    per_identity,
+                    parked,
                 },
                 "{descriptors}"
             );

@@ -408,14 +408,15 @@ struct Run {
     rss_growth_kib: u64,
 }
 
-/// Runs `transfer`, with the CPU `ticks` of its contender and the growth
-/// of this process's peak resident set over the resident set before.
-fn run(ticks: impl Fn() -> u64, transfer: impl FnOnce() -> Duration) -> Run {
+/// Runs `transfer`, with the CPU nanoseconds of its contender (`cpu_ns`)
+/// and the growth of this process's peak resident set over the resident
+/// set before.
+fn run(cpu_ns: impl Fn() -> u64, transfer: impl FnOnce() -> Duration) -> Run {
     reset_peak();
     let rss = rss_kib();
-    let before = ticks();
+    let before = cpu_ns();
     let took = transfer();
-    let cpu = ticks().saturating_sub(before) as f64 / super::clock_ticks_per_sec();
+    let cpu = cpu_ns().saturating_sub(before) as f64 / 1e9;
     Run {
         secs: took.as_secs_f64(),
         cpu_secs: cpu,
@@ -432,8 +433,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// CPU and the proxy's peak resident set growth.
 pub fn report(c: &Contenders<'_>) {
     let rounds = super::env_or("BENCH_LARGE_ROUNDS", 3) as usize;
-    let proxy_ticks = || super::thread_ticks(&["bench-proxy", "gatehouse-audit"]);
-    let nginx_ticks = || super::process_tree_ticks(c.nginx_pid);
+    let proxy_cpu = || super::thread_cpu_ns(&["bench-proxy", "gatehouse-audit"]);
+    let nginx_cpu = || super::process_tree_cpu_ns(c.nginx_pid);
     let none = || 0;
     let into = c.scratch.join("clone.git");
     let download = |via: &Via| {
@@ -456,14 +457,14 @@ pub fn report(c: &Contenders<'_>) {
             let runs = if what.starts_with("git") {
                 [
                     run(none, || clone(&c.clone_direct, &into)),
-                    run(nginx_ticks, || clone(&c.clone_nginx, &into)),
-                    run(proxy_ticks, || clone(&c.clone_proxy, &into)),
+                    run(nginx_cpu, || clone(&c.clone_nginx, &into)),
+                    run(proxy_cpu, || clone(&c.clone_proxy, &into)),
                 ]
             } else {
                 [
                     run(none, || download(&c.download_direct)),
-                    run(nginx_ticks, || download(&c.download_nginx)),
-                    run(proxy_ticks, || download(&c.download_tunnel)),
+                    run(nginx_cpu, || download(&c.download_nginx)),
+                    run(proxy_cpu, || download(&c.download_tunnel)),
                 ]
             };
             let rate = |r: &Run| mb(bytes) / r.secs;

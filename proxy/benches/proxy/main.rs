@@ -243,7 +243,7 @@ async fn latencies(targets: &[&Target], cpus: &[&dyn Fn() -> u64], n: usize) -> 
 }
 
 /// Throughput and the contender's CPU time per request (`cpu` reads its
-/// CPU clock ticks so far): the second figure is what a shared machine
+/// CPU nanoseconds so far): the second figure is what a shared machine
 /// distorts least.
 struct Measured {
     rate: f64,
@@ -254,47 +254,19 @@ async fn measure(target: &Target, clients: usize, secs: u64, cpu: impl Fn() -> u
     let (before, started) = (cpu(), Instant::now());
     let rate = throughput(target, clients, secs).await;
     let requests = rate * started.elapsed().as_secs_f64();
-    let ticks = cpu().saturating_sub(before) as f64;
+    let ns = cpu().saturating_sub(before) as f64;
     Measured {
         rate,
-        cpu_us_per_request: ticks * 1e6 / clock_ticks_per_sec() / requests,
+        cpu_us_per_request: ns / 1e3 / requests,
     }
 }
 
-/// `/proc` reports CPU time in USER_HZ ticks, 100 per second on Linux.
-fn clock_ticks_per_sec() -> f64 {
-    100.0
-}
-
-/// utime + stime from a `/proc/.../stat` line (fields 14 and 15).
-fn stat_ticks(stat: &str) -> u64 {
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    field(11) + field(12)
-}
-
-/// CPU ticks of this process's threads whose name starts with a prefix
-/// (the proxy's runtime workers and its audit writer).
-fn thread_ticks(prefixes: &[&str]) -> u64 {
-    let mut total = 0;
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if prefixes.iter().any(|p| comm.starts_with(p)) {
-            total +=
-                stat_ticks(&std::fs::read_to_string(task.path().join("stat")).unwrap_or_default());
-        }
-    }
-    total
-}
-
-/// Nanoseconds on CPU of a thread, from its `schedstat` (finer than the
-/// ticks of `stat`, for the latency phase's few thousand requests).
+/// Nanoseconds on CPU of a thread, from its `schedstat`: the scheduler's
+/// own account. `stat`'s user and system times are sampled at the 100 Hz
+/// tick, which over a round's few hundred ticks erred by several per cent.
+/// A thread that ended since its directory was listed counts 0 (and the
+/// CPU of threads that end during a measurement is not counted: the
+/// contenders' threads live as long as the bench).
 fn schedstat_ns(task: &Path) -> u64 {
     std::fs::read_to_string(task.join("schedstat"))
         .ok()
@@ -302,7 +274,18 @@ fn schedstat_ns(task: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// [`thread_ticks`] in nanoseconds.
+/// The kernel keeps `schedstat` only with `CONFIG_SCHED_INFO`; without it
+/// every CPU figure would read 0.
+fn require_schedstat() {
+    let own = std::fs::read_to_string("/proc/self/schedstat").unwrap_or_default();
+    assert!(
+        own.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n > 0),
+        "/proc/self/schedstat is missing or empty: this kernel has no CONFIG_SCHED_INFO, which the bench's CPU figures need"
+    );
+}
+
+/// CPU nanoseconds of this process's threads whose name starts with a
+/// prefix (the proxy's runtime workers and its audit writer).
 fn thread_cpu_ns(prefixes: &[&str]) -> u64 {
     let mut total = 0;
     for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
@@ -314,7 +297,8 @@ fn thread_cpu_ns(prefixes: &[&str]) -> u64 {
     total
 }
 
-/// [`process_tree_ticks`] in nanoseconds.
+/// CPU nanoseconds of a process and its children (nginx's master and
+/// workers).
 fn process_tree_cpu_ns(pid: u32) -> u64 {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
@@ -327,19 +311,6 @@ fn process_tree_cpu_ns(pid: u32) -> u64 {
         .filter_map(|c| c.parse().ok())
         .map(process_tree_cpu_ns)
         .sum::<u64>()
-}
-
-/// CPU ticks of a process and its children (nginx's master and workers).
-fn process_tree_ticks(pid: u32) -> u64 {
-    let own = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let children =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    stat_ticks(&own)
-        + children
-            .split_whitespace()
-            .filter_map(|c| c.parse().ok())
-            .map(process_tree_ticks)
-            .sum::<u64>()
 }
 
 async fn throughput(target: &Target, clients: usize, secs: u64) -> f64 {
@@ -379,6 +350,7 @@ use nginx::start_nginx;
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
+    require_schedstat();
     let n = env_or("BENCH_REQUESTS", 3000) as usize;
     let secs = env_or("BENCH_SECS", 5);
     let large_mib = large::size_mib();
@@ -625,9 +597,9 @@ async fn report_throughput(
     let (mut n_cpu, mut p_cpu) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
         let d = throughput(direct, 32, secs).await;
-        let n = measure(via_nginx, 32, secs, || process_tree_ticks(nginx_pid)).await;
+        let n = measure(via_nginx, 32, secs, || process_tree_cpu_ns(nginx_pid)).await;
         let p = measure(via_proxy, 32, secs, || {
-            thread_ticks(&["bench-proxy", "gatehouse-audit"])
+            thread_cpu_ns(&["bench-proxy", "gatehouse-audit"])
         })
         .await;
         println!(

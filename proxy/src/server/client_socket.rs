@@ -13,10 +13,11 @@
 //! Here the socket is registered for reads only, and a write is made
 //! straight away: almost every one fits in the socket's buffer. Only when a
 //! write would block is a second descriptor of the socket registered for
-//! writes; a connection that once filled its buffer (a download the client
-//! reads slower than it arrives) keeps it, as then the wakes are wanted.
+//! writes, until a write goes through at once again. While it is, a
+//! connection holds a third descriptor (the budget counts three:
+//! [`crate::limits::Budget`]).
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -80,7 +81,13 @@ impl ClientSocket {
             match write(self.socket.get_ref()) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                done => return Poll::Ready(done),
+                done => {
+                    // Writes go through again: back to reads only, so a
+                    // keep-alive connection that once carried a large
+                    // answer does not keep the wakes.
+                    self.writes = None;
+                    return Poll::Ready(done);
+                }
             }
         }
         let writes = match &mut self.writes {
@@ -161,19 +168,6 @@ impl AsyncWrite for ClientSocket {
         // peer is an error, not a signal.
         self.get_mut()
             .poll_write_with(cx, |mut socket| socket.write(data))
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        self.get_mut()
-            .poll_write_with(cx, |mut socket| socket.write_vectored(data))
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
     }
 
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -24,8 +24,9 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
-/// A moment that can be moved freely and is waited for by one timer,
-/// which is set again only when it fires early.
+/// A moment that can be moved freely and is waited for by one timer: a
+/// move later leaves the timer, which is set again when it fires early; a
+/// move earlier sets it at once.
 pub(super) struct Deadline {
     at: Instant,
     timer: Pin<Box<Sleep>>,
@@ -66,7 +67,10 @@ impl Deadline {
 /// one [`Deadline`]. hyper makes a new sleep for every request head it
 /// waits for (and drops it once the head is in); here each is a handle on
 /// the connection's one deadline, which it moves, so a request touches no
-/// timer. Build one per connection (the server builder's `timer`).
+/// timer. Build one per connection (the server builder's `timer`): the
+/// deadline's timer keeps one waker, which holds because hyper 1's HTTP/1
+/// server has one header sleep at a time; two connections, or two sleeps
+/// polled at once, on one timer would leave one of them unwoken.
 #[derive(Clone, Default)]
 pub(super) struct ConnectionTimer {
     /// Made at the first sleep, so it is made inside the runtime.

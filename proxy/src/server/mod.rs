@@ -178,6 +178,8 @@ pub struct Proxy {
     refusals: Mutex<refusals::RefusalLimiter>,
     limits: Limits,
     budget: Budget,
+    /// Parked upstream connections of all identities ([`Budget::parked`]).
+    parked: Arc<Semaphore>,
     /// Client connections of all identities ([`Budget::connections`]).
     connections: Arc<Semaphore>,
     /// Where whole-body checks run, off the runtime's worker threads.
@@ -239,6 +241,7 @@ impl Proxy {
         tracing::info!(
             connections = budget.connections,
             per_identity = budget.per_identity,
+            parked = budget.parked,
             requests_per_identity = parts.limits.requests_per_identity,
             "connection budget"
         );
@@ -257,6 +260,7 @@ impl Proxy {
             limits: parts.limits,
             budget,
             connections: Arc::new(Semaphore::new(budget.connections)),
+            parked: Arc::new(Semaphore::new(budget.parked)),
             heavy: heavy::HeavyPool::for_this_machine(),
             request_prefix: format!("req_{:x}", started.as_nanos()),
             next_request: AtomicU64::new(1),
@@ -376,7 +380,7 @@ impl Proxy {
             transparent_socket: transparent.as_ref().map(|(path, _)| path.clone()),
             peer_uid: spec.peer_uid,
             dynamic: placement != Placement::Static,
-            idle: IdleConnections::new(),
+            idle: IdleConnections::new(self.parked.clone()),
             revoked,
             created,
             connections: Arc::new(Semaphore::new(self.budget.per_identity)),

@@ -24,6 +24,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::client::TlsStream;
 
 use super::{UpstreamError, Upstreams};
@@ -63,6 +64,9 @@ struct Upstream {
 struct Parked {
     upstream: Upstream,
     since: Instant,
+    /// One of the proxy's permits for parked connections, given back when
+    /// the connection is taken or closed.
+    permit: OwnedSemaphorePermit,
 }
 
 impl Upstream {
@@ -81,6 +85,10 @@ impl Upstream {
 /// request goes on a new connection.
 pub struct IdleConnections {
     by_host: Mutex<HashMap<Arc<str>, Vec<Parked>>>,
+    /// The proxy's permits for parked connections, all identities together
+    /// (each holds a descriptor the client connections' budget does not
+    /// count: [`crate::limits::Budget::parked`]).
+    permits: Arc<Semaphore>,
     /// Its identity was closed: nothing is parked any more.
     closed: AtomicBool,
     /// A sweeper runs while anything is parked.
@@ -88,9 +96,11 @@ pub struct IdleConnections {
 }
 
 impl IdleConnections {
-    pub fn new() -> Arc<Self> {
+    /// An identity's parked connections, drawing on the proxy's `permits`.
+    pub fn new(permits: Arc<Semaphore>) -> Arc<Self> {
         Arc::new(Self {
             by_host: Mutex::new(HashMap::new()),
+            permits,
             closed: AtomicBool::new(false),
             sweeping: Mutex::new(false),
         })
@@ -109,30 +119,51 @@ impl IdleConnections {
         found.map(|p| p.upstream)
     }
 
-    /// Parks a connection that is ready for its next request; the oldest
-    /// of its host beyond [`MAX_IDLE_PER_HOST`], or of any host beyond
-    /// [`MAX_IDLE_PER_IDENTITY`], is closed.
+    /// Parks a connection that is ready for its next request. To make
+    /// room, the oldest of its host beyond [`MAX_IDLE_PER_HOST`] is closed,
+    /// else the oldest of any host beyond [`MAX_IDLE_PER_IDENTITY`]; with
+    /// none of the proxy's permits left it is closed instead.
     fn park(self: &Arc<Self>, mut upstream: Upstream) {
-        if !upstream.sender.is_ready()
-            || !upstream.still_open()
-            || self.closed.load(Ordering::SeqCst)
-        {
+        if !upstream.sender.is_ready() || !upstream.still_open() {
             return;
         }
-        {
-            let mut by_host = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
-            if by_host.values().map(Vec::len).sum::<usize>() >= MAX_IDLE_PER_IDENTITY {
-                close_oldest(&mut by_host);
-            }
-            let parked = by_host.entry(upstream.host.clone()).or_default();
-            if parked.len() >= MAX_IDLE_PER_HOST {
-                parked.remove(0);
-            }
-            parked.push(Parked {
+        let mut by_host = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
+        // Under the lock, so that a `close` racing this parks nothing.
+        if self.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let host_full = by_host
+            .get(&upstream.host)
+            .is_some_and(|parked| parked.len() >= MAX_IDLE_PER_HOST);
+        let room = if host_full {
+            by_host
+                .get_mut(&upstream.host)
+                .map(|parked| parked.remove(0))
+        } else if by_host.values().map(Vec::len).sum::<usize>() >= MAX_IDLE_PER_IDENTITY {
+            take_oldest(&mut by_host)
+        } else {
+            None
+        };
+        // A connection closed to make room hands its permit on.
+        let (permit, closing) = match room {
+            Some(old) => (old.permit, Some(old.upstream)),
+            None => match self.permits.clone().try_acquire_owned() {
+                Ok(permit) => (permit, None),
+                // None left: this one is closed rather than parked.
+                Err(_) => return,
+            },
+        };
+        by_host
+            .entry(upstream.host.clone())
+            .or_default()
+            .push(Parked {
                 upstream,
                 since: Instant::now(),
+                permit,
             });
-        }
+        drop(by_host);
+        // Closed outside the lock.
+        drop(closing);
         self.sweep_later();
     }
 
@@ -185,21 +216,19 @@ impl IdleConnections {
     }
 }
 
-/// Closes the connection parked longest, of any host. Each host's list is
-/// in the order parked, so the oldest is the first of one of them.
-fn close_oldest(by_host: &mut HashMap<Arc<str>, Vec<Parked>>) {
-    let oldest = by_host
+/// Takes out the connection parked longest, of any host. Each host's list
+/// is in the order parked, so the oldest is the first of one of them.
+fn take_oldest(by_host: &mut HashMap<Arc<str>, Vec<Parked>>) -> Option<Parked> {
+    let (_, host) = by_host
         .iter()
         .filter_map(|(host, parked)| Some((parked.first()?.since, host.clone())))
-        .min_by_key(|(since, _)| *since);
-    if let Some((_, host)) = oldest {
-        if let Some(parked) = by_host.get_mut(&host) {
-            parked.remove(0);
-            if parked.is_empty() {
-                by_host.remove(&host);
-            }
-        }
+        .min_by_key(|(since, _)| *since)?;
+    let parked = by_host.get_mut(&host)?;
+    let oldest = parked.remove(0);
+    if parked.is_empty() {
+        by_host.remove(&host);
     }
+    Some(oldest)
 }
 
 /// A client connection's upstream connection.

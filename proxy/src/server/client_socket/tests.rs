@@ -81,18 +81,30 @@ async fn the_socket_is_registered_for_reads_and_for_writes_only_once_a_write_blo
     let reader = tokio::spawn(async move {
         let mut got = vec![0u8; 4 << 20];
         theirs.read_exact(&mut got).await.unwrap();
-        got
+        (got, theirs)
     });
-    ours.write_all(&big).await.unwrap();
-    assert_eq!(reader.await.unwrap(), big);
-    let writes = ours
-        .writes
-        .as_ref()
-        .expect("the write blocked, so writes are registered");
-    let second = epoll_masks(writes.as_raw_fd());
+    // Written until a write would block (the client reads only once this
+    // task waits): then a second descriptor is registered, for writes.
+    let mut written = 0;
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    while let Poll::Ready(n) = Pin::new(&mut ours).poll_write(&mut cx, &big[written..]) {
+        written += n.unwrap();
+        assert!(
+            written < big.len(),
+            "4 MiB went into the socket's buffer unread"
+        );
+    }
+    let second_fd = ours.writes.as_ref().expect("a write blocked").as_raw_fd();
+    let second = epoll_masks(second_fd);
     assert_eq!(second.len(), 1, "{second:x?}");
     assert_ne!(second[0] & EPOLLOUT, 0, "{:x}", second[0]);
     assert_eq!(epoll_masks(fd), masks, "the read registration is unchanged");
+    ours.write_all(&big[written..]).await.unwrap();
+    let (got, _theirs) = reader.await.unwrap();
+    assert!(got == big, "the answer arrived changed");
+    // A write that goes through at once drops the write registration.
+    ours.write_all(b"small").await.unwrap();
+    assert!(ours.writes.is_none());
 }
 
 #[tokio::test]

@@ -134,6 +134,11 @@ async fn setup(hosts: &[&str]) -> Setup {
     }
 }
 
+/// An identity's parked connections, with permits enough for any test.
+fn idle_connections() -> Arc<IdleConnections> {
+    IdleConnections::new(Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)))
+}
+
 fn request(method: &str, host: &str, path: &str, body: &'static str) -> Request<ProxyBody> {
     Request::builder()
         .method(method)
@@ -156,7 +161,7 @@ async fn fetch(lane: &Lane, method: &str, host: &str, path: &str, body: &'static
 #[tokio::test]
 async fn a_lanes_requests_share_one_connection_which_is_parked_after() {
     let setup = setup(&["a.example"]).await;
-    let idle = IdleConnections::new();
+    let idle = idle_connections();
     let lane = Lane::new(setup.upstreams.clone(), idle.clone());
     lane.drive(async {
         assert_eq!(
@@ -190,7 +195,7 @@ async fn a_lanes_requests_share_one_connection_which_is_parked_after() {
 #[tokio::test]
 async fn a_connection_the_upstream_closed_is_replaced_and_the_request_sent_whole() {
     let setup = setup(&["a.example"]).await;
-    let idle = IdleConnections::new();
+    let idle = idle_connections();
     let lane = Lane::new(setup.upstreams.clone(), idle.clone());
     lane.drive(async {
         assert_eq!(fetch(&lane, "GET", "a.example", "/1", "").await, "GET /1 0");
@@ -221,7 +226,7 @@ async fn a_connection_the_upstream_closed_is_replaced_and_the_request_sent_whole
 #[tokio::test]
 async fn a_request_the_upstream_read_and_left_unanswered_fails_and_is_not_sent_again() {
     let setup = setup(&["a.example"]).await;
-    let idle = IdleConnections::new();
+    let idle = idle_connections();
     let lane = Lane::new(setup.upstreams.clone(), idle.clone());
     lane.drive(async {
         assert_eq!(fetch(&lane, "GET", "a.example", "/1", "").await, "GET /1 0");
@@ -308,7 +313,7 @@ async fn bytes_after_an_answer_end_the_connection_and_are_never_an_answer() {
         ca_file: Some(dir.path().join("ca.pem")),
     }])
     .unwrap();
-    let idle = IdleConnections::new();
+    let idle = idle_connections();
     let lane = Lane::new(upstreams.clone(), idle.clone());
     lane.drive(async {
         assert_eq!(fetch(&lane, "GET", "a.example", "/1", "").await, "ok");
@@ -331,7 +336,7 @@ async fn bytes_after_an_answer_end_the_connection_and_are_never_an_answer() {
 #[tokio::test]
 async fn connection_close_is_not_reused_or_parked() {
     let setup = setup(&["a.example"]).await;
-    let idle = IdleConnections::new();
+    let idle = idle_connections();
     let lane = Lane::new(setup.upstreams.clone(), idle.clone());
     lane.drive(async {
         assert_eq!(
@@ -351,7 +356,7 @@ async fn connection_close_is_not_reused_or_parked() {
 #[tokio::test]
 async fn another_host_parks_the_lanes_connection_until_it_comes_back() {
     let setup = setup(&["a.example", "b.example"]).await;
-    let idle = IdleConnections::new();
+    let idle = idle_connections();
     let lane = Lane::new(setup.upstreams.clone(), idle.clone());
     lane.drive(async {
         assert_eq!(fetch(&lane, "GET", "a.example", "/1", "").await, "GET /1 0");
@@ -368,7 +373,7 @@ async fn another_host_parks_the_lanes_connection_until_it_comes_back() {
 #[tokio::test]
 async fn an_unanswered_request_leaves_nothing_parked() {
     let setup = setup(&["a.example"]).await;
-    let idle = IdleConnections::new();
+    let idle = idle_connections();
     let lane = Lane::new(setup.upstreams.clone(), idle.clone());
     lane.drive(async {
         // The answer's head arrives; its body is never read.
@@ -405,7 +410,7 @@ async fn park_at_once(setup: &Setup, idle: &Arc<IdleConnections>, host: &'static
 async fn parked_connections_are_bounded_per_identity_the_oldest_closed_first() {
     let hosts = ["a.example", "b.example", "c.example"];
     let setup = setup(&hosts).await;
-    let idle = IdleConnections::new();
+    let idle = idle_connections();
     for host in hosts {
         park_at_once(&setup, &idle, host, MAX_IDLE_PER_HOST).await;
     }
@@ -426,9 +431,31 @@ async fn parked_connections_are_bounded_per_identity_the_oldest_closed_first() {
 }
 
 #[tokio::test]
+async fn parked_connections_take_the_proxys_permits_and_give_them_back() {
+    let setup = setup(&["a.example", "b.example"]).await;
+    let permits = Arc::new(Semaphore::new(3));
+    let one = IdleConnections::new(permits.clone());
+    let other = IdleConnections::new(permits.clone());
+    park_at_once(&setup, &one, "a.example", 2).await;
+    park_at_once(&setup, &other, "b.example", 2).await;
+    // Three permits for four: the last was closed, not parked.
+    assert_eq!(one.parked() + other.parked(), 3);
+    assert_eq!(permits.available_permits(), 0);
+    // Taken (and then used up by its client connection), its permit is back.
+    let taken = one
+        .take("a.example", Instant::now())
+        .expect("a parked connection");
+    assert_eq!(permits.available_permits(), 1);
+    drop(taken);
+    // Closing an identity gives back all of its permits.
+    other.close();
+    assert_eq!(permits.available_permits(), 3 - one.parked());
+}
+
+#[tokio::test]
 async fn parked_connections_expire_and_are_bounded_per_host() {
     let setup = setup(&["a.example"]).await;
-    let idle = IdleConnections::new();
+    let idle = idle_connections();
     park_at_once(&setup, &idle, "a.example", MAX_IDLE_PER_HOST + 2).await;
     assert_eq!(setup.origins[0].accepted(), MAX_IDLE_PER_HOST + 2);
     assert_eq!(idle.parked(), MAX_IDLE_PER_HOST);
@@ -441,7 +468,7 @@ async fn parked_connections_expire_and_are_bounded_per_host() {
 #[tokio::test]
 async fn the_sweeper_closes_what_has_waited_too_long_and_a_closed_identity_parks_nothing() {
     let setup = setup(&["a.example"]).await;
-    let idle = IdleConnections::new();
+    let idle = idle_connections();
     let lane = Lane::new(setup.upstreams.clone(), idle.clone());
     lane.drive(async {
         assert_eq!(fetch(&lane, "GET", "a.example", "/", "").await, "GET / 0");
@@ -469,7 +496,7 @@ async fn the_sweeper_closes_what_has_waited_too_long_and_a_closed_identity_parks
 #[tokio::test]
 async fn a_request_while_an_answer_is_unread_goes_on_another_connection() {
     let setup = setup(&["a.example"]).await;
-    let idle = IdleConnections::new();
+    let idle = idle_connections();
     let lane = Lane::new(setup.upstreams.clone(), idle.clone());
     let sent = tokio::time::timeout(
         Duration::from_secs(30),
@@ -533,7 +560,7 @@ impl Future for WokenFromAnotherThread {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wake_during_the_drives_poll_or_after_it_is_never_lost() {
-    let lane = Lane::new(Upstreams::new(&[]).unwrap(), IdleConnections::new());
+    let lane = Lane::new(Upstreams::new(&[]).unwrap(), idle_connections());
     for during in [true, false, true, false] {
         let woken = WokenFromAnotherThread {
             polled: false,

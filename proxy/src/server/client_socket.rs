@@ -13,8 +13,8 @@
 //! Here the socket is registered for reads only, and a write is made
 //! straight away: almost every one fits in the socket's buffer. Only when a
 //! write would block is a second descriptor of the socket registered for
-//! writes, until a write goes through at once again. While it is, a
-//! connection holds a third descriptor (the budget counts three:
+//! writes, until writes go through at once again (many in a row). While
+//! it is, a connection holds a third descriptor (the budget counts three:
 //! [`crate::limits::Budget`]).
 
 use std::io::{self, Read, Write};
@@ -33,7 +33,16 @@ pub(super) struct ClientSocket {
     /// A second descriptor of it, registered for writes once a write
     /// would have blocked.
     writes: Option<AsyncFd<UnixStream>>,
+    /// Writes that went through at once since one last had to wait.
+    unblocked: u32,
 }
+
+/// Writes in a row that go through at once before the write registration
+/// is dropped: a transfer the client reads more slowly than it arrives
+/// blocks far more often than this and keeps it (no registering and
+/// dropping on every buffer's worth), a keep-alive connection back to
+/// small answers drops it.
+const UNBLOCKED_WRITES_BEFORE_DROPPING: u32 = 64;
 
 impl ClientSocket {
     /// Takes over an accepted stream (its runtime registration is dropped
@@ -43,6 +52,7 @@ impl ClientSocket {
         Ok(Self {
             socket: register(stream, Interest::READABLE)?,
             writes: None,
+            unblocked: 0,
         })
     }
 
@@ -85,11 +95,17 @@ impl ClientSocket {
                     // Writes go through again: back to reads only, so a
                     // keep-alive connection that once carried a large
                     // answer does not keep the wakes.
-                    self.writes = None;
+                    if self.writes.is_some() {
+                        self.unblocked += 1;
+                        if self.unblocked >= UNBLOCKED_WRITES_BEFORE_DROPPING {
+                            self.writes = None;
+                        }
+                    }
                     return Poll::Ready(done);
                 }
             }
         }
+        self.unblocked = 0;
         let writes = match &mut self.writes {
             Some(writes) => writes,
             None => {

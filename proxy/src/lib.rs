@@ -39,6 +39,9 @@
 //!   server         one unix socket per identity, and the request path:
 //!     connect        outer HTTP/1.1: CONNECT spliced, intercepted or refused
 //!     framing        the request-framing guard in front of hyper
+//!     client_socket  a client's unix socket, registered for reads only
+//!     idle, deadline the idle clock and the header-read timeout, one moving
+//!                    deadline per connection
 //!     forward        one request: head::check ─► policy ─► inspect ─► message
 //!                    ─► credential ─► upstream ─► respond (the I/O shell)
 //!     head, headers, inspect, message, records, answers
@@ -48,7 +51,8 @@
 //!     audit_writer   audit lines written on the request path, synced in batches
 //!   credentials    the registry and the Authorization header; one module per
 //!                  kind: static_token, feishu_app, github_app
-//!   upstream       verified TLS to the real hosts (and test overrides)
+//!   upstream       verified TLS to the real hosts (and test overrides); lane:
+//!                  each client connection's upstream connection, parked idle
 //!   ca             the gatehouse CA and the leaves it mints
 //!   body           body adapters: prefixed, counting, redacting
 //! ```

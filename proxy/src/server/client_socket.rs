@@ -80,13 +80,12 @@ impl ClientSocket {
         }
     }
 
-    /// Makes a write: at once, and if it would block, again each time the
-    /// socket's write registration says it can go.
-    fn poll_write_with(
-        &mut self,
-        cx: &mut Context<'_>,
-        mut write: impl FnMut(&UnixStream) -> io::Result<usize>,
-    ) -> Poll<io::Result<usize>> {
+    /// Writes `data`: at once, and if that would block, again each time
+    /// the socket's write registration says it can go. std writes a unix
+    /// stream with `send(MSG_NOSIGNAL)`: a closed peer is an error, not a
+    /// signal.
+    fn poll_write_data(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let write = |mut socket: &UnixStream| socket.write(data);
         loop {
             match write(self.socket.get_ref()) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -180,10 +179,7 @@ impl AsyncWrite for ClientSocket {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        // std writes a unix stream with `send(MSG_NOSIGNAL)`: a closed
-        // peer is an error, not a signal.
-        self.get_mut()
-            .poll_write_with(cx, |mut socket| socket.write(data))
+        self.get_mut().poll_write_data(cx, data)
     }
 
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {

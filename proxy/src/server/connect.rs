@@ -35,7 +35,7 @@ pub(super) fn http1_server() -> http1::Builder {
 /// waiting (a connection's start, the end of the previous response): a
 /// keep-alive connection silent that long between requests is closed, and
 /// so is one trickling a head.
-pub(super) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// [`http1_server`] with another header-read timeout (for tests).
 pub(super) fn http1_server_reading_heads_within(timeout: Duration) -> http1::Builder {

@@ -37,6 +37,7 @@ use gatehouse_proxy::ca::CertificateAuthority;
 use gatehouse_proxy::credentials::{CredentialSpec, Credentials};
 use gatehouse_proxy::rules::{RuleBook, RuleSet};
 use gatehouse_proxy::server::audit_writer::AuditWriter;
+use gatehouse_proxy::server::client_socket::ClientSocket;
 use gatehouse_proxy::server::{IdentitySpec, Proxy, ProxyParts};
 use gatehouse_proxy::upstream::{UpstreamOverride, Upstreams};
 use http_body_util::{BodyExt, Empty};
@@ -170,6 +171,11 @@ async fn connect(target: &Target) -> Sender {
                 "{}",
                 String::from_utf8_lossy(&head)
             );
+            // Registered for reads only, as curl or git poll it: a tokio
+            // stream's write registration is woken by every read the proxy
+            // makes (a unix socket's writer is, a TCP one's is not), a
+            // wake-up of this client, while it waits, in the proxy's time.
+            let unix = ClientSocket::new(unix).unwrap();
             tls_handshake(unix, target.tls.clone()).await
         }
     }

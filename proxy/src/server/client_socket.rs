@@ -16,6 +16,13 @@
 //! writes, until writes go through at once again (many in a row). While
 //! it is, a connection holds a third descriptor (the budget counts three:
 //! [`crate::limits::Budget`]).
+//!
+//! The other end of such a socket has the same wakes the other way round:
+//! a tokio client's socket registered for writes is woken every time the
+//! proxy reads its request, while it waits for the answer (the proxy's
+//! `recvfrom` runs that wake-up). So the bench's load generator connects
+//! through this type too, as a client that polls for writes only when one
+//! blocks (curl, git) does.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
@@ -27,7 +34,8 @@ use std::task::{ready, Context, Poll};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 
-pub(super) struct ClientSocket {
+/// A unix stream registered for reads, written at once.
+pub struct ClientSocket {
     /// The socket, registered for reads.
     socket: AsyncFd<UnixStream>,
     /// A second descriptor of it, registered for writes once a write
@@ -45,9 +53,10 @@ pub(super) struct ClientSocket {
 const UNBLOCKED_WRITES_BEFORE_DROPPING: u32 = 64;
 
 impl ClientSocket {
-    /// Takes over an accepted stream (its runtime registration is dropped
-    /// and the socket registered again, for reads only).
-    pub(super) fn new(stream: tokio::net::UnixStream) -> io::Result<Self> {
+    /// Takes over a stream, accepted or connected (its runtime
+    /// registration is dropped and the socket registered again, for reads
+    /// only).
+    pub fn new(stream: tokio::net::UnixStream) -> io::Result<Self> {
         let stream = stream.into_std()?;
         Ok(Self {
             socket: register(stream, Interest::READABLE)?,

@@ -17,7 +17,7 @@
 mod answers;
 pub mod audit_writer;
 pub(crate) mod backoff;
-mod client_socket;
+pub mod client_socket;
 mod completion;
 mod connect;
 mod deadline;

@@ -10,11 +10,16 @@
 //! `init::reap_until`), so a sandbox whose worker never connects starts no
 //! thread at all; each accepted connection gets its own.
 
-use std::io;
+use std::io::{self, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::thread;
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{recv, MsgFlags};
 
 /// Small stacks: a relay thread only copies bytes.
 const STACK: usize = 64 * 1024;
@@ -54,10 +59,42 @@ fn forward(tcp: TcpStream, target: &PathBuf) {
         let _ = io::copy(&mut tcp_r, &mut unix_w);
         let _ = unix_w.shutdown(Shutdown::Write);
     });
-    let (mut unix_r, mut tcp_w) = (unix, tcp);
-    let _ = io::copy(&mut unix_r, &mut tcp_w);
+    let (unix_r, mut tcp_w) = (unix, tcp);
+    let _ = copy_answers(&unix_r, &mut tcp_w);
     let _ = tcp_w.shutdown(Shutdown::Write);
     if let Ok(h) = upstream {
         let _ = h.join();
     }
 }
+
+/// Copies what the proxy sends to the worker until the proxy closes.
+///
+/// It waits for input in `poll`, never in a blocking `read`. A unix
+/// socket wakes everything waiting on it when its peer reads and frees
+/// buffer space (the writers' wake-up, `EPOLLOUT`), and a thread asleep in
+/// `read` is woken by that too, finds nothing and sleeps again: once for
+/// every read the proxy makes of the worker's requests, with the wake-up
+/// run in the proxy's own `recvfrom`. `poll` wakes only for the events it
+/// asked for. Reads that find data go on without waiting, so a transfer
+/// makes one `poll` each time the socket runs dry, not one a read.
+fn copy_answers(from: &UnixStream, to: &mut TcpStream) -> io::Result<()> {
+    let mut buf = [0u8; 8192];
+    loop {
+        match recv(from.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+            Ok(0) => return Ok(()),
+            Ok(n) => to.write_all(&buf[..n])?,
+            Err(Errno::EAGAIN) => {
+                let mut fds = [PollFd::new(from.as_fd(), PollFlags::POLLIN)];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -161,17 +161,19 @@ pub(super) fn method_changing_header(headers: &HeaderMap) -> Option<&str> {
 /// a held secret in its value or in its name (names compared ignoring
 /// case: HTTP/1 parsers lowercase them).
 pub(super) fn strip_response_headers(headers: &mut HeaderMap, secrets: &Secrets) {
-    for name in DROPPED_RESPONSE_HEADERS {
-        headers.remove(*name);
-    }
-    let leaking: Vec<HeaderName> = headers
+    // One pass over the answer's headers, then a removal of each name found
+    // (usually only `content-length`): removing every listed name instead
+    // parsed and looked up fourteen names an answer, present or not.
+    let dropped: Vec<HeaderName> = headers
         .iter()
         .filter(|(n, v)| {
-            secrets.occur_in(v.as_bytes()) || secrets.occur_in_ignoring_case(n.as_str().as_bytes())
+            DROPPED_RESPONSE_HEADERS.contains(&n.as_str())
+                || secrets.occur_in(v.as_bytes())
+                || secrets.occur_in_ignoring_case(n.as_str().as_bytes())
         })
         .map(|(n, _)| n.clone())
         .collect();
-    for name in leaking {
+    for name in dropped {
         headers.remove(name);
     }
 }
@@ -361,6 +363,27 @@ mod tests {
         );
         let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, vec!["content-type"]);
+    }
+
+    #[test]
+    fn every_listed_response_header_is_dropped_with_all_its_values() {
+        let secrets = Secrets::new([b"ghs_secret1".to_vec()]);
+        for name in DROPPED_RESPONSE_HEADERS {
+            let mut h = HeaderMap::new();
+            h.insert("content-type", HeaderValue::from_static("text/plain"));
+            h.append(*name, HeaderValue::from_static("1"));
+            h.append(*name, HeaderValue::from_static("2"));
+            // Names that only look like a listed one cross.
+            let lookalike = format!("x-{name}");
+            h.append(
+                HeaderName::from_bytes(lookalike.as_bytes()).unwrap(),
+                HeaderValue::from_static("3"),
+            );
+            strip_response_headers(&mut h, &secrets);
+            let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+            assert_eq!(names, vec!["content-type", lookalike.as_str()], "{name}");
+            assert_eq!(h.len(), 2, "{name}: {h:?}");
+        }
     }
 
     #[test]

@@ -173,3 +173,37 @@ fn audit_verify_explains_a_recovered_torn_tail() {
         "{text}"
     );
 }
+
+#[test]
+fn deferred_lines_lost_with_a_failed_write_leave_the_chain_on_the_last_line_written() {
+    require!(Need::Root);
+    let fs = SmallFs::mount(64);
+    let path = fs.path().join("audit.jsonl");
+    let mut log = AuditLog::open(&path).unwrap();
+    log.append(&record(0)).unwrap();
+    let filler = fs.fill();
+    // Each write carries a line deferred before it (chained, not yet
+    // written), as a request's carries the previous one's completion.
+    let mut i = 1;
+    loop {
+        log.defer(&record(i)).unwrap();
+        if log.write_all(&[record(i + 1)]).is_err() {
+            break;
+        }
+        i += 2;
+        assert!(i < 200, "the disk never filled");
+    }
+    // The failed write's lines are lost, the deferred one with them; the
+    // chain is on the file's last whole line.
+    let report = audit::verify(&path).unwrap();
+    assert_eq!(report.last_hash, log.head().hash);
+    assert_eq!(report.lines, i as u64, "{report:?}");
+    std::fs::remove_file(filler).unwrap();
+    // Nothing of the failed write goes out later: the next line follows
+    // the file's last, and the whole file verifies.
+    log.append(&record(1000)).unwrap();
+    drop(log);
+    let report = audit::verify(&path).unwrap();
+    assert_eq!(report.lines, i as u64 + 1);
+    assert!(report.recoveries.is_empty(), "nothing torn: {report:?}");
+}

@@ -279,12 +279,27 @@ fn parse_in_order(bytes: &[u8]) -> Result<Line<Record>, serde_json::Error> {
 }
 
 /// The position of the last line written.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Head {
     /// Lines in the (current) file.
     pub lines: u64,
     /// Hex SHA-256 of the last line ([`GENESIS`] when empty).
     pub hash: String,
+}
+
+impl Clone for Head {
+    fn clone(&self) -> Self {
+        Self {
+            lines: self.lines,
+            hash: self.hash.clone(),
+        }
+    }
+
+    /// Into the hash's own buffer (the derived one would allocate anew).
+    fn clone_from(&mut self, source: &Self) {
+        self.lines = source.lines;
+        self.hash.clone_from(&source.hash);
+    }
 }
 
 /// An open audit log, positioned at the end of a verified chain.
@@ -305,8 +320,13 @@ pub struct AuditLog {
     /// Lines chained but not yet written ([`AuditLog::defer`]): they go out
     /// ahead of the next write's.
     deferred: Vec<u8>,
-    /// The chain's head after the deferred lines (`None`: none deferred).
-    deferred_head: Option<Head>,
+    /// The chain's head after the deferred lines; meaningless while none
+    /// are deferred.
+    deferred_head: Head,
+    /// A head to chain new lines onto before they are kept. The three
+    /// heads trade places instead of being cloned: twice a request, a
+    /// clone was an allocation of its hash.
+    spare_head: Head,
 }
 
 /// A log's bytes split at the end of its last whole line: the whole lines,
@@ -325,16 +345,13 @@ struct LineOut<'a> {
     record: &'a Record,
 }
 
-/// Serialises `records` as chained lines after `head` into `buffer`;
-/// returns the new head. Each line is serialised in place at the end of
-/// `buffer` and hashed there (no line of its own, no hex string built a
-/// char at a time): this runs twice for every request. On an error,
-/// `buffer` may hold part of a line; the caller cuts it back.
-fn chain_into(
-    records: &[Record],
-    mut head: Head,
-    buffer: &mut Vec<u8>,
-) -> Result<Head, AuditError> {
+/// Serialises `records` as chained lines after `head` into `buffer`,
+/// moving `head` to the last of them. Each line is serialised in place at
+/// the end of `buffer` and hashed there (no line of its own, no hex string
+/// built a char at a time): this runs twice for every request. On an
+/// error, `buffer` may hold part of a line and `head` be part way: the
+/// caller cuts the one back and drops the other.
+fn chain_into(records: &[Record], head: &mut Head, buffer: &mut Vec<u8>) -> Result<(), AuditError> {
     for record in records {
         let start = buffer.len();
         let line = LineOut {
@@ -353,7 +370,7 @@ fn chain_into(
         head.hash
             .push_str(std::str::from_utf8(&hex).map_err(|e| AuditError::Serialize(e.to_string()))?);
     }
-    Ok(head)
+    Ok(())
 }
 
 impl AuditLog {
@@ -416,7 +433,8 @@ impl AuditLog {
             len: whole.len() as u64,
             torn: !torn.is_empty(),
             deferred: Vec::new(),
-            deferred_head: None,
+            deferred_head: Head::default(),
+            spare_head: Head::default(),
         };
         if !torn.is_empty() {
             let recovery = Record::Recovery(RecoveryRecord {
@@ -446,16 +464,16 @@ impl AuditLog {
 
     /// Append several records with one write and one sync (group commit).
     pub fn append_all(&mut self, records: &[Record]) -> Result<Head, AuditError> {
-        let head = self.write_all(records)?;
+        self.write_all(records)?;
         self.sync()?;
-        Ok(head)
+        Ok(self.head.clone())
     }
 
     /// Write records without syncing; a later [`AuditLog::sync`] makes them
     /// durable. For a writer that syncs ordinary records in batches and
     /// message records at once. Deferred lines are written first, in the
     /// same write.
-    pub fn write_all(&mut self, records: &[Record]) -> Result<Head, AuditError> {
+    pub fn write_all(&mut self, records: &[Record]) -> Result<(), AuditError> {
         let now_ms = now_unix_ms();
         if self.rotation.due(self.len, self.started_ms, now_ms) {
             // Deferred lines are chained in the file they were deferred
@@ -468,28 +486,37 @@ impl AuditLog {
         self.write_lines(records)
     }
 
+    /// The head new lines are chained onto: after the deferred lines, or
+    /// the file's last.
+    fn chain_end(&self) -> &Head {
+        if self.deferred.is_empty() {
+            &self.head
+        } else {
+            &self.deferred_head
+        }
+    }
+
     /// Writes the deferred lines and `records` in one write.
-    fn write_lines(&mut self, records: &[Record]) -> Result<Head, AuditError> {
+    fn write_lines(&mut self, records: &[Record]) -> Result<(), AuditError> {
+        let mut next = std::mem::take(&mut self.spare_head);
+        next.clone_from(self.chain_end());
         let mut buffer = std::mem::take(&mut self.deferred);
         let deferred = buffer.len();
-        let start = self
-            .deferred_head
-            .take()
-            .unwrap_or_else(|| self.head.clone());
-        let head = match chain_into(records, start.clone(), &mut buffer) {
-            Ok(head) => head,
-            Err(e) => {
-                buffer.truncate(deferred);
-                self.deferred = buffer;
-                self.deferred_head = (deferred > 0).then_some(start);
-                return Err(e);
-            }
-        };
-        let written = self.write_out(&buffer, head);
+        if let Err(e) = chain_into(records, &mut next, &mut buffer) {
+            buffer.truncate(deferred);
+            self.deferred = buffer;
+            self.spare_head = next;
+            return Err(e);
+        }
+        let written = self.write_out(&buffer);
         // Written or lost, the lines are gone from the buffer; its
         // capacity is kept for the next lines deferred.
         buffer.clear();
         self.deferred = buffer;
+        if written.is_ok() {
+            std::mem::swap(&mut self.head, &mut next);
+        }
+        self.spare_head = next;
         written
     }
 
@@ -498,26 +525,16 @@ impl AuditLog {
     /// `write(2)` for many lines. For lines nothing waits on (completions);
     /// until written they are lost if the process dies.
     pub fn defer(&mut self, record: &Record) -> Result<(), AuditError> {
-        let start = self
-            .deferred_head
-            .take()
-            .unwrap_or_else(|| self.head.clone());
+        let mut next = std::mem::take(&mut self.spare_head);
+        next.clone_from(self.chain_end());
         let kept = self.deferred.len();
-        match chain_into(
-            std::slice::from_ref(record),
-            start.clone(),
-            &mut self.deferred,
-        ) {
-            Ok(head) => {
-                self.deferred_head = Some(head);
-                Ok(())
-            }
-            Err(e) => {
-                self.deferred.truncate(kept);
-                self.deferred_head = (kept > 0).then_some(start);
-                Err(e)
-            }
+        let chained = chain_into(std::slice::from_ref(record), &mut next, &mut self.deferred);
+        match chained {
+            Ok(()) => std::mem::swap(&mut self.deferred_head, &mut next),
+            Err(_) => self.deferred.truncate(kept),
         }
+        self.spare_head = next;
+        chained
     }
 
     /// Writes the deferred lines, if any.
@@ -525,14 +542,14 @@ impl AuditLog {
         if self.deferred.is_empty() {
             return Ok(());
         }
-        self.write_all(&[]).map(drop)
+        self.write_all(&[])
     }
 
     /// Writes whole chained lines ending the chain on `head`. A failed
     /// write is cut back to the last whole record and the chain stays on
     /// the last line written: the lines of this write (deferred ones too)
     /// are lost, never half in the file.
-    fn write_out(&mut self, buffer: &[u8], head: Head) -> Result<Head, AuditError> {
+    fn write_out(&mut self, buffer: &[u8]) -> Result<(), AuditError> {
         let io = |source| AuditError::Io {
             path: self.path.clone(),
             source,
@@ -550,8 +567,7 @@ impl AuditLog {
             return Err(io(source));
         }
         self.len += buffer.len() as u64;
-        self.head = head.clone();
-        Ok(head)
+        Ok(())
     }
 
     /// A second descriptor of the file, to sync it without this log's

@@ -74,7 +74,9 @@ pub fn render() -> String {
 /// ticket id; `up` names the router's `router-…`; any other is a static
 /// identity of the config.
 pub fn identity_kind(name: &str) -> &'static str {
-    if name.parse::<gatehouse_types::TicketId>().is_ok() {
+    // `is_valid`, not `parse`: a name that is no ticket id would build the
+    // parse error's message, twice a request.
+    if gatehouse_types::TicketId::is_valid(name) {
         "ticket"
     } else if name.starts_with("router") {
         "router"

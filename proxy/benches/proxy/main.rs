@@ -16,7 +16,8 @@
 //! Run: `cargo bench -p gatehouse-proxy --bench proxy` (nginx must be on
 //! PATH or in /usr/sbin; `scripts/setup-debian` installs nginx-light).
 //! `BENCH_REQUESTS` and `BENCH_SECS` change the sample sizes,
-//! `BENCH_LARGE_MB` the large transfers' size (0 skips them).
+//! `BENCH_LARGE_MB` the large transfers' size (0 skips them),
+//! `BENCH_NGINX_ACCESS_LOG=1` gives nginx an access log.
 //! nginx is stopped with its whole process group, and the bench checks
 //! that none of its processes remain.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -156,6 +156,14 @@ fn nginx_conf(
 ) -> String {
     use base64::Engine;
     let user = if is_root() { "user root root;" } else { "" };
+    // Off by default: the targets are against nginx doing no more than
+    // proxying. `BENCH_NGINX_ACCESS_LOG=1` gives it an access log written
+    // line by line, as the proxy's audit line is before each request.
+    let access_log = if std::env::var_os("BENCH_NGINX_ACCESS_LOG").is_some_and(|v| v == "1") {
+        format!("{}/nginx-access.log", dir.display())
+    } else {
+        "off".to_owned()
+    };
     let basic = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
     format!(
         r#"
@@ -165,7 +173,7 @@ pid {dir}/nginx.pid;
 error_log {dir}/nginx-error.log warn;
 events {{ worker_connections 1024; }}
 http {{
-    access_log off;
+    access_log {access_log};
     client_body_temp_path {dir}/body;
     proxy_temp_path {dir}/proxy;
     fastcgi_temp_path {dir}/fastcgi;

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::set::rotated_path;
-use super::{rfc3339_utc, AuditError, AuditLog, Head, HeaderRecord, Record};
+use super::{rfc3339_utc, AuditError, AuditLog, HeaderRecord, Record};
 
 /// When the log moves to a new file, and how many old files it keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -120,10 +120,8 @@ impl AuditLog {
         self.torn = false;
         self.file_number += 1;
         self.started_ms = now_ms;
-        self.head = Head {
-            lines: 0,
-            hash: self.head.hash.clone(),
-        };
+        // The chain runs on from the previous file's last line.
+        self.head.lines = 0;
         self.write_lines(&[Record::Header(HeaderRecord {
             time: rfc3339_utc(now_ms),
             file: self.file_number,

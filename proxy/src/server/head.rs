@@ -17,27 +17,32 @@ pub(super) fn check<B>(req: &Request<B>, host: &str, tunnel: bool) -> Result<(),
             "absolute-form request targets are refused inside a CONNECT tunnel; send origin-form (/path)",
         );
     }
-    check_host_header(req.headers(), host, if tunnel { 443 } else { 80 })?;
+    check_host_header(req.headers(), host, if tunnel { "443" } else { "80" })?;
     check_framing(req.headers())
 }
 
-/// The inner `Host` must name the CONNECT target (port optional).
+/// The inner `Host` must name the CONNECT target (port optional), its
+/// name in any case. Compared in place: this runs for every request.
 fn check_host_header(
     headers: &HeaderMap,
     host: &str,
-    default_port: u16,
+    default_port: &str,
 ) -> Result<(), &'static str> {
     let mut values = headers.get_all(header::HOST).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         return Err("exactly one Host header is required");
     };
-    let value = value
-        .to_str()
-        .map_err(|_| "Host header is not ASCII")?
-        .to_ascii_lowercase();
-    let port_suffix = format!(":{default_port}");
-    let name = value.strip_suffix(port_suffix.as_str()).unwrap_or(&value);
-    if name == host {
+    let value = value.to_str().map_err(|_| "Host header is not ASCII")?;
+    let name = value
+        .strip_suffix(default_port)
+        .and_then(|rest| rest.strip_suffix(':'))
+        .unwrap_or(value);
+    let lowercased_is_host = name.len() == host.len()
+        && name
+            .bytes()
+            .zip(host.bytes())
+            .all(|(n, h)| n.to_ascii_lowercase() == h);
+    if lowercased_is_host {
         Ok(())
     } else {
         Err("the Host header does not match the CONNECT target")
@@ -245,19 +250,40 @@ mod tests {
     #[test]
     fn host_header_must_match() {
         let mut h = HeaderMap::new();
-        assert!(check_host_header(&h, "api.github.com", 443).is_err());
+        assert!(check_host_header(&h, "api.github.com", "443").is_err());
         h.insert(header::HOST, HeaderValue::from_static("API.github.com:443"));
-        assert!(check_host_header(&h, "api.github.com", 443).is_ok());
+        assert!(check_host_header(&h, "api.github.com", "443").is_ok());
         h.insert(
             header::HOST,
             HeaderValue::from_static("api.github.com:8443"),
         );
-        assert!(check_host_header(&h, "api.github.com", 443).is_err());
+        assert!(check_host_header(&h, "api.github.com", "443").is_err());
         h.insert(header::HOST, HeaderValue::from_static("evil.example"));
-        assert!(check_host_header(&h, "api.github.com", 443).is_err());
+        assert!(check_host_header(&h, "api.github.com", "443").is_err());
+        // Only the default port may be left out, and only after a colon.
+        for (value, ok) in [
+            ("api.github.com", true),
+            ("api.github.com:80", false),
+            ("api.github.com443", false),
+            ("api.github.com:0443", false),
+            ("api.github.com:", false),
+            ("api.github.co", false),
+            ("api.github.comm:443", false),
+            ("Api.GitHub.COM:443", true),
+        ] {
+            h.insert(header::HOST, HeaderValue::from_static(value));
+            assert_eq!(
+                check_host_header(&h, "api.github.com", "443").is_ok(),
+                ok,
+                "{value}"
+            );
+        }
+        h.insert(header::HOST, HeaderValue::from_static("example.org:80"));
+        assert!(check_host_header(&h, "example.org", "80").is_ok());
+        assert!(check_host_header(&h, "example.org", "443").is_err());
         h.insert(header::HOST, HeaderValue::from_static("api.github.com"));
         h.append(header::HOST, HeaderValue::from_static("api.github.com"));
-        assert!(check_host_header(&h, "api.github.com", 443).is_err());
+        assert!(check_host_header(&h, "api.github.com", "443").is_err());
     }
 
     #[test]

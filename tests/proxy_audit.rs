@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
+use std::path::Path;
 
 use gatehouse_proxy::audit::{self, AuditError, AuditLog, Outcome, Record, RequestRecord};
 use gatehouse_testkit::proxy::{read_head, Harness, TUNNEL_HOST};
@@ -61,12 +62,17 @@ fn a_record_that_does_not_fit_leaves_no_trace_and_the_log_goes_on_after() {
     assert_eq!(report.last_hash, log.head().hash);
     assert!(log.append(&record(1000)).is_err(), "still full");
     assert_eq!(audit::verify(&path).unwrap().lines, written as u64);
-    // Space again: the chain goes on from the last whole record.
+    the_chain_goes_on_once_space_is_back(log, &filler, &path, written as u64);
+}
+
+/// Space again: one more record goes on from the last whole line of the
+/// file, which then holds `lines` and that one, nothing torn.
+fn the_chain_goes_on_once_space_is_back(mut log: AuditLog, filler: &Path, path: &Path, lines: u64) {
     std::fs::remove_file(filler).unwrap();
     log.append(&record(1001)).unwrap();
     drop(log);
-    let report = audit::verify(&path).unwrap();
-    assert_eq!(report.lines, written as u64 + 1);
+    let report = audit::verify(path).unwrap();
+    assert_eq!(report.lines, lines + 1);
     assert!(report.recoveries.is_empty(), "nothing torn: {report:?}");
 }
 
@@ -198,12 +204,6 @@ fn deferred_lines_lost_with_a_failed_write_leave_the_chain_on_the_last_line_writ
     let report = audit::verify(&path).unwrap();
     assert_eq!(report.last_hash, log.head().hash);
     assert_eq!(report.lines, i as u64, "{report:?}");
-    std::fs::remove_file(filler).unwrap();
-    // Nothing of the failed write goes out later: the next line follows
-    // the file's last, and the whole file verifies.
-    log.append(&record(1000)).unwrap();
-    drop(log);
-    let report = audit::verify(&path).unwrap();
-    assert_eq!(report.lines, i as u64 + 1);
-    assert!(report.recoveries.is_empty(), "nothing torn: {report:?}");
+    // Nothing of the failed write goes out later.
+    the_chain_goes_on_once_space_is_back(log, &filler, &path, i as u64);
 }

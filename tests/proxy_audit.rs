@@ -207,3 +207,33 @@ fn deferred_lines_lost_with_a_failed_write_leave_the_chain_on_the_last_line_writ
     // Nothing of the failed write goes out later.
     the_chain_goes_on_once_space_is_back(log, &filler, &path, i as u64);
 }
+
+#[test]
+fn a_rotation_whose_header_does_not_fit_is_undone_and_done_again_later() {
+    require!(Need::Root);
+    let fs = SmallFs::mount(64);
+    let path = fs.path().join("audit.jsonl");
+    let rotation = audit::Rotation::new(Some(1500), None, None).unwrap();
+    let open = || AuditLog::open_rotating(&path, rotation, &audit::now_rfc3339());
+    let mut log = open().unwrap();
+    log.append(&record(0)).unwrap();
+    log.append(&record(1)).unwrap();
+    let filler = fs.fill();
+    // Due to rotate: the new file is made, its header line does not fit.
+    assert!(log.append(&record(2)).is_err());
+    // Undone: still the first file, under its name, whole.
+    assert_eq!(log.file_number(), 1);
+    assert!(!audit::rotated_path(&path, 1).exists());
+    let report = audit::verify(&path).unwrap();
+    assert_eq!(report.lines, 2);
+    assert_eq!(report.last_hash, log.head().hash);
+    std::fs::remove_file(filler).unwrap();
+    // Space again: the rotation is done, and the set opens again.
+    log.append(&record(3)).unwrap();
+    assert_eq!(log.file_number(), 2);
+    let head = log.head().clone();
+    drop(log);
+    let reopened = open().expect("the log opens again after the rotation");
+    assert_eq!(reopened.head(), &head);
+    assert_eq!(reopened.file_number(), 2);
+}

@@ -545,10 +545,10 @@ impl AuditLog {
         self.write_all(&[])
     }
 
-    /// Writes whole chained lines ending the chain on `head`. A failed
-    /// write is cut back to the last whole record and the chain stays on
-    /// the last line written: the lines of this write (deferred ones too)
-    /// are lost, never half in the file.
+    /// Writes whole chained lines (the caller moves the head onto them once
+    /// written). A failed write is cut back to the last whole record, where
+    /// the chain stays: the lines of this write (deferred ones too) are
+    /// lost, never half in the file.
     fn write_out(&mut self, buffer: &[u8]) -> Result<(), AuditError> {
         let io = |source| AuditError::Io {
             path: self.path.clone(),
@@ -561,7 +561,7 @@ impl AuditLog {
         let mut file = &*self.file;
         // One write call per batch: lines are never interleaved or split by
         // us. A failed write may have written part of the batch: cut it
-        // back, so the file ends on a whole record and the chain on `head`.
+        // back, so the file ends on the whole record the head is on.
         if let Err(source) = file.write_all(buffer) {
             self.torn = self.file.set_len(self.len).is_err();
             return Err(io(source));

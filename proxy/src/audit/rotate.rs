@@ -115,18 +115,34 @@ impl AuditLog {
             }
         };
         let previous_lines = self.head.lines;
-        self.file = Arc::new(file);
+        let old_file = std::mem::replace(&mut self.file, Arc::new(file));
+        let (old_len, old_torn, old_started) = (self.len, self.torn, self.started_ms);
         self.len = 0;
         self.torn = false;
         self.file_number += 1;
         self.started_ms = now_ms;
         // The chain runs on from the previous file's last line.
         self.head.lines = 0;
-        self.write_lines(&[Record::Header(HeaderRecord {
+        let header = self.write_lines(&[Record::Header(HeaderRecord {
             time: rfc3339_utc(now_ms),
             file: self.file_number,
             previous_lines,
-        })])?;
+        })]);
+        if let Err(error) = header {
+            // A file whose first line is not its header breaks the set (it
+            // could not be opened again): back to the old file under its
+            // name, over the new one, which holds nothing; the next write
+            // rotates again. Should that rename fail too, the new file
+            // stays, and opening the set names it.
+            if std::fs::rename(&rotated, &self.path).is_ok() {
+                let _ = sync_dir(&self.path);
+                self.file = old_file;
+                (self.len, self.torn, self.started_ms) = (old_len, old_torn, old_started);
+                self.file_number -= 1;
+                self.head.lines = previous_lines;
+            }
+            return Err(error);
+        }
         self.remove_expired();
         Ok(())
     }

@@ -637,19 +637,20 @@ fn each_part_serves_the_metrics_gatehouse_toml_asks_for() {
 }
 
 /// `[audit]` in gatehouse.toml reaches the proxy `up` starts: its log
-/// rotates at the size given, keeps the files given, and the set verifies
-/// as one chain.
+/// rotates at the size given, keeps the files given, is synced within the
+/// window given, and the set verifies as one chain.
 #[test]
 fn the_audit_log_rotates_and_keeps_what_gatehouse_toml_says() {
     require!(NEEDS[0], NEEDS[1], NEEDS[2], NEEDS[3]);
     let s = setup();
     let text = std::fs::read_to_string(&s.config).unwrap();
-    let text = format!("{text}\n[audit]\nrotate_bytes = 4096\nkeep_files = 2\n");
+    let text =
+        format!("{text}\n[audit]\nrotate_bytes = 4096\nkeep_files = 2\nsync_window_ms = 20\n");
     write(&s.config, &text, 0o644, None);
     let (ok, out, err) = check(&s.config);
     assert!(ok, "{err}");
     assert!(
-        out.contains("rotated at 4096 bytes; the last 2 rotated files kept"),
+        out.contains("rotated at 4096 bytes; the last 2 rotated files kept; synced within 20 ms"),
         "{out}"
     );
     let prepared = up::prepare(&s.config).unwrap();
@@ -659,6 +660,11 @@ fn the_audit_log_rotates_and_keeps_what_gatehouse_toml_says() {
     };
     let running = up::start(&prepared, options).unwrap();
     let l = &prepared.layout;
+    let proxy_toml: toml::Table = std::fs::read_to_string(&l.proxy_toml)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(proxy_toml["audit"]["sync_window_ms"].as_integer(), Some(20));
     let socket = &l.router_identities[0].socket;
     // Each refused origin-form request is one record of about 1.2 KiB (its
     // path is kept up to 1 KiB): 30 of them make about eight files.

@@ -99,6 +99,10 @@ pub struct AuditFile {
     /// Rotated files kept; older ones are removed (default: all kept).
     #[serde(default)]
     pub keep_files: Option<u64>,
+    /// How long an ordinary record may wait to be synced, in ms
+    /// ([`crate::server::audit_writer::sync_window`]).
+    #[serde(default)]
+    pub sync_window_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -205,6 +209,8 @@ pub struct Config {
     pub upstreams: BTreeMap<String, UpstreamAddress>,
     pub audit_path: PathBuf,
     pub audit_rotation: crate::audit::Rotation,
+    /// How long an ordinary record may wait to be synced.
+    pub audit_sync_window: std::time::Duration,
     pub admin_socket: Option<PathBuf>,
     pub identity_socket_dir: PathBuf,
     pub identity_state: Option<PathBuf>,
@@ -430,6 +436,8 @@ impl ProxyConfig {
                 self.audit.keep_files,
             )
             .map_err(|(key, message)| cx.invalid(&format!("audit.{key}"), message))?,
+            audit_sync_window: crate::server::audit_writer::sync_window(self.audit.sync_window_ms)
+                .map_err(|message| cx.invalid("audit.sync_window_ms", message))?,
             admin_socket: self.admin.map(|a| cx.resolve(&a.socket)),
             identity_socket_dir,
             identity_state: self.identity_state.map(|p| cx.resolve(&p)),

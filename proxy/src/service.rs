@@ -158,11 +158,14 @@ pub fn start(config: &Config) -> Result<Running, StartError> {
         .collect();
     let upstreams = Upstreams::new(&overrides)?;
     let credentials = Credentials::load(&credential_specs(config), &upstreams)?;
-    let audit = AuditWriter::start(AuditLog::open_rotating(
-        &config.audit_path,
-        config.audit_rotation,
-        &crate::audit::now_rfc3339(),
-    )?)
+    let audit = AuditWriter::start_with(
+        AuditLog::open_rotating(
+            &config.audit_path,
+            config.audit_rotation,
+            &crate::audit::now_rfc3339(),
+        )?,
+        config.audit_sync_window,
+    )
     .map_err(StartError::AuditThread)?;
     let proxy = Proxy::new(ProxyParts {
         ca: Arc::new(ca),

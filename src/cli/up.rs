@@ -131,6 +131,15 @@ fn run_up(config: PathBuf, log_format: LogFormat) -> anyhow::Result<ExitCode> {
 }
 
 /// `[audit]` in words, as `config check` prints it.
+fn audit_summary(a: &up::config::AuditSection) -> String {
+    // Checked with the rest of the file before this is printed.
+    let synced = a.sync_window().map_or_else(
+        |(_, e)| e,
+        |w| format!("synced within {} ms", w.as_millis()),
+    );
+    format!("{}; {synced}", rotation_summary(a))
+}
+
 fn rotation_summary(a: &up::config::AuditSection) -> String {
     let mut when = Vec::new();
     if let Some(b) = a.rotate_bytes {
@@ -208,7 +217,7 @@ pub fn describe(p: &Prepared) -> String {
         out,
         "audit log: {} ({})",
         l.audit_log.display(),
-        rotation_summary(&p.file.audit)
+        audit_summary(&p.file.audit)
     );
     for (key, addr) in p.file.metrics.parts() {
         if let Some(addr) = addr {

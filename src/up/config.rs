@@ -95,9 +95,10 @@ impl MetricsSection {
     }
 }
 
-/// `[audit]`: when the proxy's audit log moves to a new file and how many
-/// old files it keeps; the proxy's `[audit]` keys, passed through. None
-/// set: one file, never rotated, nothing removed.
+/// `[audit]`: when the proxy's audit log moves to a new file, how many
+/// old files it keeps, how long a record may wait to be synced; the
+/// proxy's `[audit]` keys, passed through. None set: one file, never
+/// rotated, nothing removed, synced within 100 ms.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct AuditSection {
@@ -107,6 +108,8 @@ pub struct AuditSection {
     pub rotate_secs: Option<u64>,
     /// Rotated files kept; older ones are removed (default: all kept).
     pub keep_files: Option<u64>,
+    /// How long an ordinary record may wait to be synced, in ms.
+    pub sync_window_ms: Option<u64>,
 }
 
 impl AuditSection {
@@ -115,6 +118,12 @@ impl AuditSection {
     pub fn rotation(&self) -> Result<gatehouse_proxy::audit::Rotation, (String, String)> {
         gatehouse_proxy::audit::Rotation::new(self.rotate_bytes, self.rotate_secs, self.keep_files)
             .map_err(|(key, message)| (format!("audit.{key}"), message))
+    }
+
+    /// The proxy's check of `sync_window_ms`.
+    pub fn sync_window(&self) -> Result<std::time::Duration, (String, String)> {
+        gatehouse_proxy::server::audit_writer::sync_window(self.sync_window_ms)
+            .map_err(|message| ("audit.sync_window_ms".to_owned(), message))
     }
 }
 
@@ -371,6 +380,9 @@ impl UpFile {
         self.audit
             .rotation()
             .map_err(|(key, message)| invalid(&key, &message))?;
+        self.audit
+            .sync_window()
+            .map_err(|(key, message)| invalid(&key, &message))?;
         let mut seen: Vec<SocketAddr> = Vec::new();
         for (key, addr) in self.metrics.parts() {
             let Some(addr) = addr else { continue };
@@ -459,6 +471,14 @@ webhook_secret_files = ["secrets/webhook"]
                     rotate_bytes: Some(1000),
                     rotate_secs: Some(60),
                     keep_files: Some(1),
+                    ..AuditSection::default()
+                },
+            ),
+            (
+                "[audit]\nsync_window_ms = 10\n",
+                AuditSection {
+                    sync_window_ms: Some(10),
+                    ..AuditSection::default()
                 },
             ),
         ];
@@ -511,6 +531,7 @@ webhook_secret_files = ["secrets/webhook"]
                 rotate_bytes: Some(256 << 20),
                 rotate_secs: Some(86_400),
                 keep_files: Some(90),
+                sync_window_ms: Some(100),
             }
         );
     }
@@ -603,6 +624,14 @@ webhook_secret_files = ["secrets/webhook"]
             (
                 format!("{MINIMAL}\n[audit]\nkeep_files = 3\n"),
                 "`audit.keep_files`: needs rotate_bytes or rotate_secs",
+            ),
+            (
+                format!("{MINIMAL}\n[audit]\nsync_window_ms = 0\n"),
+                "`audit.sync_window_ms`: 0 is out of range: expected 1 to 10000",
+            ),
+            (
+                format!("{MINIMAL}\n[audit]\nsync_window_ms = 60000\n"),
+                "`audit.sync_window_ms`: 60000 is out of range",
             ),
             (format!("{MINIMAL}\n[audit]\nrotate_bytes = -1\n"), "rotate_bytes"),
             (format!("{MINIMAL}\n[audit]\nrotate_bytes = \"1M\"\n"), "rotate_bytes"),

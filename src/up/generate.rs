@@ -125,8 +125,9 @@ pub fn proxy(file: &UpFile, layout: &Layout, router_uid: u32) -> Result<Table, U
     Ok(t)
 }
 
-/// proxy.toml's `[audit]`: the log's path from the layout, rotation and
-/// retention as `gatehouse.toml` gives them (keys left out stay out).
+/// proxy.toml's `[audit]`: the log's path from the layout, rotation,
+/// retention and sync window as `gatehouse.toml` gives them (keys left out
+/// stay out).
 fn audit(file: &UpFile, layout: &Layout) -> Value {
     let mut entries = vec![("path", path(&layout.audit_log))];
     let a = &file.audit;
@@ -134,6 +135,7 @@ fn audit(file: &UpFile, layout: &Layout) -> Value {
         ("rotate_bytes", a.rotate_bytes),
         ("rotate_secs", a.rotate_secs),
         ("keep_files", a.keep_files),
+        ("sync_window_ms", a.sync_window_ms),
     ] {
         if let Some(v) = value {
             // TOML integers are i64; what does not fit means "never".
@@ -330,6 +332,7 @@ worker_uids = "300000-300999"
 [audit]
 rotate_bytes = 1048576
 keep_files = 7
+sync_window_ms = 25
 [metrics]
 proxy = "127.0.0.1:9464"
 router = "[::1]:9466"
@@ -426,6 +429,7 @@ router = "[::1]:9466"
         );
         assert_eq!(t["audit"]["rotate_bytes"].as_integer(), Some(1_048_576));
         assert_eq!(t["audit"]["keep_files"].as_integer(), Some(7));
+        assert_eq!(t["audit"]["sync_window_ms"].as_integer(), Some(25));
         assert!(t["audit"].get("rotate_secs").is_none());
         // Each admits the router's uid alone.
         assert!(ids.iter().all(|i| i["peer_uid"].as_integer() == Some(990)));
@@ -433,7 +437,10 @@ router = "[::1]:9466"
 
     #[test]
     fn without_an_audit_table_the_proxy_log_is_one_file() {
-        let text = FILE.replace("[audit]\nrotate_bytes = 1048576\nkeep_files = 7\n", "");
+        let text = FILE.replace(
+            "[audit]\nrotate_bytes = 1048576\nkeep_files = 7\nsync_window_ms = 25\n",
+            "",
+        );
         assert_ne!(text, FILE);
         let file = UpFile::parse(Path::new("/etc/g/gatehouse.toml"), &text).unwrap();
         let layout = Layout::new(&file.state_dir, &file.run_dir, &[], false);
@@ -456,6 +463,7 @@ router = "[::1]:9466"
         .unwrap();
         assert_eq!(got, expected);
         assert_eq!(raw.audit.rotate_bytes, Some(1_048_576));
+        assert_eq!(raw.audit.sync_window_ms, Some(25));
     }
 
     #[test]

@@ -89,6 +89,18 @@ fn valid_config_resolves_paths() {
         }
     );
     assert!(config.rule_book.get("github-read").is_some());
+    assert_eq!(
+        config.audit_sync_window,
+        crate::server::audit_writer::DEFAULT_SYNC_WINDOW
+    );
+    let set = CONFIG.replace(
+        "path = \"audit.jsonl\"",
+        "path = \"audit.jsonl\"\nsync_window_ms = 5",
+    );
+    assert_eq!(
+        validate(&set).unwrap().audit_sync_window,
+        std::time::Duration::from_millis(5)
+    );
 }
 
 #[test]
@@ -96,6 +108,7 @@ fn invalid_configs_name_the_key() {
     let cases = [
         ("[audit]", "bogus = 1\n[audit]", "unknown field `bogus`"),
         ("path = \"audit.jsonl\"", "path = \"audit.jsonl\"\nsync = false", "unknown field `sync`"),
+        ("path = \"audit.jsonl\"", "path = \"audit.jsonl\"\nsync_window_ms = 0", "`audit.sync_window_ms`: 0 is out of range"),
         ("kind = \"github_token\"", "kind = \"github_pat\"", "unknown variant `github_pat`"),
         ("token_file = \"secrets/github\"", "token = \"ghp_x\"", "unknown field `token`"),
         ("[credentials.github]", "[credentials.other]", "uses credential `github`, which is not defined"),

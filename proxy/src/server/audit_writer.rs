@@ -225,32 +225,37 @@ impl AuditWriter {
 fn sync_loop(shared: &Shared, log: &Mutex<AuditLog>, sync_window: Duration) {
     // When this thread first saw a record not yet synced.
     let mut unsynced_since: Option<Instant> = None;
+    // How long until the records not yet synced are due; `None`: nothing
+    // is waiting (or the window is too long to name an instant for).
+    let left = |since: Option<Instant>| {
+        let due = since?.checked_add(sync_window)?;
+        Some(due.saturating_duration_since(Instant::now()))
+    };
     loop {
         let mut pending = shared.pending();
         while !pending.dirty && pending.waiters.is_empty() && !pending.closed {
-            let Some(since) = unsynced_since else {
-                pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
-                continue;
-            };
-            let Some(left) = (since + sync_window).checked_duration_since(Instant::now()) else {
-                break;
-            };
-            if left.is_zero() {
-                break;
+            match left(unsynced_since) {
+                None => pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner()),
+                Some(left) if left.is_zero() => break,
+                Some(left) => {
+                    pending = shared
+                        .wake
+                        .wait_timeout(pending, left)
+                        .map_or_else(|p| p.into_inner().0, |(p, _)| p);
+                }
             }
-            pending = shared
-                .wake
-                .wait_timeout(pending, left)
-                .map_or_else(|p| p.into_inner().0, |(p, _)| p);
         }
         if pending.dirty {
             unsynced_since.get_or_insert_with(Instant::now);
         }
         if pending.dirty && pending.waiters.is_empty() && !pending.closed {
-            // Ordinary records only: let more of them gather first.
+            // Ordinary records only: let more of them gather first, but not
+            // past their window (a window shorter than the write window
+            // keeps its meaning).
+            let gather = left(unsynced_since).map_or(WRITE_WINDOW, |l| l.min(WRITE_WINDOW));
             pending = shared
                 .wake
-                .wait_timeout(pending, WRITE_WINDOW)
+                .wait_timeout(pending, gather)
                 .map_or_else(|p| p.into_inner().0, |(p, _)| p);
         }
         let waiters = std::mem::take(&mut pending.waiters);
@@ -273,7 +278,7 @@ fn sync_loop(shared: &Shared, log: &Mutex<AuditLog>, sync_window: Duration) {
             }
             log.current_file()
         };
-        let due = unsynced_since.is_some_and(|since| since.elapsed() >= sync_window);
+        let due = left(unsynced_since).is_some_and(|l| l.is_zero());
         if waiters.is_empty() && !closed && !due {
             continue;
         }

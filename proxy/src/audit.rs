@@ -327,6 +327,10 @@ pub struct AuditLog {
     /// heads trade places instead of being cloned: twice a request, a
     /// clone was an allocation of its hash.
     spare_head: Head,
+    /// A sync of the file failed: what it held may not be on disk, and a
+    /// later sync of the same file can succeed without having written it
+    /// (the error is reported once). Nothing more is written.
+    sync_failed: bool,
 }
 
 /// A log's bytes split at the end of its last whole line: the whole lines,
@@ -435,6 +439,7 @@ impl AuditLog {
             deferred: Vec::new(),
             deferred_head: Head::default(),
             spare_head: Head::default(),
+            sync_failed: false,
         };
         if !torn.is_empty() {
             let recovery = Record::Recovery(RecoveryRecord {
@@ -525,6 +530,7 @@ impl AuditLog {
     /// `write(2)` for many lines. For lines nothing waits on (completions);
     /// until written they are lost if the process dies.
     pub fn defer(&mut self, record: &Record) -> Result<(), AuditError> {
+        self.refuse_after_failed_sync()?;
         let mut next = std::mem::take(&mut self.spare_head);
         next.clone_from(self.chain_end());
         let kept = self.deferred.len();
@@ -550,6 +556,7 @@ impl AuditLog {
     /// the chain stays: the lines of this write (deferred ones too) are
     /// lost, never half in the file.
     fn write_out(&mut self, buffer: &[u8]) -> Result<(), AuditError> {
+        self.refuse_after_failed_sync()?;
         let io = |source| AuditError::Io {
             path: self.path.clone(),
             source,
@@ -590,10 +597,37 @@ impl AuditLog {
 
     /// Make everything written so far durable (`fdatasync`).
     pub fn sync(&mut self) -> Result<(), AuditError> {
-        self.file.sync_data().map_err(|source| AuditError::Io {
-            path: self.path.clone(),
-            source,
+        self.file.sync_data().map_err(|source| {
+            self.sync_failed = true;
+            AuditError::Io {
+                path: self.path.clone(),
+                source,
+            }
         })
+    }
+
+    /// A sync of this log failed (here or in a rotation): nothing more is
+    /// written until it is reopened.
+    pub fn sync_failed(&self) -> bool {
+        self.sync_failed
+    }
+
+    fn refuse_after_failed_sync(&self) -> Result<(), AuditError> {
+        if !self.sync_failed {
+            return Ok(());
+        }
+        Err(AuditError::Io {
+            path: self.path.clone(),
+            source: std::io::Error::other(
+                "an earlier sync of the audit log failed; nothing more is written until it is reopened",
+            ),
+        })
+    }
+
+    /// As if a sync had failed (for tests of what follows).
+    #[cfg(test)]
+    pub(crate) fn fail_syncs(&mut self) {
+        self.sync_failed = true;
     }
 }
 

@@ -140,6 +140,7 @@ fn audit_summary(a: &up::config::AuditSection) -> String {
     format!("{}; {synced}", rotation_summary(a))
 }
 
+/// When the log rotates and what it keeps, in words.
 fn rotation_summary(a: &up::config::AuditSection) -> String {
     let mut when = Vec::new();
     if let Some(b) = a.rotate_bytes {

@@ -90,7 +90,10 @@ impl AuditLog {
         };
         // Everything written to the old file is durable before the switch,
         // so the sync thread may move on to the new file.
-        self.file.sync_data().map_err(io)?;
+        if let Err(source) = self.file.sync_data() {
+            self.sync_failed = true;
+            return Err(io(source));
+        }
         let rotated = rotated_path(&self.path, self.file_number);
         if rotated.exists() {
             return Err(AuditError::Set {

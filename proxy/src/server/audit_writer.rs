@@ -12,13 +12,17 @@
 //! message-bearing calls are waited for until they are on disk, so an
 //! acknowledged message is never missing after a crash; other records are
 //! synced within the *sync window* ([`DEFAULT_SYNC_WINDOW`], `[audit]
-//! sync_window_ms`) of being written, one sync for all of them (group
-//! commit), which keeps an fsync off the path of every ordinary request.
+//! sync_window_ms`) of being written (plus a sync or rotation in
+//! progress), one sync for all of them (group commit), which keeps an
+//! fsync off the path of every ordinary request; the completion naming a
+//! created message's id is synced at once. A failing disk is then noticed
+//! at the next sync: up to a window later, unless a caller waits first.
 //! Completion lines, which nothing waits on, are chained at once but
 //! written with the next line that is, or by the sync thread within
 //! [`WRITE_WINDOW`]: one `write(2)` a request instead of two. A failed
-//! sync leaves the file's state unknown, so the log refuses every later
-//! record (503) until the proxy is restarted and the log reopened.
+//! sync (this thread's or a rotation's) leaves the file's state unknown, so
+//! the log refuses every later record (503) until the proxy is restarted
+//! and the log reopened.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -73,6 +77,9 @@ struct Pending {
     dirty: bool,
     /// Callers waiting until everything written so far is on disk.
     waiters: Vec<oneshot::Sender<bool>>,
+    /// A record was written that is to be synced now, though nobody waits
+    /// for it (the completion naming a created message's id).
+    urgent: bool,
     /// Every handle is gone: sync once more and end.
     closed: bool,
 }
@@ -156,7 +163,9 @@ impl AuditWriter {
         let started = Instant::now();
         let written = {
             let mut log = self.log.lock().map_err(|_| AuditUnavailable)?;
-            log.write_all(std::slice::from_ref(&record))
+            let written = log.write_all(std::slice::from_ref(&record));
+            self.note_failed_sync(&log);
+            written
         };
         crate::metrics::audit("write", started.elapsed(), written.is_ok());
         if let Err(error) = written {
@@ -178,7 +187,9 @@ impl AuditWriter {
         let record = crate::audit::bound(record);
         let chained = {
             let mut log = self.log.lock().map_err(|_| AuditUnavailable)?;
-            log.defer(&record)
+            let chained = log.defer(&record);
+            self.note_failed_sync(&log);
+            chained
         };
         if let Err(error) = chained {
             tracing::error!(%error, "chaining an audit record");
@@ -188,6 +199,12 @@ impl AuditWriter {
         Ok(())
     }
 
+    /// A sync the log made itself (a rotation's) failed: the writer fails
+    /// as if its own had.
+    fn note_failed_sync(&self, log: &AuditLog) {
+        note_failed_sync(&self.shared, log);
+    }
+
     /// Tells the sync thread there is something to write or sync.
     fn mark_dirty(&self) {
         let mut pending = self.shared.pending();
@@ -195,6 +212,17 @@ impl AuditWriter {
             pending.dirty = true;
             self.shared.wake.notify_one();
         }
+    }
+
+    /// Writes a record and has it synced at once, without waiting: for a
+    /// line the reconciliation of messages needs (a created message's id),
+    /// which the sync window would otherwise leave to a machine crash.
+    pub fn record_synced_soon(&self, record: Record) -> Result<(), AuditUnavailable> {
+        self.record(record)?;
+        let mut pending = self.shared.pending();
+        pending.urgent = true;
+        self.shared.wake.notify_one();
+        Ok(())
     }
 
     /// Waits until every record written so far is on disk.
@@ -218,6 +246,19 @@ impl AuditWriter {
     }
 }
 
+/// How long ordinary records gather before the deferred lines are
+/// written: the write window, but not past the records' sync window (a
+/// sync window shorter than the write window keeps its meaning).
+fn gather_for(left: Option<Duration>) -> Duration {
+    left.map_or(WRITE_WINDOW, |left| left.min(WRITE_WINDOW))
+}
+
+fn note_failed_sync(shared: &Shared, log: &AuditLog) {
+    if log.sync_failed() && !shared.failed.swap(true, Ordering::AcqRel) {
+        tracing::error!("syncing the audit log failed; refusing every request from now on");
+    }
+}
+
 /// The sync thread: waits for written records, gathers a batch, writes the
 /// deferred lines, syncs when the oldest record not on disk has waited
 /// `sync_window` (or at once for a caller waiting, or at the end), answers
@@ -233,7 +274,7 @@ fn sync_loop(shared: &Shared, log: &Mutex<AuditLog>, sync_window: Duration) {
     };
     loop {
         let mut pending = shared.pending();
-        while !pending.dirty && pending.waiters.is_empty() && !pending.closed {
+        while !pending.dirty && pending.waiters.is_empty() && !pending.urgent && !pending.closed {
             match left(unsynced_since) {
                 None => pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner()),
                 Some(left) if left.is_zero() => break,
@@ -248,17 +289,16 @@ fn sync_loop(shared: &Shared, log: &Mutex<AuditLog>, sync_window: Duration) {
         if pending.dirty {
             unsynced_since.get_or_insert_with(Instant::now);
         }
-        if pending.dirty && pending.waiters.is_empty() && !pending.closed {
-            // Ordinary records only: let more of them gather first, but not
-            // past their window (a window shorter than the write window
-            // keeps its meaning).
-            let gather = left(unsynced_since).map_or(WRITE_WINDOW, |l| l.min(WRITE_WINDOW));
+        if pending.dirty && pending.waiters.is_empty() && !pending.urgent && !pending.closed {
+            // Ordinary records only: let more of them gather first.
+            let gather = gather_for(left(unsynced_since));
             pending = shared
                 .wake
                 .wait_timeout(pending, gather)
                 .map_or_else(|p| p.into_inner().0, |(p, _)| p);
         }
         let waiters = std::mem::take(&mut pending.waiters);
+        let urgent = std::mem::take(&mut pending.urgent);
         let closed = pending.closed;
         pending.dirty = false;
         drop(pending);
@@ -273,12 +313,15 @@ fn sync_loop(shared: &Shared, log: &Mutex<AuditLog>, sync_window: Duration) {
                 let written = log.write_deferred();
                 crate::metrics::audit("write", started.elapsed(), written.is_ok());
                 if let Err(error) = written {
-                    tracing::error!(%error, "writing deferred audit records; they are lost");
+                    tracing::error!(%error, "writing deferred audit records or rotating the log");
                 }
             }
+            // Before this thread's sync, which could succeed on a file
+            // whose earlier failure was already reported to the log.
+            note_failed_sync(shared, &log);
             log.current_file()
         };
-        let due = left(unsynced_since).is_some_and(|l| l.is_zero());
+        let due = urgent || left(unsynced_since).is_some_and(|l| l.is_zero());
         if waiters.is_empty() && !closed && !due {
             continue;
         }
@@ -414,7 +457,13 @@ mod tests {
 
     /// Polls `done` every 5 ms for up to 10 s.
     fn eventually(done: impl Fn() -> bool) -> bool {
-        (0..2000).any(|_| {
+        within(Duration::from_secs(10), done)
+    }
+
+    /// Polls `done` every 5 ms for up to `limit`.
+    fn within(limit: Duration, done: impl Fn() -> bool) -> bool {
+        let polls = limit.as_millis() / 5;
+        (0..polls).any(|_| {
             std::thread::sleep(Duration::from_millis(5));
             done()
         })
@@ -445,7 +494,7 @@ mod tests {
     }
 
     #[test]
-    fn a_record_is_synced_within_the_window_and_an_idle_log_is_not_synced_again() {
+    fn a_record_nobody_waits_for_is_synced_by_its_window_and_an_idle_log_not_again() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
         let writer =
@@ -503,5 +552,50 @@ mod tests {
             let error = sync_window(Some(bad)).unwrap_err();
             assert!(error.contains("expected 1 to 10000"), "{error}");
         }
+    }
+
+    #[test]
+    fn the_gathering_stops_at_the_write_window_or_the_sync_window_if_sooner() {
+        let ms = Duration::from_millis;
+        assert_eq!(gather_for(None), WRITE_WINDOW);
+        assert_eq!(gather_for(Some(ms(50))), WRITE_WINDOW);
+        assert_eq!(gather_for(Some(ms(1))), ms(1));
+        assert_eq!(gather_for(Some(Duration::ZERO)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_created_message_id_line_is_synced_at_once_not_at_the_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let writer = AuditWriter::start_with(
+            AuditLog::open(&path).unwrap(),
+            sync_window(Some(10_000)).unwrap(),
+        )
+        .unwrap();
+        writer.record_synced_soon(completion("a")).unwrap();
+        assert!(within(Duration::from_secs(5), || writer
+            .shared
+            .syncs
+            .load(Ordering::Relaxed)
+            == 1));
+    }
+
+    #[tokio::test]
+    async fn after_a_failed_sync_of_the_log_itself_nothing_is_written_or_answered_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let mut log = AuditLog::open(&path).unwrap();
+        log.write_all(&[request("before")]).unwrap();
+        // As a rotation's sync of the file it leaves can fail: the log
+        // knows, the writer must too (a later sync of the same file can
+        // succeed without having written what the failed one held).
+        log.fail_syncs();
+        let writer = AuditWriter::start(log).unwrap();
+        assert!(writer.record(request("a")).is_err());
+        assert!(writer.record_later(completion("a")).is_err());
+        assert!(writer.flush().await.is_err());
+        assert!(writer.record(request("b")).is_err());
+        drop(writer);
+        assert_eq!(crate::audit::verify(&path).unwrap().lines, 1);
     }
 }

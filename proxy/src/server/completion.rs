@@ -47,10 +47,11 @@ impl Completion {
             error: error.or_else(|| self.note.clone()),
             truncated: Default::default(),
         });
-        // A created message's id is written at once; other completions go
+        // A created message's id is written and synced at once (the
+        // reconciliation of messages matches on it); other completions go
         // out with the next line written (one write for both).
         let recorded = if has_message_id {
-            self.proxy.audit.record(record)
+            self.proxy.audit.record_synced_soon(record)
         } else {
             self.proxy.audit.record_later(record)
         };

@@ -455,6 +455,15 @@ mod tests {
         panic!("the deferred record was not written at the end");
     }
 
+    /// A writer over a new log in a temporary directory (kept while the
+    /// first is), with `window` as its sync window.
+    fn windowed(window: Duration) -> (tempfile::TempDir, std::path::PathBuf, AuditWriter) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let writer = AuditWriter::start_with(AuditLog::open(&path).unwrap(), window).unwrap();
+        (dir, path, writer)
+    }
+
     /// Polls `done` every 5 ms for up to 10 s.
     fn eventually(done: impl Fn() -> bool) -> bool {
         within(Duration::from_secs(10), done)
@@ -471,10 +480,8 @@ mod tests {
 
     #[test]
     fn ordinary_records_are_synced_once_a_window_not_once_a_batch() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("audit.jsonl");
         let window = Duration::from_millis(300);
-        let writer = AuditWriter::start_with(AuditLog::open(&path).unwrap(), window).unwrap();
+        let (_dir, path, writer) = windowed(window);
         let started = Instant::now();
         // A record every 5 ms: with a sync per write window (10 ms) this
         // was ~100 syncs.
@@ -495,11 +502,7 @@ mod tests {
 
     #[test]
     fn a_record_nobody_waits_for_is_synced_by_its_window_and_an_idle_log_not_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("audit.jsonl");
-        let writer =
-            AuditWriter::start_with(AuditLog::open(&path).unwrap(), Duration::from_millis(50))
-                .unwrap();
+        let (_dir, _path, writer) = windowed(Duration::from_millis(50));
         writer.record(request("a")).unwrap();
         // No caller waits: the window's end alone syncs it.
         assert!(eventually(
@@ -511,13 +514,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_caller_waiting_for_the_disk_does_not_wait_for_the_window() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("audit.jsonl");
-        let writer = AuditWriter::start_with(
-            AuditLog::open(&path).unwrap(),
-            sync_window(Some(10_000)).unwrap(),
-        )
-        .unwrap();
+        let (_dir, _path, writer) = windowed(sync_window(Some(10_000)).unwrap());
         writer.record(request("a")).unwrap();
         let durable =
             tokio::time::timeout(Duration::from_secs(5), writer.record_durably(request("b"))).await;
@@ -527,13 +524,7 @@ mod tests {
 
     #[test]
     fn deferred_lines_are_written_within_the_write_window_not_the_sync_window() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("audit.jsonl");
-        let writer = AuditWriter::start_with(
-            AuditLog::open(&path).unwrap(),
-            sync_window(Some(10_000)).unwrap(),
-        )
-        .unwrap();
+        let (_dir, path, writer) = windowed(sync_window(Some(10_000)).unwrap());
         writer.record(request("a")).unwrap();
         writer.record_later(completion("a")).unwrap();
         // In the file (a crash of the proxy keeps it) long before the sync.
@@ -565,13 +556,7 @@ mod tests {
 
     #[test]
     fn a_created_message_id_line_is_synced_at_once_not_at_the_window() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("audit.jsonl");
-        let writer = AuditWriter::start_with(
-            AuditLog::open(&path).unwrap(),
-            sync_window(Some(10_000)).unwrap(),
-        )
-        .unwrap();
+        let (_dir, _path, writer) = windowed(sync_window(Some(10_000)).unwrap());
         writer.record_synced_soon(completion("a")).unwrap();
         assert!(within(Duration::from_secs(5), || writer
             .shared

@@ -24,7 +24,7 @@
 //! the log refuses every later record (503) until the proxy is restarted
 //! and the log reopened.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -91,7 +91,7 @@ struct Shared {
     /// A sync failed: nothing more is accepted.
     failed: AtomicBool,
     /// Syncs done (for tests).
-    syncs: std::sync::atomic::AtomicU64,
+    syncs: AtomicU64,
 }
 
 impl Shared {
@@ -164,7 +164,7 @@ impl AuditWriter {
         let written = {
             let mut log = self.log.lock().map_err(|_| AuditUnavailable)?;
             let written = log.write_all(std::slice::from_ref(&record));
-            self.note_failed_sync(&log);
+            note_failed_sync(&self.shared, &log);
             written
         };
         crate::metrics::audit("write", started.elapsed(), written.is_ok());
@@ -188,7 +188,7 @@ impl AuditWriter {
         let chained = {
             let mut log = self.log.lock().map_err(|_| AuditUnavailable)?;
             let chained = log.defer(&record);
-            self.note_failed_sync(&log);
+            note_failed_sync(&self.shared, &log);
             chained
         };
         if let Err(error) = chained {
@@ -197,12 +197,6 @@ impl AuditWriter {
         }
         self.mark_dirty();
         Ok(())
-    }
-
-    /// A sync the log made itself (a rotation's) failed: the writer fails
-    /// as if its own had.
-    fn note_failed_sync(&self, log: &AuditLog) {
-        note_failed_sync(&self.shared, log);
     }
 
     /// Tells the sync thread there is something to write or sync.
@@ -253,8 +247,17 @@ fn gather_for(left: Option<Duration>) -> Duration {
     left.map_or(WRITE_WINDOW, |left| left.min(WRITE_WINDOW))
 }
 
+/// A sync the log made itself (a rotation's) failed: the writer fails as
+/// if its own had.
 fn note_failed_sync(shared: &Shared, log: &AuditLog) {
-    if log.sync_failed() && !shared.failed.swap(true, Ordering::AcqRel) {
+    if log.sync_failed() {
+        fail(shared);
+    }
+}
+
+/// A sync failed: every later record is refused.
+fn fail(shared: &Shared) {
+    if !shared.failed.swap(true, Ordering::AcqRel) {
         tracing::error!("syncing the audit log failed; refusing every request from now on");
     }
 }
@@ -330,8 +333,8 @@ fn sync_loop(shared: &Shared, log: &Mutex<AuditLog>, sync_window: Duration) {
         let ok = !shared.failed.load(Ordering::Acquire) && file.sync_data().is_ok();
         shared.syncs.fetch_add(1, Ordering::Relaxed);
         crate::metrics::audit("sync", started.elapsed(), ok);
-        if !ok && !shared.failed.swap(true, Ordering::AcqRel) {
-            tracing::error!("syncing the audit log failed; refusing every request from now on");
+        if !ok {
+            fail(shared);
         }
         for waiter in waiters {
             let _ = waiter.send(ok);

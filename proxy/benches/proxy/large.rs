@@ -1,9 +1,8 @@
 //! Large transfers: a `git clone` of a big repository and a download
 //! through a spliced tunnel, each through the proxy, directly and through
 //! nginx, interleaved over rounds. Reports MB/s, the ratios, the CPU each
-//! contender spent, and how far the bench process's peak resident set
-//! grew during the proxy's transfer (the proxy runs in this process: it
-//! must stream, not hold a transfer).
+//! contender spent, and how far the proxy process's peak resident set
+//! grew during its transfer (it must stream, not hold a transfer).
 //!
 //! The repository is generated once (incompressible blobs, written with
 //! `git fast-import`) into `bench-cache/` under cargo's target directory
@@ -358,23 +357,24 @@ pub fn clone(via: &CloneVia, into: &Path) -> Duration {
 
 // === peak resident set ===
 
-/// The process's resident set now, in KiB.
-pub fn rss_kib() -> u64 {
-    status_kib("VmRSS:")
+/// Process `pid`'s resident set now, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
 }
 
-/// The process's peak resident set since the last [`reset_peak`], in KiB.
-pub fn peak_kib() -> u64 {
-    status_kib("VmHWM:")
+/// Process `pid`'s peak resident set since the last [`reset_peak`], in KiB.
+fn peak_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM:")
 }
 
-/// Resets the peak resident set to the current one (`clear_refs` 5).
-pub fn reset_peak() {
-    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+/// Resets process `pid`'s peak resident set to its current one
+/// (`clear_refs` 5).
+fn reset_peak(pid: u32) {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
 }
 
-fn status_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
         .lines()
         .find_map(|l| l.strip_prefix(field))
@@ -394,6 +394,7 @@ pub struct Contenders<'a> {
     pub download_nginx: Via,
     pub download_tunnel: Via,
     pub nginx_pid: u32,
+    pub proxy_pid: u32,
     /// Where clones go (removed after each).
     pub scratch: PathBuf,
     pub repo_bytes: u64,
@@ -409,18 +410,22 @@ struct Run {
 }
 
 /// Runs `transfer`, with the CPU nanoseconds of its contender (`cpu_ns`)
-/// and the growth of this process's peak resident set over the resident
-/// set before.
-fn run(cpu_ns: impl Fn() -> u64, transfer: impl FnOnce() -> Duration) -> Run {
-    reset_peak();
-    let rss = rss_kib();
+/// and the growth of the peak resident set of process `held_by` (the
+/// proxy's), if any, over its resident set before.
+fn run(held_by: Option<u32>, cpu_ns: impl Fn() -> u64, transfer: impl FnOnce() -> Duration) -> Run {
+    let rss = held_by.map(|pid| {
+        reset_peak(pid);
+        rss_kib(pid)
+    });
     let before = cpu_ns();
     let took = transfer();
     let cpu = cpu_ns().saturating_sub(before) as f64 / 1e9;
     Run {
         secs: took.as_secs_f64(),
         cpu_secs: cpu,
-        rss_growth_kib: peak_kib().saturating_sub(rss),
+        rss_growth_kib: held_by
+            .zip(rss)
+            .map_or(0, |(pid, rss)| peak_kib(pid).saturating_sub(rss)),
     }
 }
 
@@ -433,9 +438,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// CPU and the proxy's peak resident set growth.
 pub fn report(c: &Contenders<'_>) {
     let rounds = super::env_or("BENCH_LARGE_ROUNDS", 3) as usize;
-    let proxy_cpu = || super::thread_cpu_ns(&["bench-proxy", "gatehouse-audit"]);
+    let proxy_cpu = || super::process_tree_cpu_ns(c.proxy_pid);
     let nginx_cpu = || super::process_tree_cpu_ns(c.nginx_pid);
     let none = || 0;
+    let proxy = Some(c.proxy_pid);
     let into = c.scratch.join("clone.git");
     let download = |via: &Via| {
         let started = Instant::now();
@@ -456,15 +462,15 @@ pub fn report(c: &Contenders<'_>) {
         for round in 1..=rounds {
             let runs = if what.starts_with("git") {
                 [
-                    run(none, || clone(&c.clone_direct, &into)),
-                    run(nginx_cpu, || clone(&c.clone_nginx, &into)),
-                    run(proxy_cpu, || clone(&c.clone_proxy, &into)),
+                    run(None, none, || clone(&c.clone_direct, &into)),
+                    run(None, nginx_cpu, || clone(&c.clone_nginx, &into)),
+                    run(proxy, proxy_cpu, || clone(&c.clone_proxy, &into)),
                 ]
             } else {
                 [
-                    run(none, || download(&c.download_direct)),
-                    run(nginx_cpu, || download(&c.download_nginx)),
-                    run(proxy_cpu, || download(&c.download_tunnel)),
+                    run(None, none, || download(&c.download_direct)),
+                    run(None, nginx_cpu, || download(&c.download_nginx)),
+                    run(proxy, proxy_cpu, || download(&c.download_tunnel)),
                 ]
             };
             let rate = |r: &Run| mb(bytes) / r.secs;

@@ -13,6 +13,10 @@
 //!    download through a spliced tunnel, through the proxy, directly and
 //!    through nginx, in MB/s, with the proxy's CPU and peak memory.
 //!
+//! The emulator and the proxy each run in a process of their own, the
+//! bench run again in that role ([`children`]); the load generator runs in
+//! the bench's.
+//!
 //! Run: `cargo bench -p gatehouse-proxy --bench proxy` (nginx must be on
 //! PATH or in /usr/sbin; `scripts/setup-debian` installs nginx-light).
 //! `BENCH_REQUESTS` and `BENCH_SECS` change the sample sizes,
@@ -22,8 +26,10 @@
 //! that none of its processes remain.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod children;
 mod large;
 mod nginx;
+mod upstream;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,7 +38,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use gatehouse_emulators::{GithubEmulator, GithubHandle, GithubOptions, RateBudgets, RepoSpec};
 use gatehouse_proxy::audit::AuditLog;
 use gatehouse_proxy::ca::CertificateAuthority;
 use gatehouse_proxy::credentials::{CredentialSpec, Credentials};
@@ -249,22 +254,33 @@ async fn latencies(targets: &[&Target], cpus: &[&dyn Fn() -> u64], n: usize) -> 
         .collect()
 }
 
-/// Throughput and the contender's CPU time per request (`cpu` reads its
-/// CPU nanoseconds so far): the second figure is what a shared machine
-/// distorts least.
+/// Throughput, the contender's CPU time per request (`cpu` reads its CPU
+/// nanoseconds so far), and the upstream's (the emulator's process,
+/// `upstream`): the CPU figures are what a shared machine distorts least.
+/// Every route's requests share the two cores with the emulator, so its
+/// cost per request is part of each route's throughput.
 struct Measured {
     rate: f64,
     cpu_us_per_request: f64,
+    upstream_us_per_request: f64,
 }
 
-async fn measure(target: &Target, clients: usize, secs: u64, cpu: impl Fn() -> u64) -> Measured {
-    let (before, started) = (cpu(), Instant::now());
+async fn measure(
+    target: &Target,
+    clients: usize,
+    secs: u64,
+    cpu: impl Fn() -> u64,
+    upstream: u32,
+) -> Measured {
+    let upstream_cpu = || process_tree_cpu_ns(upstream);
+    let (before, upstream_before, started) = (cpu(), upstream_cpu(), Instant::now());
     let rate = throughput(target, clients, secs).await;
     let requests = rate * started.elapsed().as_secs_f64();
-    let ns = cpu().saturating_sub(before) as f64;
+    let us_per_request = |ns: u64| ns as f64 / 1e3 / requests;
     Measured {
         rate,
-        cpu_us_per_request: ns / 1e3 / requests,
+        cpu_us_per_request: us_per_request(cpu().saturating_sub(before)),
+        upstream_us_per_request: us_per_request(upstream_cpu().saturating_sub(upstream_before)),
     }
 }
 
@@ -293,19 +309,6 @@ fn require_schedstat() {
             .is_some_and(|n| n.parse::<u64>().is_ok()),
         "/proc/self/schedstat is missing or empty: this kernel has no CONFIG_SCHED_INFO, which the bench's CPU figures need"
     );
-}
-
-/// CPU nanoseconds of this process's threads whose name starts with a
-/// prefix (the proxy's runtime workers and its audit writer).
-fn thread_cpu_ns(prefixes: &[&str]) -> u64 {
-    let mut total = 0;
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if prefixes.iter().any(|p| comm.starts_with(p)) {
-            total += schedstat_ns(&task.path());
-        }
-    }
-    total
 }
 
 /// CPU nanoseconds of a process and its children (nginx's master and
@@ -361,6 +364,12 @@ use nginx::start_nginx;
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
+    match children::role().as_deref() {
+        Some("emulator") => return upstream::serve(),
+        Some("proxy") => return serve_proxy(),
+        Some(other) => panic!("no bench role {other}"),
+        None => {}
+    }
     require_schedstat();
     let n = env_or("BENCH_REQUESTS", 3000) as usize;
     let secs = env_or("BENCH_SECS", 5);
@@ -374,7 +383,7 @@ fn main() {
         "ghs_bench{:016x}",
         u64::from(std::process::id()).wrapping_mul(0x9e37_79b9_7f4a_7c15)
     );
-    let (github, upstream_ca) = start_github(d, &token);
+    let (github, upstream_ca) = upstream::Upstream::start(d, &token);
     let client_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("bench-client")
@@ -384,19 +393,20 @@ fn main() {
     let download_bytes = large_mib << 20;
     let download_addr = client_rt.block_on(large::start_download_server(download_bytes));
 
-    // The proxy, on its own runtime (as in `gatehouse proxy`).
-    let proxy_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(env_or("BENCH_PROXY_WORKERS", 2) as usize)
-        .thread_name("bench-proxy")
-        .enable_all()
-        .build()
-        .unwrap();
-    let (proxy, socket, git_socket) = proxy_rt.block_on(start_proxy(
-        d,
-        github.base_url(),
-        &upstream_ca,
-        download_addr,
-    ));
+    // The proxy, in a process of its own (as `gatehouse proxy` is).
+    let proxy = children::ChildProcess::start(
+        "proxy",
+        &[
+            (children::DIR, d.display().to_string()),
+            (UPSTREAM_URL, github.base_url()),
+            (DOWNLOAD_ADDR, download_addr.to_string()),
+        ],
+    );
+    let (socket, git_socket) = (
+        PathBuf::from(&proxy.announced[0]),
+        PathBuf::from(&proxy.announced[1]),
+    );
+    let proxy_pid = proxy.pid();
     let (nginx, nginx_ports, nginx_ca) =
         start_nginx(d, github.addr(), &upstream_ca, &token, download_addr);
     let nginx_pid = nginx.0.id();
@@ -420,12 +430,17 @@ fn main() {
     };
 
     client_rt.block_on(async {
-        report_latency(&direct, &via_proxy, &via_nginx, nginx_pid, n).await;
-        report_throughput(&direct, &via_proxy, &via_nginx, nginx_pid, secs).await;
+        let pids = Pids {
+            proxy: proxy_pid,
+            nginx: nginx_pid,
+            upstream: github.pid(),
+        };
+        report_latency(&direct, &via_proxy, &via_nginx, pids, n).await;
+        report_throughput(&direct, &via_proxy, &via_nginx, pids, secs).await;
     });
     if large_mib > 0 {
         let cached = large::cached_repo(large_mib);
-        large::install_repo(&github.repo_git_dir(large::BIG_REPO).unwrap(), &cached);
+        large::install_repo(&github.big_repo_git_dir(), &cached);
         let relay_port = client_rt.block_on(large::start_relay(git_socket.clone()));
         large::report(&large::Contenders {
             runtime: &client_rt,
@@ -446,42 +461,54 @@ fn main() {
             download_nginx: large::Via::Nginx(nginx_ports.download),
             download_tunnel: large::Via::Tunnel(git_socket),
             nginx_pid,
+            proxy_pid,
             scratch: d.join("clones"),
             repo_bytes: large::object_bytes(&cached.join("objects")),
             download_bytes,
         });
     }
     nginx.stop_checked();
-    proxy_rt.block_on(proxy.shutdown());
+    // Closing its stdin shuts the proxy down; the drop waits for it.
+    drop(proxy);
 }
 
-/// The GitHub emulator with one repository and issue, and its CA's file.
-fn start_github(d: &Path, token: &str) -> (GithubHandle, PathBuf) {
-    let mut options = GithubOptions::new(d.join("git"))
-        .token(token, "gatehouse-bench[bot]")
-        .repo(RepoSpec::new("acme", "widgets"))
-        .repo(RepoSpec::new("acme", "big"));
-    options.worker_threads = 2;
-    let github = GithubEmulator::start(options).unwrap();
-    // The bench makes far more calls than GitHub's 5000 an hour per token.
-    github.set_rate_budgets(RateBudgets {
-        core: u64::MAX,
-        graphql: u64::MAX,
-        ..RateBudgets::default()
-    });
-    github
-        .add_issue("acme/widgets", "Widgets wobble", "They wobble.", "alice")
+/// The proxy's role's upstream URL and the tunnel host's address.
+const UPSTREAM_URL: &str = "GATEHOUSE_BENCH_UPSTREAM_URL";
+const DOWNLOAD_ADDR: &str = "GATEHOUSE_BENCH_DOWNLOAD_ADDR";
+
+/// The processes whose CPU is a contender's.
+#[derive(Clone, Copy)]
+struct Pids {
+    proxy: u32,
+    nginx: u32,
+    upstream: u32,
+}
+
+/// The proxy's role: on its own runtime, as in `gatehouse proxy`, until
+/// the parent is done.
+fn serve_proxy() {
+    let d = PathBuf::from(std::env::var_os(children::DIR).unwrap());
+    let upstream = std::env::var(UPSTREAM_URL).unwrap();
+    let download = std::env::var(DOWNLOAD_ADDR).unwrap().parse().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(env_or("BENCH_PROXY_WORKERS", 2) as usize)
+        .thread_name("bench-proxy")
+        .enable_all()
+        .build()
         .unwrap();
-    let upstream_ca = d.join("upstream-ca.pem");
-    github.write_ca_pem(&upstream_ca).unwrap();
-    std::fs::write(d.join("token"), token).unwrap();
-
-    (github, upstream_ca)
+    let (proxy, socket, git_socket) = runtime.block_on(start_proxy(
+        &d,
+        upstream,
+        &d.join("upstream-ca.pem"),
+        download,
+    ));
+    children::announce_and_wait(&[
+        socket.display().to_string(),
+        git_socket.display().to_string(),
+    ]);
+    runtime.block_on(proxy.shutdown());
 }
 
-/// The proxy with two identities for the bench rule set: `bench`
-/// (`acme/widgets`) and `bench-git` (`acme/big`, and the download host as
-/// a tunnel); their sockets.
 async fn start_proxy(
     d: &Path,
     github_url: String,
@@ -554,13 +581,13 @@ async fn report_latency(
     direct: &Target,
     via_proxy: &Target,
     via_nginx: &Target,
-    nginx_pid: u32,
+    pids: Pids,
     n: usize,
 ) {
     println!("gatehouse proxy benchmark: loopback, GitHub emulator, GET {PATH}");
     println!("latency, one keep-alive connection each, {n} sequential requests after 200 warm-up, interleaved:");
-    let proxy_cpu = || thread_cpu_ns(&["bench-proxy", "gatehouse-audit"]);
-    let nginx_cpu = || process_tree_cpu_ns(nginx_pid);
+    let proxy_cpu = || process_tree_cpu_ns(pids.proxy);
+    let nginx_cpu = || process_tree_cpu_ns(pids.nginx);
     let lat = latencies(
         &[direct, via_proxy, via_nginx],
         &[&|| 0, &proxy_cpu, &nginx_cpu],
@@ -596,7 +623,7 @@ async fn report_throughput(
     direct: &Target,
     via_proxy: &Target,
     via_nginx: &Target,
-    nginx_pid: u32,
+    pids: Pids,
     secs: u64,
 ) {
     // The machine is shared: interleave the contenders over several
@@ -606,17 +633,40 @@ async fn report_throughput(
     let (mut d_tp, mut n_tp, mut p_tp, mut ratio) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut n_cpu, mut p_cpu) = (Vec::new(), Vec::new());
+    let mut upstream_cpu: [Vec<f64>; 3] = Default::default();
     for round in 1..=rounds {
-        let d = throughput(direct, 32, secs).await;
-        let n = measure(via_nginx, 32, secs, || process_tree_cpu_ns(nginx_pid)).await;
-        let p = measure(via_proxy, 32, secs, || {
-            thread_cpu_ns(&["bench-proxy", "gatehouse-audit"])
-        })
+        let dm = measure(direct, 32, secs, || 0, pids.upstream).await;
+        let n = measure(
+            via_nginx,
+            32,
+            secs,
+            || process_tree_cpu_ns(pids.nginx),
+            pids.upstream,
+        )
         .await;
+        let p = measure(
+            via_proxy,
+            32,
+            secs,
+            || process_tree_cpu_ns(pids.proxy),
+            pids.upstream,
+        )
+        .await;
+        let d = dm.rate;
         println!(
-            "  round {round}: direct {d:>7.0}  nginx {:>7.0}  proxy {:>7.0} req/s  proxy/nginx {:.2}×   CPU per request: nginx {:.1} µs, proxy {:.1} µs",
-            n.rate, p.rate, p.rate / n.rate, n.cpu_us_per_request, p.cpu_us_per_request
+            "  round {round}: direct {d:>7.0}  nginx {:>7.0}  proxy {:>7.0} req/s  proxy/nginx {:.2}×   CPU per request: nginx {:.1} µs, proxy {:.1} µs; the emulator's: direct {:.1} µs, nginx {:.1} µs, proxy {:.1} µs",
+            n.rate,
+            p.rate,
+            p.rate / n.rate,
+            n.cpu_us_per_request,
+            p.cpu_us_per_request,
+            dm.upstream_us_per_request,
+            n.upstream_us_per_request,
+            p.upstream_us_per_request,
         );
+        for (row, m) in upstream_cpu.iter_mut().zip([&dm, &n, &p]) {
+            row.push(m.upstream_us_per_request);
+        }
         d_tp.push(d);
         n_tp.push(n.rate);
         p_tp.push(p.rate);
@@ -638,4 +688,6 @@ async fn report_throughput(
     println!("  proxy/nginx = {r:.2}× (median of rounds)   proxy/direct = {:.2}×   nginx/direct = {:.2}×", p / d, n / d);
     let (nc, pc) = (median(&mut n_cpu), median(&mut p_cpu));
     println!("  CPU per request (median): nginx {nc:.1} µs, proxy {pc:.1} µs (incl. audit writer); nginx/proxy = {:.2}×", nc / pc);
+    let [ud, un, up] = upstream_cpu.map(|mut v| median(&mut v));
+    println!("  the emulator's CPU per request (median): direct {ud:.1} µs, nginx {un:.1} µs, proxy {up:.1} µs");
 }

@@ -1,0 +1,77 @@
+//! The bench's other processes: it runs itself again in a role
+//! (`GATEHOUSE_BENCH_ROLE`: the emulator, the proxy), so that each part has
+//! a process of its own, as in production (a sandboxed worker, the proxy,
+//! GitHub) and as nginx has. A child announces what the parent needs on
+//! one line of its stdout, then serves until its stdin closes: when the
+//! parent drops it, or dies.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+const ROLE: &str = "GATEHOUSE_BENCH_ROLE";
+
+/// The bench's temp dir, which every child works in.
+pub const DIR: &str = "GATEHOUSE_BENCH_DIR";
+
+/// A child process of the bench in a role.
+pub struct ChildProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    /// The words of the line it announced.
+    pub announced: Vec<String>,
+}
+
+impl ChildProcess {
+    /// Runs the bench again as `role` with `envs`, and reads its announcement.
+    pub fn start(role: &str, envs: &[(&str, String)]) -> ChildProcess {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .arg("--bench")
+            .env(ROLE, role)
+            .envs(envs.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(
+            !line.is_empty(),
+            "the bench's {role} ended before it started"
+        );
+        ChildProcess {
+            child,
+            stdin,
+            announced: line.split_whitespace().map(str::to_owned).collect(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        if !std::thread::panicking() {
+            assert!(status.success(), "a child of the bench ended with {status}");
+        }
+    }
+}
+
+/// The role this process was started in, if it is a child.
+pub fn role() -> Option<String> {
+    std::env::var(ROLE).ok()
+}
+
+/// In a child: tell the parent `words`, then wait until it closes stdin.
+pub fn announce_and_wait(words: &[String]) {
+    let mut out = std::io::stdout();
+    writeln!(out, "{}", words.join(" ")).unwrap();
+    out.flush().unwrap();
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+}

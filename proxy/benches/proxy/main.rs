@@ -260,8 +260,8 @@ async fn latencies(targets: &[&Target], cpus: &[&dyn Fn() -> u64], n: usize) -> 
         .collect()
 }
 
-/// Throughput, the contender's CPU time per request (`cpu` reads its CPU
-/// nanoseconds so far), and the upstream's (the emulator's process,
+/// Throughput of 32 clients, the contender's CPU time per request (every
+/// thread of process `contender`, if any), and the upstream's (the emulator's process,
 /// `upstream`): the CPU figures are what a shared machine distorts least.
 /// Every route's requests share the two cores with the emulator, so its
 /// cost per request is part of each route's throughput.
@@ -271,16 +271,11 @@ struct Measured {
     upstream_us_per_request: f64,
 }
 
-async fn measure(
-    target: &Target,
-    clients: usize,
-    secs: u64,
-    cpu: impl Fn() -> u64,
-    upstream: u32,
-) -> Measured {
+async fn measure(target: &Target, secs: u64, contender: Option<u32>, upstream: u32) -> Measured {
+    let cpu = || contender.map_or(0, process_tree_cpu_ns);
     let upstream_cpu = || process_tree_cpu_ns(upstream);
     let (before, upstream_before, started) = (cpu(), upstream_cpu(), Instant::now());
-    let rate = throughput(target, clients, secs).await;
+    let rate = throughput(target, 32, secs).await;
     let requests = rate * started.elapsed().as_secs_f64();
     let us_per_request = |ns: u64| ns as f64 / 1e3 / requests;
     Measured {
@@ -641,23 +636,9 @@ async fn report_throughput(
     let (mut n_cpu, mut p_cpu) = (Vec::new(), Vec::new());
     let mut upstream_cpu: [Vec<f64>; 3] = Default::default();
     for round in 1..=rounds {
-        let dm = measure(direct, 32, secs, || 0, pids.upstream).await;
-        let n = measure(
-            via_nginx,
-            32,
-            secs,
-            || process_tree_cpu_ns(pids.nginx),
-            pids.upstream,
-        )
-        .await;
-        let p = measure(
-            via_proxy,
-            32,
-            secs,
-            || process_tree_cpu_ns(pids.proxy),
-            pids.upstream,
-        )
-        .await;
+        let dm = measure(direct, secs, None, pids.upstream).await;
+        let n = measure(via_nginx, secs, Some(pids.nginx), pids.upstream).await;
+        let p = measure(via_proxy, secs, Some(pids.proxy), pids.upstream).await;
         let d = dm.rate;
         println!(
             "  round {round}: direct {d:>7.0}  nginx {:>7.0}  proxy {:>7.0} req/s  proxy/nginx {:.2}×   CPU per request: nginx {:.1} µs, proxy {:.1} µs; the emulator's: direct {:.1} µs, nginx {:.1} µs, proxy {:.1} µs",

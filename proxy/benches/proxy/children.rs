@@ -33,14 +33,21 @@ impl ChildProcess {
             .spawn()
             .unwrap();
         let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(
-            !line.is_empty(),
-            "the bench's {role} ended before it started"
-        );
+        stdout.read_line(&mut line).unwrap();
+        if line.is_empty() {
+            let status = child.wait().unwrap();
+            panic!("the bench's {role} ended with {status} before it started");
+        }
+        // Whatever the child prints later goes to stderr, and it never
+        // writes into a closed pipe.
+        let who = role.to_owned();
+        std::thread::spawn(move || {
+            for later in stdout.lines().map_while(Result::ok) {
+                eprintln!("{who}: {later}");
+            }
+        });
         ChildProcess {
             child,
             stdin,
@@ -55,11 +62,15 @@ impl ChildProcess {
 
 impl Drop for ChildProcess {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The bench failed: no clean shutdown to wait for.
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            return;
+        }
         drop(self.stdin.take());
         let status = self.child.wait().unwrap();
-        if !std::thread::panicking() {
-            assert!(status.success(), "a child of the bench ended with {status}");
-        }
+        assert!(status.success(), "a child of the bench ended with {status}");
     }
 }
 

@@ -49,6 +49,8 @@ use gatehouse_proxy::upstream::{UpstreamOverride, Upstreams};
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use nix::time::{clock_gettime, ClockId};
+use nix::unistd::Pid;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -261,10 +263,11 @@ async fn latencies(targets: &[&Target], cpus: &[&dyn Fn() -> u64], n: usize) -> 
 }
 
 /// Throughput of 32 clients, the contender's CPU time per request (every
-/// thread of process `contender`, if any), and the upstream's (the emulator's process,
-/// `upstream`): the CPU figures are what a shared machine distorts least.
-/// Every route's requests share the two cores with the emulator, so its
-/// cost per request is part of each route's throughput.
+/// thread of process `contender`, if any, and its children), and the
+/// upstream's (the emulator's process, `upstream`): the CPU figures are
+/// what a shared machine distorts least. Every route's requests share the
+/// two cores with the emulator, so its cost per request is part of each
+/// route's throughput.
 struct Measured {
     rate: f64,
     cpu_us_per_request: f64,
@@ -272,55 +275,34 @@ struct Measured {
 }
 
 async fn measure(target: &Target, secs: u64, contender: Option<u32>, upstream: u32) -> Measured {
-    let cpu = || contender.map_or(0, process_tree_cpu_ns);
-    let upstream_cpu = || process_tree_cpu_ns(upstream);
-    let (before, upstream_before, started) = (cpu(), upstream_cpu(), Instant::now());
-    let rate = throughput(target, 32, secs).await;
-    let requests = rate * started.elapsed().as_secs_f64();
-    let us_per_request = |ns: u64| ns as f64 / 1e3 / requests;
+    let cpu = || {
+        [
+            contender.map_or(0, process_tree_cpu_ns),
+            process_tree_cpu_ns(upstream),
+        ]
+    };
+    let window = throughput(target, 32, secs, &cpu).await;
+    let us_per_request = |ns: u64| ns as f64 / 1e3 / window.requests as f64;
     Measured {
-        rate,
-        cpu_us_per_request: us_per_request(cpu().saturating_sub(before)),
-        upstream_us_per_request: us_per_request(upstream_cpu().saturating_sub(upstream_before)),
+        rate: window.requests as f64 / window.secs,
+        cpu_us_per_request: us_per_request(window.cpu_ns[0]),
+        upstream_us_per_request: us_per_request(window.cpu_ns[1]),
     }
 }
 
-/// Nanoseconds on CPU of a thread, from its `schedstat`: the scheduler's
-/// own account. `stat`'s user and system times are sampled at the 100 Hz
-/// tick, which over a round's few hundred ticks erred by several per cent.
-/// A thread that ended since its directory was listed counts 0 (and the
-/// CPU of threads that end during a measurement is not counted: the
-/// contenders' threads live as long as the bench); one running while it is
-/// read is counted up to its last tick or switch.
-fn schedstat_ns(task: &Path) -> u64 {
-    std::fs::read_to_string(task.join("schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The kernel keeps `schedstat` only with `CONFIG_SCHED_INFO`; without it
-/// every CPU figure would read 0.
-fn require_schedstat() {
-    let own = std::fs::read_to_string("/proc/self/schedstat").unwrap_or_default();
-    assert!(
-        // A process that has not yet been descheduled may still read 0.
-        own.split_whitespace()
-            .next()
-            .is_some_and(|n| n.parse::<u64>().is_ok()),
-        "/proc/self/schedstat is missing or empty: this kernel has no CONFIG_SCHED_INFO, which the bench's CPU figures need"
-    );
-}
-
-/// CPU nanoseconds of a process and its children (nginx's master and
-/// workers).
+/// CPU nanoseconds of a process (every thread, those that ended included)
+/// and of its children, recursively (nginx's master and workers), from
+/// each process's CPU-time clock: the scheduler's own account.
 fn process_tree_cpu_ns(pid: u32) -> u64 {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten();
-    let own: u64 = tasks.flatten().map(|t| schedstat_ns(&t.path())).sum();
-    let children =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    let own = ClockId::pid_cpu_clock_id(Pid::from_raw(pid as i32))
+        .and_then(clock_gettime)
+        .map_or(0, |t| {
+            t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+        });
+    // The kernel lists children only with CONFIG_PROC_CHILDREN; without it
+    // nginx's workers would count 0.
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .expect("/proc/PID/task/PID/children (CONFIG_PROC_CHILDREN), which the CPU figures need");
     own + children
         .split_whitespace()
         .filter_map(|c| c.parse().ok())
@@ -328,7 +310,23 @@ fn process_tree_cpu_ns(pid: u32) -> u64 {
         .sum::<u64>()
 }
 
-async fn throughput(target: &Target, clients: usize, secs: u64) -> f64 {
+/// What one throughput window measured: requests answered, seconds, and
+/// the CPU nanoseconds each of `cpu`'s counters moved meanwhile.
+struct Window {
+    requests: u64,
+    secs: f64,
+    cpu_ns: [u64; 2],
+}
+
+/// `clients` keep-alive clients sending for `secs` after each has connected
+/// and made one request: the window starts after the handshakes and the
+/// warm-up, and `cpu` is read at its start and end.
+async fn throughput(
+    target: &Target,
+    clients: usize,
+    secs: u64,
+    cpu: &dyn Fn() -> [u64; 2],
+) -> Window {
     let done = Arc::new(AtomicU64::new(0));
     let mut senders = Vec::new();
     for _ in 0..clients {
@@ -338,8 +336,9 @@ async fn throughput(target: &Target, clients: usize, secs: u64) -> f64 {
     for s in &mut senders {
         get(s, target).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let before = cpu();
     let started = Instant::now();
+    let deadline = started + Duration::from_secs(secs);
     let mut tasks = Vec::new();
     for mut sender in senders {
         let target = target.clone();
@@ -354,7 +353,13 @@ async fn throughput(target: &Target, clients: usize, secs: u64) -> f64 {
     for t in tasks {
         t.await.unwrap();
     }
-    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+    let secs = started.elapsed().as_secs_f64();
+    let after = cpu();
+    Window {
+        requests: done.load(Ordering::Relaxed),
+        secs,
+        cpu_ns: [0, 1].map(|i| after[i].saturating_sub(before[i])),
+    }
 }
 
 fn us(d: Duration) -> f64 {
@@ -371,7 +376,6 @@ fn main() {
         Some(other) => panic!("no bench role {other}"),
         None => {}
     }
-    require_schedstat();
     let n = env_or("BENCH_REQUESTS", 3000) as usize;
     let secs = env_or("BENCH_SECS", 5);
     let large_mib = large::size_mib();

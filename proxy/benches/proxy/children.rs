@@ -2,8 +2,8 @@
 //! (`GATEHOUSE_BENCH_ROLE`: the emulator, the proxy), so that each part has
 //! a process of its own, as in production (a sandboxed worker, the proxy,
 //! GitHub) and as nginx has. A child announces what the parent needs on
-//! one line of its stdout, then serves until its stdin closes: when the
-//! parent drops it, or dies.
+//! one line of its stdout (tab-separated: paths may hold spaces), then
+//! serves until its stdin closes: when the parent drops it, or dies.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -17,7 +17,7 @@ pub const DIR: &str = "GATEHOUSE_BENCH_DIR";
 pub struct ChildProcess {
     child: Child,
     stdin: Option<ChildStdin>,
-    /// The words of the line it announced.
+    /// The fields of the line it announced.
     pub announced: Vec<String>,
 }
 
@@ -51,7 +51,11 @@ impl ChildProcess {
         ChildProcess {
             child,
             stdin,
-            announced: line.split_whitespace().map(str::to_owned).collect(),
+            announced: line
+                .trim_end_matches('\n')
+                .split('\t')
+                .map(str::to_owned)
+                .collect(),
         }
     }
 
@@ -79,10 +83,10 @@ pub fn role() -> Option<String> {
     std::env::var(ROLE).ok()
 }
 
-/// In a child: tell the parent `words`, then wait until it closes stdin.
-pub fn announce_and_wait(words: &[String]) {
+/// In a child: tell the parent `fields`, then wait until it closes stdin.
+pub fn announce_and_wait(fields: &[String]) {
     let mut out = std::io::stdout();
-    writeln!(out, "{}", words.join(" ")).unwrap();
+    writeln!(out, "{}", fields.join("\t")).unwrap();
     out.flush().unwrap();
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
 }

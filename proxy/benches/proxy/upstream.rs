@@ -1,7 +1,6 @@
 //! The GitHub emulator every route calls, in a process of its own
-//! ([`super::children`]). In the bench's process it shared an allocator
-//! and an address space with the proxy, not with nginx, so its CPU per
-//! request depended on which contender it served.
+//! ([`super::children`]), as GitHub is: in the bench's process it shared
+//! an allocator and an address space with the proxy, not with nginx.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -294,20 +294,35 @@ async fn measure(target: &Target, secs: u64, contender: Option<u32>, upstream: u
 /// and of its children, recursively (nginx's master and workers), from
 /// each process's CPU-time clock: the scheduler's own account.
 fn process_tree_cpu_ns(pid: u32) -> u64 {
-    let own = ClockId::pid_cpu_clock_id(Pid::from_raw(pid as i32))
-        .and_then(clock_gettime)
-        .map_or(0, |t| {
-            t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-        });
     // The kernel lists children only with CONFIG_PROC_CHILDREN; without it
     // nginx's workers would count 0.
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
         .expect("/proc/PID/task/PID/children (CONFIG_PROC_CHILDREN), which the CPU figures need");
-    own + children
+    process_cpu_ns(pid) + descendants_cpu_ns(&children)
+}
+
+/// The CPU of the processes listed (and theirs); one that ended meanwhile
+/// (a git the emulator ran) counts what was read of it.
+fn descendants_cpu_ns(listed: &str) -> u64 {
+    listed
         .split_whitespace()
         .filter_map(|c| c.parse().ok())
-        .map(process_tree_cpu_ns)
-        .sum::<u64>()
+        .map(|pid: u32| {
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            process_cpu_ns(pid) + descendants_cpu_ns(&children)
+        })
+        .sum()
+}
+
+/// One process's CPU nanoseconds, its threads that ended included; 0 if
+/// it is gone.
+fn process_cpu_ns(pid: u32) -> u64 {
+    ClockId::pid_cpu_clock_id(Pid::from_raw(pid as i32))
+        .and_then(clock_gettime)
+        .map_or(0, |t| {
+            t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+        })
 }
 
 /// What one throughput window measured: requests answered, seconds, and

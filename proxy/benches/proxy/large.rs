@@ -410,22 +410,18 @@ struct Run {
 }
 
 /// Runs `transfer`, with the CPU nanoseconds of its contender (`cpu_ns`)
-/// and the growth of the peak resident set of process `held_by` (the
-/// proxy's), if any, over its resident set before.
-fn run(held_by: Option<u32>, cpu_ns: impl Fn() -> u64, transfer: impl FnOnce() -> Duration) -> Run {
-    let rss = held_by.map(|pid| {
-        reset_peak(pid);
-        rss_kib(pid)
-    });
+/// and the growth of the proxy process's peak resident set over its
+/// resident set before (reported for the proxy's transfers).
+fn run(proxy_pid: u32, cpu_ns: impl Fn() -> u64, transfer: impl FnOnce() -> Duration) -> Run {
+    reset_peak(proxy_pid);
+    let rss = rss_kib(proxy_pid);
     let before = cpu_ns();
     let took = transfer();
     let cpu = cpu_ns().saturating_sub(before) as f64 / 1e9;
     Run {
         secs: took.as_secs_f64(),
         cpu_secs: cpu,
-        rss_growth_kib: held_by
-            .zip(rss)
-            .map_or(0, |(pid, rss)| peak_kib(pid).saturating_sub(rss)),
+        rss_growth_kib: peak_kib(proxy_pid).saturating_sub(rss),
     }
 }
 
@@ -441,7 +437,7 @@ pub fn report(c: &Contenders<'_>) {
     let proxy_cpu = || super::process_tree_cpu_ns(c.proxy_pid);
     let nginx_cpu = || super::process_tree_cpu_ns(c.nginx_pid);
     let none = || 0;
-    let proxy = Some(c.proxy_pid);
+    let pid = c.proxy_pid;
     let into = c.scratch.join("clone.git");
     let download = |via: &Via| {
         let started = Instant::now();
@@ -462,15 +458,15 @@ pub fn report(c: &Contenders<'_>) {
         for round in 1..=rounds {
             let runs = if what.starts_with("git") {
                 [
-                    run(None, none, || clone(&c.clone_direct, &into)),
-                    run(None, nginx_cpu, || clone(&c.clone_nginx, &into)),
-                    run(proxy, proxy_cpu, || clone(&c.clone_proxy, &into)),
+                    run(pid, none, || clone(&c.clone_direct, &into)),
+                    run(pid, nginx_cpu, || clone(&c.clone_nginx, &into)),
+                    run(pid, proxy_cpu, || clone(&c.clone_proxy, &into)),
                 ]
             } else {
                 [
-                    run(None, none, || download(&c.download_direct)),
-                    run(None, nginx_cpu, || download(&c.download_nginx)),
-                    run(proxy, proxy_cpu, || download(&c.download_tunnel)),
+                    run(pid, none, || download(&c.download_direct)),
+                    run(pid, nginx_cpu, || download(&c.download_nginx)),
+                    run(pid, proxy_cpu, || download(&c.download_tunnel)),
                 ]
             };
             let rate = |r: &Run| mb(bytes) / r.secs;

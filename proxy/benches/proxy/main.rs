@@ -496,7 +496,8 @@ fn main() {
 const UPSTREAM_URL: &str = "GATEHOUSE_BENCH_UPSTREAM_URL";
 const DOWNLOAD_ADDR: &str = "GATEHOUSE_BENCH_DOWNLOAD_ADDR";
 
-/// The processes whose CPU is a contender's.
+/// The processes whose CPU the bench reads: the contenders' and the
+/// emulator's.
 #[derive(Clone, Copy)]
 struct Pids {
     proxy: u32,
@@ -529,6 +530,9 @@ fn serve_proxy() {
     runtime.block_on(proxy.shutdown());
 }
 
+/// The proxy with two identities for the bench rule set: `bench`
+/// (`acme/widgets`) and `bench-git` (`acme/big`, and the download host as
+/// a tunnel); their sockets.
 async fn start_proxy(
     d: &Path,
     github_url: String,

@@ -100,6 +100,17 @@ fn bad_id(kind: &'static str, id: &str) -> StoreError {
     }
 }
 
+/// An outbox entry (`o`, its reply `r`) is the first of its thread still
+/// to be sent: a thread's replies reach people in the order they were
+/// logged. A later one never overtakes an earlier one that waits for a
+/// rate limit, a backoff or a look for its marker (an ack held by a 429
+/// and the result queued behind it go out ack first); a failed one no
+/// longer holds the rest.
+const FIRST_OF_THREAD: &str = "NOT EXISTS (
+    SELECT 1 FROM replies earlier JOIN live_outbox waiting ON waiting.reply_id = earlier.id
+    WHERE earlier.thread_key = r.thread_key AND earlier.seq < r.seq
+      AND waiting.state IN ('pending', 'unknown'))";
+
 const JOB_COLUMNS: &str = "ticket_id, generation, state, job_id, cancel, job_state, attempt";
 
 type JobRow = (
@@ -270,10 +281,15 @@ impl Reader<'_> {
             .query_row(params![ticket.as_str(), sql_u64(since)], |r| r.get(0))?)
     }
 
-    /// Outbox entries due at `now` (pending or unknown), oldest first.
+    /// Outbox entries due at `now` (pending or unknown), oldest first; an
+    /// entry waits while an earlier one of its thread is still to be sent
+    /// ([`FIRST_OF_THREAD`]).
     pub fn due_outbox(&self, now: u64, limit: usize) -> Result<Vec<OutboxItem>> {
         self.outbox_where(
-            "o.state IN ('pending', 'unknown') AND o.next_at <= ?1 ORDER BY r.seq LIMIT ?2",
+            &format!(
+                "o.state IN ('pending', 'unknown') AND o.next_at <= ?1 AND {FIRST_OF_THREAD}
+                 ORDER BY r.seq LIMIT ?2"
+            ),
             params![sql_u64(now), limit_sql(limit)],
         )
     }
@@ -287,9 +303,10 @@ impl Reader<'_> {
     pub fn next_outbox_due(&self) -> Result<Option<u64>> {
         let v: Option<i64> = self
             .conn
-            .prepare_cached(
-                "SELECT min(next_at) FROM live_outbox WHERE state IN ('pending', 'unknown')",
-            )?
+            .prepare_cached(&format!(
+                "SELECT min(o.next_at) FROM live_outbox o JOIN replies r ON r.id = o.reply_id
+                 WHERE o.state IN ('pending', 'unknown') AND {FIRST_OF_THREAD}"
+            ))?
             .query_row([], |r| r.get(0))?;
         Ok(v.map(from_sql_u64))
     }

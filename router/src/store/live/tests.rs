@@ -220,3 +220,119 @@ fn steps_and_the_outbox() {
     assert_eq!(all[0].platform_message_id.as_deref(), Some("77"));
     assert!(!read.result_logged_since(&ticket, 0).unwrap());
 }
+
+/// Logs and queues a copy of `like` as another reply (`seq` in its id) of
+/// `purpose` in `thread_key`.
+fn queue_copy(
+    r: &mut Router<RulesOnlyJudge>,
+    like: &crate::store::ReplyRecord,
+    seq: u32,
+    purpose: Purpose,
+    thread_key: &str,
+    at: u64,
+) -> crate::id::ReplyId {
+    let reply = crate::id::ReplyId::parse(&format!("rpl_{:012x}{seq:06x}", at)).unwrap();
+    let record = crate::store::ReplyRecord {
+        reply: reply.clone(),
+        purpose,
+        thread_key: thread_key.into(),
+        at,
+        ..like.clone()
+    };
+    r.store
+        .transaction(|tx| {
+            tx.insert_reply(&record, "Done: a later reply")?;
+            tx.queue_reply(&reply, at)
+        })
+        .unwrap();
+    reply
+}
+
+fn set_outbox(
+    r: &mut Router<RulesOnlyJudge>,
+    reply: &crate::id::ReplyId,
+    state: OutboxState,
+    next_at: u64,
+) {
+    let update = OutboxUpdate {
+        state,
+        attempts: 1,
+        platform_message_id: None,
+        error: None,
+        next_at,
+    };
+    r.store
+        .transaction(|tx| tx.update_outbox(reply, &update, 70))
+        .unwrap();
+}
+
+#[test]
+fn a_threads_replies_are_due_in_the_order_they_were_logged() {
+    let (mut r, ticket, trigger) = opened();
+    r.on_reply_with(
+        ReplyAttempt {
+            ticket: ticket.clone(),
+            purpose: Purpose::Ack,
+            in_reply_to: Some(trigger),
+            text: "On it".into(),
+        },
+        50,
+        |tx, d| {
+            let crate::engine::Decision::Reply {
+                result: crate::engine::Checked::Allowed { allowed },
+                ..
+            } = d
+            else {
+                panic!("{d:?}")
+            };
+            tx.queue_reply(&allowed.0.reply, 50)
+        },
+    )
+    .unwrap();
+    let ack = r.store.read().replies().unwrap().remove(0);
+    let thread = ack.thread_key.clone();
+    let result = queue_copy(&mut r, &ack, 1, Purpose::Result, &thread, 60);
+    let elsewhere = queue_copy(&mut r, &ack, 2, Purpose::Result, "gh:acme/widgets#2", 60);
+    let due = |r: &Router<RulesOnlyJudge>, now| {
+        let read = r.store.read();
+        let due: Vec<_> = read
+            .due_outbox(now, 10)
+            .unwrap()
+            .into_iter()
+            .map(|i| i.reply)
+            .collect();
+        (due, read.next_outbox_due().unwrap())
+    };
+
+    // Both of the thread's replies are due: only the first is offered.
+    assert_eq!(
+        due(&r, 100),
+        (vec![ack.reply.clone(), elsewhere.clone()], Some(50))
+    );
+
+    // The ack waits (a rate limit, a backoff): the result waits behind it,
+    // however long it has been due; the other thread's reply does not.
+    for waiting in [OutboxState::Pending, OutboxState::Unknown] {
+        set_outbox(&mut r, &ack.reply, waiting, 500);
+        assert_eq!(
+            due(&r, 100),
+            (vec![elsewhere.clone()], Some(60)),
+            "{waiting:?}"
+        );
+        assert_eq!(
+            due(&r, 500),
+            (vec![ack.reply.clone(), elsewhere.clone()], Some(60)),
+            "{waiting:?}"
+        );
+    }
+
+    // Once the ack is sent, or has failed for good, the result is next.
+    for done in [OutboxState::Sent, OutboxState::Failed] {
+        set_outbox(&mut r, &ack.reply, done, 500);
+        assert_eq!(
+            due(&r, 100),
+            (vec![result.clone(), elsewhere.clone()], Some(60)),
+            "{done:?}"
+        );
+    }
+}

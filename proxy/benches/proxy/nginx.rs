@@ -160,7 +160,7 @@ fn nginx_conf(
     // proxying. `BENCH_NGINX_ACCESS_LOG=1` gives it an access log written
     // line by line, as the proxy's audit line is before each request.
     let access_log = if std::env::var_os("BENCH_NGINX_ACCESS_LOG").is_some_and(|v| v == "1") {
-        format!("{}/nginx-access.log", dir.display())
+        format!("\"{}/nginx-access.log\"", in_config(dir))
     } else {
         "off".to_owned()
     };
@@ -169,16 +169,16 @@ fn nginx_conf(
         r#"
 {user}
 worker_processes 2;
-pid {dir}/nginx.pid;
-error_log {dir}/nginx-error.log warn;
+pid "{dir}/nginx.pid";
+error_log "{dir}/nginx-error.log" warn;
 events {{ worker_connections 1024; }}
 http {{
     access_log {access_log};
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
+    client_body_temp_path "{dir}/body";
+    proxy_temp_path "{dir}/proxy";
+    fastcgi_temp_path "{dir}/fastcgi";
+    uwsgi_temp_path "{dir}/uwsgi";
+    scgi_temp_path "{dir}/scgi";
     # Only TLS 1.3, on every TLS leg, as the proxy and the emulator speak
     # it (nginx 1.22's defaults stop at 1.2; 1.23.4 and later offer 1.3):
     # a leg that could not negotiate it fails instead of running cheaper.
@@ -189,8 +189,8 @@ http {{
     server {{
         listen {api} ssl;
         server_name api.github.com;
-        ssl_certificate {dir}/leaf.pem;
-        ssl_certificate_key {dir}/leaf.key;
+        ssl_certificate "{dir}/leaf.pem";
+        ssl_certificate_key "{dir}/leaf.key";
         ssl_protocols TLSv1.3;
         keepalive_requests 1000000;
         location / {{
@@ -202,7 +202,7 @@ http {{
             proxy_ssl_server_name on;
             proxy_ssl_name api.github.com;
             proxy_ssl_verify on;
-            proxy_ssl_trusted_certificate {ca};
+            proxy_ssl_trusted_certificate "{ca}";
             proxy_ssl_session_reuse on;
             proxy_ssl_protocols TLSv1.3;
         }}
@@ -210,8 +210,8 @@ http {{
     server {{
         listen {git} ssl;
         server_name github.com;
-        ssl_certificate {dir}/git-leaf.pem;
-        ssl_certificate_key {dir}/git-leaf.key;
+        ssl_certificate "{dir}/git-leaf.pem";
+        ssl_certificate_key "{dir}/git-leaf.key";
         ssl_protocols TLSv1.3;
         client_max_body_size 0;
         location / {{
@@ -225,7 +225,7 @@ http {{
             proxy_ssl_server_name on;
             proxy_ssl_name github.com;
             proxy_ssl_verify on;
-            proxy_ssl_trusted_certificate {ca};
+            proxy_ssl_trusted_certificate "{ca}";
             proxy_ssl_session_reuse on;
             proxy_ssl_protocols TLSv1.3;
         }}
@@ -239,12 +239,25 @@ http {{
     }}
 }}
 "#,
-        dir = dir.display(),
-        ca = upstream_ca.display(),
+        dir = in_config(dir),
+        ca = in_config(upstream_ca),
         api = ports.api,
         git = ports.git,
         dl = ports.download,
     )
+}
+
+/// A path as it is written between double quotes in nginx's config: a
+/// space is then part of it. nginx reads `$` as a variable in several of
+/// these directives and has no escape for it there, so a path with one (or
+/// a quote, a backslash, a line break) is refused here, not misread there.
+fn in_config(path: &Path) -> String {
+    let text = path.to_str().expect("nginx's paths are UTF-8");
+    assert!(
+        !text.contains(['"', '\\', '$', '\n', '\r']),
+        "nginx's config cannot name {text:?}: set TMPDIR to a path without `\"`, `\\`, `$` or line breaks"
+    );
+    text.to_owned()
 }
 
 /// Starts nginx on the config in `dir`; dropping the guard kills and reaps it.

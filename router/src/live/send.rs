@@ -202,24 +202,25 @@ async fn look_for<J: Judge>(
                 SEND_TIMEOUT,
             )
             .await
-            .map_err(|e| SendOutcome::Unknown {
-                why: format!("looking for the reply: {e}"),
+            .map_err(|e| match e {
+                // The proxy will not let this identity look: it never will.
+                HttpError::Refused(why) => SendOutcome::Refused {
+                    why: format!("looking for the reply: {why}; it may have been posted, so it is not posted again"),
+                },
+                // Still in doubt: look again later.
+                e => SendOutcome::Unknown {
+                    why: format!("looking for the reply: {e}"),
+                },
             })?;
         if !answer.status.is_success() {
-            let why = format!("looking for the reply: {}", answer.status);
-            let h = outbox::LimitHeaders::from_headers(&answer.headers);
-            let status = answer.status.as_u16();
-            return Err(
-                if outbox::is_rate_limit(Source::Github, status, &h, &answer.body) {
-                    SendOutcome::Limited {
-                        why,
-                        until: outbox::limited_until(&h, wall_clock_ms(), attempts),
-                        in_doubt: true,
-                    }
-                } else {
-                    SendOutcome::Unknown { why }
-                },
-            );
+            return Err(outbox::classify_look(
+                answer.status.as_u16(),
+                &outbox::LimitHeaders::from_headers(&answer.headers),
+                &answer.body,
+                format!("looking for the reply: {}", answer.status),
+                wall_clock_ms(),
+                attempts,
+            ));
         }
         if let Some(id) = outbox::find_marked(&answer.body, &item.reply) {
             return Ok(Some(id));

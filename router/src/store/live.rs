@@ -100,16 +100,16 @@ fn bad_id(kind: &'static str, id: &str) -> StoreError {
     }
 }
 
-/// An outbox entry (`o`, its reply `r`) is the first of its thread still
-/// to be sent: a thread's replies reach people in the order they were
-/// logged. A later one never overtakes an earlier one that waits for a
-/// rate limit, a backoff or a look for its marker (an ack held by a 429
-/// and the result queued behind it go out ack first); a failed one no
-/// longer holds the rest.
-const FIRST_OF_THREAD: &str = "NOT EXISTS (
-    SELECT 1 FROM replies earlier JOIN live_outbox waiting ON waiting.reply_id = earlier.id
-    WHERE earlier.thread_key = r.thread_key AND earlier.seq < r.seq
-      AND waiting.state IN ('pending', 'unknown'))";
+/// An outbox entry's reply (`r`) is the first of its thread still to be
+/// sent: a thread's replies reach people in the order they were logged. A
+/// later one never overtakes an earlier one that waits for a rate limit, a
+/// backoff or a look for its marker (an ack held by a 429 and the result
+/// queued behind it go out ack first); a failed one no longer holds the
+/// rest. Computed once from the entries waiting (`live_outbox_due`), not
+/// per candidate: an outage's backlog costs one scan of it a pass.
+const FIRST_OF_THREAD: &str = "r.seq IN (
+    SELECT min(f.seq) FROM live_outbox w CROSS JOIN replies f ON f.id = w.reply_id
+    WHERE w.state IN ('pending', 'unknown') GROUP BY f.thread_key)";
 
 const JOB_COLUMNS: &str = "ticket_id, generation, state, job_id, cancel, job_state, attempt";
 

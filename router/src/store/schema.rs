@@ -212,11 +212,6 @@ CREATE TABLE poll_state (
     updated_at INTEGER NOT NULL
 ) STRICT;
 "#,
-    // 9: the outbox sends a thread's replies in order, looking up the
-    // earlier replies of each entry's thread.
-    r#"
-CREATE INDEX replies_by_thread ON replies(thread_key, seq);
-"#,
 ];
 
 /// The schema version this gatehouse writes.

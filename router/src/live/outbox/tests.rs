@@ -194,6 +194,43 @@ fn statuses_are_classified() {
 }
 
 #[test]
+fn a_failed_look_for_a_marker_waits_looks_again_or_fails_for_good() {
+    let none = LimitHeaders::default();
+    let spent = headers(Some(0), Some(NOW_MS / 1000 + 600), None);
+    let left = headers(Some(4000), Some(NOW_MS / 1000 + 600), None);
+    // (status, headers, outcome): never `not_sent`, which would post
+    // without looking.
+    let cases = [
+        (429, none, "limited"),
+        (403, spent, "limited"),
+        (408, none, "unknown"),
+        (500, none, "unknown"),
+        (502, none, "unknown"),
+        (503, none, "unknown"),
+        (301, none, "refused"),
+        (401, none, "refused"),
+        (403, left, "refused"),
+        (404, none, "refused"),
+        (410, none, "refused"),
+        (422, none, "refused"),
+    ];
+    for (status, h, expected) in cases {
+        let got = classify_look(status, &h, b"", "looking".into(), NOW_MS, 3);
+        assert_eq!(label(&got), expected, "{status} {h:?}");
+        if let SendOutcome::Limited { in_doubt, .. } = got {
+            assert!(in_doubt, "a limit on a look leaves the reply in doubt");
+        }
+        // What the entry becomes: a refused look ends it, unposted.
+        let state = after_send(3, got, NOW_MS).state;
+        let want = match expected {
+            "refused" => OutboxState::Failed,
+            _ => OutboxState::Unknown,
+        };
+        assert_eq!(state, want, "{status}");
+    }
+}
+
+#[test]
 fn a_feishu_refusal_fails_the_reply_for_good_with_its_reason() {
     let none = LimitHeaders::default();
     let body = |code: i64| format!(r#"{{"code":{code},"msg":"m"}}"#).into_bytes();

@@ -366,11 +366,12 @@ pub fn classify(
 }
 
 /// What a failed look for a GitHub reply's marker (its answer's `status`,
-/// not a success) means for the entry, which stays in doubt: a rate limit
-/// waits for it; a 408 or a 5xx looks again later; any other status (the
-/// issue gone, the listing forbidden) will not change by trying, and the
-/// reply may already be posted, so it fails for good, not posted again.
-/// Left in doubt, it would be tried forever and hold its thread's later
+/// not a success) means for the entry, which stays in doubt: judged as a
+/// post's answer is ([`classify`]), except that a rate limit waits in
+/// doubt, a 408 looks again later (as a 5xx does), and any other status
+/// (the issue gone, the listing forbidden), which trying again will not
+/// change, fails the reply unposted, since it may already be there. Left
+/// in doubt, it would be tried forever and hold its thread's later
 /// replies ([`crate::store`]'s outbox sends a thread's replies in order).
 pub fn classify_look(
     status: u16,
@@ -380,18 +381,17 @@ pub fn classify_look(
     now: u64,
     attempts: u32,
 ) -> SendOutcome {
-    if is_rate_limit(Source::Github, status, h, body) {
-        return SendOutcome::Limited {
+    match classify(Source::Github, status, h, body, why, now, attempts) {
+        SendOutcome::Limited { why, until, .. } => SendOutcome::Limited {
             why,
-            until: limited_until(h, now, attempts),
+            until,
             in_doubt: true,
-        };
-    }
-    match status {
-        408 | 500..=599 => SendOutcome::Unknown { why },
-        _ => SendOutcome::Refused {
+        },
+        SendOutcome::NotSent { why } => SendOutcome::Unknown { why },
+        SendOutcome::Refused { why } => SendOutcome::Refused {
             why: format!("{why}; it may have been posted, so it is not posted again"),
         },
+        other => other,
     }
 }
 

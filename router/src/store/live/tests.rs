@@ -140,6 +140,33 @@ fn a_lost_job_is_wanted_again_with_its_attempt_and_its_id_forgotten() {
     assert_eq!((job.attempt, job.stage), (1, JobStage::Submitted));
 }
 
+/// Allows an ack of `trigger` at 50 and queues it at each of `at`.
+fn queue_ack(
+    r: &mut Router<RulesOnlyJudge>,
+    ticket: &crate::id::TicketId,
+    trigger: &TriggerId,
+    at: &[u64],
+) -> crate::engine::Decision {
+    let attempt = ReplyAttempt {
+        ticket: ticket.clone(),
+        purpose: Purpose::Ack,
+        in_reply_to: Some(trigger.clone()),
+        text: "On it".into(),
+    };
+    r.on_reply_with(attempt, 50, |tx, d| {
+        let crate::engine::Decision::Reply {
+            result: crate::engine::Checked::Allowed { allowed },
+            ..
+        } = d
+        else {
+            panic!("{d:?}")
+        };
+        at.iter()
+            .try_for_each(|at| tx.queue_reply(&allowed.0.reply, *at))
+    })
+    .unwrap()
+}
+
 #[test]
 fn steps_and_the_outbox() {
     let (mut r, ticket, trigger) = opened();
@@ -159,28 +186,7 @@ fn steps_and_the_outbox() {
         steps[1..].to_vec()
     );
 
-    let d = r
-        .on_reply_with(
-            ReplyAttempt {
-                ticket: ticket.clone(),
-                purpose: Purpose::Ack,
-                in_reply_to: Some(trigger.clone()),
-                text: "On it".into(),
-            },
-            50,
-            |tx, d| {
-                let crate::engine::Decision::Reply {
-                    result: crate::engine::Checked::Allowed { allowed },
-                    ..
-                } = d
-                else {
-                    panic!("{d:?}")
-                };
-                tx.queue_reply(&allowed.0.reply, 50)?;
-                tx.queue_reply(&allowed.0.reply, 51)
-            },
-        )
-        .unwrap();
+    let d = queue_ack(&mut r, &ticket, &trigger, &[50, 51]);
     let crate::engine::Decision::Reply { .. } = d else {
         panic!()
     };
@@ -269,26 +275,7 @@ fn set_outbox(
 #[test]
 fn a_threads_replies_are_due_in_the_order_they_were_logged() {
     let (mut r, ticket, trigger) = opened();
-    r.on_reply_with(
-        ReplyAttempt {
-            ticket: ticket.clone(),
-            purpose: Purpose::Ack,
-            in_reply_to: Some(trigger),
-            text: "On it".into(),
-        },
-        50,
-        |tx, d| {
-            let crate::engine::Decision::Reply {
-                result: crate::engine::Checked::Allowed { allowed },
-                ..
-            } = d
-            else {
-                panic!("{d:?}")
-            };
-            tx.queue_reply(&allowed.0.reply, 50)
-        },
-    )
-    .unwrap();
+    queue_ack(&mut r, &ticket, &trigger, &[50]);
     let ack = r.store.read().replies().unwrap().remove(0);
     let thread = ack.thread_key.clone();
     let result = queue_copy(&mut r, &ack, 1, Purpose::Result, &thread, 60);

@@ -273,8 +273,14 @@ fn spawn_nginx(dir: &Path) -> Nginx {
         })
         .expect("nginx is not installed (scripts/setup-debian installs nginx-light)");
     // Dropping the guard kills and reaps nginx, also if it never comes up.
+    // If the bench is killed outright (SIGKILL, nothing dropped), the
+    // kernel sends the master SIGTERM as its parent dies (`setpriv
+    // --pdeathsig`, which execs nginx in its place), and the master stops
+    // its workers. The bench spawns it from its main thread, whose end the
+    // signal follows.
     Nginx(
-        Command::new(nginx)
+        Command::new("setpriv")
+            .args(["--pdeathsig", "TERM", "--", nginx])
             .arg("-p")
             .arg(dir)
             .arg("-c")
@@ -284,7 +290,7 @@ fn spawn_nginx(dir: &Path) -> Nginx {
             // Its own group, so the master and its workers stop together.
             .process_group(0)
             .spawn()
-            .unwrap(),
+            .expect("setpriv, to start nginx (util-linux; scripts/setup-debian installs it)"),
     )
 }
 

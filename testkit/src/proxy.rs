@@ -44,6 +44,8 @@ pub struct Harness {
     pub audit_path: PathBuf,
     pub socket: PathBuf,
     pub relay_port: u16,
+    /// The proxy's audit writer, to write out deferred lines on demand.
+    audit: AuditWriter,
 }
 
 pub const IDENTITY: &str = "tkt_test";
@@ -155,32 +157,34 @@ impl Emulators {
 }
 
 /// The proxy, in-process, with the test rule set, the [`IDENTITY`] and its
-/// relay; returns the identity's socket and the relay's port.
+/// relay; returns the identity's socket, the relay's port and the audit
+/// writer.
 async fn start_proxy(
     dir: &Path,
     emulators: &Emulators,
     proxy_ca: &Path,
     audit_path: &Path,
-) -> (Arc<Proxy>, PathBuf, u16) {
+) -> (Arc<Proxy>, PathBuf, u16, AuditWriter) {
     let upstreams = Upstreams::new(&emulators.overrides()).unwrap();
     let credentials = emulators.credentials(&upstreams);
     let ca = CertificateAuthority::load_or_generate(proxy_ca, &dir.join("proxy-ca.key")).unwrap();
     let book =
         RuleBook::new([RuleSet::parse(&format!("{TEST_RULE_SET}.toml"), TEST_RULES).unwrap()])
             .unwrap();
+    let audit = AuditWriter::start(AuditLog::open(audit_path).unwrap()).unwrap();
     let proxy = Proxy::new(ProxyParts {
         ca: Arc::new(ca),
         upstreams,
         policy: Arc::new(book),
         credentials: Arc::new(credentials),
-        audit: AuditWriter::start(AuditLog::open(audit_path).unwrap()).unwrap(),
+        audit: audit.clone(),
         socket_dir: dir.join("sockets"),
         limits: gatehouse_proxy::limits::Limits::default(),
     })
     .unwrap();
     let socket = proxy.add_identity(identity(IDENTITY)).unwrap();
     let relay_port = relay(socket.clone()).await;
-    (proxy, socket, relay_port)
+    (proxy, socket, relay_port, audit)
 }
 
 impl Harness {
@@ -200,7 +204,7 @@ impl Harness {
             .enable_all()
             .build()
             .unwrap();
-        let (proxy, socket, relay_port) =
+        let (proxy, socket, relay_port, audit) =
             rt.block_on(start_proxy(dir.path(), &emulators, &proxy_ca, &audit_path));
         let Emulators {
             github,
@@ -221,6 +225,7 @@ impl Harness {
             audit_path,
             socket,
             relay_port,
+            audit,
         }
     }
 
@@ -229,9 +234,13 @@ impl Harness {
     }
 
     pub fn audit_lines(&self) -> Vec<serde_json::Value> {
-        // A line is in the file before its request is answered; a
-        // completion line may still be on its way.
+        // A request line is in the file before its request is answered. A
+        // completion is recorded once the answer has been relayed, just
+        // after the client has it, and then may wait in memory for the
+        // writer's next write: give the task a moment, then have the
+        // deferred lines written (a log that failed keeps what it has).
         std::thread::sleep(Duration::from_millis(100));
+        let _ = self.rt.block_on(self.audit.flush());
         std::fs::read_to_string(&self.audit_path)
             .unwrap()
             .lines()

@@ -38,13 +38,14 @@ use crate::audit::{AuditLog, Record};
 pub struct AuditUnavailable;
 
 /// The longest a deferred line ([`AuditWriter::record_later`]) waits for
-/// the sync thread to write it: what a crash of the proxy (not of the
+/// the sync thread to write it (plus a sync in progress), and so what a
+/// failed write loses with it: what a crash of the proxy (not of the
 /// machine) can lose of completion lines. Request lines are written before
 /// their request is forwarded and are never lost that way.
 ///
 /// Under load every deferred line goes out with the next request line, so
 /// the thread's wake at the end of a write window finds nothing to write,
-/// and each wake costs ~30 µs of CPU on a VM. At 10 ms (until issue 16's
+/// and each wake costs ~20 µs of CPU on a VM. At 10 ms (until issue 16's
 /// twelfth round) the thread woke ~240 times a second while records kept
 /// coming, and with one request in flight it took 3.7% of the proxy's
 /// CPU, half of it waking; at 100 ms it wakes ~50 times. A crash of the

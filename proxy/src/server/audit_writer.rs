@@ -110,13 +110,22 @@ impl Shared {
     }
 }
 
-/// Ends the sync thread when the last [`AuditWriter`] is dropped.
-struct Closer(Arc<Shared>);
+/// Ends the sync thread when the last [`AuditWriter`] is dropped, and
+/// waits for it: its last round writes the deferred lines and syncs, so a
+/// process that drops its writers before it exits loses none of them.
+struct Closer {
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
 
 impl Drop for Closer {
     fn drop(&mut self) {
-        self.0.pending().closed = true;
-        self.0.wake.notify_one();
+        self.shared.pending().closed = true;
+        self.shared.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            // A panic of the thread was reported by the panic hook already.
+            let _ = thread.join();
+        }
     }
 }
 
@@ -152,12 +161,15 @@ impl AuditWriter {
         let thread_shared = shared.clone();
         let log = Arc::new(Mutex::new(log));
         let thread_log = log.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("gatehouse-audit".into())
             .spawn(move || sync_loop(&thread_shared, &thread_log, sync_window))?;
         Ok(Self {
             log,
-            _closer: Arc::new(Closer(shared.clone())),
+            _closer: Arc::new(Closer {
+                shared: shared.clone(),
+                thread: Some(thread),
+            }),
             shared,
         })
     }
@@ -545,6 +557,21 @@ mod tests {
             crate::audit::verify(&path).is_ok_and(|r| r.lines == 2 && r.completions == 1)
         }));
         assert_eq!(writer.shared.syncs.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn dropping_the_last_writer_writes_the_deferred_lines_before_it_returns() {
+        // Neither window has passed: only the last round of the sync
+        // thread, waited for by the drop, can have written the completion.
+        let (_dir, path, writer) = windowed(sync_window(Some(10_000)).unwrap());
+        writer.record(request("a")).unwrap();
+        writer.record_later(completion("a")).unwrap();
+        let shared = writer.shared.clone();
+        drop(writer);
+        // Synced too, once: the last round's.
+        assert_eq!(shared.syncs.load(Ordering::Relaxed), 1);
+        let report = crate::audit::verify(&path).unwrap();
+        assert_eq!((report.lines, report.completions), (2, 1));
     }
 
     #[test]

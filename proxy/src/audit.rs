@@ -441,6 +441,17 @@ impl AuditLog {
             spare_head: Head::default(),
             sync_failed: false,
         };
+        if whole.is_empty() {
+            if let Some((number, last)) = rotate::last_rotated(path)? {
+                tracing::warn!(
+                    path = %path.display(),
+                    previous = number,
+                    "the active audit file has no header after a rotation (a crash during it); \
+                     starting it as the next file of the set"
+                );
+                log.resume_after(number, &last, rfc3339_ms(now).unwrap_or_else(now_unix_ms))?;
+            }
+        }
         if !torn.is_empty() {
             let recovery = Record::Recovery(RecoveryRecord {
                 time: now.to_owned(),

@@ -10,8 +10,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::set::rotated_path;
-use super::{rfc3339_utc, AuditError, AuditLog, HeaderRecord, Record};
+use super::set::{rotated_number, rotated_path, LogSet};
+use super::{rfc3339_utc, verify_bytes, AuditError, AuditLog, HeaderRecord, Record, VerifyReport};
 
 /// When the log moves to a new file, and how many old files it keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -81,7 +81,58 @@ fn sync_dir(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The last file rotated out of the active file `path`, if any: its
+/// number and its chain's end. An active file that holds no whole line
+/// beside rotated files is that file's successor, whose header a crash
+/// kept from the disk (the header is written after the rename, and synced
+/// a sync window later) or which a crash kept from being created at all:
+/// it goes on from here, rather than start a chain of its own that would
+/// break the set and, at the next rotation, find its number taken.
+pub(super) fn last_rotated(path: &Path) -> Result<Option<(u64, VerifyReport)>, AuditError> {
+    let Some(base) = path.file_name().and_then(|n| n.to_str()) else {
+        return Ok(None);
+    };
+    let set = LogSet::find(path)?;
+    let last = set.files().iter().rev().find_map(|file| {
+        let name = file.file_name()?.to_str()?;
+        rotated_number(base, name).map(|n| (n, file))
+    });
+    let Some((number, file)) = last else {
+        return Ok(None);
+    };
+    let bytes = std::fs::read(file).map_err(|source| AuditError::Io {
+        path: file.clone(),
+        source,
+    })?;
+    let report = verify_bytes(&bytes).map_err(|broken| AuditError::Broken {
+        path: file.clone(),
+        broken,
+    })?;
+    Ok(Some((number, report)))
+}
+
 impl AuditLog {
+    /// Starts the active file as the successor of rotated file `number`
+    /// ([`last_rotated`]): its header first, chained to that file's last
+    /// line, synced.
+    pub(super) fn resume_after(
+        &mut self,
+        number: u64,
+        last: &VerifyReport,
+        now_ms: u64,
+    ) -> Result<(), AuditError> {
+        self.file_number = number + 1;
+        self.head.lines = 0;
+        self.head.hash.clone_from(&last.last_hash);
+        self.started_ms = now_ms;
+        self.write_lines(&[Record::Header(HeaderRecord {
+            time: rfc3339_utc(now_ms),
+            file: self.file_number,
+            previous_lines: last.file_lines,
+        })])?;
+        self.sync()
+    }
+
     /// Moves to the next file (see the module's doc).
     pub(super) fn rotate(&mut self, now_ms: u64) -> Result<(), AuditError> {
         let io = |source| AuditError::Io {

@@ -381,6 +381,72 @@ fn a_rotated_set_is_one_chain_across_its_files_and_survives_reopening() {
     assert!(report.open_requests.is_empty());
 }
 
+/// A set rotated a few times, then as a crash during the last rotation
+/// leaves it (`crash` acts on the active file), reopened and written on
+/// past another rotation: the set verifies, and nothing was refused.
+fn reopened_after_a_crash_in_rotation(crash: impl Fn(&Path)) -> VerifyReport {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = rotating(dir.path(), 2_000, None);
+    write_pairs(&mut log, 0, 20);
+    drop(log);
+    let files = rotated_files(dir.path()).len() as u64;
+    assert!(files > 3);
+    let active = dir.path().join("audit.jsonl");
+    // The active file as a rotation left it: renamed out, a new one whose
+    // header is not (or not wholly) on disk.
+    std::fs::rename(&active, rotated_path(&active, files)).unwrap();
+    std::fs::write(&active, b"").unwrap();
+    crash(&active);
+    let mut log = rotating(dir.path(), 2_000, None);
+    assert_eq!(log.file_number(), files + 1, "the set's next file");
+    write_pairs(&mut log, 20, 20);
+    assert!(log.file_number() > files + 1, "rotated again");
+    drop(log);
+    let report = verify(dir.path()).unwrap();
+    assert_eq!((report.requests, report.completions), (40, 40));
+    assert_eq!(report.first_file, 1);
+    report
+}
+
+#[test]
+fn a_crash_that_lost_a_rotation_header_resumes_the_set() {
+    let report = reopened_after_a_crash_in_rotation(|_| {});
+    assert!(report.recoveries.is_empty());
+}
+
+#[test]
+fn a_crash_that_tore_a_rotation_header_resumes_the_set_with_a_recovery() {
+    let report = reopened_after_a_crash_in_rotation(|active| {
+        std::fs::write(active, br#"{"seq":0,"prev":"ab"#).unwrap();
+    });
+    assert_eq!(report.recoveries.len(), 1);
+    assert_eq!(report.recoveries[0].record.truncated_bytes, 19);
+}
+
+#[test]
+fn a_crash_before_the_new_file_existed_resumes_the_set() {
+    let report = reopened_after_a_crash_in_rotation(|active| std::fs::remove_file(active).unwrap());
+    assert!(report.recoveries.is_empty());
+}
+
+#[test]
+fn a_broken_last_rotated_file_is_refused_not_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = rotating(dir.path(), 2_000, None);
+    write_pairs(&mut log, 0, 20);
+    drop(log);
+    let active = dir.path().join("audit.jsonl");
+    let files = rotated_files(dir.path()).len() as u64;
+    let last = rotated_path(&active, files);
+    std::fs::rename(&active, &last).unwrap();
+    let text = std::fs::read_to_string(&last)
+        .unwrap()
+        .replacen("req-", "REQ-", 1);
+    std::fs::write(&last, text).unwrap();
+    let error = AuditLog::open(&active).unwrap_err().to_string();
+    assert!(error.contains(&last.display().to_string()), "{error}");
+}
+
 #[test]
 fn a_missing_or_reordered_file_breaks_the_set_and_retention_does_not() {
     let dir = tempfile::tempdir().unwrap();

@@ -3,13 +3,14 @@
 //! `Transfer-Encoding`), in a header name, in the reason phrase or in git's
 //! Basic form is refused or redacted, each attempted through the identity
 //! socket against the GitHub emulator set to misbehave, beside a control
-//! showing the misbehaviour is real. And a `gh`-like client asking for gzip
-//! still has its created message's id recorded.
+//! showing the misbehaviour is real. A created message's id echoing the
+//! token reaches neither the client nor the audit log. And a `gh`-like
+//! client asking for gzip still has its created message's id recorded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use base64::Engine;
 use gatehouse_emulators::AnswerFault;
-use gatehouse_testkit::proxy::Harness;
+use gatehouse_testkit::proxy::{api_call, branches, identity, Harness, REPO};
 
 /// An issue whose body carries `text`; returns its API path.
 fn issue_saying(h: &Harness, text: &str) -> String {
@@ -168,6 +169,86 @@ fn a_gh_like_client_asking_for_gzip_has_its_message_id_recorded() {
     assert_eq!(answer["id"].to_string(), created);
     let last = completions(&h).pop().unwrap();
     assert_eq!(last["message_id"], created.as_str(), "{last}");
+}
+
+#[test]
+fn a_token_in_a_created_message_id_is_neither_answered_nor_recorded() {
+    let h = Harness::start();
+    let pull = h.own_pull();
+    h.github.set_answer_fault(Some(AnswerFault::TokenInId));
+    let comments = format!("/repos/acme/widgets/issues/{pull}/comments");
+    // The control: the emulator's own answer carries the token in its id.
+    let port = h.github.addr().port();
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "20",
+            "-X",
+            "POST",
+            "-d",
+            r#"{"body":"direct"}"#,
+        ])
+        .arg("--resolve")
+        .arg(format!("api.github.com:{port}:127.0.0.1"))
+        .arg("--cacert")
+        .arg(h.dir.path().join("upstream-ca.pem"))
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {}", h.token))
+        .arg(format!("https://api.github.com:{port}{comments}"))
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .output()
+        .unwrap();
+    let raw = String::from_utf8_lossy(&out.stdout);
+    assert!(raw.contains(&format!("-{}\"", h.token)), "control: {raw}");
+
+    let (status, _, body) = h.curl(
+        &["-X", "POST", "-d", r#"{"body":"through the proxy"}"#],
+        &format!("https://api.github.com{comments}"),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert!(!body.contains(&h.token), "{body}");
+    let last = completions(&h).pop().unwrap();
+    let id = last["message_id"].as_str().unwrap();
+    assert!(id.contains("[REDACTED]"), "{last}");
+    let log = std::fs::read_to_string(&h.audit_path).unwrap();
+    assert!(!log.contains(&h.token), "the token is in the audit log");
+}
+
+#[test]
+fn an_id_echoing_the_token_is_not_saved_with_the_identity() {
+    let h = Harness::start();
+    let dir = h.dir.path().join("state");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let state = dir.join("identities.json");
+    assert!(h.proxy.restore_identities(&state).unwrap().is_empty());
+    let socket =
+        h.rt.block_on(h.proxy.create_identity(identity("tkt_saved")))
+            .unwrap();
+    branches(&h.github, REPO, &["gatehouse/saved"]);
+    let pull = r#"{"title":"t","head":"gatehouse/saved","base":"main"}"#;
+    let (status, answer) = api_call(
+        &socket,
+        &h.proxy_ca,
+        "POST",
+        &format!("/repos/{REPO}/pulls"),
+        pull,
+    );
+    assert_eq!(status, 201, "{answer}");
+    let comments = format!("/repos/{REPO}/issues/{}/comments", answer["number"]);
+    // The control: an honest comment's id is learnt and saved.
+    let (status, answer) = api_call(&socket, &h.proxy_ca, "POST", &comments, r#"{"body":"a"}"#);
+    assert_eq!(status, 201, "{answer}");
+    let honest = answer["id"].to_string();
+    assert!(std::fs::read_to_string(&state).unwrap().contains(&honest));
+    h.github.set_answer_fault(Some(AnswerFault::TokenInId));
+    let (status, answer) = api_call(&socket, &h.proxy_ca, "POST", &comments, r#"{"body":"b"}"#);
+    assert_eq!(status, 201, "{answer}");
+    // The proxy answered it (redacted) but learnt and saved nothing of it.
+    let saved = std::fs::read_to_string(&state).unwrap();
+    assert!(!saved.contains(&h.token), "the token is in the state file");
 }
 
 #[test]

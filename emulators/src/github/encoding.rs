@@ -22,6 +22,9 @@ pub enum AnswerFault {
     TokenInHeaderName,
     /// Echo the request's token in the status line's reason phrase.
     TokenInReason,
+    /// Echo the request's token in a JSON object answer's `id` (as a
+    /// created comment's id, which the proxy records and learns).
+    TokenInId,
 }
 
 /// Whether an `Accept-Encoding` list (all of its headers' values) accepts
@@ -80,6 +83,10 @@ pub(crate) fn on_the_wire(
         Some(AnswerFault::TokenInReason) => wire.reason = Some(format!("OK {echoed}")),
         _ => {}
     }
+    let body = match fault {
+        Some(AnswerFault::TokenInId) => with_token_in_id(body, &echoed),
+        _ => body,
+    };
     let compress = !body.is_empty()
         && (matches!(
             fault,
@@ -102,6 +109,23 @@ pub(crate) fn on_the_wire(
         HeaderValue::from_static("Accept, Accept-Encoding"),
     ));
     Ok(wire)
+}
+
+/// `body` with its top-level `id` (if it is a JSON object with one) made
+/// a string ending in `token`.
+fn with_token_in_id(body: Bytes, token: &str) -> Bytes {
+    let Ok(serde_json::Value::Object(mut object)) = serde_json::from_slice(&body) else {
+        return body;
+    };
+    let Some(id) = object.get("id") else {
+        return body;
+    };
+    let id = format!(
+        "{}-{token}",
+        id.as_str().map_or_else(|| id.to_string(), str::to_owned)
+    );
+    object.insert("id".into(), serde_json::Value::String(id));
+    serde_json::to_vec(&object).map_or(body, Bytes::from)
 }
 
 #[cfg(test)]

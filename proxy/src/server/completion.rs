@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use http::Response;
 
-use super::answers::upstream_failed;
+use super::answers::{redact_text, upstream_failed};
 use super::records::now;
 use super::Proxy;
 use crate::audit::{CompletionRecord, Record};
@@ -36,6 +36,18 @@ impl Completion {
     ) {
         crate::metrics::completed(self.identity_kind, status, self.started.elapsed());
         let has_message_id = message_id.is_some();
+        let mut error = error.or_else(|| self.note.clone());
+        let mut message_id = message_id;
+        // Both can carry what the upstream said (a message id from its
+        // answer, a host from its redirect): no held secret is written.
+        if message_id.is_some() || error.is_some() {
+            let secrets = self.proxy.credentials.held_secrets();
+            for text in [&mut message_id, &mut error].into_iter().flatten() {
+                if secrets.occur_in(text.as_bytes()) {
+                    *text = redact_text(&secrets, text);
+                }
+            }
+        }
         let record = Record::Completion(CompletionRecord {
             time: now(),
             request_id: self.request_id.clone(),
@@ -44,7 +56,7 @@ impl Completion {
             bytes_received: received,
             duration_ms: self.started.elapsed().as_millis() as u64,
             message_id,
-            error: error.or_else(|| self.note.clone()),
+            error,
             truncated: Default::default(),
         });
         // A created message's id is written and synced at once (the

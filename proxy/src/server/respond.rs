@@ -75,19 +75,23 @@ where
         };
         let bytes = collected.to_bytes();
         let id = message.and_then(|m| created_message_id(&bytes, &m.id_pointer));
+        // An id is the upstream's text: one holding a secret (an upstream
+        // echoing the token) is not learnt, nor saved with the identity.
+        let learn_id =
+            |kind: &str, id: &str| !secrets.occur_in(id.as_bytes()) && created.record(kind, id);
         let mut new = false;
         if owned::created(status) {
             if let (Some(message), Some(id)) = (message, id.as_deref()) {
                 // The object is the identity's by the platform's id (a
                 // GraphQL answer's url names it), and a REST pull request
                 // by its node id too.
-                new |= created.record(&message.kind, platform_id(&message.kind, id));
+                new |= learn_id(&message.kind, platform_id(&message.kind, id));
                 if let Some((kind, node)) = owned::node_of_created(&message.kind, &bytes) {
-                    new |= created.record(kind, &node);
+                    new |= learn_id(kind, &node);
                 }
             }
             for (kind, id) in owned::learnt(learn, &bytes) {
-                new |= created.record(kind, &id);
+                new |= learn_id(kind, &id);
             }
         }
         if new {

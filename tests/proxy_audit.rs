@@ -237,3 +237,91 @@ fn a_rotation_whose_header_does_not_fit_is_undone_and_done_again_later() {
     assert_eq!(reopened.head(), &head);
     assert_eq!(reopened.file_number(), 2);
 }
+
+/// The bytes of the first `event` line whose `key` is `value` in the log
+/// at `path`, its newline included.
+fn line_len(path: &Path, event: &str, key: &str, value: &str) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap();
+    let line = text
+        .lines()
+        .find(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["event"] == event && v[key] == value
+        })
+        .unwrap_or_else(|| panic!("no {event} with {key} {value}"));
+    line.len() as u64 + 1
+}
+
+#[test]
+fn a_redirect_whose_line_cannot_be_written_is_not_followed() {
+    require!(Need::Root);
+    let fs = SmallFs::mount(256);
+    let h = Harness::start_logging_to(Some(fs.path().join("audit.jsonl")));
+    let (_, job) = h
+        .github
+        .add_job("acme/widgets", "build", "abc123", "failure", "oops\n")
+        .unwrap();
+    let logs = format!("https://api.github.com/repos/acme/widgets/actions/jobs/{job}/logs");
+    // The control: followed, and the sizes of the two request lines.
+    let (status, _, body) = h.curl(&[], &logs);
+    assert_eq!(status, 200, "control: {body}");
+    h.audit_lines();
+    let path = &h.audit_path;
+    let first = line_len(
+        path,
+        "request",
+        "path",
+        &format!("/repos/acme/widgets/actions/jobs/{job}/logs"),
+    );
+    let followed = line_len(
+        path,
+        "request",
+        "host",
+        "pipelines.actions.githubusercontent.com",
+    );
+    // Denials (lines of their own, nothing deferred) until the log's last
+    // page has room for the first request's line and not the followed
+    // one's; then the disk is filled, which leaves that room only.
+    let room = |path: &Path| 4096 - std::fs::metadata(path).unwrap().len() % 4096;
+    let want = first + 40;
+    // The room left, at most `first + 80`, cannot hold both lines.
+    assert!(followed > 80, "{followed}");
+    // A denial's line holds its path twice (as its path, in its reason):
+    // 2 × the segment + a base, measured on the first.
+    let mut base: Option<u64> = None;
+    for i in 0.. {
+        assert!(i < 30, "could not leave {want} bytes");
+        let left = room(path);
+        if (want..want + 40).contains(&left) {
+            break;
+        }
+        let need = (left + 4096 - want - 20) % 4096;
+        let segment = match base {
+            Some(b) if need > b + 2 && need - b <= 800 => (need - b) / 2,
+            _ => 300,
+        };
+        let target = format!("/repos/acme/secret-plans/{}", "x".repeat(segment as usize));
+        let (status, _, _) = h.curl(&[], &format!("https://api.github.com{target}"));
+        assert_eq!(status, 403, "padding");
+        base = Some(line_len(path, "request", "path", &target) - 2 * segment);
+    }
+    let filler = fs.fill();
+    let served = h.github.requests().len();
+    let (status, _, body) = h.curl(&[], &logs);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("gatehouse_audit_unavailable"), "{body}");
+    let seen = h.github.requests();
+    assert_eq!(
+        seen.len(),
+        served + 1,
+        "the first request went out, on record"
+    );
+    assert!(
+        seen[served..]
+            .iter()
+            .all(|r| !r.path.starts_with("/_logs/")),
+        "the redirect was followed without its line"
+    );
+    assert!(audit::verify(path).is_ok(), "whole records only");
+    std::fs::remove_file(filler).unwrap();
+}

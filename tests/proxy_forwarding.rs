@@ -204,4 +204,47 @@ fn ci_log_redirect_to_another_host_is_followed_inside_the_proxy() {
         follow.authorization().is_none(),
         "no credential on the storage host"
     );
+    // The followed request is on record as one of its own, its line
+    // before it was sent; the first one's completion names it.
+    let lines = h.audit_lines();
+    let first = lines
+        .iter()
+        .find(|l| l["event"] == "request" && l["path"].as_str().unwrap().ends_with("/logs"))
+        .unwrap();
+    let followed = lines
+        .iter()
+        .find(|l| l["event"] == "request" && l["host"] == "pipelines.actions.githubusercontent.com")
+        .unwrap_or_else(|| panic!("no line for the followed request: {lines:?}"));
+    assert!(
+        followed["path"].as_str().unwrap().starts_with("/_logs/"),
+        "{followed}"
+    );
+    assert_eq!(followed["identity"], first["identity"]);
+    assert_eq!(followed["outcome"], first["outcome"]);
+    assert!(followed["seq"].as_u64() > first["seq"].as_u64());
+    let completion_of = |id: &serde_json::Value| {
+        lines
+            .iter()
+            .find(|l| l["event"] == "completion" && l["request_id"] == *id)
+            .unwrap_or_else(|| panic!("no completion for {id}: {lines:?}"))
+    };
+    let redirected = completion_of(&first["request_id"]);
+    assert_eq!(redirected["status"], 302, "{redirected}");
+    let named = format!("followed as {}", followed["request_id"].as_str().unwrap());
+    assert!(
+        redirected["error"].as_str().unwrap().contains(&named),
+        "{redirected}"
+    );
+    let answered = completion_of(&followed["request_id"]);
+    assert_eq!(answered["status"], 200, "{answered}");
+    assert!(
+        answered["bytes_received"].as_u64().unwrap() > 0,
+        "{answered}"
+    );
+    let report = gatehouse_proxy::audit::verify(&h.audit_path).unwrap();
+    assert!(
+        report.open_requests.is_empty(),
+        "{:?}",
+        report.open_requests
+    );
 }

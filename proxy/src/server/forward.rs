@@ -353,7 +353,7 @@ impl Attempt<'_> {
             Err(Unavailable::Failed(answer)) => return Err(answer),
         };
         let sent = Arc::new(AtomicU64::new(0));
-        let completion = Completion {
+        let mut completion = Completion {
             proxy: self.proxy.clone(),
             request_id: record.request_id.clone(),
             identity_kind: crate::metrics::identity_kind(&record.identity),
@@ -379,7 +379,19 @@ impl Attempt<'_> {
             return Err(audit_unavailable());
         }
         let method = &self.parts.method;
-        let response = send(&completion, self.lane, self.host, method, upstream_req).await?;
+        let origin = Origin {
+            identity: &self.identity.name,
+            grant: self.grant,
+        };
+        let response = send(
+            &mut completion,
+            origin,
+            self.lane,
+            self.host,
+            method,
+            upstream_req,
+        )
+        .await?;
         if response.status() == StatusCode::UNAUTHORIZED {
             // A minted token GitHub no longer takes: the next request mints anew.
             let credentials = &self.proxy.credentials;
@@ -543,10 +555,20 @@ fn permissions_text(permissions: &std::collections::BTreeMap<String, String>) ->
     pairs.join(", ")
 }
 
-/// Sends the request; a GET redirected to another host is followed there.
+/// Who asked for a request, and by which rule: what the line of a
+/// redirect the proxy follows for it says.
+struct Origin<'a> {
+    identity: &'a str,
+    grant: &'a Grant,
+}
+
+/// Sends the request; a GET redirected to another host is followed there,
+/// as a request of its own: its line is written before it is sent, the
+/// first request's completion names it, and `completion` becomes its.
 /// A failure is recorded as the request's completion and answered 502.
 async fn send(
-    completion: &Completion,
+    completion: &mut Completion,
+    origin: Origin<'_>,
     lane: &Lane,
     host: &str,
     method: &Method,
@@ -568,44 +590,55 @@ async fn send(
     if method != Method::GET {
         return Ok(response);
     }
-    follow_cross_host_redirect(lane, host, response)
-        .await
-        .map_err(|reason| {
-            completion.record(502, 0, None, Some(reason.clone()));
-            upstream_failed(&secrets, &reason)
-        })
-}
-
-/// GitHub answers some downloads (Actions logs) with a redirect to a
-/// short-lived URL on a storage host. Follow it here, without credentials,
-/// so the sandbox never needs that host.
-async fn follow_cross_host_redirect(
-    lane: &Lane,
-    host: &str,
-    response: Response<Incoming>,
-) -> Result<Response<Incoming>, String> {
-    if !matches!(response.status().as_u16(), 301 | 302 | 303 | 307 | 308) {
-        return Ok(response);
-    }
-    let Some(location) = response
-        .headers()
-        .get(header::LOCATION)
-        .and_then(|l| l.to_str().ok())
-        .and_then(|l| l.parse::<Uri>().ok())
-    else {
-        return Ok(response);
+    let fail = |completion: &Completion, reason: String| {
+        completion.record(502, 0, None, Some(reason.clone()));
+        upstream_failed(&secrets, &reason)
     };
-    let Some(next_host) = location.host().map(str::to_ascii_lowercase) else {
-        return Ok(response);
+    let (location, next_host) = match cross_host_redirect(host, &response) {
+        Ok(Some(target)) => target,
+        Ok(None) => return Ok(response),
+        Err(reason) => return Err(fail(completion, reason)),
     };
-    if next_host == host {
-        return Ok(response);
+    let followed = completion.proxy.request_id();
+    let mut record = request_record(
+        now(),
+        followed.clone(),
+        origin.identity,
+        &next_host,
+        &Method::GET,
+        &location,
+    );
+    record.outcome = Outcome::Allow {
+        rule_set: origin.grant.rule_set.clone(),
+        rule: origin.grant.rule.clone(),
+    };
+    crate::metrics::request(&record);
+    if completion
+        .proxy
+        .audit
+        .record(Record::Request(record))
+        .is_err()
+    {
+        let why =
+            "the redirect to another host was not followed: the audit log could not be written";
+        completion.record(503, 0, None, Some(why.into()));
+        return Err(audit_unavailable());
     }
-    if location.scheme_str() != Some("https") || location.port_u16().is_some_and(|p| p != 443) {
-        return Err("the upstream redirected to a non-https location".into());
-    }
+    let redirected = response.status().as_u16();
+    // The redirect's own body is not passed on.
+    drop(response);
+    let note = format!("redirected to another host; followed as {followed}");
+    completion.record(redirected, 0, None, Some(note));
+    *completion = Completion {
+        proxy: completion.proxy.clone(),
+        request_id: followed,
+        identity_kind: completion.identity_kind,
+        started: Instant::now(),
+        sent: Arc::new(AtomicU64::new(0)),
+        note: None,
+    };
     let mut req = Request::new(body::empty());
-    *req.uri_mut() = location.clone();
+    *req.uri_mut() = location;
     if let Ok(value) = HeaderValue::from_str(&next_host) {
         req.headers_mut().insert(header::HOST, value);
     }
@@ -617,14 +650,45 @@ async fn follow_cross_host_redirect(
         header::ACCEPT_ENCODING,
         HeaderValue::from_static("identity"),
     );
-    // The redirect's own body is not passed on.
-    drop(response);
-    let mut answer = lane
-        .send(&next_host, req)
-        .await
-        .map_err(|_| format!("following the redirect to {next_host} failed"))?;
+    let mut answer = lane.send(&next_host, req).await.map_err(|_| {
+        fail(
+            completion,
+            format!("following the redirect to {next_host} failed"),
+        )
+    })?;
     answer.extensions_mut().insert(FromAnotherHost);
     Ok(answer)
+}
+
+/// GitHub answers some downloads (Actions logs) with a redirect to a
+/// short-lived URL on a storage host. The proxy follows it, without
+/// credentials, so the sandbox never needs that host: this is where to,
+/// if the answer is such a redirect (`None`: it is passed on as it is).
+fn cross_host_redirect(
+    host: &str,
+    response: &Response<Incoming>,
+) -> Result<Option<(Uri, String)>, String> {
+    if !matches!(response.status().as_u16(), 301 | 302 | 303 | 307 | 308) {
+        return Ok(None);
+    }
+    let Some(location) = response
+        .headers()
+        .get(header::LOCATION)
+        .and_then(|l| l.to_str().ok())
+        .and_then(|l| l.parse::<Uri>().ok())
+    else {
+        return Ok(None);
+    };
+    let Some(next_host) = location.host().map(str::to_ascii_lowercase) else {
+        return Ok(None);
+    };
+    if next_host == host {
+        return Ok(None);
+    }
+    if location.scheme_str() != Some("https") || location.port_u16().is_some_and(|p| p != 443) {
+        return Err("the upstream redirected to a non-https location".into());
+    }
+    Ok(Some((location, next_host)))
 }
 
 /// Marks an answer the proxy fetched from another host after a redirect:

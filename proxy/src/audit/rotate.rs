@@ -145,6 +145,13 @@ impl AuditLog {
             self.sync_failed = true;
             return Err(io(source));
         }
+        if self.torn {
+            // A failed write whose cut-back failed too left part of a line
+            // at the end: cut it now, or stay in this file. A file rotated
+            // out is never opened to be repaired.
+            self.file.set_len(self.len).map_err(io)?;
+            self.torn = false;
+        }
         let rotated = rotated_path(&self.path, self.file_number);
         if rotated.exists() {
             return Err(AuditError::Set {

@@ -1,4 +1,5 @@
 use super::*;
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 
 fn request(id: &str, message: bool) -> Record {
@@ -445,6 +446,28 @@ fn a_broken_last_rotated_file_is_refused_not_resumed() {
     std::fs::write(&last, text).unwrap();
     let error = AuditLog::open(&active).unwrap_err().to_string();
     assert!(error.contains(&last.display().to_string()), "{error}");
+}
+
+#[test]
+fn a_torn_tail_is_cut_before_its_file_is_rotated_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = rotating(dir.path(), 600, None);
+    write_pairs(&mut log, 0, 1);
+    // As a failed write whose cut-back failed too leaves the file.
+    let active = dir.path().join("audit.jsonl");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&active)
+        .unwrap()
+        .write_all(br#"{"seq":2,"prev":"torn"#)
+        .unwrap();
+    log.torn = true;
+    // Over the size: the next write rotates.
+    write_pairs(&mut log, 1, 2);
+    assert!(log.file_number() > 1);
+    drop(log);
+    let report = verify(dir.path()).unwrap();
+    assert_eq!((report.requests, report.completions), (3, 3));
 }
 
 #[test]

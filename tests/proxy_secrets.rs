@@ -252,6 +252,39 @@ fn an_id_echoing_the_token_is_not_saved_with_the_identity() {
 }
 
 #[test]
+fn a_redirect_to_a_location_holding_the_token_is_not_followed() {
+    let h = Harness::start();
+    let (_, job) = h
+        .github
+        .add_job("acme/widgets", "build", "abc123", "failure", "oops\n")
+        .unwrap();
+    let logs = format!("/repos/acme/widgets/actions/jobs/{job}/logs");
+    h.github
+        .set_answer_fault(Some(AnswerFault::TokenInLocation));
+    let raw = direct(&h, &[], &logs);
+    assert!(raw.contains(&format!("&{}=1", h.token)), "control: {raw}");
+    h.github.clear_requests();
+    let (status, head, body) = h.curl(&[], &format!("https://api.github.com{logs}"));
+    assert_eq!(status, 502, "{head}{body}");
+    assert!(!head.contains(&h.token) && !body.contains(&h.token));
+    let seen = h.github.requests();
+    assert!(
+        seen.iter().all(|r| !r.path.starts_with("/_logs/")),
+        "followed"
+    );
+    let log = std::fs::read_to_string(&h.audit_path).unwrap();
+    assert!(!log.contains(&h.token), "the token is in the audit log");
+    let last = completions(&h).pop().unwrap();
+    assert!(
+        last["error"]
+            .as_str()
+            .unwrap()
+            .contains("holding a credential"),
+        "{last}"
+    );
+}
+
+#[test]
 fn a_token_in_a_header_name_is_dropped() {
     let h = Harness::start();
     let path = issue_saying(&h, "hello");

@@ -25,6 +25,8 @@ pub enum AnswerFault {
     /// Echo the request's token in a JSON object answer's `id` (as a
     /// created comment's id, which the proxy records and learns).
     TokenInId,
+    /// Echo the request's token in a redirect's `Location`, as a query key.
+    TokenInLocation,
 }
 
 /// Whether an `Accept-Encoding` list (all of its headers' values) accepts

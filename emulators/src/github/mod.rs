@@ -1284,6 +1284,13 @@ impl GithubState {
             builder = builder.header("x-poll-interval", interval.to_string());
         }
         if let Some(location) = &reply.location {
+            let location = match (*lock(&self.answer_fault), token.as_deref()) {
+                (Some(AnswerFault::TokenInLocation), Some(token)) => {
+                    let joint = if location.contains('?') { '&' } else { '?' };
+                    format!("{location}{joint}{token}=1")
+                }
+                _ => location.clone(),
+            };
             builder = builder.header(http::header::LOCATION, location);
         }
         if let Some(etag) = &etag {

@@ -93,9 +93,13 @@ pub(super) fn last_rotated(path: &Path) -> Result<Option<(u64, VerifyReport)>, A
         return Ok(None);
     };
     let set = LogSet::find(path)?;
+    // Regular files only: not a directory or a link named like one.
+    let regular = |file: &Path| std::fs::symlink_metadata(file).is_ok_and(|m| m.is_file());
     let last = set.files().iter().rev().find_map(|file| {
         let name = file.file_name()?.to_str()?;
-        rotated_number(base, name).map(|n| (n, file))
+        rotated_number(base, name)
+            .filter(|_| regular(file))
+            .map(|n| (n, file))
     });
     let Some((number, file)) = last else {
         return Ok(None);
@@ -108,6 +112,18 @@ pub(super) fn last_rotated(path: &Path) -> Result<Option<(u64, VerifyReport)>, A
         path: file.clone(),
         broken,
     })?;
+    // The file says which of the set it is (its header; the first has
+    // none): one that is not what its name says (a copy, a renamed or
+    // stray file) is not gone on from.
+    if report.last_file != number || bytes.is_empty() || number.checked_add(1).is_none() {
+        return Err(AuditError::Set {
+            path: file.clone(),
+            why: format!(
+                "the active file is empty after a rotation, and the last rotated file is not file {number} of this set (it is {}); move it away or restore the set",
+                if bytes.is_empty() { "empty".to_string() } else { format!("file {}", report.last_file) }
+            ),
+        });
+    }
     Ok(Some((number, report)))
 }
 
@@ -141,16 +157,17 @@ impl AuditLog {
         };
         // Everything written to the old file is durable before the switch,
         // so the sync thread may move on to the new file.
+        if self.torn {
+            // A failed write whose cut-back failed too left part of a line
+            // at the end: cut it now (before the sync below makes the cut
+            // durable), or stay in this file. A file rotated out is never
+            // opened to be repaired.
+            self.file.set_len(self.len).map_err(io)?;
+            self.torn = false;
+        }
         if let Err(source) = self.file.sync_data() {
             self.sync_failed = true;
             return Err(io(source));
-        }
-        if self.torn {
-            // A failed write whose cut-back failed too left part of a line
-            // at the end: cut it now, or stay in this file. A file rotated
-            // out is never opened to be repaired.
-            self.file.set_len(self.len).map_err(io)?;
-            self.torn = false;
         }
         let rotated = rotated_path(&self.path, self.file_number);
         if rotated.exists() {

@@ -449,6 +449,44 @@ fn a_broken_last_rotated_file_is_refused_not_resumed() {
 }
 
 #[test]
+fn a_stray_or_renamed_file_named_like_the_last_rotated_one_is_not_gone_on_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = rotating(dir.path(), 2_000, None);
+    write_pairs(&mut log, 0, 20);
+    drop(log);
+    let active = dir.path().join("audit.jsonl");
+    let files = rotated_files(dir.path()).len() as u64;
+    std::fs::rename(&active, rotated_path(&active, files)).unwrap();
+    std::fs::write(&active, b"").unwrap();
+    // An empty stray with a higher number, then the last file renamed up.
+    let stray = rotated_path(&active, 999);
+    std::fs::write(&stray, b"").unwrap();
+    let error = AuditLog::open(&active).unwrap_err().to_string();
+    assert!(
+        error.contains("audit.jsonl.000999") && error.contains("empty"),
+        "{error}"
+    );
+    std::fs::remove_file(&stray).unwrap();
+    let renamed = rotated_path(&active, files + 5);
+    std::fs::rename(rotated_path(&active, files), &renamed).unwrap();
+    let error = AuditLog::open(&active).unwrap_err().to_string();
+    assert!(error.contains(&format!("file {files}")), "{error}");
+    // Put back, the set goes on as its next file.
+    std::fs::rename(&renamed, rotated_path(&active, files)).unwrap();
+    assert_eq!(AuditLog::open(&active).unwrap().file_number(), files + 1);
+}
+
+#[test]
+fn a_directory_named_like_a_rotated_file_is_no_file_of_the_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let active = dir.path().join("audit.jsonl");
+    std::fs::create_dir(rotated_path(&active, 1)).unwrap();
+    let mut log = AuditLog::open(&active).unwrap();
+    assert_eq!(log.file_number(), 1);
+    log.append(&request("a", false)).unwrap();
+}
+
+#[test]
 fn a_torn_tail_is_cut_before_its_file_is_rotated_out() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = rotating(dir.path(), 600, None);

@@ -425,6 +425,11 @@ impl Attempt<'_> {
                 .and_then(|v| v.to_str().ok());
             let path = self.parts.uri.path();
             let learned = renamed::learned(response.status(), location, self.host, path, repo);
+            // The new form is the upstream's text: one holding a secret is
+            // not learnt, nor saved with the identity.
+            let secrets = self.proxy.credentials.held_secrets();
+            let learned =
+                learned.filter(|(_, value)| !secrets.occur_in_ignoring_case(value.as_bytes()));
             if let Some((kind, value)) = learned {
                 if self.identity.created.record(kind, &value) {
                     tracing::info!(
@@ -599,6 +604,12 @@ async fn send(
         Ok(None) => return Ok(response),
         Err(reason) => return Err(fail(completion, reason)),
     };
+    // Neither to the other host nor into the log: a location holding a
+    // credential (an upstream echoing it) is not followed.
+    if secrets.occur_in_ignoring_case(location.to_string().as_bytes()) {
+        let reason = "the upstream redirected to a location holding a credential; not followed";
+        return Err(fail(completion, reason.into()));
+    }
     let followed = completion.proxy.request_id();
     let mut record = request_record(
         now(),

@@ -382,21 +382,27 @@ fn a_rotated_set_is_one_chain_across_its_files_and_survives_reopening() {
     assert!(report.open_requests.is_empty());
 }
 
+/// A set in `dir` rotated a few times, then its active file (file N)
+/// rotated out and a new, empty one in its place, as a rotation whose
+/// header is not on disk leaves it: the active file's path, and N.
+fn rotated_out(dir: &Path) -> (PathBuf, u64) {
+    let mut log = rotating(dir, 2_000, None);
+    write_pairs(&mut log, 0, 20);
+    drop(log);
+    let files = rotated_files(dir).len() as u64;
+    assert!(files > 3);
+    let active = dir.join("audit.jsonl");
+    std::fs::rename(&active, rotated_path(&active, files)).unwrap();
+    std::fs::write(&active, b"").unwrap();
+    (active, files)
+}
+
 /// A set rotated a few times, then as a crash during the last rotation
 /// leaves it (`crash` acts on the active file), reopened and written on
 /// past another rotation: the set verifies, and nothing was refused.
 fn reopened_after_a_crash_in_rotation(crash: impl Fn(&Path)) -> VerifyReport {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = rotating(dir.path(), 2_000, None);
-    write_pairs(&mut log, 0, 20);
-    drop(log);
-    let files = rotated_files(dir.path()).len() as u64;
-    assert!(files > 3);
-    let active = dir.path().join("audit.jsonl");
-    // The active file as a rotation left it: renamed out, a new one whose
-    // header is not (or not wholly) on disk.
-    std::fs::rename(&active, rotated_path(&active, files)).unwrap();
-    std::fs::write(&active, b"").unwrap();
+    let (active, files) = rotated_out(dir.path());
     crash(&active);
     let mut log = rotating(dir.path(), 2_000, None);
     assert_eq!(log.file_number(), files + 1, "the set's next file");
@@ -433,13 +439,8 @@ fn a_crash_before_the_new_file_existed_resumes_the_set() {
 #[test]
 fn a_broken_last_rotated_file_is_refused_not_resumed() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = rotating(dir.path(), 2_000, None);
-    write_pairs(&mut log, 0, 20);
-    drop(log);
-    let active = dir.path().join("audit.jsonl");
-    let files = rotated_files(dir.path()).len() as u64;
+    let (active, files) = rotated_out(dir.path());
     let last = rotated_path(&active, files);
-    std::fs::rename(&active, &last).unwrap();
     let text = std::fs::read_to_string(&last)
         .unwrap()
         .replacen("req-", "REQ-", 1);
@@ -451,13 +452,7 @@ fn a_broken_last_rotated_file_is_refused_not_resumed() {
 #[test]
 fn a_stray_or_renamed_file_named_like_the_last_rotated_one_is_not_gone_on_from() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = rotating(dir.path(), 2_000, None);
-    write_pairs(&mut log, 0, 20);
-    drop(log);
-    let active = dir.path().join("audit.jsonl");
-    let files = rotated_files(dir.path()).len() as u64;
-    std::fs::rename(&active, rotated_path(&active, files)).unwrap();
-    std::fs::write(&active, b"").unwrap();
+    let (active, files) = rotated_out(dir.path());
     // An empty stray with a higher number, then the last file renamed up.
     let stray = rotated_path(&active, 999);
     std::fs::write(&stray, b"").unwrap();

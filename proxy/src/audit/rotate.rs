@@ -155,8 +155,6 @@ impl AuditLog {
             path: self.path.clone(),
             source,
         };
-        // Everything written to the old file is durable before the switch,
-        // so the sync thread may move on to the new file.
         if self.torn {
             // A failed write whose cut-back failed too left part of a line
             // at the end: cut it now (before the sync below makes the cut
@@ -165,6 +163,8 @@ impl AuditLog {
             self.file.set_len(self.len).map_err(io)?;
             self.torn = false;
         }
+        // Everything written to the old file is durable before the switch,
+        // so the sync thread may move on to the new file.
         if let Err(source) = self.file.sync_data() {
             self.sync_failed = true;
             return Err(io(source));

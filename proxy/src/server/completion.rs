@@ -31,13 +31,12 @@ impl Completion {
         &self,
         status: u16,
         received: u64,
-        message_id: Option<String>,
+        mut message_id: Option<String>,
         error: Option<String>,
     ) {
         crate::metrics::completed(self.identity_kind, status, self.started.elapsed());
         let has_message_id = message_id.is_some();
         let mut error = error.or_else(|| self.note.clone());
-        let mut message_id = message_id;
         // Both can carry what the upstream said (a message id from its
         // answer, a host from its redirect): no held secret is written.
         if message_id.is_some() || error.is_some() {

@@ -426,10 +426,15 @@ impl Attempt<'_> {
             let path = self.parts.uri.path();
             let learned = renamed::learned(response.status(), location, self.host, path, repo);
             // The new form is the upstream's text: one holding a secret is
-            // not learnt, nor saved with the identity.
-            let secrets = self.proxy.credentials.held_secrets();
-            let learned =
-                learned.filter(|(_, value)| !secrets.occur_in_ignoring_case(value.as_bytes()));
+            // not learnt, nor saved with the identity. (The held secrets
+            // are asked for only then: not on every answer's path.)
+            let learned = learned.filter(|(_, value)| {
+                !self
+                    .proxy
+                    .credentials
+                    .held_secrets()
+                    .occur_in_ignoring_case(value.as_bytes())
+            });
             if let Some((kind, value)) = learned {
                 if self.identity.created.record(kind, &value) {
                     tracing::info!(
